@@ -1,0 +1,182 @@
+//! Per-device traffic and event counters, the software equivalent of the thesis's
+//! memory-controller counters, plus an optional time-series recorder.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// Live counters of one device. All fields count since creation or the last reset.
+#[derive(Debug, Default)]
+pub struct DeviceCounters {
+    /// Bytes read from the device by the copy engine and by tiermem kernels.
+    pub bytes_read: AtomicU64,
+    /// Bytes written to the device by the copy engine and by tiermem kernels.
+    pub bytes_written: AtomicU64,
+    /// Copies that brought an object's data into the device.
+    pub moves_in: AtomicU64,
+    /// Copies that took an object's data out of the device.
+    pub moves_out: AtomicU64,
+    /// Objects evicted from the device.
+    pub evictions: AtomicU64,
+    /// Evictions that wrote dirty data back to a slower device.
+    pub dirty_writebacks: AtomicU64,
+    /// Evictions that copied nothing because a current slower sibling existed.
+    pub writebacks_elided: AtomicU64,
+    /// Allocations the device could not satisfy.
+    pub alloc_failures: AtomicU64,
+}
+
+/// A point-in-time copy of one device's counters.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    /// See [`DeviceCounters::bytes_read`].
+    pub bytes_read: u64,
+    /// See [`DeviceCounters::bytes_written`].
+    pub bytes_written: u64,
+    /// See [`DeviceCounters::moves_in`].
+    pub moves_in: u64,
+    /// See [`DeviceCounters::moves_out`].
+    pub moves_out: u64,
+    /// See [`DeviceCounters::evictions`].
+    pub evictions: u64,
+    /// See [`DeviceCounters::dirty_writebacks`].
+    pub dirty_writebacks: u64,
+    /// See [`DeviceCounters::writebacks_elided`].
+    pub writebacks_elided: u64,
+    /// See [`DeviceCounters::alloc_failures`].
+    pub alloc_failures: u64,
+}
+
+macro_rules! counter_fields {
+    ($m:ident) => {
+        $m!(bytes_read, bytes_written, moves_in, moves_out, evictions, dirty_writebacks,
+            writebacks_elided, alloc_failures)
+    };
+}
+
+impl DeviceCounters {
+    /// Read every counter.
+    #[must_use]
+    pub fn snapshot(&self) -> CounterSnapshot {
+        macro_rules! snap {
+            ($($f:ident),*) => { CounterSnapshot { $($f: self.$f.load(Relaxed)),* } };
+        }
+        counter_fields!(snap)
+    }
+
+    /// Set every counter to zero.
+    pub fn reset(&self) {
+        macro_rules! zero {
+            ($($f:ident),*) => { $(self.$f.store(0, Relaxed);)* };
+        }
+        counter_fields!(zero);
+    }
+
+    /// Count a read of `n` bytes.
+    pub fn read(&self, n: u64) {
+        self.bytes_read.fetch_add(n, Relaxed);
+    }
+
+    /// Count a write of `n` bytes.
+    pub fn wrote(&self, n: u64) {
+        self.bytes_written.fetch_add(n, Relaxed);
+    }
+
+    /// Add one to a counter.
+    pub fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+}
+
+/// Counters of every device, by device name, as plain data (serialises to JSON).
+pub type Snapshot = BTreeMap<String, CounterSnapshot>;
+
+/// One sample of the time-series recorder.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// Seconds since recording started.
+    pub t: f64,
+    /// Bytes read per device during the interval.
+    pub read: BTreeMap<String, u64>,
+    /// Bytes written per device during the interval.
+    pub written: BTreeMap<String, u64>,
+}
+
+/// Samples bytes read and written per device every interval on a background thread
+/// (for traces like the thesis's Fig. 4.6 and 4.8).
+pub struct Recorder {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Recorder {
+    /// Start sampling `devices` every `interval`.
+    #[must_use]
+    pub fn start(devices: Vec<(String, Arc<DeviceCounters>)>, interval: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, samples2) = (stop.clone(), samples.clone());
+        let handle = std::thread::Builder::new()
+            .name("tiermem-recorder".into())
+            .spawn(move || {
+                let t0 = Instant::now();
+                let mut last: Vec<CounterSnapshot> =
+                    devices.iter().map(|(_, c)| c.snapshot()).collect();
+                let mut next = t0 + interval;
+                loop {
+                    let stopping = stop2.load(Relaxed);
+                    let now = Instant::now();
+                    if now < next && !stopping {
+                        std::thread::sleep((next - now).min(Duration::from_millis(5)));
+                        continue;
+                    }
+                    next += interval;
+                    let mut s = Sample {
+                        t: now.duration_since(t0).as_secs_f64(),
+                        read: BTreeMap::new(),
+                        written: BTreeMap::new(),
+                    };
+                    for ((name, c), prev) in devices.iter().zip(last.iter_mut()) {
+                        let cur = c.snapshot();
+                        s.read.insert(name.clone(), cur.bytes_read.saturating_sub(prev.bytes_read));
+                        s.written.insert(
+                            name.clone(),
+                            cur.bytes_written.saturating_sub(prev.bytes_written),
+                        );
+                        *prev = cur;
+                    }
+                    samples2.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(s);
+                    if stopping {
+                        return;
+                    }
+                }
+            })
+            .expect("spawn recorder thread");
+        Recorder { stop, samples, handle: Some(handle) }
+    }
+
+    /// Stop recording and return every sample (the last one covers the partial interval).
+    #[must_use]
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop_thread();
+        std::mem::take(&mut *self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}

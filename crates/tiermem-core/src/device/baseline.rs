@@ -1,0 +1,152 @@
+//! This machine's DRAM figures, which emulated profiles scale: read from the calibration
+//! file `tiermem calibrate` writes, or measured once per process (about half a second).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::copy::kernels;
+use crate::sys::mmap::Mapping;
+
+/// DRAM bandwidth and latency on this machine.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DramFigures {
+    /// Read bandwidth, all threads, GB/s.
+    pub read_gbps: f64,
+    /// Write bandwidth (non-temporal stores), all threads, GB/s.
+    pub write_gbps: f64,
+    /// Copy bandwidth (bytes copied per second), all threads, GB/s.
+    pub copy_gbps: f64,
+    /// Load-to-use latency of a dependent random access, ns.
+    pub latency_ns: f64,
+    /// `calibrated` (from the calibration file) or `measured` (at process start).
+    pub source: String,
+}
+
+/// Where `tiermem calibrate` keeps its results: `$TIERMEM_CALIBRATION`, else
+/// `$XDG_CACHE_HOME/tiermem/calibration.json`, else `~/.cache/tiermem/calibration.json`.
+#[must_use]
+pub fn calibration_path() -> PathBuf {
+    if let Ok(p) = std::env::var("TIERMEM_CALIBRATION") {
+        return PathBuf::from(p);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("tiermem").join("calibration.json")
+}
+
+/// DRAM figures for this process: the calibration file's if it has them, else measured now.
+pub fn dram_figures() -> &'static DramFigures {
+    static FIGS: OnceLock<DramFigures> = OnceLock::new();
+    FIGS.get_or_init(|| load_calibrated().unwrap_or_else(|| measure_dram(64 << 20, 3)))
+}
+
+fn load_calibrated() -> Option<DramFigures> {
+    let text = std::fs::read_to_string(calibration_path()).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let mut f: DramFigures = serde_json::from_value(v.get("dram")?.clone()).ok()?;
+    f.source = "calibrated".into();
+    Some(f)
+}
+
+/// Measure DRAM read, write and copy bandwidth on `bytes`-sized buffers (best of `reps`)
+/// and random-access latency.
+#[must_use]
+pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
+    let bytes = bytes.next_multiple_of(1 << 20);
+    let a = Mapping::anonymous(bytes, true, None).expect("map DRAM for measurement");
+    let b = Mapping::anonymous(bytes, true, None).expect("map DRAM for measurement");
+    let threads = rayon::current_num_threads();
+    let chunk = bytes / threads;
+    let (pa, pb) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    let best = |f: &dyn Fn()| -> f64 {
+        (0..reps.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let read = best(&|| {
+        let s: u64 = (0..threads)
+            .into_par_iter()
+            // SAFETY: each chunk lies inside map `a`, which outlives the loop.
+            .map(|i| unsafe { kernels::read_sum((pa + i * chunk) as *const u8, chunk) })
+            .sum();
+        std::hint::black_box(s);
+    });
+    let write = best(&|| {
+        (0..threads).into_par_iter().for_each(|i| {
+            // SAFETY: chunks of `b` and `a` of the same size; the maps do not overlap. The
+            // fill is a copy from the zero page backed source `a`, i.e. pure store traffic on b.
+            unsafe { fill_nt((pb + i * chunk) as *mut u8, chunk) };
+        });
+    });
+    let copy = best(&|| {
+        (0..threads).into_par_iter().for_each(|i| {
+            // SAFETY: disjoint chunks of two distinct maps.
+            unsafe {
+                kernels::copy_nt((pb + i * chunk) as *mut u8, (pa + i * chunk) as *const u8, chunk);
+            }
+        });
+    });
+    let gb = bytes as f64 / 1e9;
+    DramFigures {
+        read_gbps: gb / read,
+        write_gbps: gb / write,
+        copy_gbps: gb / copy,
+        latency_ns: measure_latency(&a, 400_000),
+        source: "measured".into(),
+    }
+}
+
+/// Fill with streaming stores, 4 KiB at a time from a zeroed block.
+///
+/// # Safety
+/// `dst` valid for `len` writes.
+unsafe fn fill_nt(dst: *mut u8, len: usize) {
+    static ZERO: [u8; 4096] = [0; 4096];
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(4096);
+        // SAFETY: dst + off .. + n is inside the caller's range; ZERO is 4096 bytes.
+        unsafe { kernels::copy_nt(dst.add(off), ZERO.as_ptr(), n) };
+        off += n;
+    }
+}
+
+/// Average latency of `steps` dependent loads along a random cycle through `map`'s cache
+/// lines, in ns.
+#[must_use]
+pub fn measure_latency(map: &Mapping, steps: usize) -> f64 {
+    let lines = map.len() / 64;
+    // A random cyclic permutation (Sattolo's algorithm) so the chase visits every line.
+    let mut next: Vec<u32> = (0..lines as u32).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let j = (x % i as u64) as usize;
+        next.swap(i, j);
+    }
+    let base = map.as_ptr().cast::<u64>();
+    for (i, &n) in next.iter().enumerate() {
+        // SAFETY: i < lines, so line i's first word lies inside the map.
+        unsafe { base.add(i * 8).write(u64::from(n)) };
+    }
+    let mut cur = 0usize;
+    let t = Instant::now();
+    for _ in 0..steps {
+        // SAFETY: every stored value is a line index < lines.
+        cur = unsafe { base.add(cur * 8).read_volatile() } as usize;
+    }
+    std::hint::black_box(cur);
+    t.elapsed().as_secs_f64() * 1e9 / steps as f64
+}

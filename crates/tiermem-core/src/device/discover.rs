@@ -1,0 +1,166 @@
+//! Topology discovery from sysfs: NUMA nodes, their sizes, CPUs and distances, and the
+//! kernel's memory tiers where it exposes them.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// One NUMA node as the kernel reports it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NumaNode {
+    /// Node id.
+    pub id: u32,
+    /// Total memory in bytes.
+    pub total_bytes: u64,
+    /// Free memory in bytes.
+    pub free_bytes: u64,
+    /// CPU list (empty for memory-only nodes such as CXL expanders or Optane in flat mode).
+    pub cpus: String,
+    /// Distances to every node, in node order (10 = local).
+    pub distances: Vec<u32>,
+    /// The kernel memory tier holding the node, if `memory_tiering` is exposed.
+    pub memory_tier: Option<u32>,
+}
+
+/// What the machine looks like.
+#[derive(Debug, Clone, Serialize)]
+pub struct Topology {
+    /// NUMA nodes with memory.
+    pub nodes: Vec<NumaNode>,
+    /// Memory available to new allocations (`MemAvailable`), bytes.
+    pub mem_available: u64,
+    /// Transparent huge page mode (`always`, `madvise`, `never`).
+    pub thp: String,
+    /// Online CPUs.
+    pub cpus: usize,
+}
+
+/// Read the topology. Missing sysfs files give an empty node list, not an error.
+#[must_use]
+pub fn topology() -> Topology {
+    topology_from(Path::new("/sys"), Path::new("/proc/meminfo"))
+}
+
+/// Read the topology from a sysfs root (tests point this at a fake tree).
+#[must_use]
+pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
+    let node_dir = sys.join("devices/system/node");
+    let mut nodes = Vec::new();
+    if let Ok(entries) = fs::read_dir(&node_dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name.strip_prefix("node").and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let p = e.path();
+            let info = fs::read_to_string(p.join("meminfo")).unwrap_or_default();
+            nodes.push(NumaNode {
+                id,
+                total_bytes: meminfo_field(&info, "MemTotal:").unwrap_or(0),
+                free_bytes: meminfo_field(&info, "MemFree:").unwrap_or(0),
+                cpus: fs::read_to_string(p.join("cpulist")).unwrap_or_default().trim().to_owned(),
+                distances: fs::read_to_string(p.join("distance"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|d| d.parse().ok())
+                    .collect(),
+                memory_tier: None,
+            });
+        }
+    }
+    nodes.sort_by_key(|n| n.id);
+    let tiers = sys.join("devices/virtual/memory_tiering");
+    if let Ok(entries) = fs::read_dir(&tiers) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(tier) = name.strip_prefix("memory_tier").and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            let list = fs::read_to_string(e.path().join("nodelist")).unwrap_or_default();
+            for id in parse_list(&list) {
+                if let Some(n) = nodes.iter_mut().find(|n| n.id == id) {
+                    n.memory_tier = Some(tier);
+                }
+            }
+        }
+    }
+    let mem = fs::read_to_string(meminfo).unwrap_or_default();
+    Topology {
+        nodes,
+        mem_available: meminfo_field(&mem, "MemAvailable:").unwrap_or(0),
+        thp: crate::sys::thp_mode(),
+        cpus: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+    }
+}
+
+/// A `meminfo` field in bytes (the files give kB). Node files prefix lines with "Node N".
+fn meminfo_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let at = l.find(key)?;
+        let kb: u64 = l[at + key.len()..].split_whitespace().next()?.parse().ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// Parse a kernel list like `0-2,5`.
+#[must_use]
+pub fn parse_list(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    out.extend(a..=b);
+                }
+            }
+            None => out.extend(part.parse::<u32>().ok()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_fake_two_node_machine_with_tiers() {
+        let root = std::env::temp_dir().join(format!("tiermem-sysfs-{}", std::process::id()));
+        let n0 = root.join("devices/system/node/node0");
+        let n1 = root.join("devices/system/node/node1");
+        let t = root.join("devices/virtual/memory_tiering");
+        for d in [&n0, &n1, &t.join("memory_tier4"), &t.join("memory_tier22")] {
+            fs::create_dir_all(d).unwrap();
+        }
+        fs::write(n0.join("meminfo"), "Node 0 MemTotal:  1024 kB\nNode 0 MemFree: 512 kB\n")
+            .unwrap();
+        fs::write(n0.join("distance"), "10 21\n").unwrap();
+        fs::write(n0.join("cpulist"), "0-3\n").unwrap();
+        fs::write(n1.join("meminfo"), "Node 1 MemTotal:  4096 kB\nNode 1 MemFree: 4000 kB\n")
+            .unwrap();
+        fs::write(n1.join("distance"), "21 10\n").unwrap();
+        fs::write(n1.join("cpulist"), "\n").unwrap();
+        fs::write(t.join("memory_tier4/nodelist"), "0\n").unwrap();
+        fs::write(t.join("memory_tier22/nodelist"), "1\n").unwrap();
+        let mi = root.join("meminfo");
+        fs::write(&mi, "MemTotal: 10 kB\nMemAvailable: 7 kB\n").unwrap();
+        let topo = topology_from(&root, &mi);
+        assert_eq!(topo.nodes.len(), 2);
+        assert_eq!(topo.nodes[0].total_bytes, 1024 * 1024);
+        assert_eq!(topo.nodes[1].free_bytes, 4000 * 1024);
+        assert_eq!(topo.nodes[1].distances, vec![21, 10]);
+        assert_eq!(topo.nodes[0].cpus, "0-3");
+        assert_eq!(topo.nodes[1].cpus, "");
+        assert_eq!(topo.nodes[0].memory_tier, Some(4));
+        assert_eq!(topo.nodes[1].memory_tier, Some(22));
+        assert_eq!(topo.mem_available, 7 * 1024);
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn parses_kernel_lists() {
+        assert_eq!(parse_list("0-2,5\n"), vec![0, 1, 2, 5]);
+        assert_eq!(parse_list(""), Vec::<u32>::new());
+    }
+}

@@ -1,0 +1,179 @@
+//! `emulated:PROFILE` devices: DRAM whose traffic through tiermem is throttled to a slower
+//! device's figures, given as ratios of this machine's own DRAM, so the relative gap is the
+//! published one whatever machine runs it.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::baseline::DramFigures;
+use crate::{Error, Result};
+
+/// A published slow-memory device, as ratios of DRAM figures measured on the same machine.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Profile {
+    /// Profile name used in device specs (`emulated:<name>`).
+    pub name: &'static str,
+    /// Read bandwidth as a fraction of DRAM read bandwidth.
+    pub read_ratio: f64,
+    /// Write bandwidth as a fraction of DRAM write bandwidth (at or below `write_peak_threads`).
+    pub write_ratio: f64,
+    /// Load-to-use latency as a multiple of DRAM latency.
+    pub latency_ratio: f64,
+    /// Writer threads at which write bandwidth peaks.
+    pub write_peak_threads: usize,
+    /// Fraction of write bandwidth lost per writer thread beyond the peak.
+    pub write_degrade_per_thread: f64,
+    /// Where the figures come from.
+    pub source: &'static str,
+}
+
+/// Profiles shipped with tiermem.
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "optane-pmem",
+        // Thesis Ch.2-3 (Cascade Lake, 6 interleaved Optane DC DIMMs): PM sequential reads
+        // peak near 30 GB/s against about 100 GB/s of DRAM (~1/3); non-temporal writes peak
+        // with 4 threads near 12-13 GB/s (~1/7 of DRAM) and fall with more threads (Fig. 2.2b,
+        // 3.3). H2M slides (Intel MLC, Cascade Lake + Optane): idle latency 245.8 ns vs
+        // 75.7 ns local DRAM (3.25x); STREAM triad NVM/DRAM ratio 2-4.5x by thread count.
+        read_ratio: 1.0 / 3.0,
+        write_ratio: 1.0 / 7.0,
+        latency_ratio: 3.25,
+        write_peak_threads: 4,
+        write_degrade_per_thread: 0.06,
+        source: "thesis Fig. 2.2/3.3 (read ~1/3, NT write ~1/7 of DRAM, peak at 4 writers); \
+                 H2M PPAM'22 slides, MLC latency 245.8/75.7 ns",
+    },
+    Profile {
+        name: "cxl",
+        // A CXL 1.1/2.0 Type-3 memory expander behind one x8/x16 link. Pond (Li et al.,
+        // ASPLOS 2023) reports CXL pool accesses adding 70-90 ns to ~100 ns local DRAM
+        // (about 1.7-2.2x); Sun et al., "Demystifying CXL Memory with Genuine CXL-Ready
+        // Systems and Devices" (MICRO 2023) measure one expander at roughly half the
+        // bandwidth of the socket's local DRAM, with writes somewhat below reads.
+        read_ratio: 0.5,
+        write_ratio: 0.45,
+        latency_ratio: 2.0,
+        write_peak_threads: 8,
+        write_degrade_per_thread: 0.02,
+        source: "Pond, ASPLOS'23 (+70-90 ns, ~2x latency); Sun et al., MICRO'23 \
+                 (one expander ~1/2 of local DRAM bandwidth)",
+    },
+];
+
+/// Look a profile up by name.
+pub fn profile(name: &str) -> Result<&'static Profile> {
+    PROFILES.iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<_> = PROFILES.iter().map(|p| p.name).collect();
+        Error::UnknownDevice(format!(
+            "no emulated profile named '{name}' (known: {})",
+            names.join(", ")
+        ))
+    })
+}
+
+/// Absolute figures of an emulated device on this machine, and the throttle that holds its
+/// traffic to them.
+#[derive(Debug)]
+pub struct Throttle {
+    /// The profile.
+    pub profile: &'static Profile,
+    /// Read bandwidth in bytes per second.
+    pub read_bps: f64,
+    /// Write bandwidth (at the peak thread count) in bytes per second.
+    pub write_bps: f64,
+    /// Latency in nanoseconds.
+    pub latency_ns: f64,
+    read_busy: Mutex<Instant>,
+    write_busy: Mutex<Instant>,
+}
+
+impl Throttle {
+    /// Scale a profile to this machine's DRAM figures.
+    #[must_use]
+    pub fn new(profile: &'static Profile, dram: &DramFigures) -> Self {
+        let now = Instant::now();
+        Throttle {
+            profile,
+            read_bps: dram.read_gbps * 1e9 * profile.read_ratio,
+            write_bps: dram.write_gbps * 1e9 * profile.write_ratio,
+            latency_ns: dram.latency_ns * profile.latency_ratio,
+            read_busy: Mutex::new(now),
+            write_busy: Mutex::new(now),
+        }
+    }
+
+    /// Write bandwidth in bytes per second with `threads` concurrent writers.
+    #[must_use]
+    pub fn write_bps_at(&self, threads: usize) -> f64 {
+        let extra = threads.saturating_sub(self.profile.write_peak_threads) as f64;
+        self.write_bps * (1.0 - self.profile.write_degrade_per_thread * extra).max(0.3)
+    }
+
+    /// Time `bytes` of reads in `accesses` dependent-latency steps take on this device.
+    #[must_use]
+    pub fn read_cost(&self, bytes: u64, accesses: u64) -> Duration {
+        secs(bytes as f64 / self.read_bps + accesses as f64 * self.latency_ns * 1e-9)
+    }
+
+    /// Time `bytes` of writes by `threads` writers take on this device.
+    #[must_use]
+    pub fn write_cost(&self, bytes: u64, threads: usize) -> Duration {
+        secs(bytes as f64 / self.write_bps_at(threads))
+    }
+
+    /// Reserve the device's read channel for `bytes` read in `accesses` dependent steps and
+    /// return when the reservation ends. Reserve before doing the transfer and
+    /// [`wait_until`] the deadline after it, so all tiermem traffic to the device together
+    /// runs at the profile's bandwidth and the real copy time is not charged twice.
+    pub fn reserve_read(&self, bytes: u64, accesses: u64) -> Instant {
+        reserve(&self.read_busy, self.read_cost(bytes, accesses))
+    }
+
+    /// Reserve the device's write channel for `bytes` written by `threads` writers
+    /// (see [`Throttle::reserve_read`]).
+    pub fn reserve_write(&self, bytes: u64, threads: usize) -> Instant {
+        reserve(&self.write_busy, self.write_cost(bytes, threads))
+    }
+
+    /// Charge a read made by a kernel: reserve and wait.
+    pub fn charge_read(&self, bytes: u64, accesses: u64) {
+        wait_until(self.reserve_read(bytes, accesses));
+    }
+
+    /// Charge a write made by a kernel: reserve and wait.
+    pub fn charge_write(&self, bytes: u64, threads: usize) {
+        wait_until(self.reserve_write(bytes, threads));
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+/// Reserve `cost` on a channel whose reservations run back to back; returns the end of ours.
+fn reserve(busy: &Mutex<Instant>, cost: Duration) -> Instant {
+    let mut b = busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = Instant::now();
+    let start = if *b > now { *b } else { now };
+    *b = start + cost;
+    *b
+}
+
+/// Wait until `deadline`: sleep while far, spin the last stretch.
+pub fn wait_until(deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Devices: where bytes live. A device has a name, a kind, a capacity, whether it is
+//! byte-addressable, its backing storage and its counters.
+//!
+//! | spec | backing |
+//! | --- | --- |
+//! | `dram` | anonymous memory, transparent huge pages where allowed, pre-faulted |
+//! | `numa:N` | anonymous memory bound to NUMA node N (`mbind`), pre-faulted |
+//! | `mapped:PATH` | a file mapped shared (App Direct persistent memory is a file on DAX) |
+//! | `block:PATH` | a file on an SSD, read and written with direct I/O in aligned blocks |
+//! | `emulated:PROFILE` | DRAM whose tiermem traffic is throttled to a published device |
+
+pub mod baseline;
+pub mod discover;
+pub mod emulated;
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::counters::DeviceCounters;
+use crate::sys::direct_io::{self, DirectFile, OpenError};
+use crate::sys::mmap::Mapping;
+use crate::{Error, Result};
+pub use emulated::{Profile, Throttle, PROFILES};
+
+/// The kind of a device, parsed from its spec string.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceKind {
+    /// Ordinary memory.
+    Dram,
+    /// Memory of one NUMA node.
+    Numa(u32),
+    /// A memory-mapped file.
+    Mapped(PathBuf),
+    /// A direct-I/O file on a block device.
+    Block(PathBuf),
+    /// DRAM throttled to a profile.
+    Emulated(&'static Profile),
+}
+
+impl DeviceKind {
+    /// Parse `dram`, `numa:N`, `mapped:PATH`, `block:PATH` or `emulated:PROFILE`.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let (kind, arg) = match spec.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (spec, None),
+        };
+        let need = |what: &str| -> Result<&str> {
+            match arg {
+                Some(a) if !a.is_empty() => Ok(a),
+                _ => Err(Error::InvalidArgument(format!(
+                    "device spec '{spec}' needs {what} after '{kind}:'"
+                ))),
+            }
+        };
+        Ok(match kind {
+            "dram" if arg.is_none() => DeviceKind::Dram,
+            "numa" => {
+                let a = need("a node number")?;
+                DeviceKind::Numa(a.parse().map_err(|_| {
+                    Error::InvalidArgument(format!("'{a}' in '{spec}' is not a NUMA node number"))
+                })?)
+            }
+            "mapped" => DeviceKind::Mapped(PathBuf::from(need("a file path")?)),
+            "block" => DeviceKind::Block(PathBuf::from(need("a file path")?)),
+            "emulated" => DeviceKind::Emulated(emulated::profile(need("a profile name")?)?),
+            _ => {
+                return Err(Error::UnknownDevice(format!(
+                    "'{spec}': kinds are dram, numa:N, mapped:PATH, block:PATH, emulated:PROFILE"
+                )))
+            }
+        })
+    }
+
+    /// Short kind name: `dram`, `numa`, `mapped`, `block`, `emulated`.
+    #[must_use]
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            DeviceKind::Dram => "dram",
+            DeviceKind::Numa(_) => "numa",
+            DeviceKind::Mapped(_) => "mapped",
+            DeviceKind::Block(_) => "block",
+            DeviceKind::Emulated(_) => "emulated",
+        }
+    }
+}
+
+/// Where a device's bytes are.
+#[derive(Debug)]
+enum Storage {
+    Memory(Mapping),
+    Block(DirectFile),
+}
+
+/// A device with its heap memory reserved.
+#[derive(Debug)]
+pub struct Device {
+    /// Name, as given in the spec (`dram`, `block:/mnt/nvme/t`, ...).
+    pub name: String,
+    /// Kind.
+    pub kind: DeviceKind,
+    /// Usable bytes.
+    pub capacity: u64,
+    storage: Storage,
+    /// Throttle for `emulated` devices.
+    pub throttle: Option<Throttle>,
+    /// Traffic and event counters.
+    pub counters: Arc<DeviceCounters>,
+}
+
+/// Plain description of a device for `info` and reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceInfo {
+    /// Name.
+    pub name: String,
+    /// Kind name.
+    pub kind: &'static str,
+    /// Capacity in bytes.
+    pub capacity: u64,
+    /// Whether loads and stores reach it directly.
+    pub byte_addressable: bool,
+    /// `real` or `emulated`.
+    pub real: &'static str,
+    /// Whether transparent huge pages back it.
+    pub huge_pages: bool,
+    /// Emulated read bandwidth, GB/s (profile scaled to this machine).
+    pub read_gbps: Option<f64>,
+    /// Emulated write bandwidth, GB/s.
+    pub write_gbps: Option<f64>,
+    /// Emulated latency, ns.
+    pub latency_ns: Option<f64>,
+    /// Where the emulated figures come from.
+    pub profile_source: Option<&'static str>,
+}
+
+impl Device {
+    /// Parse `spec` and reserve `capacity` bytes on it.
+    pub fn open(spec: &str, capacity: u64) -> Result<Self> {
+        let kind = DeviceKind::parse(spec)?;
+        if capacity == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "device '{spec}' needs a capacity above zero bytes"
+            )));
+        }
+        let page = crate::sys::page_size() as u64;
+        let capacity = capacity
+            .checked_next_multiple_of(page.max(direct_io::ALIGN as u64))
+            .filter(|c| isize::try_from(*c).is_ok())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "capacity {capacity} bytes for '{spec}' overflows the address space"
+                ))
+            })?;
+        let len = capacity as usize;
+        let io = |what: &str, e: std::io::Error| Error::io(spec, spec, what, e);
+        let (storage, throttle) = match &kind {
+            DeviceKind::Dram | DeviceKind::Emulated(_) => {
+                check_fits(spec, capacity, available_memory(), "memory available on this machine")?;
+                let map = Mapping::anonymous(len, true, None).map_err(|e| io("map memory", e))?;
+                let throttle = match &kind {
+                    DeviceKind::Emulated(p) => Some(Throttle::new(p, baseline::dram_figures())),
+                    _ => None,
+                };
+                (Storage::Memory(map), throttle)
+            }
+            DeviceKind::Numa(node) => {
+                let topo = discover::topology();
+                let Some(n) = topo.nodes.iter().find(|n| n.id == *node) else {
+                    let have: Vec<String> = topo.nodes.iter().map(|n| n.id.to_string()).collect();
+                    return Err(Error::UnknownDevice(format!(
+                        "NUMA node {node} does not exist (nodes with memory: {})",
+                        if have.is_empty() { "none found".into() } else { have.join(", ") }
+                    )));
+                };
+                check_fits(spec, capacity, n.free_bytes, &format!("free on NUMA node {node}"))?;
+                let map = Mapping::anonymous(len, true, Some(*node))
+                    .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
+                (Storage::Memory(map), None)
+            }
+            DeviceKind::Mapped(path) => (Storage::Memory(open_mapped(spec, path, capacity)?), None),
+            DeviceKind::Block(path) => {
+                let f = DirectFile::create(path, capacity).map_err(|e| match e {
+                    OpenError::Os(what, e) => Error::io(spec, &path.display().to_string(), what, e),
+                    OpenError::MemoryFs(fs) => Error::InvalidArgument(format!(
+                        "'{}' is on {fs}, a memory file system: a block device there would keep \
+                         its data in RAM and direct I/O is not real; use a path on an SSD",
+                        path.display()
+                    )),
+                    OpenError::NoSpace { free } => Error::DeviceFull {
+                        device: spec.to_owned(),
+                        requested: capacity,
+                        free,
+                        largest: free,
+                        capacity,
+                    },
+                })?;
+                (Storage::Block(f), None)
+            }
+        };
+        Ok(Device {
+            name: spec.to_owned(),
+            kind,
+            capacity,
+            storage,
+            throttle,
+            counters: Arc::new(DeviceCounters::default()),
+        })
+    }
+
+    /// Whether loads and stores reach the device directly (everything but `block`).
+    #[must_use]
+    pub fn byte_addressable(&self) -> bool {
+        matches!(self.storage, Storage::Memory(_))
+    }
+
+    /// Allocation alignment: 64 bytes (a cache line) for memory, 4 KiB for block devices.
+    #[must_use]
+    pub fn alignment(&self) -> u64 {
+        if self.byte_addressable() {
+            64
+        } else {
+            direct_io::ALIGN as u64
+        }
+    }
+
+    /// Address of `offset` on a byte-addressable device.
+    #[must_use]
+    pub fn addr(&self, offset: u64) -> Option<*mut u8> {
+        match &self.storage {
+            // SAFETY: callers pass offsets of regions inside the heap, i.e. < capacity.
+            Storage::Memory(m) if offset <= m.len() as u64 => {
+                Some(unsafe { m.as_ptr().add(offset as usize) })
+            }
+            _ => None,
+        }
+    }
+
+    /// The direct-I/O file of a block device.
+    #[must_use]
+    pub fn block_file(&self) -> Option<&DirectFile> {
+        match &self.storage {
+            Storage::Block(f) => Some(f),
+            Storage::Memory(_) => None,
+        }
+    }
+
+    /// Whether the device is emulated.
+    #[must_use]
+    pub fn is_emulated(&self) -> bool {
+        self.throttle.is_some()
+    }
+
+    /// Plain description.
+    #[must_use]
+    pub fn info(&self) -> DeviceInfo {
+        let t = self.throttle.as_ref();
+        DeviceInfo {
+            name: self.name.clone(),
+            kind: self.kind.kind_name(),
+            capacity: self.capacity,
+            byte_addressable: self.byte_addressable(),
+            real: if t.is_some() { "emulated" } else { "real" },
+            huge_pages: matches!(&self.storage, Storage::Memory(m) if m.huge_pages),
+            read_gbps: t.map(|t| t.read_bps / 1e9),
+            write_gbps: t.map(|t| t.write_bps / 1e9),
+            latency_ns: t.map(|t| t.latency_ns),
+            profile_source: t.map(|t| t.profile.source),
+        }
+    }
+}
+
+fn check_fits(spec: &str, capacity: u64, available: u64, what: &str) -> Result<()> {
+    if available > 0 && capacity > available {
+        return Err(Error::InvalidArgument(format!(
+            "heap of {capacity} bytes for '{spec}' is larger than the {available} bytes {what}"
+        )));
+    }
+    Ok(())
+}
+
+fn available_memory() -> u64 {
+    discover::topology().mem_available
+}
+
+fn open_mapped(spec: &str, path: &Path, capacity: u64) -> Result<Mapping> {
+    let shown = path.display().to_string();
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if let Ok((_, free)) = direct_io::statfs(dir) {
+        if capacity > existing && capacity - existing > free {
+            return Err(Error::DeviceFull {
+                device: spec.to_owned(),
+                requested: capacity,
+                free,
+                largest: free,
+                capacity,
+            });
+        }
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(spec, &shown, "open for read and write", e))?;
+    // Reserve the blocks now: a shared map over a sparse file would fault with SIGBUS when the
+    // file system fills up later.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: fd is an open, writable file descriptor.
+    let rc = unsafe { libc::posix_fallocate(fd, 0, capacity as libc::off_t) };
+    if rc != 0 {
+        return Err(Error::io(
+            spec,
+            &shown,
+            format!("reserve {capacity} bytes"),
+            std::io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Mapping::file(&file, capacity as usize).map_err(|e| Error::io(spec, &shown, "map", e))
+}

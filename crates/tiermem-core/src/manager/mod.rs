@@ -1,0 +1,263 @@
+//! The manager: devices, the data manager (mechanism) and a policy behind one lock, and the
+//! guards through which data is reached.
+//!
+//! Thread model: every operation takes the manager lock for its whole duration, copies
+//! included (as the thesis does); a guard holds no lock while it is open, only a pin that
+//! keeps its object from being moved, evicted or freed.
+
+mod data;
+mod guard;
+mod object;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use data::DataManager;
+pub use guard::{ReadGuard, WriteGuard};
+pub use object::{Object, ObjectId, Region, RegionId};
+
+use crate::copy::CopyEngine;
+use crate::counters::Snapshot;
+use crate::device::Device;
+use crate::policy::{Place, Policy};
+use crate::{Error, Result};
+
+struct Inner {
+    data: DataManager,
+    policy: Box<dyn Policy>,
+}
+
+/// A tiered memory manager.
+pub struct Manager {
+    inner: Mutex<Inner>,
+    devices: Vec<Arc<Device>>,
+    policy_name: String,
+}
+
+/// Where an object lives now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Device index of the primary region.
+    pub device: usize,
+    /// Device indices of the linked (sibling) regions.
+    pub siblings: Vec<usize>,
+    /// Whether the primary is modified with respect to its siblings.
+    pub dirty: bool,
+    /// Open guards.
+    pub pins: u32,
+}
+
+impl Manager {
+    /// A manager over `devices` (fastest first) driven by `policy`.
+    pub fn new(devices: Vec<Device>, policy: Box<dyn Policy>) -> Result<Self> {
+        Self::with_copy_engine(devices, policy, Arc::new(CopyEngine::default()))
+    }
+
+    /// As [`Manager::new`], with a configured copy engine.
+    pub fn with_copy_engine(
+        devices: Vec<Device>,
+        policy: Box<dyn Policy>,
+        copy: Arc<CopyEngine>,
+    ) -> Result<Self> {
+        let devices: Vec<Arc<Device>> = devices.into_iter().map(Arc::new).collect();
+        let data = DataManager::new(devices.clone(), copy)?;
+        let policy_name = policy.name();
+        Ok(Manager { inner: Mutex::new(Inner { data, policy }), devices, policy_name })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic inside a policy must not wedge the manager: the data manager's own
+        // operations leave it consistent at every step that can fail.
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {
+        let mut g = self.lock();
+        let Inner { data, policy } = &mut *g;
+        f(data, policy.as_mut())
+    }
+
+    /// The devices, fastest first.
+    #[must_use]
+    pub fn devices(&self) -> &[Arc<Device>] {
+        &self.devices
+    }
+
+    /// Name of the policy.
+    #[must_use]
+    pub fn policy_name(&self) -> &str {
+        &self.policy_name
+    }
+
+    /// Allocate an object of `bytes` bytes where `place` says.
+    pub fn alloc(&self, bytes: u64, place: Place) -> Result<ObjectId> {
+        if bytes == 0 {
+            crate::bail!("cannot allocate an object of zero bytes");
+        }
+        self.with(|m, p| p.alloc(m, bytes, place))
+    }
+
+    /// `unsafe_free`: free now; nothing is written back.
+    pub fn free(&self, id: ObjectId) -> Result<()> {
+        self.with(|m, p| p.unsafe_free(m, id))
+    }
+
+    /// `prefetch!(object, force)`.
+    pub fn prefetch(&self, id: ObjectId, force: bool) -> Result<()> {
+        self.with(|m, p| {
+            m.object(id)?;
+            p.prefetch(m, id, force)
+        })
+    }
+
+    /// `evict!(object)`.
+    pub fn evict(&self, id: ObjectId) -> Result<()> {
+        self.with(|m, p| {
+            m.ensure_unpinned(id, "evict")?;
+            p.evict(m, id)
+        })
+    }
+
+    /// `softevict!(object)`.
+    pub fn softevict(&self, id: ObjectId) -> Result<()> {
+        self.with(|m, p| p.softevict(m, id))
+    }
+
+    /// `read_use(object)`.
+    pub fn read_use(&self, id: ObjectId) -> Result<()> {
+        self.with(|m, p| {
+            m.object(id)?;
+            p.read_use(m, id)
+        })
+    }
+
+    /// `write_use(object)`: marks the primary dirty.
+    pub fn write_use(&self, id: ObjectId) -> Result<()> {
+        self.with(|m, p| {
+            let r = m.primary(id)?;
+            m.set_dirty(r, true)?;
+            p.write_use(m, id)
+        })
+    }
+
+    /// `in_fast(object)`: whether the primary is on device 0.
+    pub fn in_fast(&self, id: ObjectId) -> Result<bool> {
+        Ok(self.placement(id)?.device == 0)
+    }
+
+    /// Where an object lives.
+    pub fn placement(&self, id: ObjectId) -> Result<Placement> {
+        self.with(|m, _| {
+            let o = m.object(id)?;
+            let r = m.region(o.primary)?;
+            let mut siblings: Vec<usize> =
+                r.links.iter().filter_map(|l| m.region(*l).ok().map(|x| x.device)).collect();
+            siblings.sort_unstable();
+            Ok(Placement { device: r.device, siblings, dirty: r.dirty, pins: o.pins })
+        })
+    }
+
+    /// Length in bytes of an object.
+    pub fn len_of(&self, id: ObjectId) -> Result<u64> {
+        self.with(|m, _| Ok(m.object(id)?.len))
+    }
+
+    /// Run `f` with exclusive access to the data manager and the policy (for policies written
+    /// outside the core, reports and tests).
+    pub fn with_data<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {
+        self.with(f)
+    }
+
+    /// Open a guard: let the policy place the object, require a byte-addressable primary,
+    /// pin it. Returns the address and length. Pair with [`Manager::close`]. Prefer
+    /// [`Manager::read`] / [`Manager::write`], which pair them for you.
+    pub fn open(&self, id: ObjectId, write: bool) -> Result<(*mut u8, usize)> {
+        self.with(|m, p| {
+            let (pins, writer) = { let o = m.object(id)?; (o.pins, o.writer) };
+            if writer || (write && pins > 0) {
+                // Fails with a clear error before the policy moves anything.
+                m.pin(id, write)?;
+            }
+            if pins == 0 {
+                p.before_access(m, id, write)?;
+            }
+            let r = m.primary(id)?;
+            let Some(addr) = m.address(r)? else {
+                return Err(Error::Guard(format!(
+                    "object {id} is on '{}', which is not byte-addressable, and policy '{}' did \
+                     not bring it to memory",
+                    m.devices()[m.device_of(r)?].name,
+                    p.name()
+                )));
+            };
+            m.pin(id, write)?;
+            let len = usize::try_from(m.object(id)?.len).expect("object length fits memory");
+            Ok((addr, len))
+        })
+    }
+
+    /// Close a guard opened with [`Manager::open`]: unpin, record the use (a write marks the
+    /// primary dirty) and let the policy react.
+    pub fn close(&self, id: ObjectId, write: bool) -> Result<()> {
+        self.with(|m, p| {
+            m.unpin(id)?;
+            if write {
+                let r = m.primary(id)?;
+                m.set_dirty(r, true)?;
+                p.write_use(m, id)?;
+            } else {
+                p.read_use(m, id)?;
+            }
+            if m.object(id)?.pins == 0 {
+                p.after_access(m, id, write)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A read guard: shared, immutable access while it lives.
+    pub fn read(&self, id: ObjectId) -> Result<ReadGuard<'_>> {
+        let (ptr, len) = self.open(id, false)?;
+        Ok(ReadGuard::new(self, id, ptr, len))
+    }
+
+    /// A write guard: exclusive, mutable access while it lives.
+    pub fn write(&self, id: ObjectId) -> Result<WriteGuard<'_>> {
+        let (ptr, len) = self.open(id, true)?;
+        Ok(WriteGuard::new(self, id, ptr, len))
+    }
+
+    /// Counters of every device.
+    #[must_use]
+    pub fn stats(&self) -> Snapshot {
+        self.devices.iter().map(|d| (d.name.clone(), d.counters.snapshot())).collect()
+    }
+
+    /// Zero every counter.
+    pub fn reset_stats(&self) {
+        for d in &self.devices {
+            d.counters.reset();
+        }
+    }
+
+    /// Bytes used and capacity per device.
+    #[must_use]
+    pub fn usage(&self) -> Vec<(String, u64, u64)> {
+        let g = self.lock();
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name.clone(), g.data.heap(i).used(), g.data.heap(i).capacity()))
+            .collect()
+    }
+
+    /// Live object count.
+    #[must_use]
+    pub fn object_count(&self) -> usize {
+        self.lock().data.object_ids().count()
+    }
+
+    /// Check every invariant of the data manager.
+    pub fn check(&self) -> Result<(), String> {
+        self.lock().data.check()
+    }
+}

@@ -1,0 +1,32 @@
+//! `all_fast`: every object in fast memory (device 0); nothing ever moves. The upper bound
+//! baseline: allocation fails when fast memory is full.
+
+use super::{create_on, device_for, Place, Policy};
+use crate::manager::{DataManager, ObjectId};
+use crate::Result;
+
+/// The all-fast baseline.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AllFast;
+
+impl Policy for AllFast {
+    fn name(&self) -> String {
+        "all_fast".into()
+    }
+
+    fn alloc(&mut self, m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
+        let d = match place {
+            Place::Device(_) => device_for(m, place)?,
+            _ => 0,
+        };
+        create_on(m, d, bytes)
+    }
+
+    fn prefetch(&mut self, _m: &mut DataManager, _id: ObjectId, _force: bool) -> Result<()> {
+        Ok(())
+    }
+
+    fn evict(&mut self, _m: &mut DataManager, _id: ObjectId) -> Result<()> {
+        Ok(())
+    }
+}

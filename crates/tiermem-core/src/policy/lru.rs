@@ -1,0 +1,140 @@
+//! `lru`: the thesis's CachedArrays policy. New objects go to fast memory, making room by
+//! walking the heap from the least recently used object (softevicted objects first) and
+//! evicting what is in the way; guards bring objects into fast memory (a forced prefetch);
+//! evicted objects keep their slow sibling, so evicting a clean object copies nothing; freed
+//! objects are never written back.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{
+    create_first_fit, create_on, device_for, evict_object, make_room, prefetch_object, stage_in,
+    Place, Policy,
+};
+use crate::manager::{DataManager, ObjectId};
+use crate::{Error, Result};
+
+/// LRU state: a recency stamp per object; softevicted objects get stamps below every use.
+#[derive(Debug, Default)]
+pub struct Lru {
+    stamps: HashMap<ObjectId, i64>,
+    order: BTreeMap<i64, ObjectId>,
+    clock: i64,
+    soft: i64,
+}
+
+impl Lru {
+    fn set_stamp(&mut self, id: ObjectId, stamp: i64) {
+        if let Some(old) = self.stamps.insert(id, stamp) {
+            self.order.remove(&old);
+        }
+        self.order.insert(stamp, id);
+    }
+
+    fn touch(&mut self, id: ObjectId) {
+        self.clock += 1;
+        self.set_stamp(id, self.clock);
+    }
+
+    fn forget(&mut self, id: ObjectId) {
+        if let Some(s) = self.stamps.remove(&id) {
+            self.order.remove(&s);
+        }
+    }
+
+    /// The offset on device `d` of the least recently used unpinned object living there.
+    fn victim_start(&self, m: &DataManager, d: usize) -> u64 {
+        for &id in self.order.values() {
+            let Ok(o) = m.object(id) else { continue };
+            if o.pins > 0 {
+                continue;
+            }
+            if let Ok(r) = m.region(o.primary) {
+                if r.device == d {
+                    return r.offset;
+                }
+            }
+        }
+        0
+    }
+
+    /// Objects in eviction order (least recently used first), for reports and tests.
+    #[must_use]
+    pub fn order(&self) -> Vec<ObjectId> {
+        self.order.values().copied().collect()
+    }
+}
+
+impl Policy for Lru {
+    fn name(&self) -> String {
+        "lru".into()
+    }
+
+    fn alloc(&mut self, m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
+        let id = match place {
+            Place::Fast | Place::Auto => match m.create_object(0, bytes)? {
+                Some(id) => id,
+                None => {
+                    let start = self.victim_start(m, 0);
+                    match make_room(m, 0, bytes, start, None) {
+                        Ok(()) => create_on(m, 0, bytes)?,
+                        // Larger than fast memory, or fast memory all pinned: go slower.
+                        Err(Error::DeviceFull { .. } | Error::AllPinned { .. })
+                            if m.devices().len() > 1 =>
+                        {
+                            create_first_fit(m, 1, bytes)?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            },
+            Place::Slow => create_first_fit(m, m.devices().len().min(2) - 1, bytes)?,
+            Place::Device(_) => create_on(m, device_for(m, place)?, bytes)?,
+        };
+        self.touch(id);
+        Ok(id)
+    }
+
+    fn read_use(&mut self, _m: &mut DataManager, id: ObjectId) -> Result<()> {
+        self.touch(id);
+        Ok(())
+    }
+
+    fn write_use(&mut self, _m: &mut DataManager, id: ObjectId) -> Result<()> {
+        self.touch(id);
+        Ok(())
+    }
+
+    fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, force: bool) -> Result<()> {
+        let start = self.victim_start(m, 0);
+        prefetch_object(m, id, 0, force, Some(start))?;
+        self.touch(id);
+        Ok(())
+    }
+
+    fn evict(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
+        evict_object(m, id)
+    }
+
+    fn softevict(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
+        m.object(id)?;
+        self.soft -= 1;
+        self.set_stamp(id, self.soft);
+        Ok(())
+    }
+
+    fn unsafe_free(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
+        m.destroy_object(id)?;
+        self.forget(id);
+        Ok(())
+    }
+
+    fn before_access(&mut self, m: &mut DataManager, id: ObjectId, _write: bool) -> Result<()> {
+        let start = self.victim_start(m, 0);
+        match prefetch_object(m, id, 0, true, Some(start)) {
+            Ok(_) => Ok(()),
+            // Cannot be cached (too large, or fast memory pinned): use it where it is.
+            Err(Error::DeviceFull { .. } | Error::AllPinned { .. }) => stage_in(m, id),
+            Err(e) => Err(e),
+        }
+    }
+}

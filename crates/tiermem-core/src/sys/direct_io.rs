@@ -1,0 +1,191 @@
+//! Direct I/O on a file: aligned, page-cache-bypassing reads and writes for `block` devices.
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Alignment of offsets, lengths and buffers for direct I/O.
+pub const ALIGN: usize = 4096;
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+/// Why a path cannot hold a `block` device.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The OS refused (missing directory, permissions, O_DIRECT unsupported, ...).
+    Os(&'static str, std::io::Error),
+    /// The path is on a memory file system (data would live in RAM, not on a disk).
+    MemoryFs(&'static str),
+    /// The file system has less free space than the device needs.
+    NoSpace {
+        /// Bytes free on the file system.
+        free: u64,
+    },
+}
+
+/// A file opened with `O_DIRECT`, sized to the device capacity.
+#[derive(Debug)]
+pub struct DirectFile {
+    file: File,
+}
+
+impl DirectFile {
+    /// Create (or reuse) `path` as a direct-I/O file of `len` bytes. Refuses memory file
+    /// systems and file systems that reject `O_DIRECT`, and checks free space up front.
+    pub fn create(path: &Path, len: u64) -> Result<Self, OpenError> {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let (fs_type, free) = statfs(dir).map_err(|e| OpenError::Os("statfs", e))?;
+        if fs_type == TMPFS_MAGIC {
+            return Err(OpenError::MemoryFs("tmpfs"));
+        }
+        if fs_type == RAMFS_MAGIC {
+            return Err(OpenError::MemoryFs("ramfs"));
+        }
+        let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if len > existing && len - existing > free {
+            return Err(OpenError::NoSpace { free });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    OpenError::Os("open with O_DIRECT (the file system refuses direct I/O)", e)
+                } else {
+                    OpenError::Os("open", e)
+                }
+            })?;
+        file.set_len(len).map_err(|e| OpenError::Os("set length", e))?;
+        Ok(DirectFile { file })
+    }
+
+    /// Read `buf.len()` bytes at `offset`. `buf`, its length and `offset` must be aligned to
+    /// [`ALIGN`].
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        debug_assert!(aligned(buf.as_ptr() as usize, buf.len(), offset));
+        let mut done = 0;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "read past the end of the device file",
+                ));
+            }
+            done += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Write `buf` at `offset`, with the same alignment rules as [`DirectFile::read_at`].
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        debug_assert!(aligned(buf.as_ptr() as usize, buf.len(), offset));
+        let mut done = 0;
+        while done < buf.len() {
+            let rest = &buf[done..];
+            // SAFETY: `rest` is a live buffer of `rest.len()` readable bytes.
+            let n = unsafe {
+                libc::pwrite(
+                    self.file.as_raw_fd(),
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            done += n as usize;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a buffer address, length and file offset all satisfy direct-I/O alignment.
+#[must_use]
+pub fn aligned(addr: usize, len: usize, offset: u64) -> bool {
+    addr % ALIGN == 0 && len % ALIGN == 0 && offset % ALIGN as u64 == 0
+}
+
+/// File-system magic number and bytes available to unprivileged users for `dir`.
+pub fn statfs(dir: &Path) -> std::io::Result<(i64, u64)> {
+    let c = CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statfs is plain old data; zeroed is a valid initial value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)]
+    Ok((st.f_type as i64, st.f_bavail as u64 * st.f_bsize as u64))
+}
+
+/// A heap buffer aligned to [`ALIGN`] for bounce copies.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is uniquely owned memory.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// Allocate `len` bytes (rounded up to [`ALIGN`]).
+    #[must_use]
+    pub fn new(len: usize) -> Self {
+        let len = len.next_multiple_of(ALIGN).max(ALIGN);
+        let layout = std::alloc::Layout::from_size_align(len, ALIGN).expect("valid layout");
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, len }
+    }
+
+    /// The buffer as a mutable slice.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live allocation of len bytes owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, ALIGN).expect("valid layout");
+        // SAFETY: allocated in `new` with this exact layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
