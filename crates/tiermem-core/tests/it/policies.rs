@@ -1,0 +1,109 @@
+use tiermem_core::policy::Place;
+use tiermem_core::Error;
+
+use crate::two_tier;
+
+fn stat(m: &tiermem_core::manager::Manager, dev: &str) -> tiermem_core::counters::CounterSnapshot {
+    m.stats()[dev]
+}
+
+#[test]
+fn clean_eviction_is_elided_and_slow_sibling_retained() {
+    let m = two_tier(1 << 20, 8 << 20, "lru");
+    let id = m.alloc(100_000, Place::Slow).unwrap();
+    m.write(id).unwrap().as_mut_slice().fill(3); // lru brings it to fast on access
+    assert!(m.in_fast(id).unwrap());
+    m.evict(id).unwrap(); // dirty: written back
+    assert_eq!(stat(&m, "dram").dirty_writebacks, 1);
+    m.prefetch(id, false).unwrap();
+    let p = m.placement(id).unwrap();
+    assert_eq!((p.device, p.siblings.clone(), p.dirty), (0, vec![1], false), "slow sibling kept");
+    let written = stat(&m, "emulated:cxl").bytes_written;
+    m.evict(id).unwrap(); // clean: nothing copied
+    assert_eq!(stat(&m, "dram").writebacks_elided, 1);
+    assert_eq!(stat(&m, "emulated:cxl").bytes_written, written);
+    assert!(m.read(id).unwrap().as_slice().iter().all(|&b| b == 3));
+    m.check().unwrap();
+}
+
+#[test]
+fn freed_data_is_never_written_back() {
+    let m = two_tier(1 << 20, 8 << 20, "lru");
+    let id = m.alloc(500_000, Place::Fast).unwrap();
+    m.write(id).unwrap().as_mut_slice().fill(1);
+    m.free(id).unwrap();
+    assert_eq!(stat(&m, "emulated:cxl").bytes_written, 0);
+    assert_eq!(m.usage()[0].1, 0);
+}
+
+#[test]
+fn lru_evicts_least_recent_first_and_softevict_jumps_the_queue() {
+    let m = two_tier(64 * 1024, 8 << 20, "lru");
+    let a = m.alloc(20_000, Place::Fast).unwrap();
+    let b = m.alloc(20_000, Place::Fast).unwrap();
+    let c = m.alloc(20_000, Place::Fast).unwrap();
+    m.read_use(a).unwrap(); // b is now least recent
+    let d = m.alloc(20_000, Place::Fast).unwrap();
+    assert!(m.in_fast(a).unwrap() && m.in_fast(d).unwrap());
+    assert!(!m.in_fast(b).unwrap(), "least recently used object evicted");
+    m.softevict(d).unwrap();
+    m.read_use(c).unwrap();
+    let e = m.alloc(20_000, Place::Fast).unwrap();
+    assert!(m.in_fast(e).unwrap());
+    assert!(!m.in_fast(d).unwrap(), "softevicted object goes first");
+    m.check().unwrap();
+}
+
+#[test]
+fn forced_prefetch_fails_clearly_when_only_pinned_data_is_in_the_way() {
+    let m = two_tier(64 * 1024, 8 << 20, "lru");
+    let a = m.alloc(60_000, Place::Fast).unwrap();
+    let b = m.alloc(60_000, Place::Slow).unwrap();
+    let g = m.read(a).unwrap();
+    let err = m.prefetch(b, true).unwrap_err();
+    assert!(matches!(err, Error::AllPinned { .. }), "{err}");
+    assert!(err.to_string().contains("pinned"), "{err}");
+    assert!(matches!(m.evict(a), Err(Error::Pinned { .. })));
+    assert!(matches!(m.free(a), Err(Error::Pinned { .. })));
+    drop(g);
+    m.prefetch(b, true).unwrap();
+    assert!(m.in_fast(b).unwrap() && !m.in_fast(a).unwrap());
+    m.check().unwrap();
+}
+
+#[test]
+fn first_touch_fills_fast_in_order_and_never_moves() {
+    let m = two_tier(64 * 1024, 8 << 20, "first_touch");
+    let ids: Vec<u64> = (0..5).map(|_| m.alloc(20_000, Place::Auto).unwrap()).collect();
+    let devs: Vec<usize> = ids.iter().map(|&i| m.placement(i).unwrap().device).collect();
+    assert_eq!(devs, vec![0, 0, 0, 1, 1]);
+    m.prefetch(ids[4], true).unwrap();
+    m.write(ids[4]).unwrap().as_mut_slice().fill(9);
+    assert_eq!(m.placement(ids[4]).unwrap().device, 1);
+}
+
+#[test]
+fn all_fast_and_all_slow_place_as_named() {
+    let fast = two_tier(64 * 1024, 8 << 20, "all_fast");
+    fast.alloc(60_000, Place::Auto).unwrap();
+    assert!(matches!(fast.alloc(60_000, Place::Auto), Err(Error::DeviceFull { .. })));
+    let slow = two_tier(64 * 1024, 8 << 20, "all_slow");
+    let id = slow.alloc(60_000, Place::Auto).unwrap();
+    slow.write(id).unwrap().as_mut_slice().fill(2);
+    assert_eq!(slow.placement(id).unwrap().device, 1);
+}
+
+#[test]
+fn copies_are_counted_per_device_and_direction() {
+    let m = two_tier(1 << 20, 8 << 20, "lru");
+    let id = m.alloc(300_000, Place::Fast).unwrap();
+    m.write(id).unwrap();
+    m.evict(id).unwrap();
+    let s = m.stats();
+    assert_eq!(s["dram"].bytes_read, 300_000);
+    assert_eq!(s["emulated:cxl"].bytes_written, 300_000);
+    assert_eq!((s["dram"].moves_out, s["emulated:cxl"].moves_in), (1, 1));
+    assert_eq!(s["dram"].evictions, 1);
+    m.reset_stats();
+    assert_eq!(m.stats()["dram"].bytes_read, 0);
+}
