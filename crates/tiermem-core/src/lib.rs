@@ -20,6 +20,7 @@ pub mod device;
 mod error;
 pub mod heap;
 pub mod manager;
+pub mod measure;
 pub mod policy;
 pub mod sys;
 

@@ -1,1 +1,25 @@
+//! Python binding of tiermem-core: conversions, GIL release and error mapping only.
 
+mod error;
+mod manager;
+mod measure;
+mod policy;
+
+use pyo3::prelude::*;
+
+/// The native part of the `tiermem` package.
+#[pymodule(gil_used = false)]
+fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<manager::PyManager>()?;
+    m.add_class::<manager::PyRecorder>()?;
+    m.add_class::<policy::DataApi>()?;
+    m.add_function(wrap_pyfunction!(measure::topology_json, m)?)?;
+    m.add_function(wrap_pyfunction!(measure::profiles_json, m)?)?;
+    m.add_function(wrap_pyfunction!(measure::dram_figures_json, m)?)?;
+    m.add_function(wrap_pyfunction!(measure::measure_dram_json, m)?)?;
+    m.add_function(wrap_pyfunction!(measure::memcpy_seconds, m)?)?;
+    m.add_function(wrap_pyfunction!(measure::calibration_path, m)?)?;
+    m.add_function(wrap_pyfunction!(measure::kernel_isa, m)?)?;
+    Ok(())
+}

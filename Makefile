@@ -1,0 +1,67 @@
+# tiermem: every entry point. `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.deps-stamp
+TORCH_STAMP := $(VENV)/.torch-stamp
+TORCH_VERSION := 2.14.1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "matplotlib>=3.8"
+	touch $@
+
+$(TORCH_STAMP): $(STAMP)
+	# The PyPI wheel runs on the CPU; its CUDA libraries must be present for it to import.
+	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create .venv with the build and test dependencies
+
+.PHONY: build
+build: $(STAMP) ## build the extension in release mode into .venv
+	$(VENV)/bin/maturin develop --release -q
+
+.PHONY: build-dev
+build-dev: $(STAMP) ## build the extension in debug mode into .venv
+	$(VENV)/bin/maturin develop -q
+
+.PHONY: test-rs
+test-rs: ## Rust tests of the core (unit, property, stress, bad input, doc)
+	cargo test --release -p tiermem-core
+
+.PHONY: test-py
+test-py: build $(TORCH_STAMP) ## Python tests
+	$(PY) -m pytest -q
+
+.PHONY: test
+test: test-rs test-py ## everything CI runs
+
+.PHONY: demo
+demo: build ## show the devices and run the quick copy benchmark
+	$(VENV)/bin/tiermem info
+	$(VENV)/bin/tiermem bench copy --quick
+
+.PHONY: bench-quick
+bench-quick: build ## quick copy benchmark with JSON and plot into results/
+	mkdir -p results
+	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
+
+.PHONY: lint
+lint: ## clippy and rustfmt check
+	cargo fmt --all -- --check
+	cargo clippy --workspace --release -- -D warnings
+
+.PHONY: clean
+clean: ## remove build outputs and the virtual environment
+	cargo clean
+	rm -rf $(VENV) .pytest_cache results

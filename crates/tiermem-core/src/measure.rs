@@ -1,0 +1,284 @@
+//! Device measurements for `tiermem calibrate` and `tiermem info`: sequential and random
+//! read/write bandwidth and load-to-use latency of a scratch region on any device, charged
+//! like every other tiermem access (so `emulated` devices report their throttled figures),
+//! and plain `memcpy` baselines for the copy benchmark.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::copy::kernels;
+use crate::device::emulated::wait_until;
+use crate::device::Device;
+use crate::sys::direct_io::{AlignedBuf, ALIGN};
+use crate::{Error, Result};
+
+/// Measured figures of one device.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DeviceFigures {
+    /// Sequential read bandwidth, GB/s.
+    pub seq_read_gbps: f64,
+    /// Sequential write bandwidth, GB/s.
+    pub seq_write_gbps: f64,
+    /// Random read bandwidth of `random_bytes` accesses, GB/s.
+    pub rand_read_gbps: f64,
+    /// Random write bandwidth of `random_bytes` accesses, GB/s.
+    pub rand_write_gbps: f64,
+    /// Size of one random access: 256 B rows on memory, 4 KiB blocks on block devices.
+    pub random_bytes: u64,
+    /// Load-to-use latency (memory) or one 4 KiB read (block), ns.
+    pub latency_ns: f64,
+}
+
+#[derive(Clone, Copy)]
+struct P(usize);
+
+fn best(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut t = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let s = Instant::now();
+        f()?;
+        t = t.min(s.elapsed().as_secs_f64());
+    }
+    Ok(t)
+}
+
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Measure the device over `[offset, offset + len)` of its heap (a region the caller owns).
+pub fn device_figures(dev: &Device, offset: u64, len: u64, reps: usize) -> Result<DeviceFigures> {
+    let n = usize::try_from(len).map_err(|_| Error::InvalidArgument("region too large".into()))?;
+    match dev.addr(offset) {
+        Some(p) => memory_figures(dev, p, n.max(1 << 20), reps),
+        None => block_figures(dev, offset, n, reps),
+    }
+}
+
+fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Result<DeviceFigures> {
+    let threads = rayon::current_num_threads();
+    let len = len / (threads * 64) * (threads * 64);
+    let chunk = len / threads;
+    let b = P(base as usize);
+    let gb = len as f64 / 1e9;
+    let t = dev.throttle.as_ref();
+    let read = best(reps, || {
+        let deadline = t.map(|t| t.reserve_read(len as u64, 1));
+        let s: u64 = (0..threads)
+            .into_par_iter()
+            // SAFETY: each chunk lies inside the caller's region.
+            .map(|i| unsafe { kernels::read_sum((b.0 + i * chunk) as *const u8, chunk) })
+            .sum();
+        std::hint::black_box(s);
+        deadline.map(wait_until);
+        Ok(())
+    })?;
+    let zeros = vec![0u8; chunk.min(1 << 20)];
+    let write = best(reps, || {
+        let deadline = t.map(|t| t.reserve_write(len as u64, threads));
+        (0..threads).into_par_iter().for_each(|i| {
+            let mut off = 0;
+            while off < chunk {
+                let k = (chunk - off).min(zeros.len());
+                // SAFETY: inside the caller's region; `zeros` holds at least k bytes.
+                unsafe { kernels::copy_nt((b.0 + i * chunk + off) as *mut u8, zeros.as_ptr(), k) };
+                off += k;
+            }
+        });
+        deadline.map(wait_until);
+        Ok(())
+    })?;
+    // Random 256-byte rows, the embedding-table access shape.
+    let row = 256usize;
+    let rows = len / row;
+    let count = (rows * 2).min(1 << 20);
+    let rand_read = best(reps, || {
+        let deadline = t.map(|t| t.reserve_read((count * row) as u64, (count / 16) as u64));
+        let s: u64 = (0..threads)
+            .into_par_iter()
+            .map(|i| {
+                let mut r = rng(i as u64 + 7);
+                let mut acc = 0u64;
+                for _ in 0..count / threads {
+                    let at = (r() as usize % rows) * row;
+                    // SAFETY: at + row <= len, inside the caller's region, 8-byte aligned.
+                    acc = acc.wrapping_add(unsafe { kernels::read_sum((b.0 + at) as *const u8, row) });
+                }
+                acc
+            })
+            .sum();
+        std::hint::black_box(s);
+        deadline.map(wait_until);
+        Ok(())
+    })?;
+    let rand_write = best(reps, || {
+        let deadline = t.map(|t| t.reserve_write((count * row) as u64, threads));
+        (0..threads).into_par_iter().for_each(|i| {
+            let mut r = rng(i as u64 + 11);
+            for _ in 0..count / threads {
+                let at = (r() as usize % rows) * row;
+                // SAFETY: at + row <= len; `zeros` holds at least `row` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(zeros.as_ptr(), (b.0 + at) as *mut u8, row) };
+            }
+        });
+        deadline.map(wait_until);
+        Ok(())
+    })?;
+    let latency = latency_ns(base, len.min(256 << 20), 200_000);
+    let latency = t.map_or(latency, |t| latency.max(t.latency_ns));
+    let rgb = (count / threads * threads * row) as f64 / 1e9;
+    Ok(DeviceFigures {
+        seq_read_gbps: gb / read,
+        seq_write_gbps: gb / write,
+        rand_read_gbps: rgb / rand_read,
+        rand_write_gbps: rgb / rand_write,
+        random_bytes: row as u64,
+        latency_ns: latency,
+    })
+}
+
+/// Pointer chase over `len` bytes at `base`: average ns per dependent load.
+fn latency_ns(base: *mut u8, len: usize, steps: usize) -> f64 {
+    let lines = len / 64;
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut r = rng(0x5EED);
+    for i in (1..lines).rev() {
+        order.swap(i, r() as usize % i);
+    }
+    let p = base.cast::<u64>();
+    for w in 0..lines {
+        let (a, b) = (order[w], order[(w + 1) % lines]);
+        // SAFETY: a < lines, so the word is inside the region.
+        unsafe { p.add(a * 8).write(b as u64) };
+    }
+    let mut cur = order[0];
+    let t = Instant::now();
+    for _ in 0..steps {
+        // SAFETY: every stored value is a line index < lines.
+        cur = unsafe { p.add(cur * 8).read_volatile() } as usize;
+    }
+    std::hint::black_box(cur);
+    t.elapsed().as_secs_f64() * 1e9 / steps as f64
+}
+
+fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<DeviceFigures> {
+    let file = dev.block_file().expect("block device");
+    let len = len / ALIGN * ALIGN;
+    let io = |what: &str, e| Error::io(&dev.name, &dev.name, what, e);
+    let depth = 16usize;
+    let chunk = (1usize << 20).min(len);
+    let chunks = len / chunk;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(depth).build().expect("pool");
+    let seq = |write: bool| {
+        best(reps, || {
+            pool.install(|| {
+                (0..chunks).into_par_iter().try_for_each_init(
+                    || AlignedBuf::new(chunk),
+                    |b, i| {
+                        let o = offset + (i * chunk) as u64;
+                        if write {
+                            file.write_at(b.as_mut_slice(), o)
+                        } else {
+                            file.read_at(b.as_mut_slice(), o)
+                        }
+                    },
+                )
+            })
+            .map_err(|e| io("sequential transfer", e))
+        })
+    };
+    let seq_write = seq(true)?;
+    let seq_read = seq(false)?;
+    let blocks = len / ALIGN;
+    let count = blocks.min(16_384);
+    let random = |write: bool| {
+        best(reps, || {
+            pool.install(|| {
+                (0..depth).into_par_iter().try_for_each_init(
+                    || AlignedBuf::new(ALIGN),
+                    |b, i| {
+                        let mut r = rng(i as u64 + 3);
+                        for _ in 0..count / depth {
+                            let o = offset + (r() as usize % blocks * ALIGN) as u64;
+                            if write {
+                                file.write_at(b.as_mut_slice(), o)?;
+                            } else {
+                                file.read_at(b.as_mut_slice(), o)?;
+                            }
+                        }
+                        Ok(())
+                    },
+                )
+            })
+            .map_err(|e| io("random transfer", e))
+        })
+    };
+    let rand_read = random(false)?;
+    let rand_write = random(true)?;
+    let mut one = AlignedBuf::new(ALIGN);
+    let mut r = rng(99);
+    let lat = best(1, || {
+        for _ in 0..256 {
+            let o = offset + (r() as usize % blocks * ALIGN) as u64;
+            file.read_at(one.as_mut_slice(), o).map_err(|e| io("read", e))?;
+        }
+        Ok(())
+    })? / 256.0;
+    let rb = (count / depth * depth * ALIGN) as f64 / 1e9;
+    Ok(DeviceFigures {
+        seq_read_gbps: (chunks * chunk) as f64 / 1e9 / seq_read,
+        seq_write_gbps: (chunks * chunk) as f64 / 1e9 / seq_write,
+        rand_read_gbps: rb / rand_read,
+        rand_write_gbps: rb / rand_write,
+        random_bytes: ALIGN as u64,
+        latency_ns: lat * 1e9,
+    })
+}
+
+/// `memcpy` on `threads` plain threads over disjoint chunks (the baseline copy benchmarks
+/// compare against). Returns seconds, best of `reps`.
+///
+/// # Safety
+/// `dst` and `src` must be valid for `len` bytes and not overlap.
+pub unsafe fn memcpy_seconds(dst: *mut u8, src: *const u8, len: usize, threads: usize, reps: usize) -> f64 {
+    let (d, s) = (P(dst as usize), P(src as usize));
+    let threads = threads.max(1);
+    let chunk = len.div_ceil(threads).next_multiple_of(64);
+    // A pool built before timing, as the copy engine's are, so neither pays thread start-up.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+    let mut t = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        if threads == 1 {
+            // SAFETY: the caller's contract.
+            unsafe { libc::memcpy(dst.cast(), src.cast(), len) };
+        } else {
+            pool.install(|| {
+                (0..threads).into_par_iter().for_each(|i| {
+                    let off = i * chunk;
+                    if off < len {
+                        let n = chunk.min(len - off);
+                        // SAFETY: disjoint chunks inside the caller's ranges.
+                        unsafe {
+                            libc::memcpy(
+                                (d.0 + off) as *mut libc::c_void,
+                                (s.0 + off) as *const libc::c_void,
+                                n,
+                            )
+                        };
+                    }
+                });
+            });
+        }
+        t = t.min(start.elapsed().as_secs_f64());
+    }
+    t
+}

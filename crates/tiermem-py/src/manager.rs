@@ -1,0 +1,205 @@
+//! `tiermem._tiermem.Manager`: the core manager behind an `Arc`, every call made with the GIL
+//! released.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use tiermem_core::counters::Recorder;
+use tiermem_core::device::Device;
+use tiermem_core::manager::Manager;
+use tiermem_core::policy::{self, Place};
+
+use crate::error::{run, to_py};
+use crate::policy::PyPolicy;
+
+/// Place codes: -1 fast, -2 slow, -3 auto, N >= 0 a device index.
+fn place(code: i64) -> PyResult<Place> {
+    Ok(match code {
+        -1 => Place::Fast,
+        -2 => Place::Slow,
+        -3 => Place::Auto,
+        n if n >= 0 => Place::Device(n as usize),
+        _ => return Err(pyo3::exceptions::PyValueError::new_err(format!("bad place code {code}"))),
+    })
+}
+
+/// A tiered memory manager (see `tiermem.Manager` for the documented facade).
+#[pyclass(name = "Manager", module = "tiermem._tiermem", frozen)]
+pub struct PyManager {
+    inner: Arc<Manager>,
+}
+
+#[pymethods]
+impl PyManager {
+    /// `devices`: (spec, capacity bytes) pairs, fastest first; `policy`: a built-in name or
+    /// an object implementing the policy protocol.
+    #[new]
+    fn new(py: Python<'_>, devices: Vec<(String, u64)>, policy: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let pol: Box<dyn policy::Policy> = match policy.extract::<String>() {
+            Ok(name) => policy::builtin(&name).map_err(to_py)?,
+            Err(_) => Box::new(PyPolicy::new(policy)?),
+        };
+        let inner = run(py, move || {
+            let devs = devices
+                .iter()
+                .map(|(spec, cap)| Device::open(spec, *cap))
+                .collect::<tiermem_core::Result<Vec<_>>>()?;
+            Manager::new(devs, pol)
+        })?;
+        Ok(PyManager { inner: Arc::new(inner) })
+    }
+
+    fn alloc(&self, py: Python<'_>, nbytes: u64, place_code: i64) -> PyResult<u64> {
+        let p = place(place_code)?;
+        run(py, || self.inner.alloc(nbytes, p))
+    }
+
+    fn free(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        run(py, || self.inner.free(id))
+    }
+
+    #[pyo3(signature = (id, force = false))]
+    fn prefetch(&self, py: Python<'_>, id: u64, force: bool) -> PyResult<()> {
+        run(py, || self.inner.prefetch(id, force))
+    }
+
+    fn evict(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        run(py, || self.inner.evict(id))
+    }
+
+    fn softevict(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        run(py, || self.inner.softevict(id))
+    }
+
+    fn read_use(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        run(py, || self.inner.read_use(id))
+    }
+
+    fn write_use(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        run(py, || self.inner.write_use(id))
+    }
+
+    fn in_fast(&self, py: Python<'_>, id: u64) -> PyResult<bool> {
+        run(py, || self.inner.in_fast(id))
+    }
+
+    /// (device index, sibling device indices, dirty, open guards).
+    fn placement(&self, py: Python<'_>, id: u64) -> PyResult<(usize, Vec<usize>, bool, u32)> {
+        let p = run(py, || self.inner.placement(id))?;
+        Ok((p.device, p.siblings, p.dirty, p.pins))
+    }
+
+    fn len_of(&self, py: Python<'_>, id: u64) -> PyResult<u64> {
+        run(py, || self.inner.len_of(id))
+    }
+
+    /// Open a guard: returns (address, length). Pair with `close`.
+    fn open(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<(usize, usize)> {
+        run(py, || self.inner.open(id, write).map(|(p, n)| (p as usize, n)))
+    }
+
+    fn close(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<()> {
+        run(py, || self.inner.close(id, write))
+    }
+
+    /// Copy the bytes of object `src` into object `dst` (same length) with the copy engine.
+    fn copy_objects(&self, py: Python<'_>, dst: u64, src: u64) -> PyResult<()> {
+        run(py, || {
+            self.inner.with_data(|m, _| {
+                let (ld, ls) = (m.object(dst)?.len, m.object(src)?.len);
+                tiermem_core::ensure!(ld == ls, "objects differ in length: {ld} vs {ls} bytes");
+                m.copy(m.primary(dst)?, m.primary(src)?)
+            })
+        })
+    }
+
+    fn set_pair_threads(&self, py: Python<'_>, src: String, dst: String, threads: usize) -> PyResult<()> {
+        run(py, || self.inner.with_data(|m, _| m.copy_engine().set_pair_threads(&src, &dst, threads)))
+    }
+
+    fn threads_for(&self, py: Python<'_>, src: usize, dst: usize) -> PyResult<usize> {
+        run(py, || {
+            self.inner.with_data(|m, _| {
+                let d = m.devices();
+                tiermem_core::ensure!(src < d.len() && dst < d.len(), "device index out of range");
+                Ok(m.copy_engine().threads_for(&d[src], &d[dst]))
+            })
+        })
+    }
+
+    /// Measure device `index` on a scratch object of `nbytes` (JSON).
+    fn measure_device(&self, py: Python<'_>, index: usize, nbytes: u64, reps: usize) -> PyResult<String> {
+        run(py, || {
+            self.inner.with_data(|m, _| {
+                tiermem_core::ensure!(index < m.devices().len(), "device index {index} out of range");
+                let id = m
+                    .create_object(index, nbytes)?
+                    .ok_or_else(|| policy::full(m, index, nbytes))?;
+                let r = m.region(m.primary(id)?)?.clone();
+                let out = tiermem_core::measure::device_figures(&m.devices()[index], r.offset, nbytes, reps);
+                m.destroy_object(id)?;
+                Ok(serde_json::to_string(&out?).expect("serialise"))
+            })
+        })
+    }
+
+    fn stats_json(&self) -> String {
+        serde_json::to_string(&self.inner.stats()).expect("serialise")
+    }
+
+    fn reset_stats(&self) {
+        self.inner.reset_stats();
+    }
+
+    /// (name, bytes used, capacity) per device.
+    fn usage(&self) -> Vec<(String, u64, u64)> {
+        self.inner.usage()
+    }
+
+    fn devices_json(&self) -> String {
+        let infos: Vec<_> = self.inner.devices().iter().map(|d| d.info()).collect();
+        serde_json::to_string(&infos).expect("serialise")
+    }
+
+    /// Check the manager's invariants; raises on the first violation.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.check())
+            .map_err(|e| pyo3::exceptions::PyAssertionError::new_err(e))
+    }
+
+    fn object_count(&self) -> usize {
+        self.inner.object_count()
+    }
+
+    fn policy_name(&self) -> String {
+        self.inner.policy_name().to_owned()
+    }
+
+    /// Start a recorder sampling bytes per device every `interval` seconds.
+    fn record(&self, interval: f64) -> PyResult<PyRecorder> {
+        if !(interval > 0.0 && interval.is_finite()) {
+            return Err(pyo3::exceptions::PyValueError::new_err("interval must be a positive number of seconds"));
+        }
+        let devs = self.inner.devices().iter().map(|d| (d.name.clone(), d.counters.clone())).collect();
+        Ok(PyRecorder { rec: Mutex::new(Some(Recorder::start(devs, Duration::from_secs_f64(interval)))) })
+    }
+}
+
+/// A running time-series recorder.
+#[pyclass(name = "Recorder", module = "tiermem._tiermem", frozen)]
+pub struct PyRecorder {
+    rec: Mutex<Option<Recorder>>,
+}
+
+#[pymethods]
+impl PyRecorder {
+    /// Stop and return the samples as JSON (`[{"t", "read": {...}, "written": {...}}]`).
+    fn finish(&self, py: Python<'_>) -> PyResult<String> {
+        let rec = self.rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let Some(rec) = rec else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("recorder already finished"));
+        };
+        Ok(py.detach(|| serde_json::to_string(&rec.finish()).expect("serialise")))
+    }
+}

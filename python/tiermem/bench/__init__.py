@@ -1,0 +1,1 @@
+"""Benchmarks run by ``tiermem bench``: tiermem and its baselines side by side in one run."""

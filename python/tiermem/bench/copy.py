@@ -1,0 +1,205 @@
+"""``tiermem bench copy``: copy bandwidth for every ordered device pair and size, next to
+``memcpy`` on one thread and on all threads and a NumPy copy, measured in the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import _tiermem, dram_figures
+from .._sizes import format_bytes, parse_size
+from ..cli._progress import Progress
+from ..cli._table import table
+from ..manager import Manager
+from ._scratch import scratch_dir
+
+FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
+QUICK_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
+
+
+def _reps(size: int, quick: bool) -> int:
+    base = 3 if quick else 5
+    return base if size >= 16 << 20 else base * 4
+
+
+def _best(reps: int, fn: Any) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _expected_gbps(src: dict[str, Any], dst: dict[str, Any], threads: int) -> float | None:
+    """What the emulated profile says a copy between these devices should reach."""
+    limits = []
+    if src["real"] == "emulated":
+        limits.append(src["read_gbps"])
+    if dst["real"] == "emulated":
+        w = dst["write_gbps"]
+        prof = next(p for p in _tiermem_profiles() if dst["name"].endswith(p["name"]))
+        extra = max(0, threads - prof["write_peak_threads"])
+        limits.append(w * max(0.3, 1 - prof["write_degrade_per_thread"] * extra))
+    return min(limits) if limits else None
+
+
+def _tiermem_profiles() -> list[dict[str, Any]]:
+    return json.loads(_tiermem.profiles_json())
+
+
+def run(
+    devices: list[str],
+    sizes: list[int],
+    quick: bool,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Measure and return ``{"rows": [...], "devices": {...}, ...}``."""
+    top = max(sizes)
+    cap = 2 * top + (8 << 20)
+    m = Manager({d: cap for d in devices}, policy="first_touch")
+    # Baseline buffers: two more DRAM objects of the largest size.
+    base = Manager({"dram": cap}, policy="all_fast")
+    info = {d["name"]: d for d in m.devices}
+    cores = os.cpu_count() or 1
+    rows: list[dict[str, Any]] = []
+    pairs = [(s, d) for s in devices for d in devices]
+    with Progress(len(sizes) * (len(pairs) + 1), "bench copy", progress) as bar:
+        for size in sizes:
+            reps = _reps(size, quick)
+            a = base.array(size, "uint8", where=0, fill=1)
+            b = base.array(size, "uint8", where=0, fill=0)
+            with a.read() as va, b.write() as vb:
+                pa = va.__array_interface__["data"][0]
+                pb = vb.__array_interface__["data"][0]
+                pa_plain, pb_plain = va.view(np.ndarray), vb.view(np.ndarray)
+                baselines = {
+                    "memcpy_1t": size / _tiermem.memcpy_seconds(pb, pa, size, 1, reps) / 1e9,
+                    "memcpy_mt": size / _tiermem.memcpy_seconds(pb, pa, size, cores, reps) / 1e9,
+                    "numpy": size / _best(reps, lambda: np.copyto(pb_plain, pa_plain)) / 1e9,
+                }
+            a.free()
+            b.free()
+            bar.step(f"baselines {format_bytes(size)}")
+            for si, di in pairs:
+                src = m.array(size, "uint8", where=si, fill=None)
+                dst = m.array(size, "uint8", where=di, fill=None)
+                m._native.copy_objects(dst.id, src.id)  # warm-up: page walk, pools
+                secs = _best(reps, lambda: m._native.copy_objects(dst.id, src.id))
+                gbps = size / secs / 1e9
+                threads = m._native.threads_for(devices.index(si), devices.index(di))
+                expected = _expected_gbps(info[si], info[di], threads)
+                fastest = max(baselines["memcpy_1t"], baselines["memcpy_mt"])
+                rows.append({
+                    "src": si,
+                    "dst": di,
+                    "size": size,
+                    "gbps": gbps,
+                    "seconds": secs,
+                    "threads": threads,
+                    "baselines": dict(baselines),
+                    "vs_memcpy": gbps / fastest,
+                    "profile_gbps": expected,
+                    "vs_profile": (gbps / expected) if expected else None,
+                })
+                src.free()
+                dst.free()
+                bar.step(f"{si} -> {di} {format_bytes(size)}")
+    return {
+        "benchmark": "copy",
+        "quick": quick,
+        "devices": {n: d["real"] for n, d in info.items()},
+        "device_info": list(info.values()),
+        "dram": dram_figures(),
+        "kernels": _tiermem.kernel_isa(),
+        "cores": cores,
+        "rows": rows,
+    }
+
+
+def report(res: dict[str, Any]) -> str:
+    """The readable table, largest-size summary and emulation check."""
+    label = {n: (f"{n} (emulated)" if k == "emulated" else n) for n, k in res["devices"].items()}
+    body = []
+    for r in res["rows"]:
+        b = r["baselines"]
+        body.append([
+            f"{label[r['src']]} -> {label[r['dst']]}",
+            format_bytes(r["size"]),
+            f"{r['gbps']:.2f}",
+            f"{b['memcpy_1t']:.2f}",
+            f"{b['memcpy_mt']:.2f}",
+            f"{b['numpy']:.2f}",
+            f"{r['vs_memcpy']:.2f}x",
+            "" if r["profile_gbps"] is None else f"{r['profile_gbps']:.2f}",
+            "" if r["vs_profile"] is None else f"{r['vs_profile']:.2f}",
+        ])
+    out = [
+        f"copy bandwidth in GB/s ({res['cores']} cores, {res['kernels']} kernels; "
+        "baselines copy DRAM to DRAM of the same size)",
+        table(["pair", "size", "tiermem", "memcpy 1t", "memcpy mt", "numpy", "vs memcpy", "profile", "vs profile"], body),
+        "",
+    ]
+    big = [r for r in res["rows"] if r["src"] == "dram" and r["dst"] == "dram" and r["size"] >= 64 << 20]
+    if big:
+        worst = min(big, key=lambda r: r["vs_memcpy"])
+        out.append(
+            f"dram -> dram >= 64 MiB: tiermem reaches {worst['vs_memcpy']:.2f}x the faster memcpy "
+            f"(worst size {format_bytes(worst['size'])})"
+        )
+    top = max(r["size"] for r in res["rows"])
+    for r in res["rows"]:
+        if r["size"] == top and r["vs_profile"] is not None:
+            ok = "within 15%" if abs(r["vs_profile"] - 1) <= 0.15 else "OFF by more than 15%"
+            out.append(
+                f"{label[r['src']]} -> {label[r['dst']]} at {format_bytes(top)}: "
+                f"{r['gbps']:.2f} GB/s vs profile {r['profile_gbps']:.2f} GB/s ({r['vs_profile']:.2f}, {ok})"
+            )
+    return "\n".join(out)
+
+
+def default_devices(block_dir: str | None) -> list[str]:
+    d = scratch_dir(block_dir)
+    return ["dram", "emulated:optane-pmem", "emulated:cxl", f"block:{d / f'tiermem-bench-{os.getpid()}.bin'}"]
+
+
+def run_cli(args: Any) -> int:
+    devices = args.devices or default_devices(args.dir)
+    if "dram" not in devices:
+        devices = ["dram", *devices]
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    if args.max_size:
+        limit = parse_size(args.max_size, "--max-size")
+        sizes = [s for s in FULL_SIZES if s <= limit] or [limit]
+    t0 = time.perf_counter()
+    try:
+        res = run(devices, sizes, args.quick)
+    finally:
+        for d in devices:
+            if d.startswith("block:"):
+                try:
+                    os.unlink(d[len("block:"):])
+                except OSError:
+                    pass
+    res["wall_seconds"] = time.perf_counter() - t0
+    print(report(res))
+    print(f"\n{len(res['rows'])} measurements in {res['wall_seconds']:.1f}s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        from ..cli.plot import plot_copy
+
+        plot_copy(res, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_cli(None))

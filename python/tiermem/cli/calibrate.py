@@ -1,0 +1,97 @@
+"""``tiermem calibrate``: measure every device once and keep the figures where ``info``, the
+emulated profiles and later planners find them."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from typing import Any
+
+from .. import _tiermem, calibration_path, profiles
+from .._sizes import format_bytes, parse_size
+from ..bench._scratch import scratch_dir
+from ..manager import Manager
+from ._progress import Progress
+from ._table import table
+
+
+def run_calibrate(args: Any) -> int:
+    size = parse_size(args.size, "--size")
+    if args.quick:
+        size = min(size, 64 << 20)
+    reps = 2 if args.quick else 5
+    block = scratch_dir(args.dir) / f"tiermem-calibrate-{os.getpid()}.bin"
+    specs = ["dram", *[f"emulated:{p['name']}" for p in profiles()], f"block:{block}"]
+    specs += [f"numa:{n['id']}" for n in json.loads(_tiermem.topology_json())["nodes"]]
+    path = calibration_path()
+    result: dict[str, Any] = {
+        "version": 1,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tiermem": _tiermem.__version__,
+        "scratch_bytes": size,
+    }
+    steps = 1 + len(specs) + len(specs) ** 2
+    try:
+        with Progress(steps, "calibrate") as bar:
+            # DRAM first: emulated devices scale their profile to these figures, so they
+            # must be on disk before any emulated device is created.
+            result["dram"] = json.loads(_tiermem.measure_dram_json(max(size, 64 << 20), reps))
+            result["dram"]["source"] = "calibrated"
+            _write(path, result)
+            bar.step("dram")
+            m = Manager({s: 2 * size + (8 << 20) for s in specs}, policy="first_touch")
+            result["devices"] = {}
+            for i, s in enumerate(specs):
+                result["devices"][s] = json.loads(m._native.measure_device(i, size, reps))
+                bar.step(s)
+            result["copy"] = []
+            for i, s in enumerate(specs):
+                for j, d in enumerate(specs):
+                    a = m.array(size, "uint8", where=i)
+                    b = m.array(size, "uint8", where=j)
+                    best = float("inf")
+                    import time
+
+                    for _ in range(reps):
+                        t = time.perf_counter()
+                        m._native.copy_objects(b.id, a.id)
+                        best = min(best, time.perf_counter() - t)
+                    result["copy"].append({"src": s, "dst": d, "bytes": size, "gbps": size / best / 1e9})
+                    a.free()
+                    b.free()
+                    bar.step(f"{s} -> {d}")
+    finally:
+        try:
+            os.unlink(block)
+        except OSError:
+            pass
+    # Block devices are keyed by kind for planners: their path changes run to run.
+    blk = result["devices"].pop(f"block:{block}")
+    result["devices"]["block:" + str(block.parent)] = blk
+    for c in result["copy"]:
+        for k in ("src", "dst"):
+            if c[k] == f"block:{block}":
+                c[k] = "block:" + str(block.parent)
+    _write(path, result)
+    rows = [[n, f"{f['seq_read_gbps']:.2f}", f"{f['seq_write_gbps']:.2f}",
+             f"{f['rand_read_gbps']:.2f} ({format_bytes(f['random_bytes'])})", f"{f['rand_write_gbps']:.2f}",
+             f"{f['latency_ns']:.0f}"] for n, f in result["devices"].items()]
+    print(table(["device", "seq read GB/s", "seq write GB/s", "rand read GB/s", "rand write GB/s", "latency ns"], rows))
+    d = result["dram"]
+    print(f"\nDRAM: read {d['read_gbps']:.1f} GB/s, write {d['write_gbps']:.1f} GB/s, "
+          f"copy {d['copy_gbps']:.1f} GB/s, latency {d['latency_ns']:.0f} ns")
+    print(f"wrote {path}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _write(path: str, data: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)

@@ -1,0 +1,64 @@
+"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..exceptions import TiermemError
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (CI, demos)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tiermem", description="Tiered memory for large ML workloads.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    info = sub.add_parser("info", help="devices, discovered topology, bandwidth and latency")
+    info.add_argument("--json", action="store_true", help="print JSON instead of a report")
+
+    cal = sub.add_parser("calibrate", help="measure every device and keep the figures")
+    _add_output(cal)
+    cal.add_argument("--dir", help="directory for the block-device scratch file (default: a disk-backed temp dir)")
+    cal.add_argument("--size", default="256 MiB", help="scratch size per device (default 256 MiB)")
+
+    bench = sub.add_parser("bench", help="benchmarks: tiermem against its baselines in one run")
+    bsub = bench.add_subparsers(dest="bench", required=True)
+    copy = bsub.add_parser("copy", help="copy bandwidth per device pair vs memcpy and numpy")
+    _add_output(copy)
+    copy.add_argument("--dir", help="directory for the block-device file (default: a disk-backed temp dir)")
+    copy.add_argument("--devices", nargs="+", help="device specs to include (default: dram, emulated:optane-pmem, emulated:cxl, block)")
+    copy.add_argument("--max-size", help="largest copy (default 1 GiB, 256 MiB with --quick)")
+    copy.add_argument("--plot", metavar="PNG", help="write a bandwidth-vs-size plot (needs matplotlib)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "info":
+            from .info import run_info
+
+            return run_info(args)
+        if args.command == "calibrate":
+            from .calibrate import run_calibrate
+
+            return run_calibrate(args)
+        if args.command == "bench" and args.bench == "copy":
+            from ..bench.copy import run_cli
+
+            return run_cli(args)
+    except TiermemError as e:
+        print(f"tiermem: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tiermem: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

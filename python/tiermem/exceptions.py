@@ -1,0 +1,74 @@
+"""Exceptions raised by tiermem.
+
+Every core error maps to exactly one class here (the mapping lives in the binding's
+``error.rs``). Each class also derives from the built-in exception a Python user would catch.
+
+=========================  ==========================  ===========================
+core ``Error``             tiermem exception           also catchable as
+=========================  ==========================  ===========================
+``InvalidArgument``        ``InvalidArgumentError``    ``ValueError``
+``UnknownDevice``          ``UnknownDeviceError``      ``ValueError``
+``DeviceFull``             ``DeviceFullError``         ``MemoryError``
+``Pinned``                 ``PinnedError``             ``RuntimeError``
+``AllPinned``              ``AllPinnedError``          ``PinnedError``, ``MemoryError``
+``NoSuchObject``           ``NoSuchObjectError``       ``LookupError``
+``Io``                     ``DeviceIOError``           ``OSError`` (keeps ``errno``)
+``Guard``                  ``GuardError``              ``RuntimeError``
+``Policy``                 ``PolicyError``             ``RuntimeError``
+=========================  ==========================  ===========================
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TiermemError",
+    "InvalidArgumentError",
+    "UnknownDeviceError",
+    "DeviceFullError",
+    "PinnedError",
+    "AllPinnedError",
+    "NoSuchObjectError",
+    "DeviceIOError",
+    "GuardError",
+    "PolicyError",
+]
+
+
+class TiermemError(Exception):
+    """Base class of every tiermem error."""
+
+
+class InvalidArgumentError(TiermemError, ValueError):
+    """A value that can never be valid: zero or overflowing sizes, bad specs, bad indices."""
+
+
+class UnknownDeviceError(TiermemError, ValueError):
+    """A device kind, emulated profile or NUMA node that does not exist here."""
+
+
+class DeviceFullError(TiermemError, MemoryError):
+    """A device has no contiguous span large enough (the message gives the numbers)."""
+
+
+class PinnedError(TiermemError, RuntimeError):
+    """The object is held by an open guard, so it cannot be moved, evicted or freed."""
+
+
+class AllPinnedError(PinnedError, MemoryError):
+    """A forced operation needed to evict data, but everything in the way is pinned."""
+
+
+class NoSuchObjectError(TiermemError, LookupError):
+    """The object was freed or never existed."""
+
+
+class DeviceIOError(TiermemError, OSError):
+    """An operating-system call on a device failed; ``errno`` is kept."""
+
+
+class GuardError(TiermemError, RuntimeError):
+    """A view was used outside its guard, or guards were opened in a conflicting way."""
+
+
+class PolicyError(TiermemError, RuntimeError):
+    """A policy failed or broke a manager rule (Python policies: the original error text)."""

@@ -1,0 +1,174 @@
+"""The :class:`Manager` facade: devices, a policy, tiered arrays, counters."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Union
+
+import numpy as np
+
+from . import _tiermem
+from ._sizes import parse_size
+from .array import TieredArray
+from .exceptions import InvalidArgumentError
+
+__all__ = ["Manager", "DeviceList"]
+
+#: Devices, fastest first: ``{"dram": "256 MiB", "emulated:optane-pmem": "2 GiB"}``, or a
+#: list of ``(spec, capacity)`` pairs or ``"spec=capacity"`` strings.
+DeviceList = Union[Mapping[str, Union[int, str]], Iterable[Union[tuple[str, Union[int, str]], str]]]
+
+_PLACES = {"fast": -1, "slow": -2, "auto": -3}
+
+
+def _parse_devices(devices: DeviceList) -> list[tuple[str, int]]:
+    if isinstance(devices, Mapping):
+        items = list(devices.items())
+    elif isinstance(devices, (str, bytes)):
+        raise InvalidArgumentError("devices must be a mapping or a list, not a single string")
+    else:
+        items = []
+        for d in devices:
+            if isinstance(d, str):
+                spec, sep, cap = d.rpartition("=")
+                if not sep:
+                    raise InvalidArgumentError(f"device {d!r} needs a capacity: '{d}=256MiB'")
+                items.append((spec, cap))
+            else:
+                spec, cap = d
+                items.append((spec, cap))
+    if not items:
+        raise InvalidArgumentError("a manager needs at least one device")
+    return [(str(s), parse_size(c, f"capacity of {s!r}")) for s, c in items]
+
+
+class Manager:
+    """Manages objects over devices ordered fastest first, under a policy.
+
+    Args:
+        devices: devices and their capacities, fastest first, e.g.
+            ``{"dram": "256 MiB", "emulated:optane-pmem": "2 GiB"}``. Kinds: ``dram``,
+            ``numa:N``, ``mapped:PATH``, ``block:PATH``, ``emulated:PROFILE``.
+        policy: ``"lru"`` (default), ``"all_fast"``, ``"all_slow"``, ``"first_touch"``, or an
+            object implementing the policy protocol (see :mod:`tiermem.policies`).
+        copy_threads: optional ``{(src, dst): threads}`` for the copy engine.
+
+    Raises:
+        UnknownDeviceError, InvalidArgumentError, DeviceFullError, DeviceIOError: for bad
+        specs, sizes, paths, or a heap larger than the machine.
+    """
+
+    def __init__(
+        self,
+        devices: DeviceList,
+        policy: str | Any = "lru",
+        *,
+        copy_threads: Mapping[tuple[str, str], int] | None = None,
+    ) -> None:
+        parsed = _parse_devices(devices)
+        self._native = _tiermem.Manager(parsed, policy)
+        self._python_policy = None if isinstance(policy, str) else policy
+        self.device_names: list[str] = [s for s, _ in parsed]
+        for (src, dst), n in (copy_threads or {}).items():
+            self._native.set_pair_threads(src, dst, int(n))
+
+    @property
+    def policy(self) -> str:
+        """Name of the policy."""
+        return str(self._native.policy_name())
+
+    def _place(self, where: str | int) -> int:
+        if isinstance(where, int) and not isinstance(where, bool):
+            if not 0 <= where < len(self.device_names):
+                raise InvalidArgumentError(f"device index {where} out of range 0..{len(self.device_names) - 1}")
+            return where
+        if where in _PLACES:
+            return _PLACES[where]
+        if where in self.device_names:
+            return self.device_names.index(where)
+        raise InvalidArgumentError(
+            f"where={where!r}: use 'auto', 'fast', 'slow', a device index or one of {self.device_names}"
+        )
+
+    def array(
+        self,
+        shape: int | Iterable[int],
+        dtype: Any = "float32",
+        where: str | int = "auto",
+        fill: Any = None,
+    ) -> TieredArray:
+        """Allocate a tiered array.
+
+        Args:
+            shape: dimensions (all positive).
+            dtype: any fixed-size numpy dtype.
+            where: ``"auto"`` (the policy decides), ``"fast"`` (``alloc_fast``), ``"slow"``
+                (``alloc_slow``), or a device name or index.
+            fill: optional value to initialise every element with.
+        """
+        shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        if not shp or any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) for s in shp):
+            raise InvalidArgumentError(f"shape must be positive integers, got {shape!r}")
+        if any(s <= 0 for s in shp):
+            raise InvalidArgumentError(f"every dimension must be above zero, got shape {shp}")
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.itemsize == 0:
+            raise InvalidArgumentError(f"dtype {dt} cannot live in tiered memory (objects or empty)")
+        nbytes = math.prod(int(s) for s in shp) * dt.itemsize
+        if nbytes >= 2**63:
+            raise InvalidArgumentError(f"array of shape {shp} and dtype {dt} overflows: {nbytes} bytes")
+        obj = self._native.alloc(nbytes, self._place(where))
+        arr = TieredArray(self, obj, tuple(int(s) for s in shp), dt)
+        if fill is not None:
+            with arr.write() as v:
+                v.fill(fill)
+        return arr
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Counters per device: bytes read and written (copy engine and kernels), moves in
+        and out, evictions, dirty write-backs, write-backs elided, allocation failures."""
+        return json.loads(self._native.stats_json())
+
+    def reset_stats(self) -> None:
+        """Zero every counter."""
+        self._native.reset_stats()
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Bytes used and capacity per device."""
+        return {n: {"used": u, "capacity": c} for n, u, c in self._native.usage()}
+
+    @property
+    def devices(self) -> list[dict[str, Any]]:
+        """Device descriptions (kind, capacity, byte-addressable, real or emulated, figures)."""
+        return json.loads(self._native.devices_json())
+
+    def check(self) -> None:
+        """Raise ``AssertionError`` if any manager invariant is broken (for tests)."""
+        self._native.check()
+
+    @property
+    def object_count(self) -> int:
+        """Live objects."""
+        return int(self._native.object_count())
+
+    @contextmanager
+    def record(self, interval: float = 0.01) -> Iterator[list[dict[str, Any]]]:
+        """Record bytes read and written per device every ``interval`` seconds::
+
+            with m.record(0.005) as trace:
+                work()
+            trace  # [{"t": 0.005, "read": {...}, "written": {...}}, ...]
+        """
+        rec = self._native.record(float(interval))
+        samples: list[dict[str, Any]] = []
+        try:
+            yield samples
+        finally:
+            samples.extend(json.loads(rec.finish()))
+
+    def __repr__(self) -> str:
+        devs = ", ".join(f"{n}: {u['used']}/{u['capacity']}" for n, u in self.usage().items())
+        return f"Manager(policy={self.policy!r}, {devs})"
