@@ -67,8 +67,10 @@ class GuardedArray(np.ndarray):
     """A numpy view of tiered memory that refuses use after its guard closes.
 
     Indexing, arithmetic, ufuncs, numpy functions, printing and conversions check the
-    guard. ``arr.view(np.ndarray)`` deliberately escapes the check: do not keep such a view
-    past the guard.
+    guard. ``arr.view(np.ndarray)`` and ``np.asarray(arr)`` (which numpy answers without
+    asking the subclass) strip the check: do not keep such a view past the guard. Even then
+    the device memory stays mapped while any view exists, so a stale view reads stale bytes,
+    never unmapped memory.
     """
 
     _lease: _Lease | None

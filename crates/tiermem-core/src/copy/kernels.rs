@@ -92,8 +92,11 @@ pub unsafe fn read_sum(src: *const u8, len: usize) -> u64 {
 mod x86 {
     use std::arch::x86_64::{
         __m256i, __m512i, _mm256_loadu_si256, _mm256_stream_si256, _mm512_loadu_si512,
-        _mm512_stream_si512, _mm_sfence,
+        _mm512_stream_si512, _mm_prefetch, _mm_sfence, _MM_HINT_T0,
     };
+
+    /// How far ahead of the loads the source is prefetched.
+    const PREFETCH_AHEAD: usize = 1024;
 
     /// Split `len` into an unaligned head (so that `dst + head` is `align`-aligned), a body of
     /// whole `align`-byte blocks and a tail.
@@ -117,6 +120,9 @@ mod x86 {
             unsafe {
                 let s = src.add(off);
                 let d = dst.add(off);
+                // A prefetch past the end of the source is harmless: prefetches never fault.
+                _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(PREFETCH_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(PREFETCH_AHEAD + 128).cast());
                 let a = _mm512_loadu_si512(s.cast());
                 let b = _mm512_loadu_si512(s.add(64).cast());
                 let c = _mm512_loadu_si512(s.add(128).cast());

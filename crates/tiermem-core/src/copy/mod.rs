@@ -123,7 +123,9 @@ impl CopyEngine {
         let threads = self.threads_for(src, dst);
         // Reserve the emulated devices' time before the transfer, wait after it.
         let read_deadline = src.throttle.as_ref().map(|t| t.reserve_read(len, 1));
-        let write_deadline = dst.throttle.as_ref().map(|t| t.reserve_write(len, threads));
+        // Writers beyond the core count (block-I/O queue depth) do not add store streams.
+        let writers = threads.min(self.cfg().threads);
+        let write_deadline = dst.throttle.as_ref().map(|t| t.reserve_write(len, writers));
         let n = usize::try_from(len).map_err(|_| Error::InvalidArgument("copy too large".into()))?;
         match (src.addr(src_off), dst.addr(dst_off)) {
             (Some(s), Some(d)) => self.copy_memory(d, s, n, threads),

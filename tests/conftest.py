@@ -1,0 +1,40 @@
+"""Shared fixtures: small managers, a disk-backed scratch directory, seeded RNGs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tiermem
+from tiermem.bench._scratch import scratch_dir
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def disk_dir() -> Iterator[Path]:
+    """A fresh directory on a disk file system (block devices refuse tmpfs)."""
+    d = scratch_dir() / f"tiermem-test-{os.getpid()}-{os.urandom(4).hex()}"
+    d.mkdir(parents=True)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def two_tier() -> tiermem.Manager:
+    """1 MiB of DRAM in front of 16 MiB of emulated CXL memory, LRU policy."""
+    return tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "16 MiB"}, policy="lru")
+
+
+@pytest.fixture(autouse=True)
+def _calibration_isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read or write the user's calibration file."""
+    monkeypatch.setenv("TIERMEM_CALIBRATION", str(tmp_path_factory.getbasetemp() / "calibration.json"))

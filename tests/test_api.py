@@ -1,0 +1,119 @@
+"""The Python surface: arrays, placement, hints, counters, traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiermem
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "uint16", "complex64", "bool"])
+def test_arrays_hold_what_numpy_holds(two_tier: tiermem.Manager, rng: np.random.Generator, dtype: str) -> None:
+    ref = (rng.standard_normal((37, 41)) * 100).astype(dtype)
+    a = two_tier.array(ref.shape, dtype)
+    with a.write() as v:
+        v[...] = ref
+    a.evict()
+    assert a.device == "emulated:cxl"
+    np.testing.assert_array_equal(a.to_numpy(), ref)
+    with a.read() as v:
+        # Operations on the view agree with NumPy on a plain copy.
+        np.testing.assert_array_equal(v * 2 + 1, ref * 2 + 1)
+        np.testing.assert_array_equal(np.sort(v, axis=0), np.sort(ref, axis=0))
+        assert v.shape == ref.shape and v.dtype == ref.dtype
+        assert not v.flags.writeable
+
+
+def test_lru_moves_and_counts(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(600_000, "uint8", fill=1)
+    b = two_tier.array(600_000, "uint8", fill=2)  # DRAM (1 MiB) cannot hold both
+    assert (a.device, b.device) == ("emulated:cxl", "dram")
+    assert a.placement == {"device": "emulated:cxl", "siblings": [], "dirty": False, "pins": 0}
+    with a.read() as v:
+        assert int(v[0]) == 1
+    assert a.in_fast and not b.in_fast
+    # `a` came back for a read: its slow copy is kept and clean, so evicting copies nothing.
+    assert a.placement["siblings"] == ["emulated:cxl"]
+    before = two_tier.stats()["emulated:cxl"]["bytes_written"]
+    a.evict()
+    s = two_tier.stats()
+    assert s["emulated:cxl"]["bytes_written"] == before
+    assert s["dram"]["writebacks_elided"] == 1
+    assert s["dram"]["dirty_writebacks"] == 2
+    two_tier.reset_stats()
+    assert all(v == 0 for d in two_tier.stats().values() for v in d.values())
+    two_tier.check()
+
+
+def test_free_releases_space_and_never_writes_back(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(500_000, "uint8", fill=3)
+    a.free()
+    a.free()  # idempotent on the facade
+    assert two_tier.usage()["dram"]["used"] == 0
+    assert two_tier.stats()["emulated:cxl"]["bytes_written"] == 0
+    with pytest.raises(tiermem.NoSuchObjectError):
+        two_tier._native.evict(a.id)
+
+
+def test_where_places_explicitly(two_tier: tiermem.Manager) -> None:
+    assert two_tier.array(10, where="slow").device == "emulated:cxl"
+    assert two_tier.array(10, where="fast").device == "dram"
+    assert two_tier.array(10, where="emulated:cxl").device == "emulated:cxl"
+    assert two_tier.array(10, where=0).device == "dram"
+
+
+def test_softevict_and_prefetch_hints(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(300_000, "uint8", fill=1)
+    b = two_tier.array(300_000, "uint8", fill=2)
+    c = two_tier.array(300_000, "uint8", fill=3)
+    a.softevict()
+    d = two_tier.array(300_000, "uint8", fill=4)
+    assert not a.in_fast and b.in_fast and c.in_fast and d.in_fast
+    a.prefetch(force=True)
+    assert a.in_fast
+    assert int(a.to_numpy()[0]) == 1
+
+
+def test_garbage_collected_arrays_free_their_memory(two_tier: tiermem.Manager) -> None:
+    for _ in range(50):
+        two_tier.array(400_000, "uint8", fill=1)
+    assert two_tier.object_count == 0
+    assert two_tier.usage()["dram"]["used"] == 0
+
+
+def test_record_traces_bytes_per_device(two_tier: tiermem.Manager) -> None:
+    with two_tier.record(0.002) as trace:
+        a = two_tier.array(800_000, "uint8", fill=1)
+        for _ in range(3):
+            a.evict()
+            a.prefetch(force=True)
+            with a.write() as v:
+                v[0] = 2
+    assert trace and all({"t", "read", "written"} <= set(s) for s in trace)
+    written = sum(s["written"]["emulated:cxl"] for s in trace)
+    assert written == two_tier.stats()["emulated:cxl"]["bytes_written"] > 0
+    assert [s["t"] for s in trace] == sorted(s["t"] for s in trace)
+
+
+def test_devices_describe_themselves(two_tier: tiermem.Manager) -> None:
+    d = {x["name"]: x for x in two_tier.devices}
+    assert d["dram"]["real"] == "real" and d["emulated:cxl"]["real"] == "emulated"
+    assert d["emulated:cxl"]["read_gbps"] > 0 and d["emulated:cxl"]["profile_source"]
+    assert "lru" in repr(two_tier)
+
+
+def test_device_list_forms_are_equivalent() -> None:
+    for devs in ({"dram": "1 MiB"}, [("dram", 1 << 20)], ["dram=1MiB"]):
+        m = tiermem.Manager(devs, policy="all_fast")
+        assert m.usage()["dram"]["capacity"] == 1 << 20
+
+
+def test_topology_and_profiles() -> None:
+    topo = tiermem.topology()
+    assert topo["cpus"] >= 1 and topo["mem_available"] > 0
+    names = {p["name"] for p in tiermem.profiles()}
+    assert {"optane-pmem", "cxl"} <= names
+    optane = next(p for p in tiermem.profiles() if p["name"] == "optane-pmem")
+    assert 1 / 8 <= optane["write_ratio"] <= 1 / 6 and 0.3 <= optane["read_ratio"] <= 0.35
+    assert optane["latency_ratio"] >= 3

@@ -1,0 +1,67 @@
+"""The `tiermem` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiermem.cli.main import main
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tiermem.cli.main", *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_info_report_and_json() -> None:
+    out = run("info")
+    assert out.returncode == 0, out.stderr
+    for word in ("dram", "emulated:optane-pmem", "emulated:cxl", "NUMA topology", "block:PATH"):
+        assert word in out.stdout
+    data = json.loads(run("info", "--json").stdout)
+    names = {d["name"] for d in data["devices"]}
+    assert {"dram", "emulated:optane-pmem", "emulated:cxl"} <= names
+    assert all(d["real"] in ("real", "emulated") for d in data["devices"])
+    assert data["topology"]["nodes"][0]["distances"]
+
+
+def test_bench_copy_json_schema(tmp_path: Path, disk_dir: Path) -> None:
+    f = tmp_path / "copy.json"
+    out = run("bench", "copy", "--quick", "--max-size", "1 MiB", "--json", str(f),
+              "--devices", "dram", "emulated:cxl", f"block:{disk_dir}/b.bin")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(f.read_text())
+    assert data["devices"]["emulated:cxl"] == "emulated" and data["devices"]["dram"] == "real"
+    rows = data["rows"]
+    assert len(rows) == 9 * len({r["size"] for r in rows})
+    for r in rows:
+        assert {"src", "dst", "size", "gbps", "baselines"} <= set(r)
+        assert set(r["baselines"]) == {"memcpy_1t", "memcpy_mt", "numpy"}
+        assert r["gbps"] > 0 and all(v > 0 for v in r["baselines"].values())
+    assert "(emulated)" in out.stdout and "vs memcpy" in out.stdout
+    assert not (disk_dir / "b.bin").exists()
+
+
+def test_calibrate_keeps_figures_that_info_reads(tmp_path: Path, disk_dir: Path) -> None:
+    cal = tmp_path / "cal.json"
+    env = {"TIERMEM_CALIBRATION": str(cal), "TIERMEM_PROGRESS": "1"}
+    out = run("calibrate", "--quick", "--size", "8 MiB", "--dir", str(disk_dir), env=env)
+    assert out.returncode == 0, out.stderr
+    assert "calibrate [" in out.stderr  # the progress bar
+    data = json.loads(cal.read_text())
+    assert data["dram"]["source"] == "calibrated" and data["dram"]["read_gbps"] > 0
+    assert "emulated:optane-pmem" in data["devices"] and any(k.startswith("block:") for k in data["devices"])
+    assert data["copy"] and all(c["gbps"] > 0 for c in data["copy"])
+    info = json.loads(run("info", "--json", env=env).stdout)
+    assert info["calibrated"] and info["dram"]["source"] == "calibrated"
+    assert any(d["name"].startswith("block:") for d in info["devices"])
+
+
+def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "copy", "--quick", "--devices", "dram", "hbm:0", "--max-size", "4KiB"]) == 2
+    assert "error" in capsys.readouterr().err

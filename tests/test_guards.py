@@ -1,0 +1,136 @@
+"""Guards: views exist only inside them; pinned data never moves (thesis Listing 6.1)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tiermem
+
+
+def test_view_used_outside_its_guard_raises(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array((8, 8), "float32", fill=1.0)
+    with a.write() as v:
+        row = v[2]
+        col = v[:, 3]
+    for use in (
+        lambda: v[0, 0],
+        lambda: v.__setitem__((0, 0), 5),
+        lambda: v + 1,
+        lambda: np.sum(v),
+        lambda: v.sum(),
+        lambda: repr(v),
+        lambda: str(row),
+        lambda: row * 2,
+        lambda: col.copy(),
+        lambda: list(v),
+        lambda: float(v[0, 0]),
+        lambda: v.tolist(),
+        lambda: np.add(1, 1, out=col[:1]),
+    ):
+        with pytest.raises(tiermem.GuardError, match="after its guard closed"):
+            use()
+    a.evict()
+    np.testing.assert_array_equal(a.to_numpy(), np.ones((8, 8), "float32"))
+
+
+def test_results_of_operations_are_plain_arrays_that_outlive_the_guard(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(16, "int64", fill=3)
+    with a.read() as v:
+        doubled = v * 2
+        copied = v.copy()
+    assert type(doubled) is np.ndarray and type(copied) is np.ndarray
+    assert int(doubled.sum()) == 96 and int(copied[0]) == 3
+
+
+def test_read_guards_share_write_guards_exclude(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(100, "uint8", fill=0)
+    with a.read() as r1, a.read() as r2:
+        assert int(r1[0]) == int(r2[0]) == 0
+        with pytest.raises(tiermem.GuardError):
+            a.write().__enter__()
+    with a.write():
+        with pytest.raises(tiermem.GuardError):
+            a.read().__enter__()
+    with a.write() as w:
+        w[:] = 7
+    assert a.placement["pins"] == 0 and a.placement["dirty"]
+
+
+def test_pinned_objects_are_never_moved_evicted_or_freed(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(700_000, "uint8", fill=1)
+    b = two_tier.array(700_000, "uint8", fill=2, where="slow")
+    with a.read() as v:
+        with pytest.raises(tiermem.PinnedError, match="pinned"):
+            a.evict()
+        with pytest.raises(tiermem.PinnedError):
+            a.free()
+        with pytest.raises(tiermem.AllPinnedError, match="pinned") as e:
+            b.prefetch(force=True)
+        assert isinstance(e.value, MemoryError)
+        # A guard on `b` still works: LRU cannot cache it, so it is used where it is.
+        with b.read() as vb:
+            assert int(vb[0]) == 2
+        assert b.device == "emulated:cxl" and int(v[0]) == 1
+    b.prefetch(force=True)
+    assert b.in_fast and not a.in_fast
+    two_tier.check()
+
+
+def test_guard_is_not_reentrant(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(10, "uint8", fill=0)
+    g = a.read()
+    with g:
+        with pytest.raises(tiermem.GuardError, match="already open"):
+            g.__enter__()
+
+
+def test_exception_inside_a_guard_unpins(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array(10, "uint8", fill=0)
+    with pytest.raises(ZeroDivisionError):
+        with a.write() as v:
+            v[0] = 1
+            1 / 0  # noqa: B018
+    assert a.placement["pins"] == 0
+    a.evict()
+    assert int(a.to_numpy()[0]) == 1
+
+
+@pytest.mark.stress
+def test_listing_6_1_no_torn_write_under_concurrent_eviction() -> None:
+    """One thread fills the array with a round's value, another evicts it continuously."""
+    m = tiermem.Manager({"dram": "4 MiB", "emulated:cxl": "16 MiB"}, policy="lru")
+    a = m.array(1 << 18, "uint32", fill=0)
+    stop = threading.Event()
+    outcomes = {"evicted": 0, "refused": 0}
+
+    def evictor() -> None:
+        while not stop.is_set():
+            try:
+                a.evict()
+                outcomes["evicted"] += 1
+            except tiermem.PinnedError:
+                outcomes["refused"] += 1
+            a.prefetch(force=True)
+
+    t = threading.Thread(target=evictor, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 40
+    try:
+        for round_ in range(200):
+            assert time.monotonic() < deadline, "stress test hung"
+            with a.write() as v:
+                for chunk in range(0, v.shape[0], 1 << 14):
+                    v[chunk:chunk + (1 << 14)] = round_
+                    time.sleep(0)  # let the evictor run mid-write
+            with a.read() as v:
+                assert (v == round_).all(), f"torn write in round {round_}"
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+    assert outcomes["evicted"] > 0 and outcomes["refused"] > 0, outcomes
+    m.check()
