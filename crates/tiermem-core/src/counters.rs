@@ -53,8 +53,16 @@ pub struct CounterSnapshot {
 
 macro_rules! counter_fields {
     ($m:ident) => {
-        $m!(bytes_read, bytes_written, moves_in, moves_out, evictions, dirty_writebacks,
-            writebacks_elided, alloc_failures)
+        $m!(
+            bytes_read,
+            bytes_written,
+            moves_in,
+            moves_out,
+            evictions,
+            dirty_writebacks,
+            writebacks_elided,
+            alloc_failures
+        )
     };
 }
 
@@ -143,28 +151,41 @@ impl Recorder {
                     };
                     for ((name, c), prev) in devices.iter().zip(last.iter_mut()) {
                         let cur = c.snapshot();
-                        s.read.insert(name.clone(), cur.bytes_read.saturating_sub(prev.bytes_read));
+                        s.read
+                            .insert(name.clone(), cur.bytes_read.saturating_sub(prev.bytes_read));
                         s.written.insert(
                             name.clone(),
                             cur.bytes_written.saturating_sub(prev.bytes_written),
                         );
                         *prev = cur;
                     }
-                    samples2.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(s);
+                    samples2
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(s);
                     if stopping {
                         return;
                     }
                 }
             })
             .expect("spawn recorder thread");
-        Recorder { stop, samples, handle: Some(handle) }
+        Recorder {
+            stop,
+            samples,
+            handle: Some(handle),
+        }
     }
 
     /// Stop recording and return every sample (the last one covers the partial interval).
     #[must_use]
     pub fn finish(mut self) -> Vec<Sample> {
         self.stop_thread();
-        std::mem::take(&mut *self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        std::mem::take(
+            &mut *self
+                .samples
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     fn stop_thread(&mut self) {

@@ -107,7 +107,12 @@ impl Error {
 
     /// Build an [`Error::Io`] from an `io::Error`.
     pub fn io(device: &str, path: &str, what: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { device: device.to_owned(), path: path.to_owned(), what: what.into(), source }
+        Error::Io {
+            device: device.to_owned(),
+            path: path.to_owned(),
+            what: what.into(),
+            source,
+        }
     }
 }
 

@@ -42,7 +42,7 @@ impl Heap {
     /// apart; `capacity` a multiple of `align`).
     #[must_use]
     pub fn new(capacity: u64, align: u64) -> Self {
-        assert!(align.is_power_of_two() && capacity % align == 0 && capacity > 0);
+        assert!(align.is_power_of_two() && capacity.is_multiple_of(align) && capacity > 0);
         let mut h = Heap {
             capacity,
             align,
@@ -98,7 +98,13 @@ impl Heap {
 
     fn take(&mut self, off: u64, bsize: u64, size: u64, owner: u64) {
         self.remove_free(off, bsize);
-        self.blocks.insert(off, Block { size, owner: Some(owner) });
+        self.blocks.insert(
+            off,
+            Block {
+                size,
+                owner: Some(owner),
+            },
+        );
         if bsize > size {
             self.insert_free(off + size, bsize - size);
         }
@@ -153,11 +159,15 @@ impl Heap {
         size: u64,
         mut cb: impl FnMut(u64, u64) -> Result<Disposition, E>,
     ) -> Result<Option<u64>, E> {
-        let Some(size) = self.round(size) else { return Ok(None) };
+        let Some(size) = self.round(size) else {
+            return Ok(None);
+        };
         if size > self.capacity {
             return Ok(None);
         }
-        let (first, _) = self.block_at(start.min(self.capacity - 1)).expect("blocks tile the heap");
+        let (first, _) = self
+            .block_at(start.min(self.capacity - 1))
+            .expect("blocks tile the heap");
         let mut cursor = first;
         let mut wrapped = false;
         loop {
@@ -219,7 +229,10 @@ impl Heap {
             expect = off + b.size;
         }
         if expect != self.capacity {
-            return Err(format!("blocks end at {expect}, capacity {}", self.capacity));
+            return Err(format!(
+                "blocks end at {expect}, capacity {}",
+                self.capacity
+            ));
         }
         if free_count != self.free_by_size.len() {
             return Err("size index holds stale entries".into());

@@ -78,7 +78,9 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
             .map(|i| unsafe { kernels::read_sum((b.0 + i * chunk) as *const u8, chunk) })
             .sum();
         std::hint::black_box(s);
-        deadline.map(wait_until);
+        if let Some(d) = deadline {
+            wait_until(d);
+        }
         Ok(())
     })?;
     let zeros = vec![0u8; chunk.min(1 << 20)];
@@ -93,7 +95,9 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
                 off += k;
             }
         });
-        deadline.map(wait_until);
+        if let Some(d) = deadline {
+            wait_until(d);
+        }
         Ok(())
     })?;
     // Random 256-byte rows, the embedding-table access shape.
@@ -110,13 +114,16 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
                 for _ in 0..count / threads {
                     let at = (r() as usize % rows) * row;
                     // SAFETY: at + row <= len, inside the caller's region, 8-byte aligned.
-                    acc = acc.wrapping_add(unsafe { kernels::read_sum((b.0 + at) as *const u8, row) });
+                    acc = acc
+                        .wrapping_add(unsafe { kernels::read_sum((b.0 + at) as *const u8, row) });
                 }
                 acc
             })
             .sum();
         std::hint::black_box(s);
-        deadline.map(wait_until);
+        if let Some(d) = deadline {
+            wait_until(d);
+        }
         Ok(())
     })?;
     let rand_write = best(reps, || {
@@ -126,10 +133,14 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
             for _ in 0..count / threads {
                 let at = (r() as usize % rows) * row;
                 // SAFETY: at + row <= len; `zeros` holds at least `row` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(zeros.as_ptr(), (b.0 + at) as *mut u8, row) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(zeros.as_ptr(), (b.0 + at) as *mut u8, row)
+                };
             }
         });
-        deadline.map(wait_until);
+        if let Some(d) = deadline {
+            wait_until(d);
+        }
         Ok(())
     })?;
     let latency = latency_ns(base, len.min(256 << 20), 200_000);
@@ -176,7 +187,10 @@ fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<D
     let depth = 16usize;
     let chunk = (1usize << 20).min(len);
     let chunks = len / chunk;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(depth).build().expect("pool");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(depth)
+        .build()
+        .expect("pool");
     let seq = |write: bool| {
         best(reps, || {
             pool.install(|| {
@@ -228,7 +242,8 @@ fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<D
     let lat = best(1, || {
         for _ in 0..256 {
             let o = offset + (r() as usize % blocks * ALIGN) as u64;
-            file.read_at(one.as_mut_slice(), o).map_err(|e| io("read", e))?;
+            file.read_at(one.as_mut_slice(), o)
+                .map_err(|e| io("read", e))?;
         }
         Ok(())
     })? / 256.0;
@@ -248,12 +263,21 @@ fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<D
 ///
 /// # Safety
 /// `dst` and `src` must be valid for `len` bytes and not overlap.
-pub unsafe fn memcpy_seconds(dst: *mut u8, src: *const u8, len: usize, threads: usize, reps: usize) -> f64 {
+pub unsafe fn memcpy_seconds(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    threads: usize,
+    reps: usize,
+) -> f64 {
     let (d, s) = (P(dst as usize), P(src as usize));
     let threads = threads.max(1);
     let chunk = len.div_ceil(threads).next_multiple_of(64);
     // A pool built before timing, as the copy engine's are, so neither pays thread start-up.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("pool");
     let mut t = f64::INFINITY;
     for _ in 0..reps.max(1) {
         let start = Instant::now();

@@ -35,6 +35,9 @@ pub fn to_py(e: Error) -> PyErr {
 }
 
 /// Run core work with the GIL released and convert its error: the one way out of Python.
-pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> tiermem_core::Result<T> + Send) -> PyResult<T> {
+pub fn run<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> tiermem_core::Result<T> + Send,
+) -> PyResult<T> {
     py.detach(f).map_err(to_py)
 }

@@ -20,7 +20,11 @@ fn place(code: i64) -> PyResult<Place> {
         -2 => Place::Slow,
         -3 => Place::Auto,
         n if n >= 0 => Place::Device(n as usize),
-        _ => return Err(pyo3::exceptions::PyValueError::new_err(format!("bad place code {code}"))),
+        _ => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "bad place code {code}"
+            )))
+        }
     })
 }
 
@@ -35,7 +39,11 @@ impl PyManager {
     /// `devices`: (spec, capacity bytes) pairs, fastest first; `policy`: a built-in name or
     /// an object implementing the policy protocol.
     #[new]
-    fn new(py: Python<'_>, devices: Vec<(String, u64)>, policy: &Bound<'_, PyAny>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        devices: Vec<(String, u64)>,
+        policy: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
         let pol: Box<dyn policy::Policy> = match policy.extract::<String>() {
             Ok(name) => policy::builtin(&name).map_err(to_py)?,
             Err(_) => Box::new(PyPolicy::new(policy)?),
@@ -47,7 +55,9 @@ impl PyManager {
                 .collect::<tiermem_core::Result<Vec<_>>>()?;
             Manager::new(devs, pol)
         })?;
-        Ok(PyManager { inner: Arc::new(inner) })
+        Ok(PyManager {
+            inner: Arc::new(inner),
+        })
     }
 
     fn alloc(&self, py: Python<'_>, nbytes: u64, place_code: i64) -> PyResult<u64> {
@@ -96,7 +106,9 @@ impl PyManager {
 
     /// Open a guard: returns (address, length). Pair with `close`.
     fn open(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<(usize, usize)> {
-        run(py, || self.inner.open(id, write).map(|(p, n)| (p as usize, n)))
+        run(py, || {
+            self.inner.open(id, write).map(|(p, n)| (p as usize, n))
+        })
     }
 
     fn close(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<()> {
@@ -114,8 +126,17 @@ impl PyManager {
         })
     }
 
-    fn set_pair_threads(&self, py: Python<'_>, src: String, dst: String, threads: usize) -> PyResult<()> {
-        run(py, || self.inner.with_data(|m, _| m.copy_engine().set_pair_threads(&src, &dst, threads)))
+    fn set_pair_threads(
+        &self,
+        py: Python<'_>,
+        src: String,
+        dst: String,
+        threads: usize,
+    ) -> PyResult<()> {
+        run(py, || {
+            self.inner
+                .with_data(|m, _| m.copy_engine().set_pair_threads(&src, &dst, threads))
+        })
     }
 
     fn threads_for(&self, py: Python<'_>, src: usize, dst: usize) -> PyResult<usize> {
@@ -129,15 +150,29 @@ impl PyManager {
     }
 
     /// Measure device `index` on a scratch object of `nbytes` (JSON).
-    fn measure_device(&self, py: Python<'_>, index: usize, nbytes: u64, reps: usize) -> PyResult<String> {
+    fn measure_device(
+        &self,
+        py: Python<'_>,
+        index: usize,
+        nbytes: u64,
+        reps: usize,
+    ) -> PyResult<String> {
         run(py, || {
             self.inner.with_data(|m, _| {
-                tiermem_core::ensure!(index < m.devices().len(), "device index {index} out of range");
+                tiermem_core::ensure!(
+                    index < m.devices().len(),
+                    "device index {index} out of range"
+                );
                 let id = m
                     .create_object(index, nbytes)?
                     .ok_or_else(|| policy::full(m, index, nbytes))?;
                 let r = m.region(m.primary(id)?)?.clone();
-                let out = tiermem_core::measure::device_figures(&m.devices()[index], r.offset, nbytes, reps);
+                let out = tiermem_core::measure::device_figures(
+                    &m.devices()[index],
+                    r.offset,
+                    nbytes,
+                    reps,
+                );
                 m.destroy_object(id)?;
                 Ok(serde_json::to_string(&out?).expect("serialise"))
             })
@@ -165,7 +200,7 @@ impl PyManager {
     /// Check the manager's invariants; raises on the first violation.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.check())
-            .map_err(|e| pyo3::exceptions::PyAssertionError::new_err(e))
+            .map_err(pyo3::exceptions::PyAssertionError::new_err)
     }
 
     fn object_count(&self) -> usize {
@@ -179,10 +214,22 @@ impl PyManager {
     /// Start a recorder sampling bytes per device every `interval` seconds.
     fn record(&self, interval: f64) -> PyResult<PyRecorder> {
         if !(interval > 0.0 && interval.is_finite()) {
-            return Err(pyo3::exceptions::PyValueError::new_err("interval must be a positive number of seconds"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "interval must be a positive number of seconds",
+            ));
         }
-        let devs = self.inner.devices().iter().map(|d| (d.name.clone(), d.counters.clone())).collect();
-        Ok(PyRecorder { rec: Mutex::new(Some(Recorder::start(devs, Duration::from_secs_f64(interval)))) })
+        let devs = self
+            .inner
+            .devices()
+            .iter()
+            .map(|d| (d.name.clone(), d.counters.clone()))
+            .collect();
+        Ok(PyRecorder {
+            rec: Mutex::new(Some(Recorder::start(
+                devs,
+                Duration::from_secs_f64(interval),
+            ))),
+        })
     }
 }
 
@@ -196,9 +243,15 @@ pub struct PyRecorder {
 impl PyRecorder {
     /// Stop and return the samples as JSON (`[{"t", "read": {...}, "written": {...}}]`).
     fn finish(&self, py: Python<'_>) -> PyResult<String> {
-        let rec = self.rec.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let rec = self
+            .rec
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         let Some(rec) = rec else {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err("recorder already finished"));
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "recorder already finished",
+            ));
         };
         Ok(py.detach(|| serde_json::to_string(&rec.finish()).expect("serialise")))
     }

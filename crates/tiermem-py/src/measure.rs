@@ -34,9 +34,18 @@ pub fn measure_dram_json(py: Python<'_>, bytes: usize, reps: usize) -> String {
 /// Seconds (best of `reps`) for `memcpy` of `len` bytes between two addresses on `threads`
 /// threads. The addresses must come from live guards of two distinct objects.
 #[pyfunction]
-pub fn memcpy_seconds(py: Python<'_>, dst: usize, src: usize, len: usize, threads: usize, reps: usize) -> PyResult<f64> {
+pub fn memcpy_seconds(
+    py: Python<'_>,
+    dst: usize,
+    src: usize,
+    len: usize,
+    threads: usize,
+    reps: usize,
+) -> PyResult<f64> {
     if dst == 0 || src == 0 || (dst < src + len && src < dst + len) {
-        return Err(pyo3::exceptions::PyValueError::new_err("memcpy ranges are null or overlap"));
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "memcpy ranges are null or overlap",
+        ));
     }
     // SAFETY: the caller passes addresses of two guarded, non-overlapping regions of at least
     // `len` bytes (checked for overlap above); they stay pinned during the call.

@@ -32,21 +32,32 @@ impl PyPolicy {
             .getattr("name")
             .and_then(|n| n.extract::<String>())
             .or_else(|_| obj.get_type().name().map(|n| n.to_string()))?;
-        Ok(PyPolicy { obj: obj.clone().unbind(), name })
+        Ok(PyPolicy {
+            obj: obj.clone().unbind(),
+            name,
+        })
     }
 
     /// Call `method(api, *args)` if the object has it. `None` when it does not.
     fn call<'py, A>(&self, m: &mut DataManager, method: &str, args: A) -> Result<Option<Py<PyAny>>>
     where
-        A: for<'a> FnOnce(Python<'a>, Bound<'a, DataApi>) -> PyResult<Bound<'a, pyo3::types::PyTuple>>,
+        A: for<'a> FnOnce(
+            Python<'a>,
+            Bound<'a, DataApi>,
+        ) -> PyResult<Bound<'a, pyo3::types::PyTuple>>,
     {
         Python::attach(|py| {
             let obj = self.obj.bind(py);
             if !obj.hasattr(method).map_err(|e| self.err(py, e))? {
                 return Ok(None);
             }
-            let api = Bound::new(py, DataApi { ptr: Cell::new(m as *mut DataManager) })
-                .map_err(|e| self.err(py, e))?;
+            let api = Bound::new(
+                py,
+                DataApi {
+                    ptr: Cell::new(m as *mut DataManager),
+                },
+            )
+            .map_err(|e| self.err(py, e))?;
             let out = args(py, api.clone())
                 .and_then(|a| obj.call_method1(method, a))
                 .map(Bound::unbind);
@@ -56,12 +67,19 @@ impl PyPolicy {
     }
 
     fn err(&self, py: Python<'_>, e: PyErr) -> Error {
-        Error::Policy { policy: self.name.clone(), message: python_error_text(py, &e) }
+        Error::Policy {
+            policy: self.name.clone(),
+            message: python_error_text(py, &e),
+        }
     }
 }
 
 fn python_error_text(py: Python<'_>, e: &PyErr) -> String {
-    let ty = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_default();
+    let ty = e
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
     format!("{ty}: {}", e.value(py))
 }
 
@@ -79,7 +97,7 @@ macro_rules! hook {
     ($fname:ident, $default:expr) => {
         fn $fname(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
             match self.call(m, stringify!($fname), |py, api| {
-                Ok(pyo3::types::PyTuple::new(py, [api.into_any(), id.into_pyobject(py)?.into_any()])?)
+                pyo3::types::PyTuple::new(py, [api.into_any(), id.into_pyobject(py)?.into_any()])
             })? {
                 Some(_) => Ok(()),
                 None => $default(m, id),
@@ -103,7 +121,11 @@ impl Policy for PyPolicy {
         let out = self.call(m, "alloc", |py, api| {
             pyo3::types::PyTuple::new(
                 py,
-                [api.into_any(), bytes.into_pyobject(py)?.into_any(), code.into_pyobject(py)?.into_any()],
+                [
+                    api.into_any(),
+                    bytes.into_pyobject(py)?.into_any(),
+                    code.into_pyobject(py)?.into_any(),
+                ],
             )
         })?;
         let id = ids(out)?.ok_or_else(|| Error::Policy {
@@ -118,7 +140,11 @@ impl Policy for PyPolicy {
         let out = self.call(m, "prefetch", |py, api| {
             pyo3::types::PyTuple::new(
                 py,
-                [api.into_any(), id.into_pyobject(py)?.into_any(), pyo3::types::PyBool::new(py, force).to_owned().into_any()],
+                [
+                    api.into_any(),
+                    id.into_pyobject(py)?.into_any(),
+                    pyo3::types::PyBool::new(py, force).to_owned().into_any(),
+                ],
             )
         })?;
         if out.is_none() {
@@ -154,7 +180,11 @@ impl PyPolicy {
         let out = self.call(m, method, |py, api| {
             pyo3::types::PyTuple::new(
                 py,
-                [api.into_any(), id.into_pyobject(py)?.into_any(), pyo3::types::PyBool::new(py, write).to_owned().into_any()],
+                [
+                    api.into_any(),
+                    id.into_pyobject(py)?.into_any(),
+                    pyo3::types::PyBool::new(py, write).to_owned().into_any(),
+                ],
             )
         })?;
         match out {
@@ -261,12 +291,21 @@ impl DataApi {
     /// Listing 4.2: bring the object to `device`; True if it is there now.
     #[pyo3(signature = (id, device = 0, force = false))]
     fn prefetch_object(&self, id: u64, device: usize, force: bool) -> PyResult<bool> {
-        self.with(|m| Ok(policy::prefetch_object(m, id, device, force, None)? == policy::Prefetched::Done))
+        self.with(|m| {
+            Ok(policy::prefetch_object(m, id, device, force, None)? == policy::Prefetched::Done)
+        })
     }
     /// Fig. 4.3: walk `device` from byte `start`, calling `callback(region)` for each occupied
     /// region until `nbytes` contiguous bytes are free. The callback must move the region's
     /// data away and free it (or leave it). Returns the free span's offset or None.
-    fn evict_from(&self, py: Python<'_>, device: usize, start: u64, nbytes: u64, callback: Py<PyAny>) -> PyResult<Option<u64>> {
+    fn evict_from(
+        &self,
+        py: Python<'_>,
+        device: usize,
+        start: u64,
+        nbytes: u64,
+        callback: Py<PyAny>,
+    ) -> PyResult<Option<u64>> {
         let outer = self.ptr.get();
         let r = self.with(|m| {
             m.evict_from(device, start, nbytes, &mut |inner, region| {

@@ -115,8 +115,8 @@ mod x86 {
         unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
         let mut off = head;
         let end = head + body;
-        // SAFETY (loop): off + 256 <= end <= len; dst + off is 64-byte aligned (split).
         while off + 256 <= end {
+            // SAFETY: off + 256 <= end <= len; dst + off is 64-byte aligned (split).
             unsafe {
                 let s = src.add(off);
                 let d = dst.add(off);

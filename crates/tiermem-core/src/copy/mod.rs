@@ -59,7 +59,10 @@ impl CopyEngine {
     /// An engine with the given configuration.
     #[must_use]
     pub fn new(config: CopyConfig) -> Self {
-        CopyEngine { config: Mutex::new(config), pools: Mutex::new(HashMap::new()) }
+        CopyEngine {
+            config: Mutex::new(config),
+            pools: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Set the thread count for copies from `src` to `dst` (device names).
@@ -67,12 +70,16 @@ impl CopyEngine {
         if threads == 0 || threads > 1024 {
             crate::bail!("thread count for {src} -> {dst} must be 1..=1024, got {threads}");
         }
-        self.cfg().pair_threads.insert((src.to_owned(), dst.to_owned()), threads);
+        self.cfg()
+            .pair_threads
+            .insert((src.to_owned(), dst.to_owned()), threads);
         Ok(())
     }
 
     fn cfg(&self) -> std::sync::MutexGuard<'_, CopyConfig> {
-        self.config.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Threads used for a copy between these devices.
@@ -87,12 +94,18 @@ impl CopyEngine {
         }
         // Emulated devices whose writes degrade past a thread count get at most that many
         // writers, as a real Optane-aware copy would.
-        let cap = dst.throttle.as_ref().map_or(usize::MAX, |t| t.profile.write_peak_threads);
+        let cap = dst
+            .throttle
+            .as_ref()
+            .map_or(usize::MAX, |t| t.profile.write_peak_threads);
         cfg.threads.min(cap).max(1)
     }
 
     fn pool(&self, threads: usize) -> Arc<rayon::ThreadPool> {
-        let mut pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pools = self
+            .pools
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         pools
             .entry(threads)
             .or_insert_with(|| {
@@ -126,7 +139,8 @@ impl CopyEngine {
         // Writers beyond the core count (block-I/O queue depth) do not add store streams.
         let writers = threads.min(self.cfg().threads);
         let write_deadline = dst.throttle.as_ref().map(|t| t.reserve_write(len, writers));
-        let n = usize::try_from(len).map_err(|_| Error::InvalidArgument("copy too large".into()))?;
+        let n =
+            usize::try_from(len).map_err(|_| Error::InvalidArgument("copy too large".into()))?;
         match (src.addr(src_off), dst.addr(dst_off)) {
             (Some(s), Some(d)) => self.copy_memory(d, s, n, threads),
             (None, Some(d)) => self.read_block(src, src_off, d, n, threads)?,
@@ -144,9 +158,14 @@ impl CopyEngine {
     }
 
     /// Parallel memory copy on `threads` threads (one chunk each, 64-byte aligned splits).
-    pub fn copy_memory(&self, dst: *mut u8, src: *const u8, len: usize, threads: usize) {
+    /// The caller guarantees both ranges are valid for `len` bytes and disjoint.
+    fn copy_memory(&self, dst: *mut u8, src: *const u8, len: usize, threads: usize) {
         let nt = len >= self.cfg().nt_threshold;
-        let kernel = if nt { kernels::copy_nt } else { kernels::copy_cached };
+        let kernel = if nt {
+            kernels::copy_nt
+        } else {
+            kernels::copy_cached
+        };
         if threads <= 1 || len < MIN_PARALLEL {
             // SAFETY: the caller guarantees both ranges are valid and disjoint.
             unsafe { kernel(dst, src, len) };
@@ -167,14 +186,21 @@ impl CopyEngine {
         });
     }
 
-    fn read_block(&self, src: &Device, off: u64, dst: *mut u8, len: usize, depth: usize) -> Result<()> {
+    fn read_block(
+        &self,
+        src: &Device,
+        off: u64,
+        dst: *mut u8,
+        len: usize,
+        depth: usize,
+    ) -> Result<()> {
         let file = src.block_file().expect("block device");
         let d = SendPtr(dst as usize);
         self.for_each_chunk(len, depth, |start, n, bounce| {
             let target = d.0 + start;
             let file_off = off + start as u64;
             let padded = n.next_multiple_of(ALIGN);
-            if target % ALIGN == 0 && padded == n {
+            if target.is_multiple_of(ALIGN) && padded == n {
                 // SAFETY: [target, target + n) is inside the caller's destination range.
                 let buf = unsafe { std::slice::from_raw_parts_mut(target as *mut u8, n) };
                 file.read_at(buf, file_off)
@@ -186,17 +212,31 @@ impl CopyEngine {
                 Ok(())
             }
         })
-        .map_err(|e| Error::io(&src.name, &src.name, format!("read {len} bytes at offset {off}"), e))
+        .map_err(|e| {
+            Error::io(
+                &src.name,
+                &src.name,
+                format!("read {len} bytes at offset {off}"),
+                e,
+            )
+        })
     }
 
-    fn write_block(&self, dst: &Device, off: u64, src: *const u8, len: usize, depth: usize) -> Result<()> {
+    fn write_block(
+        &self,
+        dst: &Device,
+        off: u64,
+        src: *const u8,
+        len: usize,
+        depth: usize,
+    ) -> Result<()> {
         let file = dst.block_file().expect("block device");
         let s = SendPtr(src as usize);
         self.for_each_chunk(len, depth, |start, n, bounce| {
             let source = s.0 + start;
             let file_off = off + start as u64;
             let padded = n.next_multiple_of(ALIGN);
-            if source % ALIGN == 0 && padded == n {
+            if source.is_multiple_of(ALIGN) && padded == n {
                 // SAFETY: [source, source + n) is inside the caller's source range.
                 let buf = unsafe { std::slice::from_raw_parts(source as *const u8, n) };
                 file.write_at(buf, file_off)
@@ -209,7 +249,12 @@ impl CopyEngine {
             }
         })
         .map_err(|e| {
-            Error::io(&dst.name, &dst.name, format!("write {len} bytes at offset {off}"), e)
+            Error::io(
+                &dst.name,
+                &dst.name,
+                format!("write {len} bytes at offset {off}"),
+                e,
+            )
         })
     }
 

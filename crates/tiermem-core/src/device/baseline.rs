@@ -92,7 +92,11 @@ pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
         (0..threads).into_par_iter().for_each(|i| {
             // SAFETY: disjoint chunks of two distinct maps.
             unsafe {
-                kernels::copy_nt((pb + i * chunk) as *mut u8, (pa + i * chunk) as *const u8, chunk);
+                kernels::copy_nt(
+                    (pb + i * chunk) as *mut u8,
+                    (pa + i * chunk) as *const u8,
+                    chunk,
+                );
             }
         });
     });

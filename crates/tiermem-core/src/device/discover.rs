@@ -50,7 +50,10 @@ pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
     if let Ok(entries) = fs::read_dir(&node_dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(id) = name.strip_prefix("node").and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(id) = name
+                .strip_prefix("node")
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             let p = e.path();
@@ -59,7 +62,10 @@ pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
                 id,
                 total_bytes: meminfo_field(&info, "MemTotal:").unwrap_or(0),
                 free_bytes: meminfo_field(&info, "MemFree:").unwrap_or(0),
-                cpus: fs::read_to_string(p.join("cpulist")).unwrap_or_default().trim().to_owned(),
+                cpus: fs::read_to_string(p.join("cpulist"))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned(),
                 distances: fs::read_to_string(p.join("distance"))
                     .unwrap_or_default()
                     .split_whitespace()
@@ -74,7 +80,10 @@ pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
     if let Ok(entries) = fs::read_dir(&tiers) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(tier) = name.strip_prefix("memory_tier").and_then(|s| s.parse().ok()) else {
+            let Some(tier) = name
+                .strip_prefix("memory_tier")
+                .and_then(|s| s.parse().ok())
+            else {
                 continue;
             };
             let list = fs::read_to_string(e.path().join("nodelist")).unwrap_or_default();
@@ -98,7 +107,11 @@ pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
 fn meminfo_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let at = l.find(key)?;
-        let kb: u64 = l[at + key.len()..].split_whitespace().next()?.parse().ok()?;
+        let kb: u64 = l[at + key.len()..]
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
         Some(kb * 1024)
     })
 }
@@ -133,12 +146,18 @@ mod tests {
         for d in [&n0, &n1, &t.join("memory_tier4"), &t.join("memory_tier22")] {
             fs::create_dir_all(d).unwrap();
         }
-        fs::write(n0.join("meminfo"), "Node 0 MemTotal:  1024 kB\nNode 0 MemFree: 512 kB\n")
-            .unwrap();
+        fs::write(
+            n0.join("meminfo"),
+            "Node 0 MemTotal:  1024 kB\nNode 0 MemFree: 512 kB\n",
+        )
+        .unwrap();
         fs::write(n0.join("distance"), "10 21\n").unwrap();
         fs::write(n0.join("cpulist"), "0-3\n").unwrap();
-        fs::write(n1.join("meminfo"), "Node 1 MemTotal:  4096 kB\nNode 1 MemFree: 4000 kB\n")
-            .unwrap();
+        fs::write(
+            n1.join("meminfo"),
+            "Node 1 MemTotal:  4096 kB\nNode 1 MemFree: 4000 kB\n",
+        )
+        .unwrap();
         fs::write(n1.join("distance"), "21 10\n").unwrap();
         fs::write(n1.join("cpulist"), "\n").unwrap();
         fs::write(t.join("memory_tier4/nodelist"), "0\n").unwrap();

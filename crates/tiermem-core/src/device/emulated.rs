@@ -155,7 +155,9 @@ fn secs(s: f64) -> Duration {
 
 /// Reserve `cost` on a channel whose reservations run back to back; returns the end of ours.
 fn reserve(busy: &Mutex<Instant>, cost: Duration) -> Instant {
-    let mut b = busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut b = busy
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let now = Instant::now();
     let start = if *b > now { *b } else { now };
     *b = start + cost;

@@ -157,7 +157,12 @@ impl Device {
         let io = |what: &str, e: std::io::Error| Error::io(spec, spec, what, e);
         let (storage, throttle) = match &kind {
             DeviceKind::Dram | DeviceKind::Emulated(_) => {
-                check_fits(spec, capacity, available_memory(), "memory available on this machine")?;
+                check_fits(
+                    spec,
+                    capacity,
+                    available_memory(),
+                    "memory available on this machine",
+                )?;
                 let map = Mapping::anonymous(len, true, None).map_err(|e| io("map memory", e))?;
                 let throttle = match &kind {
                     DeviceKind::Emulated(p) => Some(Throttle::new(p, baseline::dram_figures())),
@@ -171,10 +176,19 @@ impl Device {
                     let have: Vec<String> = topo.nodes.iter().map(|n| n.id.to_string()).collect();
                     return Err(Error::UnknownDevice(format!(
                         "NUMA node {node} does not exist (nodes with memory: {})",
-                        if have.is_empty() { "none found".into() } else { have.join(", ") }
+                        if have.is_empty() {
+                            "none found".into()
+                        } else {
+                            have.join(", ")
+                        }
                     )));
                 };
-                check_fits(spec, capacity, n.free_bytes, &format!("free on NUMA node {node}"))?;
+                check_fits(
+                    spec,
+                    capacity,
+                    n.free_bytes,
+                    &format!("free on NUMA node {node}"),
+                )?;
                 let map = Mapping::anonymous(len, true, Some(*node))
                     .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
                 (Storage::Memory(map), None)
@@ -229,8 +243,8 @@ impl Device {
     #[must_use]
     pub fn addr(&self, offset: u64) -> Option<*mut u8> {
         match &self.storage {
-            // SAFETY: callers pass offsets of regions inside the heap, i.e. < capacity.
             Storage::Memory(m) if offset <= m.len() as u64 => {
+                // SAFETY: offset <= len, so the result stays inside (or one past) the map.
                 Some(unsafe { m.as_ptr().add(offset as usize) })
             }
             _ => None,
@@ -286,7 +300,10 @@ fn available_memory() -> u64 {
 
 fn open_mapped(spec: &str, path: &Path, capacity: u64) -> Result<Mapping> {
     let shown = path.display().to_string();
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     if let Ok((_, free)) = direct_io::statfs(dir) {
         if capacity > existing && capacity - existing > free {

@@ -43,7 +43,10 @@ impl DataManager {
                 crate::bail!("device '{}' is listed twice", a.name);
             }
         }
-        let heaps = devices.iter().map(|d| Heap::new(d.capacity, d.alignment())).collect();
+        let heaps = devices
+            .iter()
+            .map(|d| Heap::new(d.capacity, d.alignment()))
+            .collect();
         Ok(DataManager {
             devices,
             heaps,
@@ -79,7 +82,9 @@ impl DataManager {
     /// Whether device `d` can satisfy an allocation of `bytes` without eviction.
     #[must_use]
     pub fn fits(&self, d: usize, bytes: u64) -> bool {
-        self.heaps[d].round(bytes).is_some_and(|b| b <= self.heaps[d].largest_free())
+        self.heaps[d]
+            .round(bytes)
+            .is_some_and(|b| b <= self.heaps[d].largest_free())
     }
 
     fn counters(&self, d: usize) -> &DeviceCounters {
@@ -92,9 +97,20 @@ impl DataManager {
     /// Returns `Ok(None)` when the device has no room.
     pub fn create_object(&mut self, device: usize, len: u64) -> Result<Option<ObjectId>> {
         let id = self.next_object;
-        let Some(r) = self.allocate(device, len, id)? else { return Ok(None) };
+        let Some(r) = self.allocate(device, len, id)? else {
+            return Ok(None);
+        };
         self.next_object += 1;
-        self.objects.insert(id, Object { id, len, primary: r, pins: 0, writer: false });
+        self.objects.insert(
+            id,
+            Object {
+                id,
+                len,
+                primary: r,
+                pins: 0,
+                writer: false,
+            },
+        );
         Ok(Some(id))
     }
 
@@ -146,7 +162,9 @@ impl DataManager {
     pub fn unpin(&mut self, id: ObjectId) -> Result<()> {
         let o = self.object_mut(id)?;
         if o.pins == 0 {
-            return Err(Error::Guard(format!("object {id} has no open guard to close")));
+            return Err(Error::Guard(format!(
+                "object {id} has no open guard to close"
+            )));
         }
         o.pins -= 1;
         o.writer = false;
@@ -157,7 +175,11 @@ impl DataManager {
     pub fn ensure_unpinned(&self, id: ObjectId, action: &'static str) -> Result<()> {
         let o = self.object(id)?;
         if o.pins > 0 {
-            return Err(Error::Pinned { object: id, pins: o.pins, action });
+            return Err(Error::Pinned {
+                object: id,
+                pins: o.pins,
+                action,
+            });
         }
         Ok(())
     }
@@ -192,18 +214,32 @@ impl DataManager {
 
     /// `allocate(device, bytes)` for `object`. `Ok(None)` when the device is full (counted
     /// as an allocation failure).
-    pub fn allocate(&mut self, device: usize, bytes: u64, object: ObjectId) -> Result<Option<RegionId>> {
+    pub fn allocate(
+        &mut self,
+        device: usize,
+        bytes: u64,
+        object: ObjectId,
+    ) -> Result<Option<RegionId>> {
         let dev = self.devices.get(device).ok_or_else(|| {
-            Error::InvalidArgument(format!("no device index {device} ({} devices)", self.devices.len()))
+            Error::InvalidArgument(format!(
+                "no device index {device} ({} devices)",
+                self.devices.len()
+            ))
         })?;
         if bytes == 0 {
             crate::bail!("cannot allocate zero bytes");
         }
         let Some(size) = self.heaps[device].round(bytes) else {
-            crate::bail!("{bytes} bytes overflow when rounded to the alignment of '{}'", dev.name);
+            crate::bail!(
+                "{bytes} bytes overflow when rounded to the alignment of '{}'",
+                dev.name
+            );
         };
         if self.walking == Some(device) {
-            crate::bail!("cannot allocate on '{}' while evict_from walks its heap", dev.name);
+            crate::bail!(
+                "cannot allocate on '{}' while evict_from walks its heap",
+                dev.name
+            );
         }
         let id = self.next_region;
         let Some(offset) = self.heaps[device].alloc(size, id) else {
@@ -213,7 +249,15 @@ impl DataManager {
         self.next_region += 1;
         self.regions.insert(
             id,
-            Region { id, device, offset, size, object, dirty: false, links: Vec::new() },
+            Region {
+                id,
+                device,
+                offset,
+                size,
+                object,
+                dirty: false,
+                links: Vec::new(),
+            },
         );
         Ok(Some(id))
     }
@@ -230,7 +274,9 @@ impl DataManager {
             }
         }
         if self.walking != Some(r.device) {
-            self.heaps[r.device].free(r.offset).expect("region recorded in its heap");
+            self.heaps[r.device]
+                .free(r.offset)
+                .expect("region recorded in its heap");
         }
         Ok(())
     }
@@ -258,14 +304,23 @@ impl DataManager {
     /// `getlinked(region, device)`.
     pub fn getlinked(&self, id: RegionId, device: usize) -> Result<Option<RegionId>> {
         let r = self.region(id)?;
-        Ok(r.links.iter().copied().find(|l| self.regions.get(l).is_some_and(|x| x.device == device)))
+        Ok(r.links
+            .iter()
+            .copied()
+            .find(|l| self.regions.get(l).is_some_and(|x| x.device == device)))
     }
 
     /// `copyto!(dst, src)`: copy the object's bytes between two of its regions.
     pub fn copy(&self, dst: RegionId, src: RegionId) -> Result<()> {
         let (d, s) = (self.region(dst)?, self.region(src)?);
         let len = self.object(s.object)?.len;
-        self.copy.copy(&self.devices[s.device], s.offset, &self.devices[d.device], d.offset, len)
+        self.copy.copy(
+            &self.devices[s.device],
+            s.offset,
+            &self.devices[d.device],
+            d.offset,
+            len,
+        )
     }
 
     /// `in(region, device)`: the device index of a region.
@@ -309,7 +364,11 @@ impl DataManager {
         self.walking = Some(device);
         let out = heap.evict_from(start, size, |_, region| {
             cb(self, region)?;
-            Ok(if self.regions.contains_key(&region) { Disposition::Kept } else { Disposition::Evicted })
+            Ok(if self.regions.contains_key(&region) {
+                Disposition::Kept
+            } else {
+                Disposition::Evicted
+            })
         });
         self.walking = None;
         self.heaps[device] = heap;
@@ -327,39 +386,63 @@ impl DataManager {
             for (off, b) in h.iter() {
                 let Some(rid) = b.owner else { continue };
                 owned += 1;
-                let r = self.regions.get(&rid).ok_or(format!("heap block {off} owned by unknown region {rid}"))?;
+                let r = self
+                    .regions
+                    .get(&rid)
+                    .ok_or(format!("heap block {off} owned by unknown region {rid}"))?;
                 if r.device != d || r.offset != off || r.size != b.size {
                     return Err(format!("region {rid} disagrees with its heap block"));
                 }
             }
         }
         if owned != self.regions.len() {
-            return Err(format!("{} regions but {owned} heap blocks in use", self.regions.len()));
+            return Err(format!(
+                "{} regions but {owned} heap blocks in use",
+                self.regions.len()
+            ));
         }
         let mut seen = 0usize;
         for o in self.objects.values() {
-            let p = self.regions.get(&o.primary).ok_or(format!("object {} lost its primary", o.id))?;
+            let p = self
+                .regions
+                .get(&o.primary)
+                .ok_or(format!("object {} lost its primary", o.id))?;
             seen += 1 + p.links.len();
             for l in &p.links {
-                let r = self.regions.get(l).ok_or(format!("object {}: dangling link {l}", o.id))?;
+                let r = self
+                    .regions
+                    .get(l)
+                    .ok_or(format!("object {}: dangling link {l}", o.id))?;
                 if r.object != o.id {
-                    return Err(format!("region {l} linked to object {} but owned by {}", o.id, r.object));
+                    return Err(format!(
+                        "region {l} linked to object {} but owned by {}",
+                        o.id, r.object
+                    ));
                 }
                 if !r.links.contains(&o.primary) {
                     return Err(format!("link {} -> {l} is not symmetric", o.primary));
                 }
                 if r.device < p.device {
-                    return Err(format!("object {}: region on faster device {} is not primary", o.id, r.device));
+                    return Err(format!(
+                        "object {}: region on faster device {} is not primary",
+                        o.id, r.device
+                    ));
                 }
             }
         }
         for r in self.regions.values() {
             if !self.objects.contains_key(&r.object) {
-                return Err(format!("region {} belongs to freed object {}", r.id, r.object));
+                return Err(format!(
+                    "region {} belongs to freed object {}",
+                    r.id, r.object
+                ));
             }
         }
         if seen != self.regions.len() {
-            return Err(format!("{} regions, {seen} reachable from objects (leak)", self.regions.len()));
+            return Err(format!(
+                "{} regions, {seen} reachable from objects (leak)",
+                self.regions.len()
+            ));
         }
         Ok(())
     }

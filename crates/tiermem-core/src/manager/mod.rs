@@ -61,13 +61,19 @@ impl Manager {
         let devices: Vec<Arc<Device>> = devices.into_iter().map(Arc::new).collect();
         let data = DataManager::new(devices.clone(), copy)?;
         let policy_name = policy.name();
-        Ok(Manager { inner: Mutex::new(Inner { data, policy }), devices, policy_name })
+        Ok(Manager {
+            inner: Mutex::new(Inner { data, policy }),
+            devices,
+            policy_name,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic inside a policy must not wedge the manager: the data manager's own
         // operations leave it consistent at every step that can fail.
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {
@@ -149,10 +155,18 @@ impl Manager {
         self.with(|m, _| {
             let o = m.object(id)?;
             let r = m.region(o.primary)?;
-            let mut siblings: Vec<usize> =
-                r.links.iter().filter_map(|l| m.region(*l).ok().map(|x| x.device)).collect();
+            let mut siblings: Vec<usize> = r
+                .links
+                .iter()
+                .filter_map(|l| m.region(*l).ok().map(|x| x.device))
+                .collect();
             siblings.sort_unstable();
-            Ok(Placement { device: r.device, siblings, dirty: r.dirty, pins: o.pins })
+            Ok(Placement {
+                device: r.device,
+                siblings,
+                dirty: r.dirty,
+                pins: o.pins,
+            })
         })
     }
 
@@ -163,7 +177,10 @@ impl Manager {
 
     /// Run `f` with exclusive access to the data manager and the policy (for policies written
     /// outside the core, reports and tests).
-    pub fn with_data<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {
+    pub fn with_data<T>(
+        &self,
+        f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>,
+    ) -> Result<T> {
         self.with(f)
     }
 
@@ -172,7 +189,10 @@ impl Manager {
     /// [`Manager::read`] / [`Manager::write`], which pair them for you.
     pub fn open(&self, id: ObjectId, write: bool) -> Result<(*mut u8, usize)> {
         self.with(|m, p| {
-            let (pins, writer) = { let o = m.object(id)?; (o.pins, o.writer) };
+            let (pins, writer) = {
+                let o = m.object(id)?;
+                (o.pins, o.writer)
+            };
             if writer || (write && pins > 0) {
                 // Fails with a clear error before the policy moves anything.
                 m.pin(id, write)?;
@@ -229,7 +249,10 @@ impl Manager {
     /// Counters of every device.
     #[must_use]
     pub fn stats(&self) -> Snapshot {
-        self.devices.iter().map(|d| (d.name.clone(), d.counters.snapshot())).collect()
+        self.devices
+            .iter()
+            .map(|d| (d.name.clone(), d.counters.snapshot()))
+            .collect()
     }
 
     /// Zero every counter.
@@ -246,7 +269,13 @@ impl Manager {
         self.devices
             .iter()
             .enumerate()
-            .map(|(i, d)| (d.name.clone(), g.data.heap(i).used(), g.data.heap(i).capacity()))
+            .map(|(i, d)| {
+                (
+                    d.name.clone(),
+                    g.data.heap(i).used(),
+                    g.data.heap(i).capacity(),
+                )
+            })
             .collect()
     }
 

@@ -84,8 +84,8 @@ pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
     Ok(match name.replace('-', "_").as_str() {
         "lru" => Box::new(Lru::default()),
         "all_fast" => Box::new(AllFast),
-        "all_slow" => Box::new(AllSlow::default()),
-        "first_touch" => Box::new(FirstTouch::default()),
+        "all_slow" => Box::new(AllSlow),
+        "first_touch" => Box::new(FirstTouch),
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "unknown policy '{name}' (built-ins: lru, all_fast, all_slow, first_touch)"
@@ -184,7 +184,9 @@ pub fn evict_object(m: &mut DataManager, id: ObjectId) -> Result<()> {
             }
         }
     }
-    let Some(y) = y else { return Err(full(m, n - 1, len)) };
+    let Some(y) = y else {
+        return Err(full(m, n - 1, len));
+    };
     let dirty = m.region(x)?.dirty;
     let counters = m.devices()[d].counters.clone();
     if dirty || allocated {
@@ -247,7 +249,9 @@ pub fn prefetch_object(
         make_room(m, target, len, start.unwrap_or(0), Some(id))?;
         y = m.allocate(target, len, id)?;
     }
-    let Some(y) = y else { return Ok(Prefetched::Skipped) };
+    let Some(y) = y else {
+        return Ok(Prefetched::Skipped);
+    };
     if let Err(e) = m.copy(y, x) {
         m.free(y)?;
         return Err(e);
@@ -303,7 +307,9 @@ fn pinned_bytes(m: &DataManager, d: usize) -> u64 {
         .iter()
         .filter_map(|(_, b)| b.owner)
         .filter(|&r| {
-            m.parent(r).and_then(|o| m.object(o).map(|o| o.pins > 0)).unwrap_or(false)
+            m.parent(r)
+                .and_then(|o| m.object(o).map(|o| o.pins > 0))
+                .unwrap_or(false)
         })
         .map(|r| m.region(r).map_or(0, |r| r.size))
         .sum()
@@ -337,11 +343,10 @@ pub fn stage_in(m: &mut DataManager, id: ObjectId) -> Result<()> {
 /// back only if the staged copy was modified).
 pub fn stage_out(m: &mut DataManager, id: ObjectId) -> Result<()> {
     let x = m.primary(id)?;
-    let has_block_home = m
-        .region(x)?
-        .links
-        .iter()
-        .any(|l| m.region(*l).is_ok_and(|r| !m.devices()[r.device].byte_addressable()));
+    let has_block_home = m.region(x)?.links.iter().any(|l| {
+        m.region(*l)
+            .is_ok_and(|r| !m.devices()[r.device].byte_addressable())
+    });
     if !has_block_home {
         return Ok(());
     }

@@ -36,7 +36,10 @@ impl DirectFile {
     /// Create (or reuse) `path` as a direct-I/O file of `len` bytes. Refuses memory file
     /// systems and file systems that reject `O_DIRECT`, and checks free space up front.
     pub fn create(path: &Path, len: u64) -> Result<Self, OpenError> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         let (fs_type, free) = statfs(dir).map_err(|e| OpenError::Os("statfs", e))?;
         if fs_type == TMPFS_MAGIC {
             return Err(OpenError::MemoryFs("tmpfs"));
@@ -62,7 +65,8 @@ impl DirectFile {
                     OpenError::Os("open", e)
                 }
             })?;
-        file.set_len(len).map_err(|e| OpenError::Os("set length", e))?;
+        file.set_len(len)
+            .map_err(|e| OpenError::Os("set length", e))?;
         Ok(DirectFile { file })
     }
 
@@ -134,7 +138,7 @@ impl DirectFile {
 /// Whether a buffer address, length and file offset all satisfy direct-I/O alignment.
 #[must_use]
 pub fn aligned(addr: usize, len: usize, offset: u64) -> bool {
-    addr % ALIGN == 0 && len % ALIGN == 0 && offset % ALIGN as u64 == 0
+    addr.is_multiple_of(ALIGN) && len.is_multiple_of(ALIGN) && offset.is_multiple_of(ALIGN as u64)
 }
 
 /// File-system magic number and bytes available to unprivileged users for `dir`.

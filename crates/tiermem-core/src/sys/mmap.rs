@@ -49,15 +49,21 @@ impl Mapping {
         let lead = addr.next_multiple_of(HUGE_PAGE) - addr;
         // SAFETY: lead < HUGE_PAGE <= total, so the result stays inside the map.
         let ptr = unsafe { raw.cast::<u8>().add(lead) };
-        let mut map =
-            Mapping { ptr: NonNull::new(ptr).ok_or_else(overflow)?, len, lead, map_len: total, huge_pages: false };
+        let mut map = Mapping {
+            ptr: NonNull::new(ptr).ok_or_else(overflow)?,
+            len,
+            lead,
+            map_len: total,
+            huge_pages: false,
+        };
         if huge {
             // SAFETY: the range is inside our own map.
             let rc = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
             map.huge_pages = rc == 0;
         }
         if let Some(node) = numa_node {
-            super::numa::bind(ptr, len, node)?;
+            // SAFETY: the range is our own fresh map, not yet faulted in.
+            unsafe { super::numa::bind(ptr, len, node)? };
         }
         map.prefault()?;
         Ok(map)
@@ -81,7 +87,13 @@ impl Mapping {
             return Err(std::io::Error::last_os_error());
         }
         let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)?;
-        let map = Mapping { ptr, len, lead: 0, map_len: len, huge_pages: false };
+        let map = Mapping {
+            ptr,
+            len,
+            lead: 0,
+            map_len: len,
+            huge_pages: false,
+        };
         map.prefault()?;
         Ok(map)
     }
@@ -92,7 +104,11 @@ impl Mapping {
         // kernels before 5.14 lack it, so fall back to touching one byte per page.
         // SAFETY: the range is inside our own map.
         let rc = unsafe {
-            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_POPULATE_WRITE)
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                libc::MADV_POPULATE_WRITE,
+            )
         };
         if rc == 0 {
             return Ok(());
@@ -144,5 +160,8 @@ impl Drop for Mapping {
 }
 
 fn overflow() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidInput, "size overflows the address space")
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "size overflows the address space",
+    )
 }

@@ -5,7 +5,10 @@ const MPOL_MF_STRICT: libc::c_ulong = 1;
 const MPOL_MF_MOVE: libc::c_ulong = 2;
 
 /// Bind the pages of `[ptr, ptr + len)` to NUMA node `node`. Call before faulting them in.
-pub fn bind(ptr: *mut u8, len: usize, node: u32) -> std::io::Result<()> {
+///
+/// # Safety
+/// The range must be a mapping the caller owns (its pages' policy is replaced).
+pub unsafe fn bind(ptr: *mut u8, len: usize, node: u32) -> std::io::Result<()> {
     let bits = usize::BITS as usize;
     let mut mask = vec![0usize; node as usize / bits + 1];
     mask[node as usize / bits] |= 1 << (node as usize % bits);

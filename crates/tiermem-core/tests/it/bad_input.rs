@@ -12,20 +12,36 @@ fn open_err(spec: &str, cap: u64) -> Error {
 #[test]
 fn bad_specs_and_sizes_are_named() {
     assert!(matches!(open_err("hbm", 1 << 20), Error::UnknownDevice(_)));
-    assert!(matches!(open_err("emulated:quantum", 1 << 20), Error::UnknownDevice(m) if m.contains("optane-pmem")));
+    assert!(
+        matches!(open_err("emulated:quantum", 1 << 20), Error::UnknownDevice(m) if m.contains("optane-pmem"))
+    );
     assert!(matches!(open_err("numa:999", 1 << 20), Error::UnknownDevice(m) if m.contains("999")));
-    assert!(matches!(open_err("numa:x", 1 << 20), Error::InvalidArgument(_)));
-    assert!(matches!(open_err("block:", 1 << 20), Error::InvalidArgument(_)));
+    assert!(matches!(
+        open_err("numa:x", 1 << 20),
+        Error::InvalidArgument(_)
+    ));
+    assert!(matches!(
+        open_err("block:", 1 << 20),
+        Error::InvalidArgument(_)
+    ));
     assert!(matches!(open_err("dram", 0), Error::InvalidArgument(m) if m.contains("zero")));
-    assert!(matches!(open_err("dram", u64::MAX), Error::InvalidArgument(m) if m.contains("overflow")));
+    assert!(
+        matches!(open_err("dram", u64::MAX), Error::InvalidArgument(m) if m.contains("overflow"))
+    );
     let e = open_err("dram", 1 << 50);
-    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("larger than")), "{e}");
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("larger than")),
+        "{e}"
+    );
 }
 
 #[test]
 fn bad_paths_are_named() {
     let e = open_err("mapped:/nonexistent-dir/x", 1 << 20);
-    assert!(matches!(&e, Error::Io { .. }) && e.to_string().contains("/nonexistent-dir/x"), "{e}");
+    assert!(
+        matches!(&e, Error::Io { .. }) && e.to_string().contains("/nonexistent-dir/x"),
+        "{e}"
+    );
     let e = open_err("block:/nonexistent-dir/x", 1 << 20);
     assert!(matches!(&e, Error::Io { .. }), "{e}");
     if std::path::Path::new("/dev/shm").is_dir() {
@@ -33,17 +49,29 @@ fn bad_paths_are_named() {
         assert!(e.to_string().contains("tmpfs"), "{e}");
     }
     let e = open_err(&format!("block:{}/huge", scratch("bad").display()), 1 << 62);
-    assert!(matches!(e, Error::DeviceFull { .. } | Error::InvalidArgument(_)), "{e}");
+    assert!(
+        matches!(e, Error::DeviceFull { .. } | Error::InvalidArgument(_)),
+        "{e}"
+    );
 }
 
 #[test]
 fn zero_and_oversized_objects_are_refused_and_manager_stays_consistent() {
     let m = two_tier(1 << 20, 4 << 20, "lru");
-    assert!(matches!(m.alloc(0, Place::Fast), Err(Error::InvalidArgument(_))));
-    assert!(matches!(m.alloc(u64::MAX, Place::Fast), Err(Error::InvalidArgument(_) | Error::DeviceFull { .. })));
+    assert!(matches!(
+        m.alloc(0, Place::Fast),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        m.alloc(u64::MAX, Place::Fast),
+        Err(Error::InvalidArgument(_) | Error::DeviceFull { .. })
+    ));
     let e = m.alloc(64 << 20, Place::Fast).unwrap_err();
     assert!(e.to_string().contains("emulated:cxl"), "{e}");
-    assert!(matches!(m.alloc(1, Place::Device(7)), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        m.alloc(1, Place::Device(7)),
+        Err(Error::InvalidArgument(_))
+    ));
     assert_eq!(m.object_count(), 0);
     m.check().unwrap();
 }
@@ -69,7 +97,10 @@ fn block_device_round_trips_and_guards_stage_its_data() {
     let spec = format!("block:{}/slow.bin", dir.display());
     for pol in ["lru", "all_slow", "first_touch"] {
         let m = Manager::new(
-            vec![Device::open("dram", 4 << 20).unwrap(), Device::open(&spec, 16 << 20).unwrap()],
+            vec![
+                Device::open("dram", 4 << 20).unwrap(),
+                Device::open(&spec, 16 << 20).unwrap(),
+            ],
             policy::builtin(pol).unwrap(),
         )
         .unwrap();
@@ -84,7 +115,13 @@ fn block_device_round_trips_and_guards_stage_its_data() {
         m.evict(id).unwrap();
         assert_eq!(m.placement(id).unwrap().device, 1, "{pol}");
         let g = m.read(id).unwrap();
-        assert!(g.as_slice().iter().enumerate().all(|(i, &b)| b == (i % 253) as u8), "{pol}");
+        assert!(
+            g.as_slice()
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == (i % 253) as u8),
+            "{pol}"
+        );
         drop(g);
         m.check().unwrap();
     }
@@ -96,14 +133,20 @@ fn first_device_must_be_memory_and_names_unique() {
     let dir = scratch("order");
     let spec = format!("block:{}/b.bin", dir.display());
     let e = Manager::new(
-        vec![Device::open(&spec, 1 << 20).unwrap(), Device::open("dram", 1 << 20).unwrap()],
+        vec![
+            Device::open(&spec, 1 << 20).unwrap(),
+            Device::open("dram", 1 << 20).unwrap(),
+        ],
         policy::builtin("lru").unwrap(),
     )
     .err()
     .unwrap();
     assert!(e.to_string().contains("byte-addressable"), "{e}");
     let e = Manager::new(
-        vec![Device::open("dram", 1 << 20).unwrap(), Device::open("dram", 1 << 20).unwrap()],
+        vec![
+            Device::open("dram", 1 << 20).unwrap(),
+            Device::open("dram", 1 << 20).unwrap(),
+        ],
         policy::builtin("lru").unwrap(),
     )
     .err()

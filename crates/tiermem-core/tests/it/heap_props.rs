@@ -99,7 +99,11 @@ fn evict_from_walks_forward_and_coalesces() {
     let got = h
         .evict_from::<()>(offs[2], 64 * 3, |off, owner| {
             seen.push(off);
-            Ok(if owner == 4 { Disposition::Kept } else { Disposition::Evicted })
+            Ok(if owner == 4 {
+                Disposition::Kept
+            } else {
+                Disposition::Evicted
+            })
         })
         .unwrap();
     // Block 2 evicted, block 3 (owner 4) pinned, then 4, 5, 6 evicted make 3 lines.
@@ -115,7 +119,9 @@ fn evict_from_reports_when_everything_is_kept() {
     for i in 0..4 {
         h.alloc(64, i + 1).unwrap();
     }
-    let got = h.evict_from::<()>(0, 128, |_, _| Ok(Disposition::Kept)).unwrap();
+    let got = h
+        .evict_from::<()>(0, 128, |_, _| Ok(Disposition::Kept))
+        .unwrap();
     assert_eq!(got, None);
     h.check().unwrap();
 }

@@ -13,7 +13,10 @@ use tiermem_core::policy;
 /// A manager over DRAM of `fast` bytes and emulated PM of `slow` bytes.
 pub fn two_tier(fast: u64, slow: u64, pol: &str) -> Manager {
     Manager::new(
-        vec![Device::open("dram", fast).unwrap(), Device::open("emulated:cxl", slow).unwrap()],
+        vec![
+            Device::open("dram", fast).unwrap(),
+            Device::open("emulated:cxl", slow).unwrap(),
+        ],
         policy::builtin(pol).unwrap(),
     )
     .unwrap()

@@ -38,19 +38,17 @@ fn run(policy: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let pick = |ids: &Vec<u64>, i: usize| (!ids.is_empty()).then(|| ids[i % ids.len()]);
     for o in ops {
         match o {
-            Op::Alloc(n, fast) => {
-                match m.alloc(n, if fast { Place::Fast } else { Place::Slow }) {
-                    Ok(id) => {
-                        prop_assert!(id > last_id, "ids increase monotonically");
-                        last_id = id;
-                        m.write(id).unwrap().as_mut_slice().fill(0);
-                        model.insert(id, 0);
-                        ids.push(id);
-                    }
-                    Err(Error::DeviceFull { .. }) => {}
-                    Err(e) => prop_assert!(false, "alloc: {e}"),
+            Op::Alloc(n, fast) => match m.alloc(n, if fast { Place::Fast } else { Place::Slow }) {
+                Ok(id) => {
+                    prop_assert!(id > last_id, "ids increase monotonically");
+                    last_id = id;
+                    m.write(id).unwrap().as_mut_slice().fill(0);
+                    model.insert(id, 0);
+                    ids.push(id);
                 }
-            }
+                Err(Error::DeviceFull { .. }) => {}
+                Err(e) => prop_assert!(false, "alloc: {e}"),
+            },
             Op::Free(i) => {
                 if let Some(id) = pick(&ids, i) {
                     m.free(id).unwrap();

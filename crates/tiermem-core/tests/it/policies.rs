@@ -17,7 +17,11 @@ fn clean_eviction_is_elided_and_slow_sibling_retained() {
     assert_eq!(stat(&m, "dram").dirty_writebacks, 1);
     m.prefetch(id, false).unwrap();
     let p = m.placement(id).unwrap();
-    assert_eq!((p.device, p.siblings.clone(), p.dirty), (0, vec![1], false), "slow sibling kept");
+    assert_eq!(
+        (p.device, p.siblings.clone(), p.dirty),
+        (0, vec![1], false),
+        "slow sibling kept"
+    );
     let written = stat(&m, "emulated:cxl").bytes_written;
     m.evict(id).unwrap(); // clean: nothing copied
     assert_eq!(stat(&m, "dram").writebacks_elided, 1);
@@ -74,8 +78,13 @@ fn forced_prefetch_fails_clearly_when_only_pinned_data_is_in_the_way() {
 #[test]
 fn first_touch_fills_fast_in_order_and_never_moves() {
     let m = two_tier(64 * 1024, 8 << 20, "first_touch");
-    let ids: Vec<u64> = (0..5).map(|_| m.alloc(20_000, Place::Auto).unwrap()).collect();
-    let devs: Vec<usize> = ids.iter().map(|&i| m.placement(i).unwrap().device).collect();
+    let ids: Vec<u64> = (0..5)
+        .map(|_| m.alloc(20_000, Place::Auto).unwrap())
+        .collect();
+    let devs: Vec<usize> = ids
+        .iter()
+        .map(|&i| m.placement(i).unwrap().device)
+        .collect();
     assert_eq!(devs, vec![0, 0, 0, 1, 1]);
     m.prefetch(ids[4], true).unwrap();
     m.write(ids[4]).unwrap().as_mut_slice().fill(9);
@@ -86,7 +95,10 @@ fn first_touch_fills_fast_in_order_and_never_moves() {
 fn all_fast_and_all_slow_place_as_named() {
     let fast = two_tier(64 * 1024, 8 << 20, "all_fast");
     fast.alloc(60_000, Place::Auto).unwrap();
-    assert!(matches!(fast.alloc(60_000, Place::Auto), Err(Error::DeviceFull { .. })));
+    assert!(matches!(
+        fast.alloc(60_000, Place::Auto),
+        Err(Error::DeviceFull { .. })
+    ));
     let slow = two_tier(64 * 1024, 8 << 20, "all_slow");
     let id = slow.alloc(60_000, Place::Auto).unwrap();
     slow.write(id).unwrap().as_mut_slice().fill(2);

@@ -14,7 +14,7 @@ use crate::two_tier;
 fn concurrent_eviction_never_tears_a_write() {
     let m = Arc::new(two_tier(1 << 20, 16 << 20, "lru"));
     let id = m.alloc(256 * 1024, Place::Fast).unwrap();
-    let rounds = 300u32;
+    let rounds = 200u32;
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(2));
     let evictor = {
@@ -29,6 +29,8 @@ fn concurrent_eviction_never_tears_a_write() {
                     Err(e) => panic!("evict: {e}"),
                 }
                 let _ = m.prefetch(id, true);
+                // std's mutex is not fair: give the writer a chance at the manager lock.
+                std::thread::sleep(Duration::from_micros(20));
             }
             (evicted, refused)
         })
@@ -42,11 +44,14 @@ fn concurrent_eviction_never_tears_a_write() {
             let mut g = m.write(id).unwrap();
             for chunk in g.as_mut_slice().chunks_mut(4096) {
                 chunk.fill(v);
-                std::thread::yield_now(); // widen the window an evictor would need
+                std::thread::sleep(Duration::from_micros(20)); // widen the window an evictor would need
             }
         }
         let g = m.read(id).unwrap();
-        assert!(g.as_slice().iter().all(|&b| b == v), "torn write in round {round}");
+        assert!(
+            g.as_slice().iter().all(|&b| b == v),
+            "torn write in round {round}"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     let (evicted, refused) = evictor.join().unwrap();
