@@ -130,3 +130,20 @@ def test_python_policy_sees_manager_rules() -> None:
         with pytest.raises(tiermem.PinnedError):
             a.evict()  # the manager refuses before the policy runs
     np.testing.assert_array_equal(a.to_numpy(), np.ones(100, "uint8"))
+
+
+def test_calling_the_manager_from_inside_a_policy_is_refused_not_deadlocked() -> None:
+    holder: dict[str, Any] = {}
+
+    class Reentrant:
+        name = "reentrant"
+
+        def alloc(self, api: Any, nbytes: int, place: int) -> int:
+            holder["m"].array(4)  # would need the manager lock held by this very call
+            return api.create_object(0, nbytes)
+
+    m = tiermem.Manager({"dram": "1 MiB"}, policy=Reentrant())
+    holder["m"] = m
+    with pytest.raises(tiermem.PolicyError, match="only the DataApi"):
+        m.array(10)
+    assert m.object_count == 0

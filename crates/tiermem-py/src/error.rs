@@ -34,10 +34,24 @@ pub fn to_py(e: Error) -> PyErr {
     }
 }
 
+thread_local! {
+    /// Depth of Python policy callbacks running on this thread (they run under the manager
+    /// lock, so calling back into a manager from one would deadlock).
+    pub static IN_POLICY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// Run core work with the GIL released and convert its error: the one way out of Python.
 pub fn run<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> tiermem_core::Result<T> + Send,
 ) -> PyResult<T> {
+    if IN_POLICY.with(std::cell::Cell::get) > 0 {
+        return Err(to_py(Error::Policy {
+            policy: "python".into(),
+            message: "a policy callback called a Manager or array method; inside a policy use \
+                      only the DataApi it was given (the manager lock is held)"
+                .into(),
+        }));
+    }
     py.detach(f).map_err(to_py)
 }

@@ -188,8 +188,8 @@ impl PyManager {
     }
 
     /// (name, bytes used, capacity) per device.
-    fn usage(&self) -> Vec<(String, u64, u64)> {
-        self.inner.usage()
+    fn usage(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, u64)>> {
+        run(py, || Ok(self.inner.usage()))
     }
 
     fn devices_json(&self) -> String {

@@ -9,7 +9,7 @@ use tiermem_core::manager::{DataManager, ObjectId};
 use tiermem_core::policy::{self, Place, Policy};
 use tiermem_core::{Error, Result};
 
-use crate::error::to_py;
+use crate::error::{to_py, IN_POLICY};
 
 /// A user object implementing some of: `alloc(api, nbytes, place)`, `prefetch(api, id,
 /// force)`, `evict(api, id)`, `softevict(api, id)`, `read_use(api, id)`, `write_use(api,
@@ -58,9 +58,11 @@ impl PyPolicy {
                 },
             )
             .map_err(|e| self.err(py, e))?;
+            IN_POLICY.with(|d| d.set(d.get() + 1));
             let out = args(py, api.clone())
                 .and_then(|a| obj.call_method1(method, a))
                 .map(Bound::unbind);
+            IN_POLICY.with(|d| d.set(d.get() - 1));
             api.borrow().ptr.set(std::ptr::null_mut());
             out.map(Some).map_err(|e| self.err(py, e))
         })
