@@ -74,65 +74,55 @@ impl DirectFile {
     /// [`ALIGN`].
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         debug_assert!(aligned(buf.as_ptr() as usize, buf.len(), offset));
-        let mut done = 0;
-        while done < buf.len() {
-            let rest = &mut buf[done..];
-            // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes.
-            let n = unsafe {
-                libc::pread(
-                    self.file.as_raw_fd(),
-                    rest.as_mut_ptr().cast(),
-                    rest.len(),
-                    (offset + done as u64) as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "read past the end of the device file",
-                ));
-            }
-            done += n as usize;
-        }
-        Ok(())
+        let (fd, p) = (self.file.as_raw_fd(), buf.as_mut_ptr());
+        let short = || {
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "read past the end of the device file",
+            )
+        };
+        // SAFETY: [done, done + n) lies inside `buf`, a live writable buffer.
+        transfer(buf.len(), offset, short, |done, n, at| unsafe {
+            libc::pread(fd, p.add(done).cast(), n, at)
+        })
     }
 
     /// Write `buf` at `offset`, with the same alignment rules as [`DirectFile::read_at`].
     pub fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         debug_assert!(aligned(buf.as_ptr() as usize, buf.len(), offset));
-        let mut done = 0;
-        while done < buf.len() {
-            let rest = &buf[done..];
-            // SAFETY: `rest` is a live buffer of `rest.len()` readable bytes.
-            let n = unsafe {
-                libc::pwrite(
-                    self.file.as_raw_fd(),
-                    rest.as_ptr().cast(),
-                    rest.len(),
-                    (offset + done as u64) as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-            done += n as usize;
-        }
-        Ok(())
+        let (fd, p) = (self.file.as_raw_fd(), buf.as_ptr());
+        let full = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        // SAFETY: [done, done + n) lies inside `buf`, a live readable buffer.
+        transfer(buf.len(), offset, full, |done, n, at| unsafe {
+            libc::pwrite(fd, p.add(done).cast(), n, at)
+        })
     }
+}
+
+/// Repeat `op(done, remaining, file offset)` until `len` bytes moved, retrying on EINTR;
+/// a zero-byte transfer fails with `on_zero()`.
+fn transfer(
+    len: usize,
+    offset: u64,
+    on_zero: impl Fn() -> std::io::Error,
+    mut op: impl FnMut(usize, usize, libc::off_t) -> isize,
+) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        let n = op(done, len - done, (offset + done as u64) as libc::off_t);
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(on_zero());
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 /// Whether a buffer address, length and file offset all satisfy direct-I/O alignment.
