@@ -47,9 +47,10 @@ test-py: build $(TORCH_STAMP) ## Python tests
 test: test-rs test-py ## everything CI runs
 
 .PHONY: demo
-demo: build ## show the devices and run the quick copy benchmark
+demo: build ## show the devices and run the quick copy benchmark (JSON and plot in results/)
+	mkdir -p results
 	$(VENV)/bin/tiermem info
-	$(VENV)/bin/tiermem bench copy --quick
+	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
 
 .PHONY: bench-quick
 bench-quick: build ## quick copy benchmark with JSON and plot into results/

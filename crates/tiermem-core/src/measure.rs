@@ -34,7 +34,8 @@ pub struct DeviceFigures {
 #[derive(Clone, Copy)]
 struct P(usize);
 
-fn best(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+/// Shortest wall time of `reps` runs of `f`, in seconds.
+pub fn best(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     let mut t = f64::INFINITY;
     for _ in 0..reps.max(1) {
         let s = Instant::now();

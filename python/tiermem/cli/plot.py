@@ -2,32 +2,53 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from .._sizes import format_bytes
+
+
+def short_name(name: str, kind: str) -> str:
+    """``block:/long/path`` -> ``block``; emulated devices say so."""
+    if name.startswith("block:"):
+        return "block (real SSD)"
+    return f"{name} (emulated)" if kind == "emulated" else name
 
 
 def plot_copy(res: dict[str, Any], path: str) -> None:
-    """Copy bandwidth against size, one line per device pair, memcpy baselines dashed."""
+    """Copy bandwidth against size: one panel per source device, one line per destination,
+    the DRAM memcpy and NumPy baselines in every panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    label = {n: (f"{n} (emulated)" if k == "emulated" else n) for n, k in res["devices"].items()}
-    pairs = sorted({(r["src"], r["dst"]) for r in res["rows"]})
-    for src, dst in pairs:
-        rs = [r for r in res["rows"] if (r["src"], r["dst"]) == (src, dst)]
-        ax.plot([r["size"] for r in rs], [r["gbps"] for r in rs], marker="o", ms=3, label=f"{label[src]} -> {label[dst]}")
-    rs = [r for r in res["rows"] if (r["src"], r["dst"]) == pairs[0]]
-    for key, style in (("memcpy_1t", ":"), ("memcpy_mt", "--"), ("numpy", "-.")):
-        ax.plot([r["size"] for r in rs], [r["baselines"][key] for r in rs], "k" + style, label=f"{key} (DRAM)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("copy size (bytes)")
-    ax.set_ylabel("GB/s")
-    ax.set_title("tiermem copy bandwidth per device pair")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    label = {n: short_name(n, k) for n, k in res["devices"].items()}
+    sources = list(dict.fromkeys(r["src"] for r in res["rows"]))
+    cols = 2
+    rows_n = math.ceil(len(sources) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(12, 4 * rows_n), sharex=True, sharey=True, squeeze=False)
+    sizes = sorted({r["size"] for r in res["rows"]})
+    for ax, src in zip(axes.flat, sources):
+        for dst in sources:
+            rs = [r for r in res["rows"] if (r["src"], r["dst"]) == (src, dst)]
+            ax.plot([r["size"] for r in rs], [r["gbps"] for r in rs], marker="o", ms=3, label=f"to {label[dst]}")
+        base = [r for r in res["rows"] if r["src"] == src and r["dst"] == sources[0]]
+        for key, style in (("memcpy_1t", ":"), ("memcpy_mt", "--"), ("numpy", "-.")):
+            ax.plot([r["size"] for r in base], [r["baselines"][key] for r in base], "k" + style, lw=1,
+                    label=f"{key} (DRAM)")
+        ax.set_title(f"from {label[src]}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([format_bytes(s).replace(".0", "") for s in sizes], rotation=45, fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes.flat[len(sources):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("GB/s")
+    fig.suptitle(f"tiermem copy bandwidth ({res['cores']} cores, {res['kernels']} kernels)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -175,6 +175,17 @@ impl Manager {
         self.with(|m, _| Ok(m.object(id)?.len))
     }
 
+    /// Copy the bytes of object `src` into object `dst` (same length) with the copy engine,
+    /// primary to primary; nothing moves. Used by benchmarks and calibration.
+    pub fn copy_objects(&self, dst: ObjectId, src: ObjectId) -> Result<()> {
+        self.with(|m, _| {
+            let (ld, ls) = (m.object(dst)?.len, m.object(src)?.len);
+            crate::ensure!(ld == ls, "objects differ in length: {ld} vs {ls} bytes");
+            crate::ensure!(dst != src, "cannot copy object {src} onto itself");
+            m.copy(m.primary(dst)?, m.primary(src)?)
+        })
+    }
+
     /// Run `f` with exclusive access to the data manager and the policy (for policies written
     /// outside the core, reports and tests).
     pub fn with_data<T>(
