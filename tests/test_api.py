@@ -117,3 +117,20 @@ def test_topology_and_profiles() -> None:
     optane = next(p for p in tiermem.profiles() if p["name"] == "optane-pmem")
     assert 1 / 8 <= optane["write_ratio"] <= 1 / 6 and 0.3 <= optane["read_ratio"] <= 0.35
     assert optane["latency_ratio"] >= 3
+
+
+def _anon_huge_bytes() -> int:
+    with open("/proc/self/smaps_rollup", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.skipif(tiermem.topology()["thp"] in ("never", "unavailable"), reason="THP disabled here")
+def test_memory_heaps_are_prefaulted_on_huge_pages() -> None:
+    before = _anon_huge_bytes()
+    m = tiermem.Manager({"dram": "64 MiB"}, policy="all_fast")
+    assert m.devices[0]["huge_pages"] is True
+    # Pre-faulted at creation, on transparent huge pages (most of them, fragmentation allowing).
+    assert _anon_huge_bytes() - before >= 32 << 20

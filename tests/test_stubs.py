@@ -1,0 +1,31 @@
+"""The stub file lists exactly what the native module exports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tiermem import _tiermem
+
+
+
+def _stub_names() -> dict[str, set[str]]:
+    path = Path(__file__).resolve().parents[1] / "python" / "tiermem" / "_tiermem.pyi"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: dict[str, set[str]] = {"": set()}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+            out[""].add(node.name)
+        elif isinstance(node, ast.FunctionDef):
+            out[""].add(node.name)
+    return out
+
+
+def test_stub_matches_native_module() -> None:
+    stub = _stub_names()
+    native = {n for n in dir(_tiermem) if not n.startswith("_")}
+    assert stub[""] == native
+    for cls in ("Manager", "Recorder", "DataApi"):
+        methods = {n for n in dir(getattr(_tiermem, cls)) if not n.startswith("_")}
+        assert stub[cls] == methods, cls
