@@ -129,7 +129,10 @@ def test_python_policy_sees_manager_rules() -> None:
     with a.read():
         with pytest.raises(tiermem.PinnedError):
             a.evict()  # the manager refuses before the policy runs
+    with pytest.raises(tiermem.PolicyError, match="is the primary of object"):
+        a.evict()  # the data manager refuses to free a live primary
     np.testing.assert_array_equal(a.to_numpy(), np.ones(100, "uint8"))
+    m.check()
 
 
 def test_calling_the_manager_from_inside_a_policy_is_refused_not_deadlocked() -> None:

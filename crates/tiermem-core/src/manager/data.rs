@@ -187,14 +187,20 @@ impl DataManager {
     /// Free an object and every region it has, copying nothing (its data is dead).
     pub fn destroy_object(&mut self, id: ObjectId) -> Result<()> {
         self.ensure_unpinned(id, "free")?;
-        let primary = self.primary(id)?;
-        let mut regions = self.region(primary)?.links.clone();
-        regions.push(primary);
+        let regions = self.regions_of(id)?;
+        self.objects.remove(&id);
         for r in regions {
             self.free(r)?;
         }
-        self.objects.remove(&id);
         Ok(())
+    }
+
+    /// The primary and every linked region of an object.
+    pub fn regions_of(&self, id: ObjectId) -> Result<Vec<RegionId>> {
+        let primary = self.primary(id)?;
+        let mut regions = self.region(primary)?.links.clone();
+        regions.push(primary);
+        Ok(regions)
     }
 
     // ----- regions -----
@@ -241,6 +247,16 @@ impl DataManager {
                 dev.name
             );
         }
+        if self.objects.contains_key(&object) {
+            for r in self.regions_of(object)? {
+                if self.regions[&r].device == device {
+                    crate::bail!(
+                        "object {object} already has region {r} on '{}' (one region per device)",
+                        dev.name
+                    );
+                }
+            }
+        }
         let id = self.next_region;
         let Some(offset) = self.heaps[device].alloc(size, id) else {
             DeviceCounters::bump(&self.counters(device).alloc_failures);
@@ -263,8 +279,16 @@ impl DataManager {
     }
 
     /// `free(region)`: unlink it from its siblings and return its space to the heap.
-    /// Freeing an object's primary is refused while it has no other region to become primary.
+    /// Freeing a live object's primary is refused: make another region primary first (or
+    /// destroy the object), so no object ever loses its data.
     pub fn free(&mut self, id: RegionId) -> Result<()> {
+        let owner = self.region(id)?.object;
+        if self.objects.get(&owner).is_some_and(|o| o.primary == id) {
+            crate::bail!(
+                "region {id} is the primary of object {owner}; set another primary first or \
+                 free the object"
+            );
+        }
         let r = self.regions.remove(&id).ok_or_else(|| {
             Error::InvalidArgument(format!("no region with id {id} (double free?)"))
         })?;

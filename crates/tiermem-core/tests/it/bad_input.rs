@@ -169,3 +169,21 @@ fn guards_exclude_writers() {
     drop(w);
     m.check().unwrap();
 }
+
+#[test]
+fn data_manager_refuses_to_lose_a_primary_or_double_up_a_device() {
+    let m = two_tier(1 << 20, 4 << 20, "lru");
+    let id = m.alloc(1000, Place::Fast).unwrap();
+    m.with_data(|dm, _| {
+        let p = dm.primary(id)?;
+        assert!(matches!(dm.free(p), Err(Error::InvalidArgument(msg)) if msg.contains("primary")));
+        assert!(matches!(dm.allocate(0, 1000, id), Err(Error::InvalidArgument(msg)) if msg.contains("one region per device")));
+        let r = dm.allocate(1, 1000, id)?.unwrap();
+        dm.link(p, r)?;
+        dm.free(r)?;
+        assert!(dm.free(r).is_err(), "double free refused");
+        Ok(())
+    })
+    .unwrap();
+    m.check().unwrap();
+}
