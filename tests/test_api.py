@@ -134,3 +134,12 @@ def test_memory_heaps_are_prefaulted_on_huge_pages() -> None:
     assert m.devices[0]["huge_pages"] is True
     # Pre-faulted at creation, on transparent huge pages (most of them, fragmentation allowing).
     assert _anon_huge_bytes() - before >= 32 << 20
+
+
+def test_numa_device_on_an_existing_node() -> None:
+    node = tiermem.topology()["nodes"][0]["id"]
+    m = tiermem.Manager({"dram": "1 MiB", f"numa:{node}": "4 MiB"}, policy="all_slow")
+    a = m.array(1000, "int32", fill=-3)
+    assert a.device == f"numa:{node}"
+    assert int(a.to_numpy().sum()) == -3000
+    assert m.devices[1]["kind"] == "numa" and m.devices[1]["real"] == "real"

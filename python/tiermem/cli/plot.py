@@ -52,3 +52,36 @@ def plot_copy(res: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_trace(trace: list[dict[str, Any]], path: str, title: str = "bytes moved per device") -> None:
+    """Read and write bandwidth per device over time from ``Manager.record()`` samples
+    (like thesis Fig. 4.6/4.8): reads above the axis, writes below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not trace:
+        raise ValueError("the trace is empty: record for longer than one interval")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ends = [s["t"] for s in trace]
+    starts = [0.0, *ends[:-1]]
+    dt = [b - a for a, b in zip(starts, ends)]
+    t = [*starts, ends[-1]]
+    for i, dev in enumerate(trace[0]["read"]):
+        color = f"C{i}"
+        r = [s["read"][dev] / d / 1e9 if d > 0 else 0 for s, d in zip(trace, dt)]
+        w = [-s["written"][dev] / d / 1e9 if d > 0 else 0 for s, d in zip(trace, dt)]
+        r, w = [*r, r[-1]], [*w, w[-1]]  # a step per interval, drawn from its start
+        ax.step(t, r, where="post", color=color, label=f"{dev} read")
+        ax.step(t, w, where="post", color=color, ls="--", label=f"{dev} written")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("GB/s (reads up, writes down)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

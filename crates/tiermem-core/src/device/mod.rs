@@ -260,6 +260,23 @@ impl Device {
         }
     }
 
+    /// Account for `bytes` that a tiermem kernel read from the device in `accesses`
+    /// dependent steps: count them and, on an emulated device, wait out their cost.
+    pub fn charge_read(&self, bytes: u64, accesses: u64) {
+        self.counters.read(bytes);
+        if let Some(t) = &self.throttle {
+            t.charge_read(bytes, accesses);
+        }
+    }
+
+    /// Account for `bytes` that `threads` kernel threads wrote to the device.
+    pub fn charge_write(&self, bytes: u64, threads: usize) {
+        self.counters.wrote(bytes);
+        if let Some(t) = &self.throttle {
+            t.charge_write(bytes, threads);
+        }
+    }
+
     /// Whether the device is emulated.
     #[must_use]
     pub fn is_emulated(&self) -> bool {
