@@ -131,7 +131,10 @@ fn kernel_traffic_is_counted_and_throttled_on_emulated_devices() {
     slow.charge_read(bytes, 0);
     let took = start.elapsed();
     assert!(took >= expect, "{took:?} < {expect:?}");
-    assert!(took < expect * 2 + std::time::Duration::from_millis(20), "{took:?}");
+    assert!(
+        took < expect * 2 + std::time::Duration::from_millis(20),
+        "{took:?}"
+    );
     slow.charge_write(1000, 1);
     let s = m.stats()["emulated:cxl"];
     assert_eq!((s.bytes_read, s.bytes_written), (bytes, 1000));
