@@ -44,7 +44,7 @@ test-py: build $(TORCH_STAMP) ## Python tests
 	$(PY) -m pytest -q
 
 .PHONY: test
-test: test-rs test-py ## everything CI runs
+test: lint test-rs test-py ## everything CI runs: lint, Rust tests, Python tests
 
 .PHONY: demo
 demo: build ## show the devices and run the quick copy benchmark (JSON and plot in results/)
@@ -58,9 +58,9 @@ bench-quick: build ## quick copy benchmark with JSON and plot into results/
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
 
 .PHONY: lint
-lint: ## clippy and rustfmt check
+lint: ## rustfmt check and clippy (warnings are errors)
 	cargo fmt --all -- --check
-	cargo clippy --workspace --release -- -D warnings
+	cargo clippy --workspace --release --all-targets -- -D warnings
 
 .PHONY: clean
 clean: ## remove build outputs and the virtual environment

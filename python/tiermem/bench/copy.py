@@ -102,7 +102,9 @@ def run(
                 if (si, di) == ("dram", "dram"):
                     secs = best["tiermem"]
                 else:
-                    src = m.array(size, "uint8", where=si)
+                    # Write the source first: reading never-written blocks of a file skips the
+                    # disk and would flatter block devices.
+                    src = m.array(size, "uint8", where=si, fill=1)
                     dst = m.array(size, "uint8", where=di)
                     m._native.copy_objects(dst.id, src.id)  # warm-up
                     secs = m._native.copy_objects(dst.id, src.id, reps)

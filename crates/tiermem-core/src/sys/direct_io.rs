@@ -19,7 +19,8 @@ pub enum OpenError {
     Os(&'static str, std::io::Error),
     /// The path is on a memory file system (data would live in RAM, not on a disk).
     MemoryFs(&'static str),
-    /// The file system has less free space than the device needs.
+    /// The file system has less free space than the device needs (checked up front;
+    /// reserving the space can still fail if the disk fills meanwhile).
     NoSpace {
         /// Bytes free on the file system.
         free: u64,
@@ -65,8 +66,23 @@ impl DirectFile {
                     OpenError::Os("open", e)
                 }
             })?;
-        file.set_len(len)
-            .map_err(|e| OpenError::Os("set length", e))?;
+        // Reserve the blocks now so a full disk shows up here rather than in a later
+        // write-back; file systems without fallocate get a sparse file of the same length.
+        // SAFETY: fd is an open, writable file descriptor owned by `file`.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        match rc {
+            0 => {}
+            libc::EOPNOTSUPP | libc::EINVAL => {
+                file.set_len(len)
+                    .map_err(|e| OpenError::Os("set length", e))?;
+            }
+            e => {
+                return Err(OpenError::Os(
+                    "reserve space",
+                    std::io::Error::from_raw_os_error(e),
+                ))
+            }
+        }
         Ok(DirectFile { file })
     }
 
