@@ -21,6 +21,7 @@ from typing import Any
 from . import _tiermem
 from ._sizes import format_bytes, parse_size
 from .array import Guard, GuardedArray, TieredArray
+from . import exceptions as _exceptions
 from .exceptions import (
     AllPinnedError,
     DeviceFullError,
@@ -72,15 +73,6 @@ __all__ = [
     "calibration_path",
     "parse_size",
     "format_bytes",
-    "TiermemError",
-    "InvalidArgumentError",
-    "UnknownDeviceError",
-    "DeviceFullError",
-    "PinnedError",
-    "AllPinnedError",
-    "NoSuchObjectError",
-    "DeviceIOError",
-    "GuardError",
-    "PolicyError",
+    *_exceptions.__all__,
     "__version__",
 ]

@@ -105,22 +105,23 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
     let row = 256usize;
     let rows = len / row;
     let count = (rows * 2).min(1 << 20);
-    let rand_read = best(reps, || {
-        let deadline = t.map(|t| t.reserve_read((count * row) as u64, (count / 16) as u64));
-        let s: u64 = (0..threads)
+    let per_thread = count / threads;
+    // Apply `f` to `per_thread` random row addresses on every thread; sum what it returns.
+    let random_rows = |seed: u64, f: &(dyn Fn(usize) -> u64 + Sync)| -> u64 {
+        (0..threads)
             .into_par_iter()
             .map(|i| {
-                let mut r = rng(i as u64 + 7);
-                let mut acc = 0u64;
-                for _ in 0..count / threads {
-                    let at = (r() as usize % rows) * row;
-                    // SAFETY: at + row <= len, inside the caller's region, 8-byte aligned.
-                    acc = acc
-                        .wrapping_add(unsafe { kernels::read_sum((b.0 + at) as *const u8, row) });
-                }
-                acc
+                let mut r = rng(seed + i as u64);
+                (0..per_thread).fold(0u64, |acc, _| {
+                    acc.wrapping_add(f(b.0 + (r() as usize % rows) * row))
+                })
             })
-            .sum();
+            .sum()
+    };
+    let rand_read = best(reps, || {
+        let deadline = t.map(|t| t.reserve_read((count * row) as u64, (count / 16) as u64));
+        // SAFETY: every row lies inside the caller's region and is 8-byte aligned.
+        let s = random_rows(7, &|at| unsafe { kernels::read_sum(at as *const u8, row) });
         std::hint::black_box(s);
         if let Some(d) = deadline {
             wait_until(d);
@@ -129,15 +130,10 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
     })?;
     let rand_write = best(reps, || {
         let deadline = t.map(|t| t.reserve_write((count * row) as u64, threads));
-        (0..threads).into_par_iter().for_each(|i| {
-            let mut r = rng(i as u64 + 11);
-            for _ in 0..count / threads {
-                let at = (r() as usize % rows) * row;
-                // SAFETY: at + row <= len; `zeros` holds at least `row` bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(zeros.as_ptr(), (b.0 + at) as *mut u8, row)
-                };
-            }
+        random_rows(11, &|at| {
+            // SAFETY: the row lies inside the caller's region; `zeros` holds at least `row` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(zeros.as_ptr(), at as *mut u8, row) };
+            0
         });
         if let Some(d) = deadline {
             wait_until(d);
@@ -146,7 +142,7 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
     })?;
     let latency = latency_ns(base, len.min(256 << 20), 200_000);
     let latency = t.map_or(latency, |t| latency.max(t.latency_ns));
-    let rgb = (count / threads * threads * row) as f64 / 1e9;
+    let rgb = (per_thread * threads * row) as f64 / 1e9;
     Ok(DeviceFigures {
         seq_read_gbps: gb / read,
         seq_write_gbps: gb / write,

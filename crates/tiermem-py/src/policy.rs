@@ -5,6 +5,7 @@
 use std::cell::Cell;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyTuple};
 use tiermem_core::manager::{DataManager, ObjectId};
 use tiermem_core::policy::{self, Place, Policy};
 use tiermem_core::{Error, Result};
@@ -38,14 +39,13 @@ impl PyPolicy {
         })
     }
 
-    /// Call `method(api, *args)` if the object has it. `None` when it does not.
-    fn call<'py, A>(&self, m: &mut DataManager, method: &str, args: A) -> Result<Option<Py<PyAny>>>
-    where
-        A: for<'a> FnOnce(
-            Python<'a>,
-            Bound<'a, DataApi>,
-        ) -> PyResult<Bound<'a, pyo3::types::PyTuple>>,
-    {
+    /// Call `method(api, *extra)` if the object has it. `None` when it does not.
+    fn call(
+        &self,
+        m: &mut DataManager,
+        method: &str,
+        extra: impl for<'py> FnOnce(Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>>,
+    ) -> Result<Option<Py<PyAny>>> {
         Python::attach(|py| {
             let obj = self.obj.bind(py);
             if !obj.hasattr(method).map_err(|e| self.err(py, e))? {
@@ -59,13 +59,39 @@ impl PyPolicy {
             )
             .map_err(|e| self.err(py, e))?;
             IN_POLICY.with(|d| d.set(d.get() + 1));
-            let out = args(py, api.clone())
-                .and_then(|a| obj.call_method1(method, a))
+            let out = extra(py)
+                .and_then(|rest| {
+                    let mut args = vec![api.clone().into_any()];
+                    args.extend(rest);
+                    PyTuple::new(py, args)
+                })
+                .and_then(|args| obj.call_method1(method, args))
                 .map(Bound::unbind);
             IN_POLICY.with(|d| d.set(d.get() - 1));
             api.borrow().ptr.set(std::ptr::null_mut());
             out.map(Some).map_err(|e| self.err(py, e))
         })
+    }
+
+    /// Call `method(api, id, flag)`, or `default` when the object does not define it.
+    fn flag_hook(
+        &self,
+        m: &mut DataManager,
+        method: &str,
+        id: ObjectId,
+        flag: bool,
+        default: impl FnOnce(&mut DataManager, ObjectId) -> Result<()>,
+    ) -> Result<()> {
+        let out = self.call(m, method, |py| {
+            Ok(vec![
+                id.into_pyobject(py)?.into_any(),
+                PyBool::new(py, flag).to_owned().into_any(),
+            ])
+        })?;
+        match out {
+            Some(_) => Ok(()),
+            None => default(m, id),
+        }
     }
 
     fn err(&self, py: Python<'_>, e: PyErr) -> Error {
@@ -98,8 +124,8 @@ fn ids(v: Option<Py<PyAny>>) -> Result<Option<u64>> {
 macro_rules! hook {
     ($fname:ident, $default:expr) => {
         fn $fname(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
-            match self.call(m, stringify!($fname), |py, api| {
-                pyo3::types::PyTuple::new(py, [api.into_any(), id.into_pyobject(py)?.into_any()])
+            match self.call(m, stringify!($fname), |py| {
+                Ok(vec![id.into_pyobject(py)?.into_any()])
             })? {
                 Some(_) => Ok(()),
                 None => $default(m, id),
@@ -120,15 +146,11 @@ impl Policy for PyPolicy {
             Place::Auto => -3,
             Place::Device(d) => d as i64,
         };
-        let out = self.call(m, "alloc", |py, api| {
-            pyo3::types::PyTuple::new(
-                py,
-                [
-                    api.into_any(),
-                    bytes.into_pyobject(py)?.into_any(),
-                    code.into_pyobject(py)?.into_any(),
-                ],
-            )
+        let out = self.call(m, "alloc", |py| {
+            Ok(vec![
+                bytes.into_pyobject(py)?.into_any(),
+                code.into_pyobject(py)?.into_any(),
+            ])
         })?;
         let id = ids(out)?.ok_or_else(|| Error::Policy {
             policy: self.name.clone(),
@@ -139,20 +161,9 @@ impl Policy for PyPolicy {
     }
 
     fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, force: bool) -> Result<()> {
-        let out = self.call(m, "prefetch", |py, api| {
-            pyo3::types::PyTuple::new(
-                py,
-                [
-                    api.into_any(),
-                    id.into_pyobject(py)?.into_any(),
-                    pyo3::types::PyBool::new(py, force).to_owned().into_any(),
-                ],
-            )
-        })?;
-        if out.is_none() {
-            policy::prefetch_object(m, id, 0, force, None)?;
-        }
-        Ok(())
+        self.flag_hook(m, "prefetch", id, force, |m, id| {
+            policy::prefetch_object(m, id, 0, force, None).map(|_| ())
+        })
     }
 
     hook!(evict, policy::evict_object);
@@ -162,37 +173,11 @@ impl Policy for PyPolicy {
     hook!(unsafe_free, |m: &mut DataManager, id| m.destroy_object(id));
 
     fn before_access(&mut self, m: &mut DataManager, id: ObjectId, write: bool) -> Result<()> {
-        self.access_hook(m, "before_access", id, write, policy::stage_in)
+        self.flag_hook(m, "before_access", id, write, policy::stage_in)
     }
 
     fn after_access(&mut self, m: &mut DataManager, id: ObjectId, write: bool) -> Result<()> {
-        self.access_hook(m, "after_access", id, write, |_, _| Ok(()))
-    }
-}
-
-impl PyPolicy {
-    fn access_hook(
-        &mut self,
-        m: &mut DataManager,
-        method: &str,
-        id: ObjectId,
-        write: bool,
-        default: fn(&mut DataManager, ObjectId) -> Result<()>,
-    ) -> Result<()> {
-        let out = self.call(m, method, |py, api| {
-            pyo3::types::PyTuple::new(
-                py,
-                [
-                    api.into_any(),
-                    id.into_pyobject(py)?.into_any(),
-                    pyo3::types::PyBool::new(py, write).to_owned().into_any(),
-                ],
-            )
-        })?;
-        match out {
-            Some(_) => Ok(()),
-            None => default(m, id),
-        }
+        self.flag_hook(m, "after_access", id, write, |_, _| Ok(()))
     }
 }
 

@@ -84,7 +84,7 @@ pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
     let write = best(&|| {
         (0..threads).into_par_iter().for_each(|i| {
             // SAFETY: disjoint chunks of map `b`, which outlives the loop; the fill streams
-            // from a small static zero block, so this is store traffic on `b` alone.
+            // from a cached zero block, so this is store traffic on `b` alone.
             unsafe { fill_nt((pb + i * chunk) as *mut u8, chunk) };
         });
     });
@@ -110,17 +110,19 @@ pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
     }
 }
 
-/// Fill with streaming stores, 4 KiB at a time from a zeroed block.
+/// Fill with streaming stores, 1 MiB at a time from a zeroed block (the same kernel and
+/// chunking the copy engine and `measure` use for large transfers).
 ///
 /// # Safety
 /// `dst` valid for `len` writes.
 unsafe fn fill_nt(dst: *mut u8, len: usize) {
-    static ZERO: [u8; 4096] = [0; 4096];
+    static ZERO: OnceLock<Vec<u8>> = OnceLock::new();
+    let zero = ZERO.get_or_init(|| vec![0u8; 1 << 20]);
     let mut off = 0;
     while off < len {
-        let n = (len - off).min(4096);
-        // SAFETY: dst + off .. + n is inside the caller's range; ZERO is 4096 bytes.
-        unsafe { kernels::copy_nt(dst.add(off), ZERO.as_ptr(), n) };
+        let n = (len - off).min(zero.len());
+        // SAFETY: dst + off .. + n is inside the caller's range; `zero` holds n bytes.
+        unsafe { kernels::copy_nt(dst.add(off), zero.as_ptr(), n) };
         off += n;
     }
 }
