@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use crate::device::emulated::wait_until;
+use crate::device::emulated::wait_or_defer;
 use crate::device::Device;
 use crate::sys::direct_io::{AlignedBuf, ALIGN};
 use crate::{Error, Result};
@@ -147,8 +147,10 @@ impl CopyEngine {
             (Some(s), None) => self.write_block(dst, dst_off, s, n, threads)?,
             (None, None) => self.block_to_block(src, src_off, dst, dst_off, n, threads)?,
         }
+        // The data has moved; the emulated time is served now, or after the manager lock is
+        // released when the caller runs inside a `DeferScope`.
         for d in [read_deadline, write_deadline].into_iter().flatten() {
-            wait_until(d);
+            wait_or_defer(d);
         }
         src.counters.read(len);
         dst.counters.wrote(len);

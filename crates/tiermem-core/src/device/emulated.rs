@@ -164,6 +164,62 @@ fn reserve(busy: &Mutex<Instant>, cost: Duration) -> Instant {
     *b
 }
 
+thread_local! {
+    /// Open deferral scopes on this thread and the latest deadline deferred in them.
+    static DEFERRED: std::cell::Cell<(u32, Option<Instant>)> = const { std::cell::Cell::new((0, None)) };
+}
+
+/// While alive, [`wait_or_defer`] on this thread records deadlines instead of waiting; the
+/// outermost scope waits for the latest one when it ends. The manager opens one around each
+/// operation, before taking its lock, so an emulated device's delay is served after the lock
+/// is released: other threads are not blocked by a slow device's emulated time.
+#[must_use = "the scope ends (and waits) when dropped"]
+pub struct DeferScope(());
+
+impl DeferScope {
+    /// Open a scope.
+    pub fn enter() -> Self {
+        DEFERRED.with(|d| {
+            let (depth, pending) = d.get();
+            d.set((depth + 1, pending));
+        });
+        DeferScope(())
+    }
+}
+
+impl Drop for DeferScope {
+    fn drop(&mut self) {
+        let pending = DEFERRED.with(|d| {
+            let (depth, pending) = d.get();
+            if depth == 1 {
+                d.set((0, None));
+                pending
+            } else {
+                d.set((depth - 1, pending));
+                None
+            }
+        });
+        if let Some(deadline) = pending {
+            wait_until(deadline);
+        }
+    }
+}
+
+/// Wait until `deadline`, or leave it to the enclosing [`DeferScope`] if there is one.
+pub fn wait_or_defer(deadline: Instant) {
+    let deferred = DEFERRED.with(|d| {
+        let (depth, pending) = d.get();
+        if depth == 0 {
+            return false;
+        }
+        d.set((depth, Some(pending.map_or(deadline, |p| p.max(deadline)))));
+        true
+    });
+    if !deferred {
+        wait_until(deadline);
+    }
+}
+
 /// Wait until `deadline`: sleep while far, spin the last stretch.
 pub fn wait_until(deadline: Instant) {
     loop {

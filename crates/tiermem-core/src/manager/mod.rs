@@ -2,8 +2,9 @@
 //! guards through which data is reached.
 //!
 //! Thread model: every operation takes the manager lock for its whole duration, copies
-//! included (as the thesis does); a guard holds no lock while it is open, only a pin that
-//! keeps its object from being moved, evicted or freed.
+//! included (as the thesis does), except the emulated time of `emulated` devices, which is
+//! served after the lock is released; a guard holds no lock while it is open, only a pin
+//! that keeps its object from being moved, evicted or freed.
 
 mod data;
 mod guard;
@@ -17,6 +18,7 @@ pub use object::{Object, ObjectId, Region, RegionId};
 
 use crate::copy::CopyEngine;
 use crate::counters::Snapshot;
+use crate::device::emulated::DeferScope;
 use crate::device::Device;
 use crate::policy::{Place, Policy};
 use crate::{Error, Result};
@@ -77,6 +79,9 @@ impl Manager {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {
+        // Declared before the lock guard, so dropped after it: emulated delays are served
+        // once the lock is free.
+        let _defer = DeferScope::enter();
         let mut g = self.lock();
         let Inner { data, policy } = &mut *g;
         f(data, policy.as_mut())

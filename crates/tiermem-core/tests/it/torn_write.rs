@@ -59,3 +59,46 @@ fn concurrent_eviction_never_tears_a_write() {
     assert!(refused > 0, "the evictor never raced a guard");
     m.check().unwrap();
 }
+
+/// A long move to an emulated device does not hold the manager lock for its emulated time:
+/// another thread opens guards on an unrelated object meanwhile.
+#[test]
+fn emulated_delay_is_served_outside_the_manager_lock() {
+    let m = Arc::new(
+        tiermem_core::manager::Manager::new(
+            vec![
+                tiermem_core::device::Device::open("dram", 200 << 20).unwrap(),
+                tiermem_core::device::Device::open("emulated:optane-pmem", 200 << 20).unwrap(),
+            ],
+            tiermem_core::policy::builtin("lru").unwrap(),
+        )
+        .unwrap(),
+    );
+    let big = m.alloc(128 << 20, Place::Fast).unwrap();
+    let small = m.alloc(4096, Place::Fast).unwrap();
+    m.write(big).unwrap().as_mut_slice().fill(1);
+    let expected = m.devices()[1].throttle.as_ref().unwrap().write_cost(128 << 20, 2);
+    let start = Arc::new(Barrier::new(2));
+    let evictor = {
+        let (m, start) = (m.clone(), start.clone());
+        std::thread::spawn(move || {
+            start.wait();
+            let t = Instant::now();
+            m.evict(big).unwrap();
+            t.elapsed()
+        })
+    };
+    start.wait();
+    let mut worst = Duration::ZERO;
+    let t0 = Instant::now();
+    while t0.elapsed() < expected {
+        let t = Instant::now();
+        drop(m.read(small).unwrap());
+        worst = worst.max(t.elapsed());
+    }
+    let evict_time = evictor.join().unwrap();
+    assert!(evict_time >= expected, "{evict_time:?} < emulated {expected:?}");
+    // The lock is held only for the real (DRAM-speed) copy, a fraction of the emulated time.
+    assert!(worst < evict_time * 3 / 4, "a guard waited {worst:?} during a {evict_time:?} eviction");
+    m.check().unwrap();
+}
