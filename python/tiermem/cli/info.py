@@ -44,7 +44,12 @@ def gather() -> dict[str, Any]:
             "cpus": n["cpus"] or "none (memory-only node)",
             "distances": n["distances"],
             "memory_tier": n["memory_tier"],
-            "figures": "calibrated" if f"numa:{n['id']}" in measured else "not measured",
+            "declared": n["declared"],
+            "read_gbps": (n["declared"] or {}).get("read_gbps"),
+            "write_gbps": (n["declared"] or {}).get("write_gbps"),
+            "latency_ns": (n["declared"] or {}).get("read_latency_ns"),
+            "figures": ("calibrated" if f"numa:{n['id']}" in measured
+                        else "declared (HMAT)" if n["declared"] else "not measured (no HMAT)"),
         })
     for p in profiles():
         devices.append({
@@ -63,6 +68,9 @@ def gather() -> dict[str, Any]:
         for d in devices:
             if d["name"] == name:
                 d["measured"] = fig
+                if d["kind"] == "numa":  # calibrated figures win over declared ones
+                    d["read_gbps"], d["write_gbps"] = fig["seq_read_gbps"], fig["seq_write_gbps"]
+                    d["latency_ns"] = fig["latency_ns"]
         if name.startswith("block:") and not any(d["name"] == name for d in devices):
             devices.append({
                 "name": name, "kind": "block", "real": "real", "byte_addressable": False,

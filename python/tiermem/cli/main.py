@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tiermem: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `tiermem info | head`: the reader left, not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 1
 
 

@@ -21,6 +21,39 @@ pub struct NumaNode {
     pub distances: Vec<u32>,
     /// The kernel memory tier holding the node, if `memory_tiering` is exposed.
     pub memory_tier: Option<u32>,
+    /// Performance the firmware declares (ACPI HMAT, via `access0/initiators`), if any.
+    pub declared: Option<Declared>,
+}
+
+/// Bandwidth and latency a node's firmware declares for its nearest initiators (the
+/// kernel's `nodeN/access0/initiators/*`, from ACPI HMAT; what hwloc reports as memory
+/// attributes). Often missing: firmware without HMAT declares nothing.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Declared {
+    /// Read bandwidth, GB/s.
+    pub read_gbps: Option<f64>,
+    /// Write bandwidth, GB/s.
+    pub write_gbps: Option<f64>,
+    /// Read latency, ns.
+    pub read_latency_ns: Option<f64>,
+    /// Write latency, ns.
+    pub write_latency_ns: Option<f64>,
+}
+
+fn declared(node_dir: &Path) -> Option<Declared> {
+    let dir = node_dir.join("access0/initiators");
+    let num = |f: &str| -> Option<f64> {
+        let v: f64 = fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok()?;
+        (v > 0.0).then_some(v)
+    };
+    let d = Declared {
+        // The kernel gives MB/s.
+        read_gbps: num("read_bandwidth").map(|v| v / 1000.0),
+        write_gbps: num("write_bandwidth").map(|v| v / 1000.0),
+        read_latency_ns: num("read_latency"),
+        write_latency_ns: num("write_latency"),
+    };
+    (d.read_gbps.is_some() || d.read_latency_ns.is_some()).then_some(d)
 }
 
 /// What the machine looks like.
@@ -72,6 +105,7 @@ pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
                     .filter_map(|d| d.parse().ok())
                     .collect(),
                 memory_tier: None,
+                declared: declared(&p),
             });
         }
     }
@@ -161,6 +195,10 @@ mod tests {
         fs::write(n1.join("distance"), "21 10\n").unwrap();
         fs::write(n1.join("cpulist"), "\n").unwrap();
         fs::write(t.join("memory_tier4/nodelist"), "0\n").unwrap();
+        let hmat = n1.join("access0/initiators");
+        fs::create_dir_all(&hmat).unwrap();
+        fs::write(hmat.join("read_bandwidth"), "25600\n").unwrap();
+        fs::write(hmat.join("read_latency"), "250\n").unwrap();
         fs::write(t.join("memory_tier22/nodelist"), "1\n").unwrap();
         let mi = root.join("meminfo");
         fs::write(&mi, "MemTotal: 10 kB\nMemAvailable: 7 kB\n").unwrap();
@@ -174,6 +212,12 @@ mod tests {
         assert_eq!(topo.nodes[0].memory_tier, Some(4));
         assert_eq!(topo.nodes[1].memory_tier, Some(22));
         assert_eq!(topo.mem_available, 7 * 1024);
+        assert_eq!(topo.nodes[0].declared, None);
+        let d = topo.nodes[1].declared.clone().unwrap();
+        assert_eq!(
+            (d.read_gbps, d.read_latency_ns, d.write_gbps),
+            (Some(25.6), Some(250.0), None)
+        );
         fs::remove_dir_all(root).unwrap();
     }
 

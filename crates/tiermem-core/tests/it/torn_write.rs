@@ -77,7 +77,11 @@ fn emulated_delay_is_served_outside_the_manager_lock() {
     let big = m.alloc(128 << 20, Place::Fast).unwrap();
     let small = m.alloc(4096, Place::Fast).unwrap();
     m.write(big).unwrap().as_mut_slice().fill(1);
-    let expected = m.devices()[1].throttle.as_ref().unwrap().write_cost(128 << 20, 2);
+    let expected = m.devices()[1]
+        .throttle
+        .as_ref()
+        .unwrap()
+        .write_cost(128 << 20, 2);
     let start = Arc::new(Barrier::new(2));
     let evictor = {
         let (m, start) = (m.clone(), start.clone());
@@ -97,8 +101,14 @@ fn emulated_delay_is_served_outside_the_manager_lock() {
         worst = worst.max(t.elapsed());
     }
     let evict_time = evictor.join().unwrap();
-    assert!(evict_time >= expected, "{evict_time:?} < emulated {expected:?}");
+    assert!(
+        evict_time >= expected,
+        "{evict_time:?} < emulated {expected:?}"
+    );
     // The lock is held only for the real (DRAM-speed) copy, a fraction of the emulated time.
-    assert!(worst < evict_time * 3 / 4, "a guard waited {worst:?} during a {evict_time:?} eviction");
+    assert!(
+        worst < evict_time * 3 / 4,
+        "a guard waited {worst:?} during a {evict_time:?} eviction"
+    );
     m.check().unwrap();
 }
