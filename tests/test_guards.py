@@ -134,3 +134,14 @@ def test_listing_6_1_no_torn_write_under_concurrent_eviction() -> None:
     assert not t.is_alive()
     assert outcomes["evicted"] > 0 and outcomes["refused"] > 0, outcomes
     m.check()
+
+
+def test_the_array_itself_has_no_data_outside_a_guard(two_tier: tiermem.Manager) -> None:
+    a = two_tier.array((3, 4), "float32", fill=2.0)
+    with pytest.raises(tiermem.GuardError, match="to_numpy"):
+        np.asarray(a)
+    with pytest.raises(tiermem.GuardError, match="view of a guard"):
+        a[0]  # noqa: B018
+    with pytest.raises(tiermem.GuardError, match="write guard"):
+        a[0] = 1
+    assert len(a) == 3 and a.ndim == 2 and a.nbytes == 48

@@ -307,6 +307,25 @@ class TieredArray:
         names = self._manager.device_names
         return {"device": names[d], "siblings": [names[s] for s in sib], "dirty": dirty, "pins": pins}
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise GuardError(
+            f"{self!r} has no data outside a guard: use `with arr.read() as v:` for a view or "
+            "`arr.to_numpy()` for a copy"
+        )
+
+    def __getitem__(self, key: Any) -> Any:
+        raise GuardError(
+            f"index the view of a guard, not the array: `with arr.read() as v: v[...]` ({self!r})"
+        )
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise GuardError(
+            f"assign through a write guard: `with arr.write() as v: v[...] = value` ({self!r})"
+        )
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
     def __del__(self) -> None:
         if not getattr(self, "_freed", True):
             try:

@@ -140,7 +140,8 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
         }
         Ok(())
     })?;
-    let latency = latency_ns(base, len.min(256 << 20), 200_000);
+    // SAFETY: [base, base + len) is the caller's region.
+    let latency = unsafe { latency_ns(base, len.min(256 << 20), 200_000) };
     let latency = t.map_or(latency, |t| latency.max(t.latency_ns));
     let rgb = (per_thread * threads * row) as f64 / 1e9;
     Ok(DeviceFigures {
@@ -153,8 +154,12 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
     })
 }
 
-/// Pointer chase over `len` bytes at `base`: average ns per dependent load.
-fn latency_ns(base: *mut u8, len: usize, steps: usize) -> f64 {
+/// Pointer chase along a random cycle through the cache lines of `len` bytes at `base`
+/// (overwriting them): average ns per dependent load.
+///
+/// # Safety
+/// `base` must be valid for `len` writes, 8-byte aligned, and owned by the caller.
+pub unsafe fn latency_ns(base: *mut u8, len: usize, steps: usize) -> f64 {
     let lines = len / 64;
     let mut order: Vec<usize> = (0..lines).collect();
     let mut r = rng(0x5EED);

@@ -105,7 +105,8 @@ pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
         read_gbps: gb / read,
         write_gbps: gb / write,
         copy_gbps: gb / copy,
-        latency_ns: measure_latency(&a, 400_000),
+        // SAFETY: map `a` is ours, writable, page-aligned and `bytes` long.
+        latency_ns: unsafe { crate::measure::latency_ns(a.as_ptr(), bytes, 400_000) },
         source: "measured".into(),
     }
 }
@@ -125,34 +126,4 @@ unsafe fn fill_nt(dst: *mut u8, len: usize) {
         unsafe { kernels::copy_nt(dst.add(off), zero.as_ptr(), n) };
         off += n;
     }
-}
-
-/// Average latency of `steps` dependent loads along a random cycle through `map`'s cache
-/// lines, in ns.
-#[must_use]
-pub fn measure_latency(map: &Mapping, steps: usize) -> f64 {
-    let lines = map.len() / 64;
-    // A random cyclic permutation (Sattolo's algorithm) so the chase visits every line.
-    let mut next: Vec<u32> = (0..lines as u32).collect();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for i in (1..lines).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let j = (x % i as u64) as usize;
-        next.swap(i, j);
-    }
-    let base = map.as_ptr().cast::<u64>();
-    for (i, &n) in next.iter().enumerate() {
-        // SAFETY: i < lines, so line i's first word lies inside the map.
-        unsafe { base.add(i * 8).write(u64::from(n)) };
-    }
-    let mut cur = 0usize;
-    let t = Instant::now();
-    for _ in 0..steps {
-        // SAFETY: every stored value is a line index < lines.
-        cur = unsafe { base.add(cur * 8).read_volatile() } as usize;
-    }
-    std::hint::black_box(cur);
-    t.elapsed().as_secs_f64() * 1e9 / steps as f64
 }
