@@ -50,7 +50,9 @@ def test_free_releases_space_and_never_writes_back(two_tier: tiermem.Manager) ->
     a = two_tier.array(500_000, "uint8", fill=3)
     a.free()
     a.free()  # idempotent on the facade
-    assert two_tier.usage()["dram"]["used"] == 0
+    assert two_tier.usage()["dram"] == {"used": 0, "peak": 500_032, "capacity": 1 << 20}
+    two_tier.reset_stats()
+    assert two_tier.usage()["dram"]["peak"] == 0
     assert two_tier.stats()["emulated:cxl"]["bytes_written"] == 0
     with pytest.raises(tiermem.NoSuchObjectError):
         two_tier._native.evict(a.id)

@@ -133,12 +133,13 @@ class Manager:
         return json.loads(self._native.stats_json())
 
     def reset_stats(self) -> None:
-        """Zero every counter."""
+        """Zero every counter and restart peak-use measurement."""
         self._native.reset_stats()
 
     def usage(self) -> dict[str, dict[str, int]]:
-        """Bytes used and capacity per device."""
-        return {n: {"used": u, "capacity": c} for n, u, c in self._native.usage()}
+        """Bytes used now, the peak since creation or the last :meth:`reset_stats`, and the
+        capacity, per device."""
+        return {n: {"used": u, "peak": p, "capacity": c} for n, u, p, c in self._native.usage()}
 
     @property
     def devices(self) -> list[dict[str, Any]]:

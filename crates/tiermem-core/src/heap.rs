@@ -35,6 +35,7 @@ pub struct Heap {
     blocks: BTreeMap<u64, Block>,
     free_by_size: BTreeSet<(u64, u64)>,
     used: u64,
+    peak: u64,
 }
 
 impl Heap {
@@ -49,6 +50,7 @@ impl Heap {
             blocks: BTreeMap::new(),
             free_by_size: BTreeSet::new(),
             used: 0,
+            peak: 0,
         };
         h.insert_free(0, capacity);
         h
@@ -64,6 +66,17 @@ impl Heap {
     #[must_use]
     pub fn used(&self) -> u64 {
         self.used
+    }
+
+    /// Highest `used` since creation or the last [`Heap::reset_peak`].
+    #[must_use]
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    /// Start measuring the peak from the current use.
+    pub fn reset_peak(&mut self) {
+        self.peak = self.used;
     }
 
     /// Bytes in free blocks.
@@ -109,6 +122,7 @@ impl Heap {
             self.insert_free(off + size, bsize - size);
         }
         self.used += size;
+        self.peak = self.peak.max(self.used);
     }
 
     /// Free the block at `off`, merging it with free neighbours. Returns its size, or `None`

@@ -181,13 +181,23 @@ impl PyManager {
         serde_json::to_string(&self.inner.stats()).expect("serialise")
     }
 
-    fn reset_stats(&self) {
-        self.inner.reset_stats();
+    fn reset_stats(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, || {
+            self.inner.reset_stats();
+            Ok(())
+        })
     }
 
-    /// (name, bytes used, capacity) per device.
-    fn usage(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, u64)>> {
-        run(py, || Ok(self.inner.usage()))
+    /// (name, bytes used, peak bytes used, capacity) per device.
+    fn usage(&self, py: Python<'_>) -> PyResult<Vec<(String, u64, u64, u64)>> {
+        run(py, || {
+            Ok(self
+                .inner
+                .usage()
+                .into_iter()
+                .map(|u| (u.device, u.used, u.peak, u.capacity))
+                .collect())
+        })
     }
 
     fn devices_json(&self) -> String {

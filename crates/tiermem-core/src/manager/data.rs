@@ -73,6 +73,13 @@ impl DataManager {
         &self.heaps[d]
     }
 
+    /// Restart peak-use measurement on every heap.
+    pub fn reset_peaks(&mut self) {
+        for h in &mut self.heaps {
+            h.reset_peak();
+        }
+    }
+
     /// The copy engine.
     #[must_use]
     pub fn copy_engine(&self) -> &Arc<CopyEngine> {

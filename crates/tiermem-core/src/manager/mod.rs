@@ -35,6 +35,19 @@ pub struct Manager {
     policy_name: String,
 }
 
+/// Bytes in use on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// Device name.
+    pub device: String,
+    /// Bytes in allocated regions now.
+    pub used: u64,
+    /// Highest `used` since creation or the last `reset_stats`.
+    pub peak: u64,
+    /// Heap capacity.
+    pub capacity: u64,
+}
+
 /// Where an object lives now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -271,26 +284,29 @@ impl Manager {
             .collect()
     }
 
-    /// Zero every counter.
+    /// Zero every counter and restart peak-use measurement.
     pub fn reset_stats(&self) {
         for d in &self.devices {
             d.counters.reset();
         }
+        self.lock().data.reset_peaks();
     }
 
-    /// Bytes used and capacity per device.
+    /// Use of every device's heap.
     #[must_use]
-    pub fn usage(&self) -> Vec<(String, u64, u64)> {
+    pub fn usage(&self) -> Vec<Usage> {
         let g = self.lock();
         self.devices
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                (
-                    d.name.clone(),
-                    g.data.heap(i).used(),
-                    g.data.heap(i).capacity(),
-                )
+                let h = g.data.heap(i);
+                Usage {
+                    device: d.name.clone(),
+                    used: h.used(),
+                    peak: h.peak(),
+                    capacity: h.capacity(),
+                }
             })
             .collect()
     }

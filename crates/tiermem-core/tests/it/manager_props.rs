@@ -112,8 +112,9 @@ fn run(policy: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
     for id in ids {
         m.free(id).unwrap();
     }
-    for (name, used, _) in m.usage() {
-        prop_assert_eq!(used, 0, "device {} leaks", name);
+    for u in m.usage() {
+        prop_assert_eq!(u.used, 0, "device {} leaks", u.device);
+        prop_assert!(u.peak <= u.capacity);
     }
     prop_assert_eq!(m.check(), Ok(()));
     Ok(())
