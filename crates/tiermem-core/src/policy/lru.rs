@@ -41,26 +41,34 @@ impl Lru {
         }
     }
 
-    /// The offset on device `d` of the least recently used unpinned object living there.
-    fn victim_start(&self, m: &DataManager, d: usize) -> u64 {
-        for &id in self.order.values() {
-            let Ok(o) = m.object(id) else { continue };
-            if o.pins > 0 {
-                continue;
-            }
-            if let Ok(r) = m.region(o.primary) {
-                if r.device == d {
-                    return r.offset;
+    /// The offset in fast memory of the least recently used unpinned object living there.
+    /// Entries for objects that have left fast memory (or been freed) are dropped on the
+    /// way, so the walk stays short however many objects live on slower devices; an object
+    /// that comes back is re-entered by its next use.
+    fn victim_start(&mut self, m: &DataManager) -> u64 {
+        let mut stale = Vec::new();
+        let mut found = 0;
+        for (&stamp, &id) in &self.order {
+            let place = m.object(id).ok().and_then(|o| {
+                m.region(o.primary)
+                    .ok()
+                    .map(|r| (o.pins, r.device, r.offset))
+            });
+            match place {
+                Some((pins, 0, offset)) => {
+                    if pins == 0 {
+                        found = offset;
+                        break;
+                    }
                 }
+                _ => stale.push((stamp, id)),
             }
         }
-        0
-    }
-
-    /// Objects in eviction order (least recently used first), for reports and tests.
-    #[must_use]
-    pub fn order(&self) -> Vec<ObjectId> {
-        self.order.values().copied().collect()
+        for (stamp, id) in stale {
+            self.order.remove(&stamp);
+            self.stamps.remove(&id);
+        }
+        found
     }
 }
 
@@ -74,7 +82,7 @@ impl Policy for Lru {
             Place::Fast | Place::Auto => match m.create_object(0, bytes)? {
                 Some(id) => id,
                 None => {
-                    let start = self.victim_start(m, 0);
+                    let start = self.victim_start(m);
                     match make_room(m, 0, bytes, start, None) {
                         Ok(()) => create_on(m, 0, bytes)?,
                         // Larger than fast memory, or fast memory all pinned: go slower.
@@ -105,7 +113,7 @@ impl Policy for Lru {
     }
 
     fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, force: bool) -> Result<()> {
-        let start = self.victim_start(m, 0);
+        let start = self.victim_start(m);
         prefetch_object(m, id, 0, force, Some(start))?;
         self.touch(id);
         Ok(())
@@ -129,7 +137,7 @@ impl Policy for Lru {
     }
 
     fn before_access(&mut self, m: &mut DataManager, id: ObjectId, _write: bool) -> Result<()> {
-        let start = self.victim_start(m, 0);
+        let start = self.victim_start(m);
         match prefetch_object(m, id, 0, true, Some(start)) {
             Ok(_) => Ok(()),
             // Cannot be cached (too large, or fast memory pinned): use it where it is.
