@@ -10,7 +10,9 @@ mod data;
 mod guard;
 mod object;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{FairMutex, FairMutexGuard};
 
 pub use data::DataManager;
 pub use guard::{ReadGuard, WriteGuard};
@@ -30,7 +32,7 @@ struct Inner {
 
 /// A tiered memory manager.
 pub struct Manager {
-    inner: Mutex<Inner>,
+    inner: FairMutex<Inner>,
     devices: Vec<Arc<Device>>,
     policy_name: String,
 }
@@ -77,18 +79,18 @@ impl Manager {
         let data = DataManager::new(devices.clone(), copy)?;
         let policy_name = policy.name();
         Ok(Manager {
-            inner: Mutex::new(Inner { data, policy }),
+            inner: FairMutex::new(Inner { data, policy }),
             devices,
             policy_name,
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic inside a policy must not wedge the manager: the data manager's own
-        // operations leave it consistent at every step that can fail.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The manager lock. Fair: a thread releasing it hands it to the longest waiter, so a
+    /// thread looping over manager calls cannot starve one that opens and closes guards.
+    /// (A panic inside a policy does not poison it; the data manager's operations leave it
+    /// consistent at every step that can fail.)
+    fn lock(&self) -> FairMutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {

@@ -29,8 +29,6 @@ fn concurrent_eviction_never_tears_a_write() {
                     Err(e) => panic!("evict: {e}"),
                 }
                 let _ = m.prefetch(id, true);
-                // std's mutex is not fair: give the writer a chance at the manager lock.
-                std::thread::sleep(Duration::from_micros(20));
             }
             (evicted, refused)
         })
