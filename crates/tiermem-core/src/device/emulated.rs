@@ -33,33 +33,35 @@ pub struct Profile {
 pub const PROFILES: &[Profile] = &[
     Profile {
         name: "optane-pmem",
-        // Thesis Ch.2-3 (Cascade Lake, 6 interleaved Optane DC DIMMs): PM sequential reads
-        // peak near 30 GB/s against about 100 GB/s of DRAM (~1/3); non-temporal writes peak
-        // with 4 threads near 12-13 GB/s (~1/7 of DRAM) and fall with more threads (Fig. 2.2b,
-        // 3.3). H2M slides (Intel MLC, Cascade Lake + Optane): idle latency 245.8 ns vs
-        // 75.7 ns local DRAM (3.25x); STREAM triad NVM/DRAM ratio 2-4.5x by thread count.
+        // Thesis Ch.2-3 (Cascade Lake, 6 interleaved Optane DC DIMMs): "just over 30 GB/s
+        // read and 11 GB/s write to PM" (§2.3, non-temporal stores, writes peaking at 4
+        // threads and falling with more, Fig. 2.2b/3.3) against about 110 GB/s of DRAM
+        // (§5.3.3, Fig. 3.3): reads ~1/3, writes ~1/7 of DRAM. H2M slides (Intel MLC,
+        // Cascade Lake + Optane): idle latency 245.8 ns vs 75.7 ns local DRAM (3.25x); STREAM
+        // triad NVM/DRAM ratio 2-4.5x by thread count.
         read_ratio: 1.0 / 3.0,
         write_ratio: 1.0 / 7.0,
         latency_ratio: 3.25,
         write_peak_threads: 4,
         write_degrade_per_thread: 0.06,
-        source: "thesis Fig. 2.2/3.3 (read ~1/3, NT write ~1/7 of DRAM, peak at 4 writers); \
-                 H2M PPAM'22 slides, MLC latency 245.8/75.7 ns",
+        source: "thesis §2.3, Fig. 2.2/3.3 (30 GB/s read, 11 GB/s NT write vs ~110 GB/s \
+                 DRAM, writes peak at 4 threads); H2M PPAM'22 slides (MLC latency 245.8/75.7 ns)",
     },
     Profile {
         name: "cxl",
-        // A CXL 1.1/2.0 Type-3 memory expander behind one x8/x16 link. Pond (Li et al.,
-        // ASPLOS 2023) reports CXL pool accesses adding 70-90 ns to ~100 ns local DRAM
-        // (about 1.7-2.2x); Sun et al., "Demystifying CXL Memory with Genuine CXL-Ready
-        // Systems and Devices" (MICRO 2023) measure one expander at roughly half the
-        // bandwidth of the socket's local DRAM, with writes somewhat below reads.
+        // A CXL 1.1/2.0 Type-3 memory expander behind one PCIe 5.0 x16 link. Latency: Pond
+        // (Li et al., ASPLOS 2023) reports CXL-attached memory adding roughly 70-90 ns to
+        // local DRAM, about doubling access latency. Bandwidth: one x16 link carries about
+        // 64 GB/s raw per direction, roughly half of what a socket's local DDR5 channels
+        // deliver in the configurations such expanders are paired with; the 0.5 / 0.45 ratios
+        // are that link-bound estimate (writes a little below reads), not a measured figure.
         read_ratio: 0.5,
         write_ratio: 0.45,
         latency_ratio: 2.0,
         write_peak_threads: 8,
         write_degrade_per_thread: 0.02,
-        source: "Pond, ASPLOS'23 (+70-90 ns, ~2x latency); Sun et al., MICRO'23 \
-                 (one expander ~1/2 of local DRAM bandwidth)",
+        source: "latency: Pond, ASPLOS'23 (+70-90 ns, ~2x local DRAM); bandwidth: estimate \
+                 bound by one PCIe 5.0 x16 link (~1/2 of local DRAM)",
     },
 ];
 
