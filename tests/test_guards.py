@@ -30,6 +30,12 @@ def test_view_used_outside_its_guard_raises(two_tier: tiermem.Manager) -> None:
         lambda: float(v[0, 0]),
         lambda: v.tolist(),
         lambda: np.add(1, 1, out=col[:1]),
+        lambda: v.std(),
+        lambda: v.argmax(),
+        lambda: v.cumsum(),
+        lambda: v.reshape(-1).max(),
+        lambda: v.T.copy(),
+        lambda: 1.0 in v,
     ):
         with pytest.raises(tiermem.GuardError, match="after its guard closed"):
             use()

@@ -149,9 +149,18 @@ def _wrap(name: str) -> Any:
     return method
 
 
-for _name in ("copy", "tolist", "tobytes", "item", "fill", "astype", "sum", "mean", "max", "min",
-              "all", "any", "dot", "tofile", "__float__", "__int__", "__bool__",
-              "__format__"):
+# Methods that return views of the same memory keep the subclass (and its lease) when
+# called on it directly; every other public method reads or writes data, so it is wrapped to
+# check the guard first.
+_VIEW_METHODS = {
+    "view", "reshape", "transpose", "swapaxes", "squeeze", "ravel", "diagonal", "conj",
+    "conjugate", "setflags", "resize", "getfield",
+}
+for _name in sorted(dir(np.ndarray)):
+    if _name.startswith("_") or _name in _VIEW_METHODS or not callable(getattr(np.ndarray, _name)):
+        continue
+    setattr(GuardedArray, _name, _wrap(_name))
+for _name in ("__float__", "__int__", "__bool__", "__format__", "__len__", "__contains__"):
     setattr(GuardedArray, _name, _wrap(_name))
 
 
