@@ -43,7 +43,7 @@ def test_bench_copy_json_schema(tmp_path: Path, disk_dir: Path) -> None:
         assert {"src", "dst", "size", "gbps", "baselines"} <= set(r)
         assert set(r["baselines"]) == {"memcpy_1t", "memcpy_mt", "numpy"}
         assert r["gbps"] > 0 and all(v > 0 for v in r["baselines"].values())
-    assert "(emulated)" in out.stdout and "vs memcpy" in out.stdout
+    assert "(emulated)" in out.stdout and "tiermem / faster memcpy" in out.stdout
     assert not (disk_dir / "b.bin").exists()
 
 

@@ -143,24 +143,22 @@ def report(res: dict[str, Any]) -> str:
     from ..cli.plot import short_name
 
     label = {n: short_name(n, k) for n, k in res["devices"].items()}
-    body = []
-    for r in res["rows"]:
-        b = r["baselines"]
-        body.append([
-            f"{label[r['src']]} -> {label[r['dst']]}",
-            format_bytes(r["size"]),
-            f"{r['gbps']:.2f}",
-            f"{b['memcpy_1t']:.2f}",
-            f"{b['memcpy_mt']:.2f}",
-            f"{b['numpy']:.2f}",
-            "" if r["vs_memcpy"] is None else f"{r['vs_memcpy']:.2f}x",
-            "" if r["profile_gbps"] is None else f"{r['profile_gbps']:.2f}",
-            "" if r["vs_profile"] is None else f"{r['vs_profile']:.2f}",
-        ])
+    sizes = sorted({r["size"] for r in res["rows"]})
+    pairs = list(dict.fromkeys((r["src"], r["dst"]) for r in res["rows"]))
+    by = {(r["src"], r["dst"], r["size"]): r for r in res["rows"]}
+    body = [[f"{label[s]} -> {label[d]}", *(f"{by[(s, d, z)]['gbps']:.2f}" for z in sizes)] for s, d in pairs]
+    first = by[(pairs[0][0], pairs[0][1], sizes[0])]
+    for key in first["baselines"]:
+        body.append([f"baseline {key} (dram -> dram)",
+                     *(f"{by[(pairs[0][0], pairs[0][1], z)]['baselines'][key]:.2f}" for z in sizes)])
+    if ("dram", "dram") in pairs:
+        body.append(["tiermem / faster memcpy (dram -> dram)",
+                     *(f"{by[('dram', 'dram', z)]['vs_memcpy']:.2f}x" for z in sizes)])
     out = [
-        f"copy bandwidth in GB/s ({res['cores']} cores, {res['kernels']} kernels; "
-        "baselines copy DRAM to DRAM of the same size)",
-        table(["pair", "size", "tiermem", "memcpy 1t", "memcpy mt", "numpy", "vs memcpy", "profile", "vs profile"], body),
+        f"copy bandwidth in GB/s by size ({res['cores']} cores, {res['kernels']} kernels; "
+        "baselines copy DRAM to DRAM; every figure is the best of several reps, "
+        "tiermem and baselines interleaved)",
+        table(["pair", *(format_bytes(z).replace(".0 ", " ") for z in sizes)], body),
         "",
     ]
     big = [r for r in res["rows"] if r["src"] == "dram" and r["dst"] == "dram" and r["size"] >= 64 << 20]
