@@ -137,5 +137,5 @@ def run_info(args: Any) -> int:
         print(f"  {k:<18} {v}")
     for d in data["devices"]:
         if d.get("source"):
-            print(f"  {d['name']}: figures from {d['source']}")
+            print(f"  {d['name']} figures: {d['source']}")
     return 0
