@@ -145,3 +145,17 @@ def test_numa_device_on_an_existing_node() -> None:
     assert a.device == f"numa:{node}"
     assert int(a.to_numpy().sum()) == -3000
     assert m.devices[1]["kind"] == "numa" and m.devices[1]["real"] == "real"
+
+
+def test_config_round_trips_through_json() -> None:
+    import json
+
+    m = tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "3000000"}, policy="first_touch",
+                        copy_threads={("dram", "emulated:cxl"): 1})
+    cfg = json.loads(json.dumps(m.config))
+    assert cfg["devices"] == [["dram", 1 << 20], ["emulated:cxl", 3_000_000]]
+    again = tiermem.Manager.from_config(cfg)
+    assert again.config == m.config
+    assert again._native.threads_for(0, 1) == 1
+    with pytest.raises(tiermem.InvalidArgumentError, match="not a tiermem manager config"):
+        tiermem.Manager.from_config({"policy": "lru"})

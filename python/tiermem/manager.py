@@ -70,10 +70,34 @@ class Manager:
     ) -> None:
         parsed = _parse_devices(devices)
         self._native = _tiermem.Manager(parsed, policy)
+        self._devices = parsed
+        self._copy_threads = {tuple(k): int(v) for k, v in (copy_threads or {}).items()}
         self._python_policy = None if isinstance(policy, str) else policy
         self.device_names: list[str] = [s for s, _ in parsed]
         for (src, dst), n in (copy_threads or {}).items():
             self._native.set_pair_threads(src, dst, int(n))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """What built this manager, as plain JSON-able data (device capacities as rounded
+        up by the devices); :meth:`from_config` rebuilds an equivalent manager from it."""
+        return {
+            "devices": [[spec, cap] for spec, cap in self._devices],
+            "policy": self.policy,
+            "copy_threads": [[s, d, n] for (s, d), n in self._copy_threads.items()],
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], policy: Any = None) -> Manager:
+        """Rebuild a manager from :attr:`config`. A Python policy cannot be serialised: pass
+        the object as ``policy`` (it overrides the name in the config)."""
+        try:
+            devices = [(str(s), c) for s, c in config["devices"]]
+            threads = {(str(s), str(d)): int(n) for s, d, n in config.get("copy_threads", [])}
+            pol = policy if policy is not None else str(config["policy"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"not a tiermem manager config: {e!r}") from e
+        return cls(devices, pol, copy_threads=threads)
 
     @property
     def policy(self) -> str:

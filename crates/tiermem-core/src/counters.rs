@@ -129,12 +129,13 @@ impl Recorder {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop2, samples2) = (stop.clone(), samples.clone());
+        // The starting point is taken here, not in the thread: traffic between `start`
+        // returning and the thread running must land in the first sample.
+        let t0 = Instant::now();
+        let mut last: Vec<CounterSnapshot> = devices.iter().map(|(_, c)| c.snapshot()).collect();
         let handle = std::thread::Builder::new()
             .name("tiermem-recorder".into())
             .spawn(move || {
-                let t0 = Instant::now();
-                let mut last: Vec<CounterSnapshot> =
-                    devices.iter().map(|(_, c)| c.snapshot()).collect();
                 let mut next = t0 + interval;
                 loop {
                     let stopping = stop2.load(Relaxed);
@@ -199,5 +200,39 @@ impl Recorder {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.stop_thread();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorder_sees_traffic_right_after_start_and_before_finish() {
+        for _ in 0..50 {
+            let c = Arc::new(DeviceCounters::default());
+            let rec = Recorder::start(vec![("d".into(), c.clone())], Duration::from_millis(1));
+            c.wrote(100); // before the thread may even run
+            std::thread::sleep(Duration::from_millis(3));
+            c.read(7);
+            let samples = rec.finish();
+            let written: u64 = samples.iter().map(|s| s.written["d"]).sum();
+            let read: u64 = samples.iter().map(|s| s.read["d"]).sum();
+            assert_eq!((written, read), (100, 7));
+            assert!(samples.windows(2).all(|w| w[0].t <= w[1].t));
+        }
+    }
+
+    #[test]
+    fn snapshot_and_reset() {
+        let c = DeviceCounters::default();
+        c.read(5);
+        DeviceCounters::bump(&c.evictions);
+        let s = c.snapshot();
+        assert_eq!((s.bytes_read, s.evictions), (5, 1));
+        c.reset();
+        assert_eq!(c.snapshot(), CounterSnapshot::default());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"bytes_read\":5"));
     }
 }
