@@ -44,6 +44,12 @@ def test_bench_copy_json_schema(tmp_path: Path, disk_dir: Path) -> None:
         assert set(r["baselines"]) == {"memcpy_1t", "memcpy_mt", "numpy"}
         assert r["gbps"] > 0 and all(v > 0 for v in r["baselines"].values())
     assert "(emulated)" in out.stdout and "tiermem / faster memcpy" in out.stdout
+    by_pair = {(r["src"], r["dst"]): r for r in rows}
+    assert by_pair[("dram", "emulated:cxl")]["profile_gbps"] > 0
+    assert by_pair[("dram", "dram")]["profile_gbps"] is None
+    assert by_pair[("dram", f"block:{disk_dir}/b.bin")]["profile_gbps"] is None
+    assert by_pair[("dram", "dram")]["vs_memcpy"] > 0
+    assert by_pair[("dram", "emulated:cxl")]["vs_memcpy"] is None
     assert not (disk_dir / "b.bin").exists()
 
 
@@ -65,3 +71,5 @@ def test_calibrate_keeps_figures_that_info_reads(tmp_path: Path, disk_dir: Path)
 def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "copy", "--quick", "--devices", "dram", "hbm:0", "--max-size", "4KiB"]) == 2
     assert "error" in capsys.readouterr().err
+    assert main(["calibrate", "--size", "64 KiB"]) == 2
+    assert "at least 1 MiB" in capsys.readouterr().err

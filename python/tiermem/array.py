@@ -15,7 +15,6 @@ closed, so data that may since have moved is never read or written through it.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -205,19 +204,15 @@ class Guard:
         addr, nbytes = native.open(a.id, self._write)
         try:
             self._lease = _Lease(f"array {a.id}")
-            iface = _ArrayInterface(addr, a.shape, a.dtype, not self._write, (native, a))
-            plain = np.asarray(iface)
             if self._kind == "torch":
                 import torch
 
-                with warnings.catch_warnings():
-                    # A tensor cannot be read-only; writing through one from a read guard
-                    # is not recorded (see the docs).
-                    warnings.simplefilter("ignore", UserWarning)
-                    if plain.size == 0 or not plain.flags.writeable:
-                        plain = np.asarray(_ArrayInterface(addr, a.shape, a.dtype, False, (native, a)))
-                    self._tensor = torch.from_numpy(plain)
+                # A tensor cannot be read-only, so a torch view is always mapped writable;
+                # writing through one from a read guard is not recorded (see the docs).
+                plain = np.asarray(_ArrayInterface(addr, a.shape, a.dtype, False, (native, a)))
+                self._tensor = torch.from_numpy(plain)
                 return self._tensor
+            plain = np.asarray(_ArrayInterface(addr, a.shape, a.dtype, not self._write, (native, a)))
             view = plain.view(GuardedArray)
             view._lease = self._lease
             return view

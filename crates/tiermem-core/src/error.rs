@@ -95,16 +95,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// Build an [`Error::Io`] from the last OS error.
-    pub fn last_os(device: &str, path: &str, what: impl Into<String>) -> Self {
-        Error::Io {
-            device: device.to_owned(),
-            path: path.to_owned(),
-            what: what.into(),
-            source: io::Error::last_os_error(),
-        }
-    }
-
     /// Build an [`Error::Io`] from an `io::Error`.
     pub fn io(device: &str, path: &str, what: impl Into<String>, source: io::Error) -> Self {
         Error::Io {

@@ -58,8 +58,14 @@ fn rng(seed: u64) -> impl FnMut() -> u64 {
 /// Measure the device over `[offset, offset + len)` of its heap (a region the caller owns).
 pub fn device_figures(dev: &Device, offset: u64, len: u64, reps: usize) -> Result<DeviceFigures> {
     let n = usize::try_from(len).map_err(|_| Error::InvalidArgument("region too large".into()))?;
+    // Below 1 MiB the figures measure caches, not the device.
+    crate::ensure!(
+        n >= 1 << 20,
+        "measuring '{}' needs a scratch region of at least 1 MiB, got {n} bytes",
+        dev.name
+    );
     match dev.addr(offset) {
-        Some(p) => memory_figures(dev, p, n.max(1 << 20), reps),
+        Some(p) => memory_figures(dev, p, n, reps),
         None => block_figures(dev, offset, n, reps),
     }
 }
@@ -186,7 +192,15 @@ fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<D
     let file = dev.block_file().expect("block device");
     let len = len / ALIGN * ALIGN;
     let io = |what: &str, e| Error::io(&dev.name, &dev.name, what, e);
-    let depth = 16usize;
+    let depth = crate::copy::DEFAULT_IO_DEPTH;
+    // One aligned block-sized request in either direction.
+    let io_at = |b: &mut AlignedBuf, o: u64, write: bool| {
+        if write {
+            file.write_at(b.as_mut_slice(), o)
+        } else {
+            file.read_at(b.as_mut_slice(), o)
+        }
+    };
     let chunk = (1usize << 20).min(len);
     let chunks = len / chunk;
     let pool = rayon::ThreadPoolBuilder::new()
@@ -198,14 +212,7 @@ fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<D
             pool.install(|| {
                 (0..chunks).into_par_iter().try_for_each_init(
                     || AlignedBuf::new(chunk),
-                    |b, i| {
-                        let o = offset + (i * chunk) as u64;
-                        if write {
-                            file.write_at(b.as_mut_slice(), o)
-                        } else {
-                            file.read_at(b.as_mut_slice(), o)
-                        }
-                    },
+                    |b, i| io_at(b, offset + (i * chunk) as u64, write),
                 )
             })
             .map_err(|e| io("sequential transfer", e))
@@ -223,12 +230,7 @@ fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<D
                     |b, i| {
                         let mut r = rng(i as u64 + 3);
                         for _ in 0..count / depth {
-                            let o = offset + (r() as usize % blocks * ALIGN) as u64;
-                            if write {
-                                file.write_at(b.as_mut_slice(), o)?;
-                            } else {
-                                file.read_at(b.as_mut_slice(), o)?;
-                            }
+                            io_at(b, offset + (r() as usize % blocks * ALIGN) as u64, write)?;
                         }
                         Ok(())
                     },

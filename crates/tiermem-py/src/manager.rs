@@ -100,10 +100,6 @@ impl PyManager {
         Ok((p.device, p.siblings, p.dirty, p.pins))
     }
 
-    fn len_of(&self, py: Python<'_>, id: u64) -> PyResult<u64> {
-        run(py, || self.inner.len_of(id))
-    }
-
     /// Open a guard: returns (address, length). Pair with `close`.
     fn open(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<(usize, usize)> {
         run(py, || {
@@ -134,6 +130,18 @@ impl PyManager {
         run(py, || {
             self.inner
                 .with_data(|m, _| m.copy_engine().set_pair_threads(&src, &dst, threads))
+        })
+    }
+
+    /// GB/s the emulated profiles allow a large copy between devices `src` and `dst`
+    /// (indices), or None when no emulated device takes part or a block device bounds it.
+    fn expected_copy_gbps(&self, py: Python<'_>, src: usize, dst: usize) -> PyResult<Option<f64>> {
+        run(py, || {
+            self.inner.with_data(|m, _| {
+                let d = m.devices();
+                tiermem_core::ensure!(src < d.len() && dst < d.len(), "device index out of range");
+                Ok(m.copy_engine().expected_gbps(&d[src], &d[dst]))
+            })
         })
     }
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -36,28 +35,8 @@ def _best(reps: int, fn: Any) -> float:
     return best
 
 
-def _expected_gbps(src: dict[str, Any], dst: dict[str, Any], threads: int) -> float | None:
-    """What the emulated profile says a copy between these devices should reach; None when
-    no emulated device is involved or a real block device bounds the copy instead."""
-    if not (src["byte_addressable"] and dst["byte_addressable"]):
-        return None
-    limits = []
-    if src["real"] == "emulated":
-        limits.append(src["read_gbps"])
-    if dst["real"] == "emulated":
-        w = dst["write_gbps"]
-        prof = next(p for p in _tiermem_profiles() if dst["name"].endswith(p["name"]))
-        extra = max(0, min(threads, os.cpu_count() or 1) - prof["write_peak_threads"])
-        limits.append(w * max(0.3, 1 - prof["write_degrade_per_thread"] * extra))
-    return min(limits) if limits else None
-
-
 def _real_memory(d: dict[str, Any]) -> bool:
     return bool(d["byte_addressable"]) and d["real"] == "real"
-
-
-def _tiermem_profiles() -> list[dict[str, Any]]:
-    return json.loads(_tiermem.profiles_json())
 
 
 def run(
@@ -111,7 +90,7 @@ def run(
                     src.free()
                     dst.free()
                 gbps = size / secs / 1e9
-                expected = _expected_gbps(info[si], info[di], threads)
+                expected = m._native.expected_copy_gbps(devices.index(si), devices.index(di))
                 rows.append({
                     "src": si,
                     "dst": di,
@@ -216,6 +195,3 @@ def run_cli(args: Any) -> int:
         print(f"wrote {args.plot}")
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run_cli(None))

@@ -21,6 +21,8 @@ use crate::{Error, Result};
 const IO_CHUNK: usize = 1 << 20;
 /// Below this, memory copies run on one thread.
 const MIN_PARALLEL: usize = 1 << 20;
+/// Concurrent block-I/O requests unless configured otherwise (NVMe needs depth to stream).
+pub const DEFAULT_IO_DEPTH: usize = 16;
 
 /// Tunables of the copy engine.
 #[derive(Debug, Clone)]
@@ -40,7 +42,7 @@ impl Default for CopyConfig {
         CopyConfig {
             nt_threshold: 4 << 20,
             threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            io_depth: 16,
+            io_depth: DEFAULT_IO_DEPTH,
             pair_threads: HashMap::new(),
         }
     }
@@ -54,6 +56,13 @@ pub struct CopyEngine {
 
 #[derive(Clone, Copy)]
 struct SendPtr(usize);
+
+/// Threads and kernel choice for one copy.
+struct Plan {
+    threads: usize,
+    writers: usize,
+    nt_threshold: usize,
+}
 
 impl CopyEngine {
     /// An engine with the given configuration.
@@ -85,20 +94,48 @@ impl CopyEngine {
     /// Threads used for a copy between these devices.
     #[must_use]
     pub fn threads_for(&self, src: &Device, dst: &Device) -> usize {
-        let cfg = self.cfg();
-        if let Some(&n) = cfg.pair_threads.get(&(src.name.clone(), dst.name.clone())) {
-            return n;
+        Self::plan(&self.cfg(), src, dst).threads
+    }
+
+    /// How a copy between two devices runs, from one read of the configuration.
+    fn plan(cfg: &CopyConfig, src: &Device, dst: &Device) -> Plan {
+        let threads = if let Some(&n) = cfg.pair_threads.get(&(src.name.clone(), dst.name.clone()))
+        {
+            n
+        } else if !src.byte_addressable() || !dst.byte_addressable() {
+            cfg.io_depth
+        } else {
+            // Emulated devices whose writes degrade past a thread count get at most that many
+            // writers, as a real Optane-aware copy would.
+            let cap = dst
+                .throttle
+                .as_ref()
+                .map_or(usize::MAX, |t| t.profile.write_peak_threads);
+            cfg.threads.min(cap).max(1)
+        };
+        // Writers beyond the core count (block-I/O queue depth) do not add store streams.
+        Plan {
+            threads,
+            writers: threads.min(cfg.threads),
+            nt_threshold: cfg.nt_threshold,
         }
+    }
+
+    /// Bandwidth in GB/s an emulated profile allows a large copy between these devices; `None`
+    /// when no emulated device takes part, or a block device bounds the copy instead.
+    #[must_use]
+    pub fn expected_gbps(&self, src: &Device, dst: &Device) -> Option<f64> {
         if !src.byte_addressable() || !dst.byte_addressable() {
-            return cfg.io_depth;
+            return None;
         }
-        // Emulated devices whose writes degrade past a thread count get at most that many
-        // writers, as a real Optane-aware copy would.
-        let cap = dst
-            .throttle
-            .as_ref()
-            .map_or(usize::MAX, |t| t.profile.write_peak_threads);
-        cfg.threads.min(cap).max(1)
+        let plan = Self::plan(&self.cfg(), src, dst);
+        let read = src.throttle.as_ref().map(|t| t.read_bps);
+        let write = dst.throttle.as_ref().map(|t| t.write_bps_at(plan.writers));
+        let limit = match (read, write) {
+            (Some(r), Some(w)) => r.min(w),
+            (r, w) => r.or(w)?,
+        };
+        Some(limit / 1e9)
     }
 
     fn pool(&self, threads: usize) -> Arc<rayon::ThreadPool> {
@@ -133,16 +170,15 @@ impl CopyEngine {
         if len == 0 {
             return Ok(());
         }
-        let threads = self.threads_for(src, dst);
+        let plan = Self::plan(&self.cfg(), src, dst);
+        let (threads, writers) = (plan.threads, plan.writers);
         // Reserve the emulated devices' time before the transfer, wait after it.
         let read_deadline = src.throttle.as_ref().map(|t| t.reserve_read(len, 1));
-        // Writers beyond the core count (block-I/O queue depth) do not add store streams.
-        let writers = threads.min(self.cfg().threads);
         let write_deadline = dst.throttle.as_ref().map(|t| t.reserve_write(len, writers));
         let n =
             usize::try_from(len).map_err(|_| Error::InvalidArgument("copy too large".into()))?;
         match (src.addr(src_off), dst.addr(dst_off)) {
-            (Some(s), Some(d)) => self.copy_memory(d, s, n, threads),
+            (Some(s), Some(d)) => self.copy_memory(d, s, n, threads, n >= plan.nt_threshold),
             (None, Some(d)) => self.read_block(src, src_off, d, n, threads)?,
             (Some(s), None) => self.write_block(dst, dst_off, s, n, threads)?,
             (None, None) => self.block_to_block(src, src_off, dst, dst_off, n, threads)?,
@@ -161,8 +197,7 @@ impl CopyEngine {
 
     /// Parallel memory copy on `threads` threads (one chunk each, 64-byte aligned splits).
     /// The caller guarantees both ranges are valid for `len` bytes and disjoint.
-    fn copy_memory(&self, dst: *mut u8, src: *const u8, len: usize, threads: usize) {
-        let nt = len >= self.cfg().nt_threshold;
+    fn copy_memory(&self, dst: *mut u8, src: *const u8, len: usize, threads: usize, nt: bool) {
         let kernel = if nt {
             kernels::copy_nt
         } else {

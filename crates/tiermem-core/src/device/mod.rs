@@ -277,12 +277,6 @@ impl Device {
         }
     }
 
-    /// Whether the device is emulated.
-    #[must_use]
-    pub fn is_emulated(&self) -> bool {
-        self.throttle.is_some()
-    }
-
     /// Plain description.
     #[must_use]
     pub fn info(&self) -> DeviceInfo {

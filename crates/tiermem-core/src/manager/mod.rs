@@ -190,11 +190,6 @@ impl Manager {
         })
     }
 
-    /// Length in bytes of an object.
-    pub fn len_of(&self, id: ObjectId) -> Result<u64> {
-        self.with(|m, _| Ok(m.object(id)?.len))
-    }
-
     /// Copy the bytes of object `src` into object `dst` (same length) with the copy engine,
     /// primary to primary; nothing moves. Used by benchmarks and calibration.
     pub fn copy_objects(&self, dst: ObjectId, src: ObjectId) -> Result<()> {
