@@ -13,6 +13,7 @@ core ``Error``             tiermem exception           also catchable as
 ``AllPinned``              ``AllPinnedError``          ``PinnedError``, ``MemoryError``
 ``NoSuchObject``           ``NoSuchObjectError``       ``LookupError``
 ``Io``                     ``DeviceIOError``           ``OSError`` (keeps ``errno``)
+``IndexOutOfRange``        ``IndexOutOfRangeError``    ``IndexError``
 ``Guard``                  ``GuardError``              ``RuntimeError``
 ``Policy``                 ``PolicyError``             ``RuntimeError``
 =========================  ==========================  ===========================
@@ -29,6 +30,7 @@ __all__ = [
     "AllPinnedError",
     "NoSuchObjectError",
     "DeviceIOError",
+    "IndexOutOfRangeError",
     "GuardError",
     "PolicyError",
 ]
@@ -64,6 +66,11 @@ class NoSuchObjectError(TiermemError, LookupError):
 
 class DeviceIOError(TiermemError, OSError):
     """An operating-system call on a device failed; ``errno`` is kept."""
+
+
+class IndexOutOfRangeError(TiermemError, IndexError):
+    """An embedding lookup or update named a row the table does not have (or a negative one);
+    the message names the table, the position and the value."""
 
 
 class GuardError(TiermemError, RuntimeError):

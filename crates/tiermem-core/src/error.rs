@@ -80,6 +80,22 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// An embedding lookup or update named a row the table does not have.
+    #[error(
+        "index out of range in table {table}: position {position} holds {value}, but the \
+         table has {rows} rows (valid indices are 0..{rows})"
+    )]
+    IndexOutOfRange {
+        /// Table number within the call (0 for a single table).
+        table: usize,
+        /// Position of the index in that table's `values`.
+        position: usize,
+        /// The offending index.
+        value: i64,
+        /// Rows in the table.
+        rows: usize,
+    },
+
     /// A guard's view was used after the guard closed, or a guard was misused.
     #[error("guard error: {0}")]
     Guard(String),

@@ -1,4 +1,5 @@
-//! tiermem core: devices, heaps, the data manager, policies, the copy engine and counters.
+//! tiermem core: devices, heaps, the data manager, policies, the copy engine, counters and
+//! tiered embedding tables.
 //! No Python here; the `tiermem-py` crate binds it.
 //!
 //! ```
@@ -17,6 +18,7 @@
 pub mod copy;
 pub mod counters;
 pub mod device;
+pub mod embedding;
 mod error;
 pub mod heap;
 pub mod manager;

@@ -12,6 +12,7 @@ mod exc {
     pyo3::import_exception!(tiermem.exceptions, AllPinnedError);
     pyo3::import_exception!(tiermem.exceptions, NoSuchObjectError);
     pyo3::import_exception!(tiermem.exceptions, DeviceIOError);
+    pyo3::import_exception!(tiermem.exceptions, IndexOutOfRangeError);
     pyo3::import_exception!(tiermem.exceptions, GuardError);
     pyo3::import_exception!(tiermem.exceptions, PolicyError);
 }
@@ -29,6 +30,7 @@ pub fn to_py(e: Error) -> PyErr {
         Error::Io { source, .. } => {
             exc::DeviceIOError::new_err((source.raw_os_error().unwrap_or(0), msg))
         }
+        Error::IndexOutOfRange { .. } => exc::IndexOutOfRangeError::new_err(msg),
         Error::Guard(_) => exc::GuardError::new_err(msg),
         Error::Policy { .. } => exc::PolicyError::new_err(msg),
     }

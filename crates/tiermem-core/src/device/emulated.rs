@@ -140,6 +140,38 @@ impl Throttle {
         reserve(&self.write_busy, self.write_cost(bytes, threads))
     }
 
+    /// Extra time `bytes` of reads in `accesses` dependent steps take on this device over the
+    /// same reads from this machine's DRAM. An emulated device is DRAM, so a kernel that has
+    /// read from it has already spent the DRAM time; it waits out only the difference.
+    #[must_use]
+    pub fn read_extra(&self, bytes: u64, accesses: u64) -> Duration {
+        let p = self.profile;
+        secs(
+            bytes as f64 / self.read_bps * (1.0 - p.read_ratio)
+                + accesses as f64 * self.latency_ns * 1e-9 * (1.0 - 1.0 / p.latency_ratio),
+        )
+    }
+
+    /// Extra time `bytes` of writes by `threads` writers take over the same writes to DRAM.
+    #[must_use]
+    pub fn write_extra(&self, bytes: u64, threads: usize) -> Duration {
+        let dram_bps = self.write_bps / self.profile.write_ratio;
+        secs(bytes as f64 / self.write_bps_at(threads) - bytes as f64 / dram_bps)
+    }
+
+    /// Charge a kernel's reads and writes that ran at DRAM speed: reserve the extra time
+    /// on each channel and wait for the later deadline.
+    pub fn charge_kernel(&self, read: (u64, u64), write: (u64, usize)) {
+        let mut until = Instant::now();
+        if read.0 > 0 || read.1 > 0 {
+            until = until.max(reserve(&self.read_busy, self.read_extra(read.0, read.1)));
+        }
+        if write.0 > 0 {
+            until = until.max(reserve(&self.write_busy, self.write_extra(write.0, write.1)));
+        }
+        wait_until(until);
+    }
+
     /// Charge a read made by a kernel: reserve and wait.
     pub fn charge_read(&self, bytes: u64, accesses: u64) {
         wait_until(self.reserve_read(bytes, accesses));

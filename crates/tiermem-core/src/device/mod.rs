@@ -277,6 +277,22 @@ impl Device {
         }
     }
 
+    /// Account for a kernel that read `read.0` bytes in `read.1` dependent steps from the
+    /// device and wrote `write.0` bytes with `write.1` threads, at DRAM speed: count the bytes
+    /// and, on an emulated device, wait out the extra time the device would have taken
+    /// ([`Throttle::read_extra`]). Embedding kernels call this once per chunk of work.
+    pub fn charge_kernel(&self, read: (u64, u64), write: (u64, usize)) {
+        if read.0 > 0 {
+            self.counters.read(read.0);
+        }
+        if write.0 > 0 {
+            self.counters.wrote(write.0);
+        }
+        if let Some(t) = &self.throttle {
+            t.charge_kernel(read, write);
+        }
+    }
+
     /// Plain description.
     #[must_use]
     pub fn info(&self) -> DeviceInfo {

@@ -1,0 +1,506 @@
+//! The cached table (thesis §5.4, Fig. 5.7, Table 5.4): base rows on a slow byte-addressable
+//! device, a per-row pointer table, and cache pages in fast memory filled by atomic bump
+//! pointers, each slot with a back-edge to its row's home.
+//!
+//! Pointer-table entries are `u32`: `slot << 2 | CACHED` for a cached row, `0 | LOCKED` while
+//! a thread moves it, `0` when the row is at home (its home address follows from the row
+//! number). The thesis stores full pointers with the same two low bits; a slot number is
+//! half the size, so twice as much of the pointer table stays in the CPU caches.
+//!
+//! Concurrency: lookups run under the table's shared lock and cache rows concurrently (a
+//! row's owner is whoever wins the compare-and-swap on its entry; losers read the home row,
+//! which stays valid until the owner publishes the slot). Updates and flushes run under the
+//! exclusive lock, so a flush never tears a row a lookup is reading.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::elem::prefetch;
+use super::rows::{charge, RowSource, Tally};
+use crate::device::Device;
+use crate::{bail, ensure, Result};
+
+const CACHED: u32 = 1;
+const LOCKED: u32 = 2;
+const DIRTY: u32 = 1 << 31;
+const NONE: usize = usize::MAX;
+
+/// Most rows a cached table may have (slot and row numbers share a `u32` with flag bits).
+pub const MAX_ROWS: usize = 1 << 30;
+
+/// How a cached table uses its cache (thesis §5.6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CachePolicy {
+    /// Fill the cache once with rows in a scrambled order, then only read through it.
+    Static,
+    /// Cache rows as lookups touch them; updates of cached rows stay in fast memory; when
+    /// the cache is full, the oldest pages are flushed before the next lookup.
+    Dynamic,
+}
+
+impl CachePolicy {
+    /// Parse `static` or `dynamic`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "static" => Ok(CachePolicy::Static),
+            "dynamic" => Ok(CachePolicy::Dynamic),
+            _ => bail!("unknown cache policy '{s}' (known: static, dynamic; 'simple' is a direct table on the slow device)"),
+        }
+    }
+
+    /// Name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::Static => "static",
+            CachePolicy::Dynamic => "dynamic",
+        }
+    }
+}
+
+/// Cache sizes in bytes (thesis `cachelower` / `cacheslack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Flushes shrink the cache to at most this many bytes.
+    pub lower: u64,
+    /// The cache may grow this far beyond `lower` before it is full.
+    pub slack: u64,
+    /// Policy.
+    pub policy: CachePolicy,
+}
+
+/// Counters of one cached table since creation (or the last reset).
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct CacheCounters {
+    /// Pages flushed.
+    pub pages_flushed: u64,
+    /// Dirty rows written back to the base rows.
+    pub rows_written_back: u64,
+    /// Rows dropped from the cache by flushes.
+    pub rows_flushed: u64,
+}
+
+#[derive(Debug)]
+struct Pages {
+    /// Frames holding live pages, oldest first.
+    active: VecDeque<usize>,
+    /// Frames not in use.
+    free: Vec<usize>,
+}
+
+/// Rows of a cached table.
+pub struct CachedRows {
+    rows: usize,
+    stride: usize,
+    home: *mut u8,
+    cache: *mut u8,
+    entries: Box<[AtomicU32]>,
+    back: Box<[AtomicU32]>,
+    bumps: Box<[AtomicUsize]>,
+    frame_rows: usize,
+    frames: usize,
+    current: AtomicUsize,
+    pages: Mutex<Pages>,
+    lower: AtomicU64,
+    slack: AtomicU64,
+    full: AtomicBool,
+    pub(crate) policy: CachePolicy,
+    counters: Mutex<CacheCounters>,
+    home_dev: Arc<Device>,
+    cache_dev: Arc<Device>,
+}
+
+// SAFETY: home and cache are plain memory pinned for the table's lifetime; every shared
+// mutable field is atomic or behind a mutex, and row memory is written only by the owner of
+// a freshly bumped slot or under the table's exclusive lock.
+unsafe impl Send for CachedRows {}
+// SAFETY: as above.
+unsafe impl Sync for CachedRows {}
+
+impl CachedRows {
+    /// Rows per cache page for a cache of `cache_rows` rows: up to 2 MiB pages, and at least
+    /// eight pages so flushes can free part of the cache.
+    #[must_use]
+    pub fn frame_rows(cache_rows: usize, stride: usize) -> usize {
+        ((2usize << 20) / stride).min(cache_rows.div_ceil(8)).max(1)
+    }
+
+    /// Build over `home` (the base rows) and `cache` (`frames * frame_rows` slots).
+    ///
+    /// # Safety
+    /// `home` must be valid for `rows * stride` bytes and `cache` for `frames * frame_rows *
+    /// stride` bytes, both for the lifetime of the returned value, used by nothing else.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn new(
+        rows: usize,
+        stride: usize,
+        home: (*mut u8, Arc<Device>),
+        cache: (*mut u8, Arc<Device>),
+        frame_rows: usize,
+        frames: usize,
+        config: CacheConfig,
+    ) -> Self {
+        let slots = frame_rows * frames;
+        CachedRows {
+            rows,
+            stride,
+            home: home.0,
+            cache: cache.0,
+            entries: (0..rows).map(|_| AtomicU32::new(0)).collect(),
+            back: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            bumps: (0..frames).map(|_| AtomicUsize::new(0)).collect(),
+            frame_rows,
+            frames,
+            current: AtomicUsize::new(NONE),
+            pages: Mutex::new(Pages {
+                active: VecDeque::new(),
+                free: (0..frames).rev().collect(),
+            }),
+            lower: AtomicU64::new(config.lower),
+            slack: AtomicU64::new(config.slack),
+            full: AtomicBool::new(false),
+            policy: config.policy,
+            counters: Mutex::new(CacheCounters::default()),
+            home_dev: home.1,
+            cache_dev: cache.1,
+        }
+    }
+
+    fn frame_bytes(&self) -> u64 {
+        (self.frame_rows * self.stride) as u64
+    }
+
+    /// Bytes reserved for cache pages.
+    #[must_use]
+    pub fn capacity(&self) -> u64 {
+        self.frame_bytes() * self.frames as u64
+    }
+
+    /// Bytes in live cache pages.
+    #[must_use]
+    pub fn size(&self) -> u64 {
+        self.pages.lock().active.len() as u64 * self.frame_bytes()
+    }
+
+    /// Rows currently cached.
+    #[must_use]
+    pub fn cached_rows(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.load(Ordering::Relaxed) & CACHED != 0)
+            .count()
+    }
+
+    /// `cachelower` in bytes.
+    #[must_use]
+    pub fn cachelower(&self) -> u64 {
+        self.lower.load(Ordering::Relaxed)
+    }
+
+    /// `cacheslack` in bytes.
+    #[must_use]
+    pub fn cacheslack(&self) -> u64 {
+        self.slack.load(Ordering::Relaxed)
+    }
+
+    /// Set `cachelower` (bytes); `cachelower + cacheslack` must fit the reserved pages.
+    pub fn set_cachelower(&self, bytes: u64) -> Result<()> {
+        self.check_limits(bytes, self.cacheslack())?;
+        self.lower.store(bytes, Ordering::Relaxed);
+        self.full.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Set `cacheslack` (bytes).
+    pub fn set_cacheslack(&self, bytes: u64) -> Result<()> {
+        self.check_limits(self.cachelower(), bytes)?;
+        self.slack.store(bytes, Ordering::Relaxed);
+        self.full.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn check_limits(&self, lower: u64, slack: u64) -> Result<()> {
+        ensure!(
+            lower.saturating_add(slack) <= self.capacity(),
+            "cachelower + cacheslack = {} bytes exceeds the {} bytes of cache pages reserved \
+             for this table on '{}' (make a table with a larger cache)",
+            lower.saturating_add(slack),
+            self.capacity(),
+            self.cache_dev.name
+        );
+        Ok(())
+    }
+
+    /// Pages the cache may hold: `cachelower + cacheslack`, rounded up to whole pages.
+    fn limit_frames(&self) -> usize {
+        let bytes = self.cachelower() + self.cacheslack();
+        (bytes.div_ceil(self.frame_bytes()) as usize).min(self.frames)
+    }
+
+    /// Whether no more rows can be cached until a flush.
+    #[must_use]
+    pub fn isfull(&self) -> bool {
+        if self.full.load(Ordering::Relaxed) {
+            return true;
+        }
+        let p = self.pages.lock();
+        let cur = self.current.load(Ordering::Acquire);
+        p.active.len() >= self.limit_frames()
+            && (cur == NONE || self.bumps[cur].load(Ordering::Relaxed) >= self.frame_rows)
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn counters(&self) -> CacheCounters {
+        *self.counters.lock()
+    }
+
+    fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        self.cache.wrapping_add(slot * self.stride)
+    }
+
+    fn home_ptr(&self, row: usize) -> *mut u8 {
+        self.home.wrapping_add(row * self.stride)
+    }
+
+    /// Take a free cache slot: bump the current page, opening a new one when it is full.
+    fn alloc_slot(&self) -> Option<usize> {
+        loop {
+            let cur = self.current.load(Ordering::Acquire);
+            if cur != NONE {
+                let s = self.bumps[cur].fetch_add(1, Ordering::AcqRel);
+                if s < self.frame_rows {
+                    return Some(cur * self.frame_rows + s);
+                }
+            }
+            let mut p = self.pages.lock();
+            if self.current.load(Ordering::Acquire) != cur {
+                continue; // another thread opened a page meanwhile
+            }
+            if p.active.len() >= self.limit_frames() {
+                self.full.store(true, Ordering::Relaxed);
+                return None;
+            }
+            let f = p.free.pop()?;
+            self.bumps[f].store(0, Ordering::Relaxed);
+            p.active.push_back(f);
+            self.current.store(f, Ordering::Release);
+        }
+    }
+
+    /// `access_and_cache` (or `access` when `caching` is false): where row `i` is now.
+    #[inline(always)]
+    fn locate(&self, i: usize, caching: bool, t: &mut Tally) -> *const u8 {
+        let e = self.entries[i].load(Ordering::Acquire);
+        if e & CACHED != 0 {
+            t.hits += 1;
+            t.cache_read += self.stride as u64;
+            return self.slot_ptr((e >> 2) as usize);
+        }
+        t.misses += 1;
+        t.home_read += self.stride as u64;
+        t.home_rows += 1;
+        let home = self.home_ptr(i);
+        if !caching || e & LOCKED != 0 || self.full.load(Ordering::Relaxed) {
+            return home;
+        }
+        if self.entries[i]
+            .compare_exchange(e, e | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return home;
+        }
+        let Some(slot) = self.alloc_slot() else {
+            self.entries[i].store(e, Ordering::Release);
+            return home;
+        };
+        let dst = self.slot_ptr(slot);
+        // SAFETY: `slot` was just bumped, so no other thread uses it; home and slot are
+        // `stride` bytes inside their regions and distinct allocations. We own row i (lock
+        // bit), and rows are written in place only under the exclusive table lock.
+        unsafe { std::ptr::copy_nonoverlapping(home, dst, self.stride) };
+        self.back[slot].store(i as u32 + 1, Ordering::Relaxed);
+        self.entries[i].store(((slot as u32) << 2) | CACHED, Ordering::Release);
+        t.cached += 1;
+        t.cache_written += self.stride as u64;
+        dst
+    }
+
+    /// Cache rows in the given order until the cache is full (the `static` policy's fill).
+    /// Call with the table's exclusive lock held.
+    pub(crate) fn fill(&self, order: impl Iterator<Item = usize>) -> Tally {
+        let mut t = Tally::default();
+        for i in order {
+            if self.full.load(Ordering::Relaxed) {
+                break;
+            }
+            self.locate(i, true, &mut t);
+        }
+        charge(&self.home_dev, Some(&self.cache_dev), &t);
+        t
+    }
+
+    /// Flush the oldest pages until the cache holds at most `cachelower` bytes; with
+    /// `write_back`, dirty rows go home first (`flush_dirty`), otherwise a flush that would
+    /// drop a dirty row is refused before anything changes (`flush_clean`). Call with the
+    /// table's exclusive lock held. Returns the rows flushed.
+    pub(crate) fn flush(&self, write_back: bool) -> Result<u64> {
+        let mut p = self.pages.lock();
+        let keep = self.cachelower().div_ceil(self.frame_bytes()) as usize;
+        let n = p.active.len().saturating_sub(keep);
+        let victims: Vec<usize> = p.active.iter().take(n).copied().collect();
+        let filled = |f: usize| {
+            let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
+            f * self.frame_rows..f * self.frame_rows + used
+        };
+        if !write_back {
+            let dirty = victims
+                .iter()
+                .flat_map(|&f| filled(f))
+                .filter(|&s| self.back[s].load(Ordering::Relaxed) & DIRTY != 0)
+                .count();
+            ensure!(
+                dirty == 0,
+                "flush_clean would drop {dirty} updated (dirty) rows; use flush_dirty, which \
+                 writes them back"
+            );
+        }
+        let mut t = Tally::default();
+        let mut rows = 0;
+        let mut written = 0;
+        for &f in &victims {
+            for s in filled(f) {
+                let b = self.back[s].swap(0, Ordering::Relaxed);
+                if b == 0 {
+                    continue;
+                }
+                let row = ((b & !DIRTY) - 1) as usize;
+                if b & DIRTY != 0 {
+                    // SAFETY: exclusive table lock: no one reads or writes row or slot; both
+                    // ranges lie inside their regions.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.slot_ptr(s),
+                            self.home_ptr(row),
+                            self.stride,
+                        );
+                    }
+                    t.cache_read += self.stride as u64;
+                    t.home_written += self.stride as u64;
+                    written += 1;
+                }
+                self.entries[row].store(0, Ordering::Release);
+                rows += 1;
+            }
+            self.bumps[f].store(0, Ordering::Relaxed);
+            if self.current.load(Ordering::Relaxed) == f {
+                self.current.store(NONE, Ordering::Release);
+            }
+        }
+        p.active.drain(..n);
+        p.free.extend(victims.iter().rev());
+        drop(p);
+        self.full.store(false, Ordering::Relaxed);
+        charge(&self.home_dev, Some(&self.cache_dev), &t);
+        let mut c = self.counters.lock();
+        c.pages_flushed += n as u64;
+        c.rows_flushed += rows;
+        c.rows_written_back += written;
+        Ok(rows)
+    }
+
+    /// Check the pointer table and back-edges agree (tests).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        for (i, e) in self.entries.iter().enumerate() {
+            let e = e.load(Ordering::Relaxed);
+            if e & LOCKED != 0 {
+                return Err(format!("row {i} left locked"));
+            }
+            if e & CACHED != 0 {
+                let s = (e >> 2) as usize;
+                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed) & !DIRTY);
+                if b != Some(i as u32 + 1) {
+                    return Err(format!("row {i} -> slot {s} but its back-edge is {b:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A view for kernels: `caching` selects `access_and_cache` over `access`.
+    pub(crate) fn view(&self, caching: bool) -> CachedView<'_> {
+        CachedView {
+            rows: self,
+            caching,
+        }
+    }
+
+    /// Row count.
+    #[must_use]
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// A cached table seen by one kernel call.
+pub struct CachedView<'a> {
+    rows: &'a CachedRows,
+    caching: bool,
+}
+
+// SAFETY: slot and home pointers stay inside their pinned regions for every i < rows; rows
+// are written only by the owner of a fresh slot or under the exclusive lock.
+unsafe impl RowSource for CachedView<'_> {
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        self.rows.stride
+    }
+
+    #[inline(always)]
+    fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
+        self.rows.locate(i, self.caching, t)
+    }
+
+    #[inline(always)]
+    fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
+        let r = self.rows;
+        let e = r.entries[i].load(Ordering::Acquire);
+        if e & CACHED != 0 {
+            let s = (e >> 2) as usize;
+            r.back[s].fetch_or(DIRTY, Ordering::Relaxed);
+            t.hits += 1;
+            t.cache_read += r.stride as u64;
+            t.cache_written += r.stride as u64;
+            r.slot_ptr(s)
+        } else {
+            t.misses += 1;
+            t.home_read += r.stride as u64;
+            t.home_rows += 1;
+            t.home_written += r.stride as u64;
+            r.home_ptr(i)
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        let e = self.rows.entries[i].load(Ordering::Relaxed);
+        let p = if e & CACHED != 0 {
+            self.rows.slot_ptr((e >> 2) as usize)
+        } else {
+            self.rows.home_ptr(i)
+        };
+        prefetch(p, self.rows.stride);
+    }
+
+    #[inline(always)]
+    fn prefetch_far(&self, i: usize) {
+        prefetch(self.rows.entries.as_ptr().wrapping_add(i).cast(), 1);
+    }
+
+    fn charge(&self, t: &Tally) {
+        charge(&self.rows.home_dev, Some(&self.rows.cache_dev), t);
+    }
+}

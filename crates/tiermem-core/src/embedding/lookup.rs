@@ -1,0 +1,359 @@
+//! Ensemble lookups (thesis §5.2.1–5.2.3, Listing 5.1): many tables in one call, parallel
+//! across tables and across chunks of bags within a table, each bag reduced in registers
+//! (for the static widths) and written straight into its slice of a concatenated output.
+
+use rayon::prelude::*;
+
+use super::bags::Bags;
+use super::elem::{add_row, load_row, sum_row, Bf16, Elem};
+use super::rows::{RowSource, Tally};
+use super::table::{RowFn, Table};
+use super::{with_width, DType};
+use crate::copy::kernels::{isa, Isa};
+use crate::{bail, ensure, Error, Result};
+
+/// How a bag's rows combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Sum (optionally weighted per sample).
+    Sum,
+    /// Mean (an empty bag gives zeros).
+    Mean,
+    /// No reduction: one output row per index (`torch.nn.functional.embedding`).
+    None,
+}
+
+impl Mode {
+    /// Parse `sum`, `mean` or `none`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "sum" => Ok(Mode::Sum),
+            "mean" => Ok(Mode::Mean),
+            "none" => Ok(Mode::None),
+            "max" => bail!("mode 'max' is not supported (supported: sum, mean, none)"),
+            _ => bail!("unknown mode '{s}' (supported: sum, mean, none)"),
+        }
+    }
+}
+
+/// A row-major `f32` matrix that an ensemble call reads or writes: `row_stride` floats per
+/// row, table `t` in columns `cols[t]..cols[t] + width_t`. Reducing modes use one row per
+/// bag; [`Mode::None`] stacks the tables' rows, one per index, table after table.
+#[derive(Debug)]
+pub struct LookupOut<'a> {
+    /// The matrix.
+    pub data: &'a mut [f32],
+    /// Floats per row.
+    pub row_stride: usize,
+    /// First column of each table.
+    pub cols: &'a [usize],
+}
+
+/// Default prefetch distance, in indices.
+pub const DEFAULT_PREFETCH: usize = 8;
+
+/// Check an ensemble call's shapes; returns each table's first output row.
+pub(crate) fn check_call(
+    tables: &[&Table],
+    bags: &[Bags<'_>],
+    mode: Mode,
+    len: usize,
+    row_stride: usize,
+    cols: &[usize],
+) -> Result<Vec<usize>> {
+    ensure!(!tables.is_empty(), "no tables given");
+    ensure!(
+        bags.len() == tables.len() && cols.len() == tables.len(),
+        "{} tables, {} sets of bags and {} column offsets: they must match",
+        tables.len(),
+        bags.len(),
+        cols.len()
+    );
+    let mut first_row = Vec::with_capacity(tables.len());
+    let mut rows_needed = 0usize;
+    for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
+        let w = tab.featuresize();
+        ensure!(
+            cols[t] + w <= row_stride,
+            "table {t} (width {w}) at column {} does not fit rows of {row_stride} floats",
+            cols[t]
+        );
+        if b.weights().is_some() && mode != Mode::Sum {
+            bail!("per-sample weights need mode 'sum' (as torch.nn.EmbeddingBag requires)");
+        }
+        match mode {
+            Mode::None => {
+                first_row.push(rows_needed);
+                rows_needed += b.values().len();
+            }
+            Mode::Sum | Mode::Mean => {
+                ensure!(
+                    b.batch() == bags[0].batch(),
+                    "table {t} has {} bags but table 0 has {}: every table needs the same batch",
+                    b.batch(),
+                    bags[0].batch()
+                );
+                first_row.push(0);
+                rows_needed = b.batch();
+            }
+        }
+    }
+    if mode != Mode::None {
+        let mut spans: Vec<(usize, usize, usize)> = (0..tables.len())
+            .map(|t| (cols[t], cols[t] + tables[t].featuresize(), t))
+            .collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            ensure!(
+                w[1].0 >= w[0].1,
+                "tables {} and {} write overlapping output columns",
+                w[0].2,
+                w[1].2
+            );
+        }
+    }
+    let need = rows_needed.saturating_mul(row_stride);
+    ensure!(
+        len >= need,
+        "the output holds {len} floats but {rows_needed} rows of {row_stride} are needed"
+    );
+    Ok(first_row)
+}
+
+/// Split `n` items into chunks for `tables` tables so every thread gets several.
+pub(crate) fn chunk_size(n: usize, tables: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    (n * tables).div_ceil(threads * 16).clamp(32, 4096)
+}
+
+/// Output pointer shared by the workers, which write disjoint rows/columns.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+// SAFETY: workers write disjoint parts (checked by `check_call`: disjoint column ranges,
+// and each bag/index row is one task's).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// One task: table `t`, bags (or indices, non-reducing) `first..last`.
+struct Job<'a> {
+    table: usize,
+    rows: usize,
+    width: usize,
+    bags: Bags<'a>,
+    mode: Mode,
+    first: usize,
+    last: usize,
+    out: OutPtr,
+    row_stride: usize,
+    col: usize,
+    out_row: usize,
+    prefetch: usize,
+}
+
+/// Look up an ensemble: for each table `t`, every bag of `bags[t]` reduced by `mode` into
+/// `out`. Dynamic cached tables first flush if their cache is full, then cache what they
+/// touch. `prefetch` is the software prefetch distance in indices (0: none). Returns the
+/// tally of hits, misses and bytes.
+pub fn lookup(
+    tables: &[&Table],
+    bags: &[Bags<'_>],
+    mode: Mode,
+    out: LookupOut<'_>,
+    prefetch: usize,
+) -> Result<Tally> {
+    let first_row = check_call(tables, bags, mode, out.data.len(), out.row_stride, out.cols)?;
+    for t in tables {
+        if let Some(c) = t.cache() {
+            if c.policy == super::CachePolicy::Dynamic && c.isfull() {
+                t.flush(true)?;
+            }
+        }
+    }
+    let _locks: Vec<_> = tables.iter().map(|t| t.shared()).collect();
+    let ptr = OutPtr(out.data.as_mut_ptr());
+    let mut jobs = Vec::new();
+    for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
+        let n = if mode == Mode::None { b.values().len() } else { b.batch() };
+        let step = chunk_size(n, tables.len());
+        for first in (0..n).step_by(step) {
+            jobs.push(Job {
+                table: t,
+                rows: tab.rows(),
+                width: tab.featuresize(),
+                bags: *b,
+                mode,
+                first,
+                last: (first + step).min(n),
+                out: ptr,
+                row_stride: out.row_stride,
+                col: out.cols[t],
+                out_row: first_row[t],
+                prefetch,
+            });
+        }
+    }
+    let tallies: Vec<(usize, Tally)> = jobs
+        .par_iter()
+        .map(|j| {
+            let tab = tables[j.table];
+            tab.with_rows(true, Run { job: j, dtype: tab.dtype() })
+                .map(|t| (j.table, t))
+        })
+        .collect::<Result<_>>()?;
+    let mut per = vec![Tally::default(); tables.len()];
+    for (t, x) in &tallies {
+        per[*t].add(x);
+    }
+    let mut total = Tally::default();
+    for (tab, x) in tables.iter().zip(&per) {
+        tab.record(x);
+        total.add(x);
+    }
+    Ok(total)
+}
+
+struct Run<'a, 'b> {
+    job: &'a Job<'b>,
+    dtype: DType,
+}
+
+impl RowFn<Result<Tally>> for Run<'_, '_> {
+    fn call<R: RowSource>(self, rows: &R) -> Result<Tally> {
+        let j = self.job;
+        let t = with_width!(j.width, W => match self.dtype {
+            DType::F32 => dispatch::<f32, R, W>(j, rows),
+            DType::Bf16 => dispatch::<Bf16, R, W>(j, rows),
+        })?;
+        rows.charge(&t);
+        Ok(t)
+    }
+}
+
+fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> Result<Tally> {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F was detected at run time; the job's pointers are valid (see
+        // `body`).
+        Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 was detected at run time.
+        Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
+        // SAFETY: as `body`.
+        _ => unsafe { body::<E, R, W>(j, rows) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn body_avx512<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Result<Tally> {
+    // SAFETY: forwarded contract.
+    unsafe { body::<E, R, W>(j, r) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn body_avx2<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Result<Tally> {
+    // SAFETY: forwarded contract.
+    unsafe { body::<E, R, W>(j, r) }
+}
+
+/// The kernel: bags (or indices) `first..last` of one table.
+///
+/// # Safety
+/// `j.out` must be valid for the rows and columns `check_call` accepted, written by no other
+/// job; the table's shared lock must be held.
+#[inline(always)]
+unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> Result<Tally> {
+    let mut t = Tally::default();
+    let width = if W > 0 { W } else { j.width };
+    let vals = j.bags.values();
+    let weights = j.bags.weights();
+    let rows = j.rows as u64;
+    let (lo, hi) = match j.mode {
+        Mode::None => (j.first, j.last),
+        _ => (j.bags.bag(j.first).start, j.bags.bag(j.last - 1).end),
+    };
+    let pd = j.prefetch;
+    let check = |p: usize| -> Result<usize> {
+        let v = vals[p];
+        if (v as u64) < rows {
+            Ok(v as usize)
+        } else {
+            Err(Error::IndexOutOfRange {
+                table: j.table,
+                position: p,
+                value: v,
+                rows: j.rows,
+            })
+        }
+    };
+    let ahead = |p: usize| {
+        if pd > 0 {
+            if let Some(&v) = vals.get(p + pd).filter(|_| p + pd < hi) {
+                if (v as u64) < rows {
+                    src.prefetch(v as usize);
+                }
+            }
+            if let Some(&v) = vals.get(p + 2 * pd).filter(|_| p + 2 * pd < hi) {
+                if (v as u64) < rows {
+                    src.prefetch_far(v as usize);
+                }
+            }
+        }
+    };
+    for p in lo..lo + pd.min(hi - lo) {
+        if let Ok(v) = check(p) {
+            src.prefetch_far(v);
+            src.prefetch(v);
+        }
+    }
+    let out_at = |row: usize| {
+        // SAFETY: check_call verified the output holds this row and column span; only
+        // this job writes it.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                j.out.0.add((j.out_row + row) * j.row_stride + j.col),
+                width,
+            )
+        }
+    };
+    if j.mode == Mode::None {
+        for p in lo..hi {
+            ahead(p);
+            let row = src.read(check(p)?, &mut t).cast::<E>();
+            // SAFETY: the row source gives `width` valid elements under the shared lock.
+            unsafe { load_row::<E>(out_at(p), row) };
+        }
+        return Ok(t);
+    }
+    let mut buf = [0f32; 256];
+    for b in j.first..j.last {
+        let range = j.bags.bag(b);
+        let n = range.len();
+        let out = out_at(b);
+        let acc: &mut [f32] = if W > 0 { &mut buf[..W] } else { &mut *out };
+        acc.fill(0.0);
+        for p in range {
+            ahead(p);
+            let row = src.read(check(p)?, &mut t).cast::<E>();
+            // SAFETY: as above.
+            unsafe {
+                match weights {
+                    Some(w) => add_row::<E>(acc, row, w[p]),
+                    None => sum_row::<E>(acc, row),
+                }
+            }
+        }
+        if j.mode == Mode::Mean && n > 0 {
+            let s = 1.0 / n as f32;
+            for a in acc.iter_mut() {
+                *a *= s;
+            }
+        }
+        if W > 0 {
+            out.copy_from_slice(&buf[..W]);
+        }
+    }
+    Ok(t)
+}

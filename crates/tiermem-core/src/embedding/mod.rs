@@ -1,0 +1,86 @@
+//! Tiered embedding tables (thesis §5.2–5.4): row storage directly on one device or cached
+//! (base rows on a slow byte-addressable device, hot rows in cache pages in fast memory),
+//! and the kernels that run on them: ensemble lookups (non-reducing, sum, mean, per-sample
+//! weights) and fused backward + optimizer updates (SGD, Adagrad, row-wise Adagrad) that never
+//! build a dense gradient.
+//!
+//! The split follows thesis Table 5.2: kernels see a table only through
+//! [`Table::featuresize`] and a row-pointer source ([`rows::RowSource`]), so one kernel
+//! serves the direct table, the cached table and every cache policy.
+
+pub mod bags;
+pub mod cache;
+mod elem;
+pub mod lookup;
+pub mod reindex;
+pub mod rows;
+pub mod table;
+pub mod update;
+pub mod workload;
+
+pub use bags::Bags;
+pub use cache::{CacheConfig, CachePolicy};
+pub use lookup::{lookup, LookupOut, Mode};
+pub use table::{Table, TableStats};
+pub use update::{update, Optimizer};
+
+use crate::{bail, Result};
+
+/// Storage type of a table's elements. Kernels accumulate and update in `f32` whatever the
+/// storage type; outputs are `f32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    /// IEEE single precision.
+    F32,
+    /// bfloat16 (the top half of an `f32`; stores round to nearest even).
+    Bf16,
+}
+
+impl DType {
+    /// Parse `"f32"`/`"float32"` or `"bf16"`/`"bfloat16"`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "f32" | "float32" => Ok(DType::F32),
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            _ => bail!("unknown embedding dtype '{s}' (known: float32, bfloat16)"),
+        }
+    }
+
+    /// Bytes per element.
+    #[must_use]
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::Bf16 => 2,
+        }
+    }
+
+    /// Name as NumPy/PyTorch spell it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::Bf16 => "bfloat16",
+        }
+    }
+}
+
+/// Row widths with kernels specialised at compile time (partial sums kept in registers);
+/// every other width runs through the general path.
+pub const STATIC_WIDTHS: [usize; 5] = [16, 32, 64, 128, 256];
+
+/// Dispatch `$body` with `const $w: usize` set to the static width equal to `$width`, or
+/// to 0 (the general path) for any other width.
+macro_rules! with_width {
+    ($width:expr, $w:ident => $body:expr) => {
+        match $width {
+            16 => { const $w: usize = 16; $body }
+            32 => { const $w: usize = 32; $body }
+            64 => { const $w: usize = 64; $body }
+            128 => { const $w: usize = 128; $body }
+            256 => { const $w: usize = 256; $body }
+            _ => { const $w: usize = 0; $body }
+        }
+    };
+}
+pub(crate) use with_width;

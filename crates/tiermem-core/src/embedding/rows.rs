@@ -1,0 +1,132 @@
+//! Where a kernel finds row `i` (thesis Table 5.2's `rowpointer`): directly at
+//! `base + i * stride`, or through a cached table's pointer table. Kernels are generic over
+//! [`RowSource`], so the direct path has no indirection at all.
+
+use std::sync::Arc;
+
+use super::elem::prefetch;
+use crate::device::Device;
+
+/// Per-thread tallies a kernel keeps while it works and hands to [`RowSource::charge`] at
+/// the end of each chunk: cache behaviour and bytes per tier.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    /// Row reads served from fast memory (cache hits; every read of a direct table).
+    pub hits: u64,
+    /// Row reads served from the base rows of a cached table.
+    pub misses: u64,
+    /// Rows copied into the cache.
+    pub cached: u64,
+    /// Bytes read from the base (home) device.
+    pub home_read: u64,
+    /// Bytes written to the base (home) device.
+    pub home_written: u64,
+    /// Rows read from the base device (dependent steps for the latency term).
+    pub home_rows: u64,
+    /// Bytes read from the cache device.
+    pub cache_read: u64,
+    /// Bytes written to the cache device.
+    pub cache_written: u64,
+}
+
+impl Tally {
+    /// Add another tally.
+    pub fn add(&mut self, o: &Tally) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.cached += o.cached;
+        self.home_read += o.home_read;
+        self.home_written += o.home_written;
+        self.home_rows += o.home_rows;
+        self.cache_read += o.cache_read;
+        self.cache_written += o.cache_written;
+    }
+}
+
+/// Independent row reads a core keeps in flight (line-fill buffers): emulated latency is
+/// charged once per this many rows read from a slow device.
+pub const MEMORY_PARALLELISM: u64 = 16;
+
+/// Charge the traffic of a tally to the devices it touched (counts bytes; on emulated devices
+/// waits out the extra time, see [`Device::charge_kernel`]).
+pub fn charge(home: &Device, cache: Option<&Device>, t: &Tally) {
+    let threads = rayon::current_num_threads();
+    if t.home_read > 0 || t.home_written > 0 {
+        home.charge_kernel(
+            (t.home_read, t.home_rows.div_ceil(MEMORY_PARALLELISM)),
+            (t.home_written, threads),
+        );
+    }
+    if let Some(c) = cache {
+        if t.cache_read > 0 || t.cache_written > 0 {
+            c.charge_kernel((t.cache_read, 0), (t.cache_written, threads));
+        }
+    }
+}
+
+/// A table's rows as kernels see them.
+///
+/// # Safety
+/// Implementations return pointers valid for `stride` bytes of reads (`read`) or reads and
+/// writes (`write`) for as long as the caller holds the table's access lock: shared for
+/// `read`, exclusive for `write`.
+pub unsafe trait RowSource: Sync {
+    /// Bytes between rows (row bytes rounded up to 4).
+    fn stride(&self) -> usize;
+    /// Start of row `i` for reading (`i` already range-checked); may cache the row.
+    fn read(&self, i: usize, t: &mut Tally) -> *const u8;
+    /// Start of row `i` for an in-place update; marks a cached row dirty.
+    fn write(&self, i: usize, t: &mut Tally) -> *mut u8;
+    /// Hint: row `i` will be read soon.
+    fn prefetch(&self, i: usize);
+    /// Hint: row `i` will be read a little later (fetch any indirection first).
+    fn prefetch_far(&self, _i: usize) {}
+    /// Charge a tally to the devices behind the rows.
+    fn charge(&self, t: &Tally);
+}
+
+/// Rows stored contiguously on one device.
+pub struct DirectRows {
+    pub(crate) base: *mut u8,
+    pub(crate) stride: usize,
+    pub(crate) device: Arc<Device>,
+}
+
+// SAFETY: the rows are plain memory owned by the table (pinned in the manager for its
+// lifetime); concurrent access is governed by the table's lock, as RowSource requires.
+unsafe impl Send for DirectRows {}
+// SAFETY: as above.
+unsafe impl Sync for DirectRows {}
+
+// SAFETY: base + i * stride stays inside the table's pinned region for every i < rows.
+unsafe impl RowSource for DirectRows {
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        self.stride
+    }
+
+    #[inline(always)]
+    fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
+        t.hits += 1;
+        t.home_read += self.stride as u64;
+        t.home_rows += 1;
+        self.base.wrapping_add(i * self.stride)
+    }
+
+    #[inline(always)]
+    fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
+        t.home_read += self.stride as u64;
+        t.home_rows += 1;
+        t.home_written += self.stride as u64;
+        self.base.wrapping_add(i * self.stride)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        prefetch(self.base.wrapping_add(i * self.stride), self.stride);
+    }
+
+    fn charge(&self, t: &Tally) {
+        charge(&self.device, None, t);
+    }
+}

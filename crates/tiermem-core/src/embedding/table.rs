@@ -1,0 +1,491 @@
+//! An embedding table: rows of `width` elements on one device (direct) or cached (base rows
+//! on a slow device, cache pages in fast memory). Its memory comes from the manager as
+//! objects pinned in place for the table's lifetime, so the table shows up in the manager's
+//! usage and counters and no policy ever moves it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::cache::{CacheConfig, CachePolicy, CachedRows, MAX_ROWS};
+use super::rows::{DirectRows, RowSource, Tally};
+use super::DType;
+use crate::manager::Manager;
+use crate::manager::ObjectId;
+use crate::{ensure, Error, Result};
+
+/// Memory for a table: one manager object, pinned (writer) so nothing moves or frees it.
+pub(crate) struct Pinned {
+    manager: Arc<Manager>,
+    id: ObjectId,
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+    pub(crate) device: usize,
+}
+
+// SAFETY: the pointer is to manager memory pinned for this value's lifetime; access to the
+// bytes is governed by the owning table's lock.
+unsafe impl Send for Pinned {}
+// SAFETY: as above.
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    pub(crate) fn new(manager: &Arc<Manager>, device: usize, bytes: u64) -> Result<Self> {
+        let dev = manager.devices().get(device).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "device index {device} out of range: the manager has {} devices",
+                manager.devices().len()
+            ))
+        })?;
+        ensure!(
+            dev.byte_addressable(),
+            "embedding rows need a byte-addressable device, and '{}' is a block device",
+            dev.name
+        );
+        ensure!(
+            bytes <= dev.capacity,
+            "{bytes} bytes of embedding rows do not fit device '{}' ({} bytes capacity)",
+            dev.name,
+            dev.capacity
+        );
+        let id = manager.alloc(bytes.max(1), crate::policy::Place::Device(device))?;
+        let placed = manager.with_data(|m, _| {
+            let r = m.primary(id)?;
+            let d = m.device_of(r)?;
+            let addr = m.address(r)?;
+            if d == device {
+                m.pin(id, true)?;
+            }
+            Ok((d, addr))
+        });
+        match placed {
+            Ok((d, Some(ptr))) if d == device => Ok(Pinned {
+                manager: manager.clone(),
+                id,
+                ptr,
+                len: bytes as usize,
+                device,
+            }),
+            other => {
+                let _ = manager.free(id);
+                other?;
+                Err(Error::Policy {
+                    policy: manager.policy_name().to_owned(),
+                    message: format!(
+                        "asked to place {bytes} bytes on '{}' but put them elsewhere",
+                        manager.devices()[device].name
+                    ),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = self.manager.with_data(|m, _| m.unpin(self.id));
+        let _ = self.manager.free(self.id);
+    }
+}
+
+pub(crate) enum Storage {
+    Direct(DirectRows, Pinned),
+    Cached(Box<CachedRows>, Pinned, Pinned),
+}
+
+/// Per-table optimizer state and reindex scratch; lives under the exclusive lock.
+pub(crate) struct Mutable {
+    /// Row -> unique slot during reindexing (`u32::MAX` when unseen).
+    pub(crate) slot_of: Vec<u32>,
+    /// Adagrad sum of squares (rows x width) or row-wise Adagrad momentum (rows).
+    pub(crate) state: Option<(StateKind, Vec<f32>)>,
+    /// Optimizer steps taken (Adagrad learning-rate decay).
+    pub(crate) steps: u64,
+}
+
+/// Which optimizer state a table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// Per-element sum of squared gradients (`torch.optim.Adagrad`).
+    Adagrad,
+    /// Per-row mean of squared gradients (FBGEMM's row-wise Adagrad).
+    RowwiseAdagrad,
+}
+
+/// Hit/miss counters of a table since creation or the last reset.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct TableStats {
+    /// Row reads served from fast memory.
+    pub hits: u64,
+    /// Row reads served from the slow device's base rows.
+    pub misses: u64,
+    /// Rows copied into the cache.
+    pub rows_cached: u64,
+    /// Cache pages flushed.
+    pub pages_flushed: u64,
+    /// Dirty rows written back by flushes.
+    pub rows_written_back: u64,
+}
+
+/// An embedding table (thesis Table 5.2 / 5.4).
+pub struct Table {
+    rows: usize,
+    width: usize,
+    dtype: DType,
+    stride: usize,
+    pub(crate) storage: Storage,
+    pub(crate) lock: RwLock<Mutable>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    cached: AtomicU64,
+    base_flushed: Mutex<(u64, u64)>,
+}
+
+fn stride_of(width: usize, dtype: DType) -> usize {
+    (width * dtype.size()).next_multiple_of(4)
+}
+
+impl Table {
+    fn check_shape(rows: usize, width: usize) -> Result<()> {
+        ensure!(rows > 0, "an embedding table needs at least one row");
+        ensure!(width > 0, "an embedding table needs a row width of at least 1");
+        ensure!(
+            rows <= u32::MAX as usize,
+            "{rows} rows: tables hold at most {} rows",
+            u32::MAX
+        );
+        Ok(())
+    }
+
+    fn build(rows: usize, width: usize, dtype: DType, storage: Storage) -> Self {
+        Table {
+            rows,
+            width,
+            dtype,
+            stride: stride_of(width, dtype),
+            storage,
+            lock: RwLock::new(Mutable {
+                slot_of: Vec::new(),
+                state: None,
+                steps: 0,
+            }),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            cached: AtomicU64::new(0),
+            base_flushed: Mutex::new((0, 0)),
+        }
+    }
+
+    /// A table whose rows live directly on manager device `device`. Rows start as zeros.
+    pub fn direct(
+        manager: &Arc<Manager>,
+        device: usize,
+        rows: usize,
+        width: usize,
+        dtype: DType,
+    ) -> Result<Self> {
+        Self::check_shape(rows, width)?;
+        let stride = stride_of(width, dtype);
+        let bytes = (rows as u64).checked_mul(stride as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!("{rows} rows of {stride} bytes overflow"))
+        })?;
+        let mem = Pinned::new(manager, device, bytes)?;
+        // SAFETY: mem is valid for `bytes` writes and ours alone.
+        unsafe { std::ptr::write_bytes(mem.ptr, 0, mem.len) };
+        let direct = DirectRows {
+            base: mem.ptr,
+            stride,
+            device: manager.devices()[device].clone(),
+        };
+        Ok(Self::build(rows, width, dtype, Storage::Direct(direct, mem)))
+    }
+
+    /// A cached table: base rows on device `slow`, cache pages for `cachelower + cacheslack`
+    /// bytes reserved on device `fast`. Rows start as zeros, none cached.
+    pub fn cached(
+        manager: &Arc<Manager>,
+        slow: usize,
+        fast: usize,
+        rows: usize,
+        width: usize,
+        dtype: DType,
+        config: CacheConfig,
+    ) -> Result<Self> {
+        Self::check_shape(rows, width)?;
+        ensure!(
+            rows < MAX_ROWS,
+            "{rows} rows: cached tables hold fewer than {MAX_ROWS} rows"
+        );
+        ensure!(slow != fast, "a cached table needs two different devices");
+        let stride = stride_of(width, dtype);
+        let table_bytes = rows as u64 * stride as u64;
+        let want = config.lower.saturating_add(config.slack).min(table_bytes);
+        ensure!(want >= stride as u64, "the cache must hold at least one row ({stride} bytes); cachelower + cacheslack is {} bytes", config.lower.saturating_add(config.slack));
+        let cache_rows = (want / stride as u64) as usize;
+        let frame_rows = CachedRows::frame_rows(cache_rows, stride);
+        let frames = cache_rows.div_ceil(frame_rows);
+        let cache_bytes = (frames * frame_rows * stride) as u64;
+        let fast_dev = &manager.devices()[fast.min(manager.devices().len() - 1)];
+        ensure!(
+            fast >= manager.devices().len() || cache_bytes <= fast_dev.capacity,
+            "a cache of {cache_bytes} bytes does not fit fast device '{}' ({} bytes capacity)",
+            fast_dev.name,
+            fast_dev.capacity
+        );
+        let home = Pinned::new(manager, slow, table_bytes)?;
+        let cache = Pinned::new(manager, fast, cache_bytes)?;
+        // SAFETY: home is valid for table_bytes writes and ours alone.
+        unsafe { std::ptr::write_bytes(home.ptr, 0, home.len) };
+        let config = CacheConfig {
+            lower: config.lower.min(cache_bytes),
+            slack: config.slack.min(cache_bytes - config.lower.min(cache_bytes)),
+            ..config
+        };
+        // SAFETY: home covers rows * stride bytes, cache frames * frame_rows * stride; both
+        // stay pinned as long as the table (they are stored next to the rows in Storage).
+        let rows_impl = unsafe {
+            CachedRows::new(
+                rows,
+                stride,
+                (home.ptr, manager.devices()[slow].clone()),
+                (cache.ptr, manager.devices()[fast].clone()),
+                frame_rows,
+                frames,
+                config,
+            )
+        };
+        let t = Self::build(rows, width, dtype, Storage::Cached(Box::new(rows_impl), home, cache));
+        Ok(t)
+    }
+
+    /// Rows.
+    #[must_use]
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Elements per row (thesis `featuresize`).
+    #[must_use]
+    pub fn featuresize(&self) -> usize {
+        self.width
+    }
+
+    /// Storage type.
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes between rows.
+    #[must_use]
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// The cache of a cached table.
+    #[must_use]
+    pub fn cache(&self) -> Option<&CachedRows> {
+        match &self.storage {
+            Storage::Cached(c, ..) => Some(c),
+            Storage::Direct(..) => None,
+        }
+    }
+
+    /// Manager device indices: (home, cache).
+    #[must_use]
+    pub fn devices(&self) -> (usize, Option<usize>) {
+        match &self.storage {
+            Storage::Direct(_, m) => (m.device, None),
+            Storage::Cached(_, h, c) => (h.device, Some(c.device)),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> RwLockReadGuard<'_, Mutable> {
+        self.lock.read_recursive()
+    }
+
+    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, Mutable> {
+        self.lock.write()
+    }
+
+    /// Run `f` with the table's row source: `caching` picks `access_and_cache` for cached
+    /// tables under the dynamic policy.
+    pub(crate) fn with_rows<T>(&self, caching: bool, f: impl RowFn<T>) -> T {
+        match &self.storage {
+            Storage::Direct(d, _) => f.call(d),
+            Storage::Cached(c, ..) => {
+                f.call(&c.view(caching && c.policy == CachePolicy::Dynamic))
+            }
+        }
+    }
+
+    pub(crate) fn record(&self, t: &Tally) {
+        self.hits.fetch_add(t.hits, Ordering::Relaxed);
+        self.misses.fetch_add(t.misses, Ordering::Relaxed);
+        self.cached.fetch_add(t.cached, Ordering::Relaxed);
+    }
+
+    /// Hit/miss counters.
+    #[must_use]
+    pub fn stats(&self) -> TableStats {
+        let c = self.cache().map(CachedRows::counters).unwrap_or_default();
+        let base = *self.base_flushed.lock();
+        TableStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            rows_cached: self.cached.load(Ordering::Relaxed),
+            pages_flushed: c.pages_flushed - base.0,
+            rows_written_back: c.rows_written_back - base.1,
+        }
+    }
+
+    /// Zero the counters.
+    pub fn reset_stats(&self) {
+        self.hits.store(0, Ordering::Relaxed);
+        self.misses.store(0, Ordering::Relaxed);
+        self.cached.store(0, Ordering::Relaxed);
+        let c = self.cache().map(CachedRows::counters).unwrap_or_default();
+        *self.base_flushed.lock() = (c.pages_flushed, c.rows_written_back);
+    }
+
+    /// `flush_dirty` (`write_back`) or `flush_clean`: shrink the cache to `cachelower`.
+    /// Waits for lookups in flight (exclusive lock). No-op for direct tables.
+    pub fn flush(&self, write_back: bool) -> Result<u64> {
+        let _x = self.exclusive();
+        match self.cache() {
+            Some(c) => c.flush(write_back),
+            None => Ok(0),
+        }
+    }
+
+    /// Fill the cache with rows in a scrambled order (LFSR, `seed`) until it is full: the
+    /// `static` policy's warm-up, and a way to cache every row of a table whose cache can
+    /// hold it. Returns rows cached.
+    pub fn fill_cache(&self, seed: u64) -> Result<u64> {
+        let _x = self.exclusive();
+        let Some(c) = self.cache() else {
+            return Ok(0);
+        };
+        let order = super::workload::Lfsr::permutation(self.rows, seed)?;
+        let t = c.fill(order);
+        self.record(&Tally {
+            hits: 0,
+            misses: 0,
+            ..t
+        });
+        Ok(t.cached)
+    }
+
+    /// Copy rows `start..start + n` out as `f32` (following the pointer table, so cached
+    /// and updated rows read their newest value) into `out` (`n * width` floats).
+    pub fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
+        self.span(start, out.len())?;
+        let _s = self.shared();
+        self.with_rows(false, RowCopy { start, width: self.width, dtype: self.dtype, out: CopyDir::Out(out) });
+        Ok(())
+    }
+
+    /// Overwrite rows `start..start + n` from `f32` values (`n * width` floats), rounding
+    /// to the storage type. Cached copies are updated too.
+    pub fn write_rows(&self, start: usize, src: &[f32]) -> Result<()> {
+        self.span(start, src.len())?;
+        let _x = self.exclusive();
+        self.with_rows(false, RowCopy { start, width: self.width, dtype: self.dtype, out: CopyDir::In(src) });
+        Ok(())
+    }
+
+    fn span(&self, start: usize, floats: usize) -> Result<usize> {
+        ensure!(
+            floats.is_multiple_of(self.width),
+            "{floats} values is not a whole number of rows of width {}",
+            self.width
+        );
+        let n = floats / self.width;
+        ensure!(
+            start.checked_add(n).is_some_and(|e| e <= self.rows),
+            "rows {start}..{} are outside the table's {} rows",
+            start.saturating_add(n),
+            self.rows
+        );
+        Ok(n)
+    }
+
+    /// Optimizer state as stored: (kind, values) — `rows * width` for Adagrad, `rows` for
+    /// row-wise Adagrad — and the step count.
+    #[must_use]
+    pub fn optimizer_state(&self) -> Option<(StateKind, Vec<f32>, u64)> {
+        let s = self.shared();
+        s.state.as_ref().map(|(k, v)| (*k, v.clone(), s.steps))
+    }
+
+    /// Replace the optimizer state (from a checkpoint).
+    pub fn set_optimizer_state(&self, kind: StateKind, values: Vec<f32>, steps: u64) -> Result<()> {
+        let want = match kind {
+            StateKind::Adagrad => self.rows * self.width,
+            StateKind::RowwiseAdagrad => self.rows,
+        };
+        ensure!(
+            values.len() == want,
+            "optimizer state of {} values for a table that needs {want}",
+            values.len()
+        );
+        let mut x = self.exclusive();
+        x.state = Some((kind, values));
+        x.steps = steps;
+        Ok(())
+    }
+}
+
+/// A function generic over the row source (closures cannot be generic).
+pub(crate) trait RowFn<T> {
+    fn call<R: RowSource>(self, rows: &R) -> T;
+}
+
+enum CopyDir<'a> {
+    Out(&'a mut [f32]),
+    In(&'a [f32]),
+}
+
+struct RowCopy<'a> {
+    start: usize,
+    width: usize,
+    dtype: DType,
+    out: CopyDir<'a>,
+}
+
+impl RowFn<()> for RowCopy<'_> {
+    fn call<R: RowSource>(self, rows: &R) {
+        use super::elem::{load_row, store_row, Bf16};
+        let mut t = Tally::default();
+        let (start, dtype) = (self.start, self.dtype);
+        match self.out {
+            CopyDir::Out(o) => {
+                for (k, row) in o.chunks_exact_mut(self.width).enumerate() {
+                    let p = rows.read(start + k, &mut t);
+                    // SAFETY: start + k < rows (checked by `span`); the pointer is valid for
+                    // `width` elements while our caller holds the shared lock.
+                    unsafe {
+                        match dtype {
+                            DType::F32 => load_row::<f32>(row, p.cast()),
+                            DType::Bf16 => load_row::<Bf16>(row, p.cast()),
+                        }
+                    }
+                }
+            }
+            CopyDir::In(s) => {
+                for (k, row) in s.chunks_exact(self.width).enumerate() {
+                    let p = rows.write(start + k, &mut t);
+                    // SAFETY: as above, under the exclusive lock.
+                    unsafe {
+                        match dtype {
+                            DType::F32 => store_row::<f32>(p.cast(), row, false),
+                            DType::Bf16 => store_row::<Bf16>(p.cast(), row, false),
+                        }
+                    }
+                }
+            }
+        }
+        rows.charge(&t);
+    }
+}

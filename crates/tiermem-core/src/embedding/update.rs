@@ -1,0 +1,402 @@
+//! Backward fused with the optimizer (thesis §5.2.1–5.2.2): reindex the lookup's indices
+//! into per-row lists, accumulate each distinct row's whole gradient in registers and apply
+//! the optimizer to the row in place. The dense gradient is never built. Parallel across
+//! tables and across chunks of distinct rows within a table; each row is one task's, so no
+//! locks or atomics touch row data.
+
+use rayon::prelude::*;
+
+use super::bags::{check_indices, Bags};
+use super::elem::{sfence, store_row, Bf16, Elem};
+use super::lookup::{check_call, chunk_size, Mode};
+use super::reindex::{reindex, Csr};
+use super::rows::{RowSource, Tally};
+use super::table::{Mutable, RowFn, StateKind, Table};
+use super::{with_width, DType};
+use crate::copy::kernels::{isa, Isa};
+use crate::{ensure, Result};
+
+/// The optimizer fused into the backward pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Optimizer {
+    /// `w -= lr * g` (`torch.optim.SGD` without momentum).
+    Sgd {
+        /// Learning rate.
+        lr: f32,
+    },
+    /// `torch.optim.Adagrad`: `s += g²; w -= clr * g / (sqrt(s) + eps)`, with
+    /// `clr = lr / (1 + (step - 1) * lr_decay)`.
+    Adagrad {
+        /// Learning rate.
+        lr: f32,
+        /// Added to the denominator.
+        eps: f32,
+        /// Learning-rate decay per step.
+        lr_decay: f32,
+        /// Starting value of `s`.
+        initial_accumulator: f32,
+    },
+    /// FBGEMM's row-wise Adagrad: one accumulator per row, `m += mean(g²);
+    /// w -= lr * g / (sqrt(m) + eps)`.
+    RowwiseAdagrad {
+        /// Learning rate.
+        lr: f32,
+        /// Added to the denominator.
+        eps: f32,
+    },
+}
+
+impl Optimizer {
+    fn state(&self) -> Option<(StateKind, f32)> {
+        match *self {
+            Optimizer::Sgd { .. } => None,
+            Optimizer::Adagrad {
+                initial_accumulator,
+                ..
+            } => Some((StateKind::Adagrad, initial_accumulator)),
+            Optimizer::RowwiseAdagrad { .. } => Some((StateKind::RowwiseAdagrad, 0.0)),
+        }
+    }
+}
+
+/// The incoming gradient of an ensemble lookup's output: the same layout as
+/// [`super::LookupOut`].
+#[derive(Debug, Clone, Copy)]
+pub struct GradIn<'a> {
+    /// The matrix.
+    pub data: &'a [f32],
+    /// Floats per row.
+    pub row_stride: usize,
+    /// First column of each table.
+    pub cols: &'a [usize],
+}
+
+/// What to do with each distinct row's accumulated gradient.
+#[derive(Clone, Copy)]
+enum Sink {
+    Apply(Optimizer, bool),
+    /// Write it to a `(distinct rows) x width` buffer (the sparse gradient).
+    Collect(super::lookup::OutPtr),
+}
+
+/// Apply the backward pass of a lookup with `opt` fused in. Every index is checked before
+/// any row changes. `nt` writes updated rows with non-temporal stores. Takes each table's
+/// exclusive lock (in address order, so concurrent calls cannot deadlock).
+pub fn update(
+    tables: &[&Table],
+    bags: &[Bags<'_>],
+    mode: Mode,
+    grad: GradIn<'_>,
+    opt: Optimizer,
+    nt: bool,
+) -> Result<Tally> {
+    check_call(tables, bags, mode, grad.data.len(), grad.row_stride, grad.cols)?;
+    let mut order: Vec<usize> = (0..tables.len()).collect();
+    order.sort_by_key(|&t| std::ptr::from_ref(tables[t]) as usize);
+    for w in order.windows(2) {
+        ensure!(
+            !std::ptr::eq(tables[w[0]], tables[w[1]]),
+            "table {} and table {} are the same table: update each table once per call",
+            w[0].min(w[1]),
+            w[0].max(w[1])
+        );
+    }
+    let mut guards: Vec<_> = order.iter().map(|&t| (t, tables[t].exclusive())).collect();
+    guards.sort_by_key(|g| g.0);
+    let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut *g.1).collect();
+    run(tables, bags, mode, grad, Sink::Apply(opt, nt), &mut states).map(|(t, _)| t)
+}
+
+/// The sparse gradient of one table's lookup: the distinct rows (first-seen order) and
+/// their gradients (`rows x width`, row-major). For tests and for optimizers outside
+/// tiermem.
+pub fn sparse_grad(
+    table: &Table,
+    bags: &Bags<'_>,
+    mode: Mode,
+    grad: &[f32],
+) -> Result<(Vec<u32>, Vec<f32>)> {
+    let w = table.featuresize();
+    let g = GradIn {
+        data: grad,
+        row_stride: w,
+        cols: &[0],
+    };
+    check_call(&[table], std::slice::from_ref(bags), mode, grad.len(), w, &[0])?;
+    let mut guard = table.exclusive();
+    check_indices(0, bags.values(), table.rows())?;
+    let csr = reindex_table(table, &mut guard, bags.values());
+    let rows = csr.rows.clone();
+    let mut out = vec![0f32; csr.rows.len() * w];
+    let sink = Sink::Collect(super::lookup::OutPtr(out.as_mut_ptr()));
+    let mut states = vec![&mut *guard];
+    run_with(&[table], &[*bags], mode, g, sink, &mut states, vec![csr])?;
+    Ok((rows, out))
+}
+
+fn reindex_table(table: &Table, m: &mut Mutable, values: &[i64]) -> Csr {
+    if m.slot_of.len() != table.rows() {
+        m.slot_of = vec![u32::MAX; table.rows()];
+    }
+    reindex(values, &mut m.slot_of)
+}
+
+fn run(
+    tables: &[&Table],
+    bags: &[Bags<'_>],
+    mode: Mode,
+    grad: GradIn<'_>,
+    sink: Sink,
+    states: &mut [&mut Mutable],
+) -> Result<(Tally, ())> {
+    tables
+        .par_iter()
+        .zip(bags.par_iter())
+        .enumerate()
+        .try_for_each(|(t, (tab, b))| check_indices(t, b.values(), tab.rows()))?;
+    let csrs: Vec<Csr> = states
+        .par_iter_mut()
+        .zip(tables.par_iter().zip(bags.par_iter()))
+        .map(|(m, (tab, b))| reindex_table(tab, m, b.values()))
+        .collect();
+    let t = run_with(tables, bags, mode, grad, sink, states, csrs)?;
+    Ok((t, ()))
+}
+
+/// Per-table data a task needs.
+struct Plan<'a> {
+    table: &'a Table,
+    bags: Bags<'a>,
+    csr: Csr,
+    bag_of: Vec<u32>,
+    state: Option<(StateKind, super::lookup::OutPtr)>,
+    clr: f32,
+}
+
+fn run_with(
+    tables: &[&Table],
+    bags: &[Bags<'_>],
+    mode: Mode,
+    grad: GradIn<'_>,
+    sink: Sink,
+    states: &mut [&mut Mutable],
+    csrs: Vec<Csr>,
+) -> Result<Tally> {
+    let mut plans = Vec::with_capacity(tables.len());
+    for (((tab, b), m), csr) in tables.iter().zip(bags).zip(states.iter_mut()).zip(csrs) {
+        let mut clr = 0.0;
+        let state = match sink {
+            Sink::Apply(opt, _) => {
+                m.steps += 1;
+                if let Optimizer::Adagrad { lr, lr_decay, .. } = opt {
+                    clr = lr / (1.0 + (m.steps - 1) as f32 * lr_decay);
+                }
+                opt.state().map(|(kind, init)| {
+                    if m.state.as_ref().is_none_or(|(k, _)| *k != kind) {
+                        let n = match kind {
+                            StateKind::Adagrad => tab.rows() * tab.featuresize(),
+                            StateKind::RowwiseAdagrad => tab.rows(),
+                        };
+                        m.state = Some((kind, vec![init; n]));
+                    }
+                    let v = &mut m.state.as_mut().expect("just set").1;
+                    (kind, super::lookup::OutPtr(v.as_mut_ptr()))
+                })
+            }
+            Sink::Collect(_) => None,
+        };
+        let bag_of = if mode == Mode::None {
+            Vec::new()
+        } else {
+            let mut v = vec![0u32; b.values().len()];
+            for bag in 0..b.batch() {
+                for p in b.bag(bag) {
+                    v[p] = bag as u32;
+                }
+            }
+            v
+        };
+        plans.push(Plan {
+            table: tab,
+            bags: *b,
+            csr,
+            bag_of,
+            state,
+            clr,
+        });
+    }
+    let mut jobs = Vec::new();
+    for (t, p) in plans.iter().enumerate() {
+        let n = p.csr.rows.len();
+        let step = chunk_size(n, tables.len());
+        for first in (0..n).step_by(step) {
+            jobs.push((t, first, (first + step).min(n)));
+        }
+    }
+    let tallies: Vec<(usize, Tally)> = jobs
+        .par_iter()
+        .map(|&(t, first, last)| {
+            let p = &plans[t];
+            let job = Job {
+                plan: p,
+                mode,
+                grad,
+                col: grad.cols[t],
+                sink,
+                first,
+                last,
+            };
+            let tally = p.table.with_rows(false, Upd { job: &job });
+            (t, tally)
+        })
+        .collect();
+    if matches!(sink, Sink::Apply(_, true)) {
+        sfence();
+    }
+    let mut total = Tally::default();
+    for (_, x) in &tallies {
+        total.add(x);
+    }
+    Ok(total)
+}
+
+struct Job<'a> {
+    plan: &'a Plan<'a>,
+    mode: Mode,
+    grad: GradIn<'a>,
+    col: usize,
+    sink: Sink,
+    first: usize,
+    last: usize,
+}
+
+struct Upd<'a, 'b> {
+    job: &'a Job<'b>,
+}
+
+impl RowFn<Tally> for Upd<'_, '_> {
+    fn call<R: RowSource>(self, rows: &R) -> Tally {
+        let j = self.job;
+        let t = with_width!(j.plan.table.featuresize(), W => match j.plan.table.dtype() {
+            DType::F32 => dispatch::<f32, R, W>(j, rows),
+            DType::Bf16 => dispatch::<Bf16, R, W>(j, rows),
+        });
+        rows.charge(&t);
+        t
+    }
+}
+
+fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> Tally {
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512F was detected at run time; see `body`.
+        Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 was detected at run time.
+        Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
+        // SAFETY: see `body`.
+        _ => unsafe { body::<E, R, W>(j, rows) },
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn body_avx512<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Tally {
+    // SAFETY: forwarded contract.
+    unsafe { body::<E, R, W>(j, r) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn body_avx2<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Tally {
+    // SAFETY: forwarded contract.
+    unsafe { body::<E, R, W>(j, r) }
+}
+
+/// Accumulate and apply the gradients of distinct rows `first..last` of one table.
+///
+/// # Safety
+/// The table's exclusive lock is held; the grad matrix was checked by `check_call`; the
+/// optimizer state (if any) has one entry per row (row-wise) or element; no other job
+/// handles these rows.
+#[inline(always)]
+unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> Tally {
+    let p = j.plan;
+    let width = if W > 0 { W } else { p.table.featuresize() };
+    let weights = p.bags.weights();
+    let mut tally = Tally::default();
+    let mut gbuf = vec![0f32; if W > 0 { 0 } else { width }];
+    let mut wbuf = vec![0f32; if W > 0 { 0 } else { width }];
+    let mut gs = [0f32; 256];
+    let mut ws = [0f32; 256];
+    for u in j.first..j.last {
+        let (g, w): (&mut [f32], &mut [f32]) = if W > 0 {
+            (&mut gs[..W], &mut ws[..W])
+        } else {
+            (&mut gbuf[..], &mut wbuf[..])
+        };
+        g.fill(0.0);
+        let entries = &p.csr.positions[p.csr.starts[u] as usize..p.csr.starts[u + 1] as usize];
+        for &pos in entries {
+            let pos = pos as usize;
+            let (grow, scale) = match j.mode {
+                Mode::None => (pos, 1.0),
+                Mode::Sum => (p.bag_of[pos] as usize, weights.map_or(1.0, |w| w[pos])),
+                Mode::Mean => {
+                    let b = p.bag_of[pos] as usize;
+                    (b, 1.0 / p.bags.bag(b).len() as f32)
+                }
+            };
+            let gr = &j.grad.data[grow * j.grad.row_stride + j.col..][..width];
+            for k in 0..width {
+                g[k] += scale * gr[k];
+            }
+        }
+        let row = p.csr.rows[u] as usize;
+        match j.sink {
+            Sink::Collect(out) => {
+                // SAFETY: the buffer has (distinct rows) x width floats; u is ours.
+                unsafe {
+                    std::slice::from_raw_parts_mut(out.0.add(u * width), width).copy_from_slice(g);
+                }
+            }
+            Sink::Apply(opt, nt) => {
+                let dst = src.write(row, &mut tally).cast::<E>();
+                for (k, x) in w.iter_mut().enumerate() {
+                    // SAFETY: the row source gives `width` valid elements; exclusive lock.
+                    *x = unsafe { dst.add(k).read() }.to_f32();
+                }
+                match (opt, p.state) {
+                    (Optimizer::Sgd { lr }, _) => {
+                        for k in 0..width {
+                            w[k] -= lr * g[k];
+                        }
+                    }
+                    (Optimizer::Adagrad { eps, .. }, Some((_, st))) => {
+                        // SAFETY: the state has rows x width floats; row is ours.
+                        let s = unsafe { std::slice::from_raw_parts_mut(st.0.add(row * width), width) };
+                        let clr = p.clr;
+                        for k in 0..width {
+                            s[k] += g[k] * g[k];
+                            w[k] += -clr * (g[k] / (s[k].sqrt() + eps));
+                        }
+                    }
+                    (Optimizer::RowwiseAdagrad { lr, eps }, Some((_, st))) => {
+                        let sq: f32 = g.iter().map(|x| x * x).sum::<f32>() / width as f32;
+                        // SAFETY: the state has one float per row; row is ours.
+                        let m = unsafe { &mut *st.0.add(row) };
+                        *m += sq;
+                        let mult = lr / (m.sqrt() + eps);
+                        for k in 0..width {
+                            w[k] -= mult * g[k];
+                        }
+                    }
+                    _ => unreachable!("state allocated for every stateful optimizer"),
+                }
+                // SAFETY: as above.
+                unsafe { store_row::<E>(dst, w, nt) };
+            }
+        }
+    }
+    tally
+}
