@@ -438,6 +438,12 @@ impl CachedRows {
         }
     }
 
+    /// The policy.
+    #[must_use]
+    pub fn policy(&self) -> CachePolicy {
+        self.policy
+    }
+
     /// Row count.
     #[must_use]
     pub fn rows(&self) -> usize {

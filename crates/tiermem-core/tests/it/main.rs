@@ -1,6 +1,7 @@
 //! Integration tests of the core: property tests, stress tests, bad input.
 
 mod bad_input;
+mod embedding;
 mod heap_props;
 mod manager_props;
 mod policies;
