@@ -1,5 +1,6 @@
 //! Python binding of tiermem-core: conversions, GIL release and error mapping only.
 
+mod embedding;
 mod error;
 mod manager;
 mod measure;
@@ -14,6 +15,13 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<manager::PyManager>()?;
     m.add_class::<manager::PyRecorder>()?;
     m.add_class::<policy::DataApi>()?;
+    m.add_class::<embedding::PyTable>()?;
+    m.add_function(wrap_pyfunction!(embedding::lookup_into, m)?)?;
+    m.add_function(wrap_pyfunction!(embedding::update_from, m)?)?;
+    m.add_function(wrap_pyfunction!(embedding::sparse_grad, m)?)?;
+    m.add_function(wrap_pyfunction!(embedding::gather, m)?)?;
+    m.add_function(wrap_pyfunction!(embedding::generate_into, m)?)?;
+    m.add_function(wrap_pyfunction!(embedding::reuse_histogram, m)?)?;
     m.add_function(wrap_pyfunction!(measure::topology_json, m)?)?;
     m.add_function(wrap_pyfunction!(measure::profiles_json, m)?)?;
     m.add_function(wrap_pyfunction!(measure::dram_figures_json, m)?)?;

@@ -31,7 +31,7 @@ fn place(code: i64) -> PyResult<Place> {
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
 #[pyclass(name = "Manager", module = "tiermem._tiermem", frozen)]
 pub struct PyManager {
-    inner: Arc<Manager>,
+    pub(crate) inner: Arc<Manager>,
 }
 
 #[pymethods]

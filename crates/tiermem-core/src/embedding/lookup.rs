@@ -357,3 +357,61 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
     }
     Ok(t)
 }
+
+/// The gather roofline: read every row an ensemble lookup would read, in the same order and
+/// with the same parallel split and prefetching, but with no arithmetic (rows are folded
+/// with XOR so the loads cannot be optimised away). Returns the fold.
+pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u64> {
+    ensure!(tables.len() == bags.len(), "{} tables but {} sets of bags", tables.len(), bags.len());
+    let _locks: Vec<_> = tables.iter().map(|t| t.shared()).collect();
+    let mut jobs = Vec::new();
+    for (t, b) in bags.iter().enumerate() {
+        super::bags::check_indices(t, b.values(), tables[t].rows())?;
+        let n = b.values().len();
+        let step = chunk_size(n, tables.len()) * 16;
+        for first in (0..n).step_by(step.max(1)) {
+            jobs.push((t, first, (first + step).min(n)));
+        }
+    }
+    Ok(jobs
+        .par_iter()
+        .map(|&(t, lo, hi)| {
+            let vals = bags[t].values();
+            tables[t].with_rows(false, Gather { vals, lo, hi, prefetch })
+        })
+        .reduce(|| 0, |a, b| a ^ b))
+}
+
+struct Gather<'a> {
+    vals: &'a [i64],
+    lo: usize,
+    hi: usize,
+    prefetch: usize,
+}
+
+impl RowFn<u64> for Gather<'_> {
+    fn call<R: RowSource>(self, src: &R) -> u64 {
+        let words = src.stride() / 8;
+        let mut t = Tally::default();
+        let mut acc = [0u64; 8];
+        for p in self.lo..self.hi {
+            if self.prefetch > 0 && p + self.prefetch < self.hi {
+                src.prefetch(self.vals[p + self.prefetch] as usize);
+            }
+            let row = src.read(self.vals[p] as usize, &mut t).cast::<u64>();
+            let lines = words / 8;
+            for l in 0..lines {
+                for (q, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: the row has `stride` readable bytes (indices checked by
+                    // `gather`); read_unaligned tolerates 4-byte alignment.
+                    *a ^= unsafe { row.add(l * 8 + q).read_unaligned() };
+                }
+            }
+            for k in lines * 8..words {
+                // SAFETY: as above.
+                acc[0] ^= unsafe { row.add(k).read_unaligned() };
+            }
+        }
+        acc.iter().fold(0, |a, b| a ^ b)
+    }
+}

@@ -1,0 +1,403 @@
+"""Tiered embedding tables (NumPy level; the PyTorch modules are in :mod:`tiermem.torch`).
+
+A table's rows live directly on one device, or are *cached*: base rows on a slow
+byte-addressable device, hot rows in cache pages in fast memory (thesis §5.4)::
+
+    import tiermem
+    from tiermem.embedding import EmbeddingTable
+    m = tiermem.Manager({"dram": "64 MiB", "emulated:optane-pmem": "1 GiB"})
+    t = EmbeddingTable(1_000_000, 64, manager=m, cache=0.25, policy="dynamic")
+    out = t.lookup(indices, offsets, mode="sum")         # (bags, 64) float32
+    t.update(indices, offsets, grad_out, optimizer="sgd", lr=0.01)
+
+Bags use the ``torch.nn.EmbeddingBag`` layout: ``offsets`` has one entry per bag (the
+start of each bag) or, with ``include_last_offset=True``, one more (the end). Cache policies
+(thesis §5.6.1): ``dynamic`` caches rows as lookups touch them and flushes the oldest
+pages when the cache is full; ``static`` fills the cache once with rows in a scrambled order
+and then only reads through it; ``simple`` (``cache=None`` on a slow device) keeps every row
+on the slow device without indirection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _tiermem
+from .exceptions import InvalidArgumentError
+from .manager import Manager
+
+__all__ = ["EmbeddingTable", "EmbeddingCollection", "as_bags", "OPTIMIZERS", "CACHE_POLICIES"]
+
+OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
+CACHE_POLICIES = ("dynamic", "static", "simple")
+MODES = ("sum", "mean", "none")
+_DTYPES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+#: Default software prefetch distance, in indices.
+PREFETCH = 8
+
+
+def _i64(a: Any, what: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"{what} must be integers, not {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def as_bags(
+    indices: Any, offsets: Any = None, include_last_offset: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Normalise bags to ``(values, offsets)`` int64 arrays with ``len(offsets) == bags + 1``.
+
+    ``indices`` may be 2-D ``(bags, bag_size)`` with ``offsets=None`` (fixed-size bags), or
+    1-D with ``offsets`` as ``torch.nn.EmbeddingBag`` takes them."""
+    values = _i64(indices, "indices")
+    if values.ndim == 2:
+        if offsets is not None:
+            raise InvalidArgumentError("offsets must be None when indices is 2-D (bags x bag size)")
+        b, n = values.shape
+        return values.reshape(-1), np.arange(0, b * n + 1, max(n, 1), dtype=np.int64)[: b + 1] if n else np.zeros(b + 1, np.int64)
+    if values.ndim != 1:
+        raise InvalidArgumentError(f"indices must be 1-D or 2-D, not {values.ndim}-D")
+    if offsets is None:
+        raise InvalidArgumentError("1-D indices need offsets (the start of each bag)")
+    offs = _i64(offsets, "offsets")
+    if offs.ndim != 1:
+        raise InvalidArgumentError(f"offsets must be 1-D, not {offs.ndim}-D")
+    if not include_last_offset:
+        offs = np.append(offs, np.int64(len(values)))
+    return values, offs
+
+
+def _f32(a: Any, what: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.dtype.kind != "f":
+        raise InvalidArgumentError(f"{what} must be floating point, not {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+class EmbeddingTable:
+    """An embedding table in tiered memory.
+
+    Args:
+        num_embeddings: rows.
+        embedding_dim: elements per row (16, 32, 64, 128 and 256 have kernels specialised
+            at compile time; any width works).
+        dtype: storage type, ``"float32"`` or ``"bfloat16"`` (kernels compute in float32).
+        manager: the :class:`~tiermem.Manager` whose devices hold the rows. If omitted, a
+            private manager is made: ``dram`` plus ``device`` when that is another spec.
+        device: where the base rows live: a device name or index of ``manager`` (default:
+            the fastest device, or the slowest one when ``cache`` is given); without a
+            manager, a device spec such as ``"emulated:optane-pmem"``.
+        cache: ``None`` for a direct table, or the cache's lower size (``cachelower``) as a
+            fraction of the table (0 < cache <= 1): base rows stay on ``device``, cache
+            pages go on the manager's fastest device.
+        cacheslack: how far beyond ``cachelower`` the cache may grow (fraction of the table).
+        policy: ``"dynamic"`` or ``"static"`` for cached tables; ``"simple"`` means a direct
+            table (``cache=None``) and is accepted for symmetry.
+
+    Raises:
+        InvalidArgumentError: bad sizes, dtype, policy or cache fraction.
+        DeviceFullError: the rows or the cache do not fit their device.
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        *,
+        dtype: str = "float32",
+        manager: Manager | None = None,
+        device: str | int | None = None,
+        cache: float | None = None,
+        cacheslack: float = 0.05,
+        policy: str = "dynamic",
+    ) -> None:
+        for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
+                raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+        dt = _DTYPES.get(str(dtype).replace("torch.", ""))
+        if dt is None:
+            raise InvalidArgumentError(f"dtype {dtype!r}: supported are float32 and bfloat16")
+        if policy not in CACHE_POLICIES:
+            raise InvalidArgumentError(f"policy {policy!r}: known are {', '.join(CACHE_POLICIES)}")
+        if cache is not None and policy == "simple":
+            raise InvalidArgumentError("policy 'simple' keeps every row on the slow device: pass cache=None")
+        if cache is not None and not 0 < cache <= 1:
+            raise InvalidArgumentError(f"cache must be a fraction of the table in (0, 1], got {cache!r}")
+        if not 0 <= cacheslack <= 1:
+            raise InvalidArgumentError(f"cacheslack must be a fraction in [0, 1], got {cacheslack!r}")
+        rows, width = int(num_embeddings), int(embedding_dim)
+        stride = -(-width * (4 if dt == "float32" else 2) // 4) * 4
+        table_bytes = rows * stride
+        if manager is None:
+            spec = "dram" if device is None else str(device)
+            devs: list[tuple[str, int]] = []
+            if cache is not None or spec == "dram":
+                devs.append(("dram", max(table_bytes if spec == "dram" else int(table_bytes * min(1.0, cache + cacheslack)) + (4 << 20), 1 << 20)))
+            if spec != "dram":
+                devs.append((spec, table_bytes + (1 << 20)))
+            manager = Manager(devs, policy="all_fast")
+            device = len(devs) - 1
+        self.manager = manager
+        if device is None:
+            device = len(manager.device_names) - 1 if cache is not None else 0
+        dev = manager._place(device) if not isinstance(device, int) else device
+        if dev < 0:
+            dev = {-1: 0, -2: len(manager.device_names) - 1}.get(dev, 0)
+        if cache is None:
+            self._native = _tiermem.Table.direct(manager._native, dev, rows, width, dt)
+        else:
+            if dev == 0:
+                raise InvalidArgumentError("a cached table needs its base rows on a slower device than the cache (device 0)")
+            lower = int(table_bytes * cache)
+            slack = int(table_bytes * cacheslack)
+            self._native = _tiermem.Table.cached(manager._native, dev, 0, rows, width, dt, lower, slack, policy)
+            if policy == "static":
+                self._native.fill_cache(0)
+        self.policy = "simple" if cache is None and dev != 0 else (policy if cache is not None else "direct")
+        self.cache_fraction = cache
+
+    # Shape ---------------------------------------------------------------------------
+    @property
+    def num_embeddings(self) -> int:
+        return int(self._native.rows)
+
+    @property
+    def embedding_dim(self) -> int:
+        return int(self._native.width)
+
+    @property
+    def dtype(self) -> str:
+        return str(self._native.dtype)
+
+    @property
+    def placement(self) -> str:
+        """``"<device>"`` for a direct table, ``"cached:<pct>"`` for a cached one."""
+        home, cache = self._native.devices
+        if cache is None:
+            return self.manager.device_names[home]
+        return f"cached:{round(100 * (self.cache_fraction or 0))}"
+
+    # Data ----------------------------------------------------------------------------
+    def to_numpy(self) -> np.ndarray:
+        """A float32 copy of every row (cached and updated rows read their newest value)."""
+        out = np.empty((self.num_embeddings, self.embedding_dim), np.float32)
+        self._native.read_rows(0, out)
+        return out
+
+    def load(self, weights: Any, start: int = 0) -> None:
+        """Overwrite rows ``start..start + len(weights)`` (rounded to the storage dtype)."""
+        w = _f32(weights, "weights")
+        if w.ndim != 2 or w.shape[1] != self.embedding_dim:
+            raise InvalidArgumentError(
+                f"weights must be (rows, {self.embedding_dim}), got shape {w.shape}"
+            )
+        self._native.write_rows(int(start), w)
+
+    # Kernels -------------------------------------------------------------------------
+    def lookup(
+        self,
+        indices: Any,
+        offsets: Any = None,
+        per_sample_weights: Any = None,
+        mode: str = "sum",
+        include_last_offset: bool = False,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Reduce each bag (``sum``/``mean``; ``none`` gives one row per index)."""
+        return EmbeddingCollection([self]).lookup(
+            [as_bags(indices, offsets, include_last_offset) if mode != "none" else _plain(indices)],
+            None if per_sample_weights is None else [per_sample_weights],
+            mode=mode,
+            out=out,
+        )
+
+    def update(
+        self,
+        indices: Any,
+        offsets: Any,
+        grad: Any,
+        per_sample_weights: Any = None,
+        mode: str = "sum",
+        include_last_offset: bool = False,
+        **optimizer: Any,
+    ) -> dict[str, int]:
+        """Apply the backward pass of :meth:`lookup` with the optimizer fused in (see
+        :meth:`EmbeddingCollection.update` for the optimizer arguments)."""
+        return EmbeddingCollection([self]).update(
+            [as_bags(indices, offsets, include_last_offset) if mode != "none" else _plain(indices)],
+            grad,
+            None if per_sample_weights is None else [per_sample_weights],
+            mode=mode,
+            **optimizer,
+        )
+
+    def sparse_grad(
+        self, indices: Any, offsets: Any, grad: Any, per_sample_weights: Any = None,
+        mode: str = "sum", include_last_offset: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The gradient of :meth:`lookup` as (distinct rows, their gradient rows), without
+        changing the table."""
+        v, o = as_bags(indices, offsets, include_last_offset) if mode != "none" else _plain(indices)
+        w = None if per_sample_weights is None else _f32(per_sample_weights, "per_sample_weights")
+        rows, g = _tiermem.sparse_grad(self._native, v, o, w, mode, _f32(grad, "grad").reshape(-1))
+        return np.asarray(rows, np.int64), np.asarray(g, np.float32).reshape(-1, self.embedding_dim)
+
+    # Cache ---------------------------------------------------------------------------
+    def flush(self, write_back: bool = True) -> int:
+        """``flush_dirty`` (default) or ``flush_clean``: drop the oldest cache pages until the
+        cache is at most ``cachelower``. Returns rows flushed. ``flush_clean`` refuses to
+        drop updated rows."""
+        return int(self._native.flush(bool(write_back)))
+
+    def fill_cache(self, seed: int = 0) -> int:
+        """Cache rows in a scrambled order until the cache is full. Returns rows cached."""
+        return int(self._native.fill_cache(int(seed)))
+
+    @property
+    def cache_info(self) -> dict[str, Any] | None:
+        """Capacity, size, ``cachelower``, ``cacheslack`` (bytes), ``isfull``, cached rows."""
+        info = self._native.cache_info()
+        if info is None:
+            return None
+        info = dict(info)
+        info["isfull"] = bool(info["isfull"])
+        info["policy"] = self._native.cache_policy()
+        return info
+
+    def set_cachelower(self, nbytes: int) -> None:
+        self._native.set_cachelower(int(nbytes))
+
+    def set_cacheslack(self, nbytes: int) -> None:
+        self._native.set_cacheslack(int(nbytes))
+
+    def stats(self) -> dict[str, int]:
+        """Hits, misses, rows cached, pages flushed, dirty rows written back."""
+        return dict(self._native.stats())
+
+    def reset_stats(self) -> None:
+        self._native.reset_stats()
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of row reads served from fast memory since the last reset."""
+        s = self._native.stats()
+        n = s["hits"] + s["misses"]
+        return s["hits"] / n if n else None
+
+    # Optimizer state -----------------------------------------------------------------
+    def optimizer_state(self) -> tuple[str, np.ndarray, int] | None:
+        """``(kind, values, steps)`` of the fused optimizer's state, or ``None``."""
+        st = self._native.optimizer_state()
+        if st is None:
+            return None
+        kind, values, steps = st
+        return kind, np.asarray(values, np.float32), int(steps)
+
+    def set_optimizer_state(self, kind: str, values: Any, steps: int) -> None:
+        self._native.set_optimizer_state(kind, _f32(values, "optimizer state").reshape(-1), int(steps))
+
+    def __repr__(self) -> str:
+        return (
+            f"EmbeddingTable({self.num_embeddings}, {self.embedding_dim}, dtype={self.dtype!r}, "
+            f"placement={self.placement!r}, policy={self.policy!r})"
+        )
+
+
+def _plain(indices: Any) -> tuple[np.ndarray, np.ndarray]:
+    v = _i64(indices, "indices").reshape(-1)
+    return v, np.arange(len(v) + 1, dtype=np.int64)
+
+
+class EmbeddingCollection:
+    """Many tables looked up (and updated) in one kernel call, outputs concatenated along
+    columns: ``(bags, sum of widths)``."""
+
+    def __init__(self, tables: Sequence[EmbeddingTable]) -> None:
+        if not tables:
+            raise InvalidArgumentError("an EmbeddingCollection needs at least one table")
+        self.tables = list(tables)
+        self.cols = np.cumsum([0] + [t.embedding_dim for t in self.tables])[:-1].tolist()
+        self.width = sum(t.embedding_dim for t in self.tables)
+
+    def _weights(self, per_sample_weights: Sequence[Any] | None, bags: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray | None]:
+        if per_sample_weights is None:
+            return [None] * len(bags)
+        if len(per_sample_weights) != len(bags):
+            raise InvalidArgumentError(f"{len(per_sample_weights)} per-sample weight arrays for {len(bags)} tables")
+        return [None if w is None else _f32(w, f"per_sample_weights[{t}]").reshape(-1) for t, w in enumerate(per_sample_weights)]
+
+    def _check(self, bags: Sequence[tuple[np.ndarray, np.ndarray]], mode: str) -> None:
+        if mode not in MODES:
+            raise InvalidArgumentError(f"mode {mode!r}: supported are {', '.join(MODES)}")
+        if len(bags) != len(self.tables):
+            raise InvalidArgumentError(f"{len(bags)} sets of bags for {len(self.tables)} tables")
+
+    def _rows(self, bags: Sequence[tuple[np.ndarray, np.ndarray]], mode: str) -> int:
+        if mode == "none":
+            return sum(len(v) for v, _ in bags)
+        return len(bags[0][1]) - 1
+
+    def lookup(
+        self,
+        bags: Sequence[tuple[Any, Any]],
+        per_sample_weights: Sequence[Any] | None = None,
+        mode: str = "sum",
+        out: np.ndarray | None = None,
+        prefetch: int = PREFETCH,
+    ) -> np.ndarray:
+        """``bags[t] = (values, offsets)`` with ``len(offsets) == bags + 1`` (see
+        :func:`as_bags`). Returns (or fills ``out``) a float32 ``(bags, width)`` matrix."""
+        self._check(bags, mode)
+        bs = [(_i64(v, "values"), _i64(o, "offsets")) for v, o in bags]
+        n = self._rows(bs, mode)
+        stride = self.width if mode != "none" else max(t.embedding_dim for t in self.tables)
+        if out is None:
+            out = np.empty((n, stride), np.float32)
+        elif out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (n, stride):
+            raise InvalidArgumentError(f"out must be a C-contiguous float32 array of shape {(n, stride)}")
+        cols = self.cols if mode != "none" else [0] * len(self.tables)
+        _tiermem.lookup_into(
+            [t._native for t in self.tables], [v for v, _ in bs], [o for _, o in bs],
+            self._weights(per_sample_weights, bs), mode, out, stride, cols, int(prefetch),
+        )
+        return out
+
+    def update(
+        self,
+        bags: Sequence[tuple[Any, Any]],
+        grad: Any,
+        per_sample_weights: Sequence[Any] | None = None,
+        mode: str = "sum",
+        *,
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        eps: float | None = None,
+        lr_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        nt_stores: bool = False,
+    ) -> dict[str, int]:
+        """Backward of :meth:`lookup` fused with the optimizer: ``sgd``
+        (``torch.optim.SGD``), ``adagrad`` (``torch.optim.Adagrad``; ``eps`` default 1e-10)
+        or ``rowwise_adagrad`` (FBGEMM's; ``eps`` default 1e-8). ``grad`` has the lookup
+        output's shape. ``nt_stores`` writes updated rows with non-temporal stores."""
+        self._check(bags, mode)
+        if optimizer not in OPTIMIZERS:
+            raise InvalidArgumentError(f"optimizer {optimizer!r}: known are {', '.join(OPTIMIZERS)}")
+        bs = [(_i64(v, "values"), _i64(o, "offsets")) for v, o in bags]
+        n = self._rows(bs, mode)
+        stride = self.width if mode != "none" else max(t.embedding_dim for t in self.tables)
+        g = _f32(grad, "grad")
+        if g.shape != (n, stride):
+            raise InvalidArgumentError(f"grad must have shape {(n, stride)} (the lookup output's), got {g.shape}")
+        if eps is None:
+            eps = 1e-10 if optimizer == "adagrad" else 1e-8
+        cols = self.cols if mode != "none" else [0] * len(self.tables)
+        return dict(_tiermem.update_from(
+            [t._native for t in self.tables], [v for v, _ in bs], [o for _, o in bs],
+            self._weights(per_sample_weights, bs), mode, g, stride, cols,
+            optimizer, float(lr), float(eps), float(lr_decay), float(initial_accumulator_value), bool(nt_stores),
+        ))
