@@ -1,0 +1,344 @@
+"""PyTorch modules over tiered embedding tables.
+
+:class:`TieredEmbeddingBag` takes ``torch.nn.EmbeddingBag``'s constructor arguments and
+forward signature, plus where its rows live and which cache policy runs. Its optimizer is
+fused into backward (as FBGEMM's table-batched embeddings do): ``loss.backward()`` updates
+the rows in place, so the table is not in ``parameters()`` and needs no ``optimizer.step()``.
+:class:`TieredEmbeddingBagCollection` looks up many tables in one kernel call.
+
+Importing this module imports torch; ``import tiermem`` alone never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..embedding import EmbeddingCollection, EmbeddingTable, OPTIMIZERS
+from ..exceptions import InvalidArgumentError
+from ..manager import Manager
+
+__all__ = ["TieredEmbeddingBag", "TieredEmbeddingBagCollection"]
+
+
+def _np_i64(t: Any, what: str) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        if t.dtype not in (torch.int64, torch.int32):
+            raise InvalidArgumentError(f"{what} must be int64 or int32, not {t.dtype}")
+        return t.detach().to(torch.int64).contiguous().numpy()
+    return np.ascontiguousarray(np.asarray(t), dtype=np.int64)
+
+
+def _bags(input: Any, offsets: Any, include_last_offset: bool) -> tuple[np.ndarray, np.ndarray]:
+    v = _np_i64(input, "input")
+    if v.ndim == 2:
+        if offsets is not None:
+            raise InvalidArgumentError("offsets must be None when input is 2-D (bags x bag size)")
+        b, n = v.shape
+        return v.reshape(-1), np.arange(b + 1, dtype=np.int64) * n
+    if v.ndim != 1:
+        raise InvalidArgumentError(f"input must be 1-D or 2-D, got {v.ndim}-D")
+    if offsets is None:
+        raise InvalidArgumentError("offsets has to be a 1-D tensor when input is 1-D")
+    o = _np_i64(offsets, "offsets")
+    if o.ndim != 1:
+        raise InvalidArgumentError(f"offsets must be 1-D, got {o.ndim}-D")
+    if not include_last_offset:
+        o = np.append(o, np.int64(len(v)))
+    return v, o
+
+
+def _psw(w: Any) -> np.ndarray | None:
+    if w is None:
+        return None
+    if isinstance(w, torch.Tensor):
+        if w.requires_grad:
+            raise InvalidArgumentError(
+                "per_sample_weights that require grad are not supported (the optimizer is fused "
+                "into backward and returns no gradient for them); pass them detached"
+            )
+        w = w.detach().to(torch.float32).contiguous().numpy()
+    return np.ascontiguousarray(w, np.float32).reshape(-1)
+
+
+class _Lookup(torch.autograd.Function):
+    """Forward: ensemble lookup. Backward: the fused update (returns no gradients)."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, owner: Any, bags: Any, weights: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.owner, ctx.bags, ctx.weights = owner, bags, weights
+        out = owner._collection.lookup(bags, weights, mode=owner.mode)
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:  # type: ignore[override]
+        g = grad.detach().to(torch.float32).contiguous().numpy()
+        ctx.owner._apply(ctx.bags, g, ctx.weights)
+        return None, None, None, None
+
+
+class _FusedOptimizer:
+    """Optimizer settings shared by the modules."""
+
+    def _init_optimizer(self, optimizer: str, lr: float, eps: float | None, lr_decay: float,
+                        initial_accumulator_value: float, nt_stores: bool) -> None:
+        if optimizer not in OPTIMIZERS:
+            raise InvalidArgumentError(f"optimizer {optimizer!r}: known are {', '.join(OPTIMIZERS)}")
+        if lr < 0:
+            raise InvalidArgumentError(f"lr must be >= 0, got {lr}")
+        self.optimizer = optimizer
+        self.lr = float(lr)
+        self.eps = eps
+        self.lr_decay = float(lr_decay)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.nt_stores = bool(nt_stores)
+        # The graph needs a tensor that requires grad to reach backward; it is not a
+        # parameter (the tables update themselves) and is not saved.
+        self._anchor = torch.zeros((), requires_grad=True)
+
+    def _apply(self, bags: Any, grad: np.ndarray, weights: Any) -> None:
+        self._collection.update(
+            bags, grad, weights, mode=self.mode, optimizer=self.optimizer, lr=self.lr,
+            eps=self.eps, lr_decay=self.lr_decay,
+            initial_accumulator_value=self.initial_accumulator_value, nt_stores=self.nt_stores,
+        )
+
+
+def _save_table(t: EmbeddingTable, destination: dict, key: str, keep_vars: bool) -> None:
+    w = torch.from_numpy(t.to_numpy())
+    destination[key + "weight"] = w.to(torch.bfloat16) if t.dtype == "bfloat16" else w
+    st = t.optimizer_state()
+    if st is not None:
+        kind, values, steps = st
+        destination[key + "optimizer_state"] = torch.from_numpy(values)
+        destination[key + "optimizer_meta"] = {"kind": kind, "steps": steps}
+
+
+def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool,
+                missing: list, error_msgs: list) -> None:
+    if key + "weight" not in state_dict:
+        missing.append(key + "weight")
+        return
+    w = state_dict[key + "weight"]
+    shape = (t.num_embeddings, t.embedding_dim)
+    if tuple(w.shape) != shape:
+        error_msgs.append(f"size mismatch for {key}weight: checkpoint {tuple(w.shape)}, table {shape}")
+        return
+    t.load(w.detach().to(torch.float32).cpu().numpy())
+    if key + "optimizer_state" in state_dict:
+        meta = state_dict.get(key + "optimizer_meta", {})
+        t.set_optimizer_state(meta.get("kind", "adagrad"), state_dict[key + "optimizer_state"].numpy(),
+                              int(meta.get("steps", 0)))
+
+
+class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
+    """``torch.nn.EmbeddingBag`` over a tiered table, with the optimizer fused into backward.
+
+    Takes ``torch.nn.EmbeddingBag``'s arguments (``max_norm``, ``scale_grad_by_freq``,
+    ``padding_idx`` and ``mode="max"`` are refused with a clear error; ``sparse`` is
+    accepted and ignored: gradients never materialise), plus:
+
+    Args:
+        manager, where, cache, cacheslack, policy: where the rows live, as for
+            :class:`tiermem.embedding.EmbeddingTable` (``where`` is its ``device``).
+        optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward.
+        lr, eps, lr_decay, initial_accumulator_value: optimizer settings (as
+            ``torch.optim.SGD`` / ``torch.optim.Adagrad`` name them).
+        nt_stores: write updated rows with non-temporal stores.
+        seed: seed of the ``N(0, 1)`` initialisation (``torch.nn.EmbeddingBag``'s).
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight: torch.Tensor | None = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        device: Any = None,
+        dtype: torch.dtype | None = None,
+        *,
+        manager: Manager | None = None,
+        where: str | int | None = None,
+        cache: float | None = None,
+        cacheslack: float = 0.05,
+        policy: str = "dynamic",
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        eps: float | None = None,
+        lr_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        nt_stores: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        torch.nn.Module.__init__(self)
+        for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq),
+                          ("padding_idx", padding_idx is not None)):
+            if bad:
+                raise InvalidArgumentError(f"{name} is not supported by TieredEmbeddingBag")
+        if mode not in ("sum", "mean"):
+            raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum' and 'mean'")
+        if device is not None and torch.device(device).type != "cpu":
+            raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
+        dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
+        if dt is None:
+            raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
+        self.table = EmbeddingTable(num_embeddings, embedding_dim, dtype=dt, manager=manager, device=where,
+                                    cache=cache, cacheslack=cacheslack, policy=policy)
+        self._collection = EmbeddingCollection([self.table])
+        self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
+        if _weight is not None:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise InvalidArgumentError(f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}")
+            self.table.load(_weight.detach().to(torch.float32).numpy())
+        else:
+            self.reset_parameters(seed)
+        if policy == "static" and cache is not None:
+            self.table.fill_cache(0)
+
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """Rows from ``N(0, 1)``, as ``torch.nn.EmbeddingBag`` initialises them (written in
+        chunks, so the table need not fit in memory twice)."""
+        g = torch.Generator().manual_seed(seed) if seed is not None else None
+        chunk = max(1, (64 << 20) // (4 * self.embedding_dim))
+        for start in range(0, self.num_embeddings, chunk):
+            n = min(chunk, self.num_embeddings - start)
+            self.table.load(torch.randn(n, self.embedding_dim, generator=g).numpy(), start)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """A float32 copy of the rows (writes to it do not reach the table; use
+        :meth:`load_state_dict` or ``self.table.load``)."""
+        return torch.from_numpy(self.table.to_numpy())
+
+    def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,
+                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        if per_sample_weights is not None and self.mode != "sum":
+            raise InvalidArgumentError("per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)")
+        bags = [_bags(input, offsets, self.include_last_offset)]
+        w = None if per_sample_weights is None else [_psw(per_sample_weights)]
+        return _Lookup.apply(self._anchor, self, bags, w)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        _save_table(self.table, destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        _load_table(self.table, state_dict, prefix, strict, missing_keys, error_msgs)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}, "
+                f"placement={self.table.placement!r}, policy={self.table.policy!r}, optimizer={self.optimizer!r}")
+
+
+class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
+    """Many tiered tables in one kernel call (FBGEMM's table-batched layout).
+
+    Args:
+        tables: ``(num_embeddings, embedding_dim)`` per table, or ready
+            :class:`~tiermem.embedding.EmbeddingTable` objects.
+        mode: ``"sum"`` or ``"mean"``.
+        Other arguments as :class:`TieredEmbeddingBag` (applied to every table made here).
+
+    ``forward(indices, offsets, per_sample_weights=None)``: ``offsets`` has ``T * B + 1``
+    entries over the concatenated indices of all tables (table-major, as FBGEMM takes
+    them). Returns ``(B, sum of widths)``.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[tuple[int, int] | EmbeddingTable],
+        mode: str = "sum",
+        *,
+        dtype: torch.dtype | None = None,
+        manager: Manager | None = None,
+        where: str | int | None = None,
+        cache: float | None = None,
+        cacheslack: float = 0.05,
+        policy: str = "dynamic",
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        eps: float | None = None,
+        lr_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        nt_stores: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        torch.nn.Module.__init__(self)
+        if mode not in ("sum", "mean"):
+            raise InvalidArgumentError(f"mode {mode!r}: supported are 'sum' and 'mean'")
+        if not tables:
+            raise InvalidArgumentError("a collection needs at least one table")
+        dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
+        if dt is None:
+            raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+        self.mode = mode
+        made: list[EmbeddingTable] = []
+        g = torch.Generator().manual_seed(seed) if seed is not None else None
+        for spec in tables:
+            if isinstance(spec, EmbeddingTable):
+                made.append(spec)
+                continue
+            rows, dim = spec
+            t = EmbeddingTable(rows, dim, dtype=dt, manager=manager, device=where, cache=cache,
+                               cacheslack=cacheslack, policy=policy)
+            chunk = max(1, (64 << 20) // (4 * dim))
+            for start in range(0, rows, chunk):
+                n = min(chunk, rows - start)
+                t.load(torch.randn(n, dim, generator=g).numpy(), start)
+            if policy == "static" and cache is not None:
+                t.fill_cache(0)
+            made.append(t)
+        self.tables = made
+        self._collection = EmbeddingCollection(made)
+        self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
+
+    def split(self, indices: Any, offsets: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Split FBGEMM-layout ``indices``/``offsets`` into per-table ``(values, offsets)``."""
+        v = _np_i64(indices, "indices")
+        o = _np_i64(offsets, "offsets")
+        n = len(self.tables)
+        if o.ndim != 1 or (len(o) - 1) % n != 0 or len(o) < 1:
+            raise InvalidArgumentError(f"offsets must have T * B + 1 entries for T = {n} tables, got {len(o)}")
+        b = (len(o) - 1) // n
+        if o[-1] != len(v):
+            raise InvalidArgumentError(f"the last offset is {o[-1]} but there are {len(v)} indices")
+        out = []
+        for t in range(n):
+            lo, hi = int(o[t * b]), int(o[(t + 1) * b])
+            if not 0 <= lo <= hi <= len(v):
+                raise InvalidArgumentError(f"offsets of table {t} run from {lo} to {hi}, outside 0..{len(v)}")
+            out.append((v[lo:hi], o[t * b:(t + 1) * b + 1] - lo))
+        return out
+
+    def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
+                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        bags = self.split(indices, offsets)
+        w = None
+        if per_sample_weights is not None:
+            if self.mode != "sum":
+                raise InvalidArgumentError("per_sample_weights need mode='sum'")
+            flat = _psw(per_sample_weights)
+            o = _np_i64(offsets, "offsets")
+            b = (len(o) - 1) // len(self.tables)
+            w = [flat[int(o[t * b]):int(o[(t + 1) * b])] for t in range(len(self.tables))]
+        return _Lookup.apply(self._anchor, self, bags, w)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        for i, t in enumerate(self.tables):
+            _save_table(t, destination, f"{prefix}tables.{i}.", keep_vars)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        for i, t in enumerate(self.tables):
+            _load_table(t, state_dict, f"{prefix}tables.{i}.", strict, missing_keys, error_msgs)
