@@ -1,4 +1,4 @@
-"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``."""
+"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("--devices", nargs="+", help="device specs to include (default: dram, emulated:optane-pmem, emulated:cxl, block)")
     copy.add_argument("--max-size", help="largest copy (default 1 GiB, 256 MiB with --quick)")
     copy.add_argument("--plot", metavar="PNG", help="write a bandwidth-vs-size plot (needs matplotlib)")
+    emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
+    _add_output(emb)
     return parser
 
 
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.copy import run_cli
 
             return run_cli(args)
+        if args.command == "bench" and args.bench == "embedding":
+            from ..bench.embedding import run_cli as run_embedding
+
+            return run_embedding(args)
     except TiermemError as e:
         print(f"tiermem: error: {e}", file=sys.stderr)
         return 2

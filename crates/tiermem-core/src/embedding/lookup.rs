@@ -368,7 +368,7 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
     for (t, b) in bags.iter().enumerate() {
         super::bags::check_indices(t, b.values(), tables[t].rows())?;
         let n = b.values().len();
-        let step = chunk_size(n, tables.len()) * 16;
+        let step = chunk_size(n, tables.len());
         for first in (0..n).step_by(step.max(1)) {
             jobs.push((t, first, (first + step).min(n)));
         }

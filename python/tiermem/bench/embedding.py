@@ -1,0 +1,355 @@
+"""``tiermem bench embedding``: ensemble lookups and lookup + SGD updates through tiermem,
+``torch.nn.functional.embedding_bag`` (with torch's sparse-gradient SGD) and FBGEMM's CPU
+table-batched embeddings, on the same tables and indices in one run.
+
+Two grids:
+
+- **kernels**: tables in DRAM, every row width (16/64/256), bag size (1/40), distribution
+  (uniform/zipf/production) and op; with the gather roofline (random reads of the same rows,
+  no arithmetic, best of several prefetch distances) for reducing lookups.
+- **tiers** (width 64, bag 40): tables entirely on ``emulated:optane-pmem``, cached tables
+  over it (dynamic policy, cache 10/25/50/100 % of the table; 100 % is pre-filled so every
+  row is cached) and the DRAM table, per distribution and op, with hit rates.
+
+Every timing is the best of several repetitions; each repetition uses a fresh batch of
+indices (the same batches for every system), so caches are not flattered by replays.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import workloads
+from ..cli._progress import Progress
+from ..cli._table import table
+from ..embedding import EmbeddingCollection, EmbeddingTable
+from ..manager import Manager
+
+SLOW = "emulated:optane-pmem"
+CACHE_PCTS = (10, 25, 50, 100)
+PREFETCH_DISTANCES = (0, 4, 8, 16)
+LR = 0.01
+
+
+def sizes(quick: bool) -> dict[str, Any]:
+    """Tables, rows per table (scaled so a 256-wide table is no larger than a 64-wide one),
+    batch and repetitions."""
+    if quick:
+        return {"tables": 8, "rows": 100_000, "batch": 2048, "reps": 3}
+    return {"tables": 8, "rows": 1_000_000, "batch": 16384, "reps": 3}
+
+
+def _rows_for(width: int, rows: int) -> int:
+    return rows if width <= 64 else rows * 64 // width
+
+
+def _fbgemm() -> tuple[Any, str | None]:
+    """FBGEMM's modules, or None and why not."""
+    try:
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        return None, f"fbgemm-gpu-cpu is not importable next to this torch ({type(e).__name__}: {e})"
+    return (EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen), None
+
+
+def _best(fns: list[Callable[[], Any]]) -> float:
+    best = float("inf")
+    for fn in fns:
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+class _Torch:
+    """The plain PyTorch way: one ``F.embedding_bag`` per table, ``torch.cat``, sparse
+    gradients and ``torch.optim.SGD``."""
+
+    def __init__(self, torch: Any, weights: list[Any]) -> None:
+        self.torch = torch
+        self.params = [torch.nn.Parameter(w) for w in weights]
+        self.opt = torch.optim.SGD(self.params, lr=LR)
+
+    def lookup(self, b: list[tuple[Any, Any]]) -> Any:
+        F = self.torch.nn.functional
+        with self.torch.no_grad():
+            return self.torch.cat([F.embedding_bag(v, w, o, mode="sum") for (v, o), w in zip(b, self.params)], 1)
+
+    def train(self, b: list[tuple[Any, Any]], grad: Any) -> None:
+        F = self.torch.nn.functional
+        out = self.torch.cat([F.embedding_bag(v, w, o, mode="sum", sparse=True) for (v, o), w in zip(b, self.params)], 1)
+        out.backward(grad)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+class _Fbgemm:
+    def __init__(self, mods: Any, torch: Any, tables: int, rows: int, width: int) -> None:
+        EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, TBE = mods
+        self.torch = torch
+        self.tbe = TBE(
+            embedding_specs=[(rows, width, EmbeddingLocation.HOST, ComputeDevice.CPU)] * tables,
+            optimizer=EmbOptimType.EXACT_SGD, learning_rate=LR, pooling_mode=PoolingMode.SUM,
+        )
+
+    def lookup(self, idx: Any, off: Any) -> Any:
+        with self.torch.no_grad():
+            return self.tbe(idx, off)
+
+    def train(self, idx: Any, off: Any, grad: Any) -> None:
+        self.tbe(idx, off).backward(grad)
+
+
+def _copy_rows(src: EmbeddingTable, dst: EmbeddingTable) -> None:
+    chunk = max(1, (64 << 20) // (4 * src.embedding_dim))
+    buf = np.empty((chunk, src.embedding_dim), np.float32)
+    for start in range(0, src.num_embeddings, chunk):
+        n = min(chunk, src.num_embeddings - start)
+        src._native.read_rows(start, buf[:n])
+        dst._native.write_rows(start, buf[:n])
+
+
+def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    import torch
+
+    cfg = sizes(quick)
+    T, B, reps = cfg["tables"], cfg["batch"], cfg["reps"]
+    mods, why_not = _fbgemm()
+    widths = (16, 64, 256)
+    bags_ = (1, 40)
+    dists = workloads.DISTRIBUTIONS
+    n_kernel = len(widths) * len(bags_) * len(dists)
+    n_tier = len(dists) * (len(CACHE_PCTS) + 1)
+    cases: list[dict[str, Any]] = []
+    rng = np.random.default_rng(0)
+    with Progress(n_kernel + n_tier, "bench embedding", progress) as prog:
+        for width in widths:
+            rows = _rows_for(width, cfg["rows"])
+            table_bytes = rows * width * 4
+            m = Manager({"dram": T * table_bytes + (8 << 20)}, policy="all_fast")
+            tabs = [EmbeddingTable(rows, width, manager=m) for _ in range(T)]
+            weights = []
+            for t in tabs:
+                w = torch.empty(rows, width).uniform_(-0.05, 0.05)
+                t.load(w.numpy())
+                weights.append(w)
+            coll = EmbeddingCollection(tabs)
+            ref = _Torch(torch, weights)
+            fb = _Fbgemm(mods, torch, T, rows, width) if mods else None
+            for bag in bags_:
+                for dist in dists:
+                    prog.step(f"w{width} bag{bag} {dist}")
+                    batches = _batches(dist, T, rows, B, bag, reps + 1)
+                    res = _kernel_case(torch, coll, tabs, ref, fb, batches, width, rng)
+                    for op in ("lookup", "lookup+update"):
+                        cases.append({
+                            "op": op, "width": width, "bag": bag, "dist": dist, "placement": "dram",
+                            "policy": "direct", "seconds": res[op],
+                            "hit_rate": None, "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
+                            "gbps": res["gbps"][op], "devices": {"dram": "real"},
+                        })
+                    if width == 64 and bag == 40:
+                        for c in _tier_cases(torch, tabs, batches, width, dist, res, prog):
+                            cases.append(c)
+            del tabs, coll, ref, fb, m
+    for c in cases:
+        s = c["seconds"]
+        c["vs_torch"] = s["torch"] / s["tiermem"]
+        c["vs_fbgemm"] = s["fbgemm"] / s["tiermem"] if s.get("fbgemm") else None
+        c["vs_roofline"] = c["gbps"] / c["roofline_gbps"] if c.get("roofline_gbps") else None
+    return {
+        "benchmark": "embedding",
+        "quick": quick,
+        "config": cfg,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "fbgemm": None if why_not else "fbgemm-gpu-cpu",
+        "fbgemm_note": why_not,
+        "slow_device": {"spec": SLOW, "kind": "emulated"},
+        "cases": cases,
+    }
+
+
+def _batches(dist: str, T: int, rows: int, B: int, bag: int, n: int) -> list[dict[str, Any]]:
+    out = []
+    for step in range(n):
+        vals = workloads.batch(dist, [rows] * T, B, bag, seed=7, step=step)
+        offs = np.arange(0, B * bag + 1, bag, dtype=np.int64)
+        out.append({"values": vals, "offsets": offs})
+    return out
+
+
+def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTable], ref: _Torch,
+                 fb: _Fbgemm | None, batches: list[dict[str, Any]], width: int,
+                 rng: np.random.Generator) -> dict[str, Any]:
+    T = len(tabs)
+    B = len(batches[0]["offsets"]) - 1
+    grad = rng.standard_normal((B, T * width)).astype(np.float32)
+    grad_t = torch.from_numpy(grad)
+    bags = [[(v, b["offsets"]) for v in b["values"]] for b in batches]
+    tbags = [[(torch.from_numpy(v), torch.from_numpy(b["offsets"][:-1])) for v in b["values"]] for b in batches]
+    fidx = [torch.from_numpy(np.concatenate(b["values"])) for b in batches]
+    bag = len(batches[0]["values"][0]) // B
+    foff = [torch.arange(0, len(fi) + 1, bag, dtype=torch.int64) for fi in fidx]
+    out = np.empty((B, T * width), np.float32)
+    reps = range(1, len(batches))
+    # Warm-up on batch 0 for every system, then timed repetitions on fresh batches.
+    coll.lookup(bags[0], out=out)
+    ref.lookup(tbags[0])
+    res: dict[str, Any] = {}
+    lookup = {
+        "tiermem": _best([lambda i=i: coll.lookup(bags[i], out=out) for i in reps]),
+        "torch": _best([lambda i=i: ref.lookup(tbags[i]) for i in reps]),
+        "fbgemm": None,
+    }
+    train = {
+        "tiermem": _best([lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in reps]),
+        "torch": _best([lambda i=i: ref.train(tbags[i], grad_t) for i in reps]),
+        "fbgemm": None,
+    }
+    if fb is not None:
+        fb.lookup(fidx[0], foff[0])
+        lookup["fbgemm"] = _best([lambda i=i: fb.lookup(fidx[i], foff[i]) for i in reps])
+        train["fbgemm"] = _best([lambda i=i: fb.train(fidx[i], foff[i], grad_t) for i in reps])
+    nbytes = sum(len(v) for v in batches[1]["values"]) * width * 4
+    from .. import _tiermem
+
+    natives = [t._native for t in tabs]
+    roof = min(
+        _best([lambda i=i, d=d: _tiermem.gather(natives, batches[i]["values"], d) for i in reps])
+        for d in PREFETCH_DISTANCES
+    )
+    res["lookup"], res["lookup+update"] = lookup, train
+    res["roofline_gbps"] = nbytes / roof / 1e9
+    res["gbps"] = {"lookup": nbytes / lookup["tiermem"] / 1e9, "lookup+update": nbytes / train["tiermem"] / 1e9}
+    return res
+
+
+def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[str, Any]], width: int,
+                dist: str, base: dict[str, Any], prog: Progress) -> list[dict[str, Any]]:
+    T = len(dram_tabs)
+    rows = dram_tabs[0].num_embeddings
+    table_bytes = rows * width * 4
+    B = len(batches[0]["offsets"]) - 1
+    grad = np.random.default_rng(1).standard_normal((B, T * width)).astype(np.float32)
+    bags = [[(v, b["offsets"]) for v in b["values"]] for b in batches]
+    nbytes = sum(len(v) for v in batches[1]["values"]) * width * 4
+    out = np.empty((B, T * width), np.float32)
+    cases = []
+    for pct in (None, *CACHE_PCTS):
+        prog.step(f"tiers {dist} {'slow' if pct is None else f'cached:{pct}'}")
+        cache_bytes = 0 if pct is None else int(table_bytes * min(1.0, pct / 100 + 0.05)) + (4 << 20)
+        m = Manager({"dram": T * cache_bytes + (8 << 20), SLOW: T * table_bytes + (8 << 20)}, policy="all_fast")
+        tabs = [EmbeddingTable(rows, width, manager=m, device=SLOW, cache=None if pct is None else pct / 100) for _ in range(T)]
+        for src, dst in zip(dram_tabs, tabs):
+            _copy_rows(src, dst)
+            if pct == 100:
+                dst.fill_cache(0)
+        coll = EmbeddingCollection(tabs)
+        res = {}
+        for op in ("lookup", "lookup+update"):
+            # A fresh set of tables per op would double the memory; instead warm on batch 0
+            # and measure on the rest, in order, hit rate included.
+            coll.lookup(bags[0], out=out)
+            for t in tabs:
+                t.reset_stats()
+            if op == "lookup":
+                secs = _best([lambda i=i: coll.lookup(bags[i], out=out) for i in range(1, len(bags))])
+            else:
+                secs = _best([lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR))
+                              for i in range(1, len(bags))])
+            hits = sum(t.stats()["hits"] for t in tabs)
+            misses = sum(t.stats()["misses"] for t in tabs)
+            res[op] = (secs, hits / (hits + misses) if pct is not None and hits + misses else None)
+        for op, (secs, hr) in res.items():
+            cases.append({
+                "op": op, "width": width, "bag": 40, "dist": dist,
+                "placement": SLOW if pct is None else f"cached:{pct}",
+                "policy": "simple" if pct is None else "dynamic" + (" (pre-filled)" if pct == 100 else ""),
+                "seconds": {"tiermem": secs, "torch": base[op]["torch"], "fbgemm": base[op]["fbgemm"],
+                            "dram": base[op]["tiermem"]},
+                "hit_rate": hr, "roofline_gbps": None, "gbps": nbytes / secs / 1e9,
+                "devices": {"dram": "real", SLOW: "emulated"},
+            })
+        del coll, tabs, m
+    return cases
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def report(res: dict[str, Any]) -> str:
+    cfg = res["config"]
+    lines = [
+        f"embedding bench: {cfg['tables']} tables x {cfg['rows']:,} rows (width 256: a quarter), batch "
+        f"{cfg['batch']:,}, best of {cfg['reps']}, {res['threads']} threads, torch {res['torch']}",
+        f"slow tier: {SLOW} (EMULATED: DRAM throttled to published Optane PMem figures)",
+    ]
+    if res["fbgemm_note"]:
+        lines.append(f"fbgemm: not measured: {res['fbgemm_note']}")
+    rows = []
+    for c in res["cases"]:
+        s = c["seconds"]
+        rows.append([
+            c["op"], c["width"], c["bag"], c["dist"], c["placement"] + (" (emulated)" if SLOW in c["placement"] or "cached" in c["placement"] else ""),
+            f"{s['tiermem'] * 1e3:.1f}", f"{s['torch'] * 1e3:.1f}", _fmt(s["fbgemm"] and s["fbgemm"] * 1e3, ".1f"),
+            f"{c['vs_torch']:.2f}x", _fmt(c["vs_fbgemm"], ".2f"), f"{c['gbps']:.1f}",
+            _fmt(c["roofline_gbps"], ".1f"), _fmt(c["vs_roofline"], ".2f"), _fmt(c["hit_rate"], ".2f"),
+        ])
+    lines.append(table(["op", "width", "bag", "dist", "placement", "tiermem ms", "torch ms", "fbgemm ms",
+                        "vs torch", "vs fbgemm", "GB/s", "roofline", "vs roof", "hit rate"], rows))
+    lines.append("vs torch / vs fbgemm: their time / tiermem's (>1: tiermem faster). Tiered rows compare "
+                 "against torch and fbgemm with tables in DRAM.")
+    lines.extend(headline(res))
+    return "\n".join(lines)
+
+
+def headline(res: dict[str, Any]) -> list[str]:
+    """The figures the issue's "done when" asks for, from this run."""
+    def find(**kw: Any) -> dict[str, Any] | None:
+        for c in res["cases"]:
+            if all(c[k] == v for k, v in kw.items()):
+                return c
+        return None
+
+    out = ["", "headline (width 64, bag 40):"]
+    lk = find(op="lookup", width=64, bag=40, dist="uniform", placement="dram")
+    up = find(op="lookup+update", width=64, bag=40, dist="uniform", placement="dram")
+    if lk:
+        out.append(f"  lookup vs torch embedding_bag: {lk['vs_torch']:.2f}x; vs gather roofline: {lk['vs_roofline']:.2f}"
+                   + (f"; vs fbgemm: {lk['vs_fbgemm']:.2f}x" if lk["vs_fbgemm"] else ""))
+    if up:
+        out.append(f"  lookup+SGD vs torch sparse SGD: {up['vs_torch']:.2f}x"
+                   + (f"; vs fbgemm fused SGD: {up['vs_fbgemm']:.2f}x" if up["vs_fbgemm"] else ""))
+    full = find(op="lookup", width=64, bag=40, dist="uniform", placement="cached:100")
+    if full and lk:
+        out.append(f"  cached table, every row cached, vs direct: {full['seconds']['tiermem'] / lk['seconds']['tiermem']:.2f}x the time")
+    dyn = find(op="lookup", width=64, bag=40, dist="zipf", placement="cached:25")
+    slow = find(op="lookup", width=64, bag=40, dist="zipf", placement=SLOW)
+    if dyn and slow:
+        out.append(f"  zipf(1), 25% cache (dynamic) vs table on {SLOW} (emulated): "
+                   f"{slow['seconds']['tiermem'] / dyn['seconds']['tiermem']:.2f}x faster (hit rate {dyn['hit_rate']:.2f})")
+    return out
+
+
+def run_cli(args: Any) -> int:
+    t0 = time.perf_counter()
+    res = run(args.quick)
+    res["wall_seconds"] = time.perf_counter() - t0
+    print(report(res))
+    print(f"\n{len(res['cases'])} cases in {res['wall_seconds']:.1f}s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
