@@ -6,6 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.deps-stamp
 TORCH_STAMP := $(VENV)/.torch-stamp
 TORCH_VERSION := 2.14.1
+FBGEMM_VERSION := 1.9.0
 
 .DEFAULT_GOAL := help
 
@@ -21,7 +22,8 @@ $(STAMP): pyproject.toml
 
 $(TORCH_STAMP): $(STAMP)
 	# The PyPI wheel runs on the CPU; its CUDA libraries must be present for it to import.
-	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	# fbgemm-gpu-cpu pairs with this torch: the peer `bench embedding` compares against.
+	$(PIP) install -q "torch==$(TORCH_VERSION)" "fbgemm-gpu-cpu==$(FBGEMM_VERSION)"
 	touch $@
 
 .PHONY: venv
@@ -47,15 +49,17 @@ test-py: build $(TORCH_STAMP) ## Python tests
 test: lint test-rs test-py ## everything CI runs: lint, Rust tests, Python tests
 
 .PHONY: demo
-demo: build ## show the devices and run the quick copy benchmark (JSON and plot in results/)
+demo: build $(TORCH_STAMP) ## show the devices, run the quick copy and embedding benchmarks (JSON and plots in results/)
 	mkdir -p results
 	$(VENV)/bin/tiermem info
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
+	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
 
 .PHONY: bench-quick
-bench-quick: build ## quick copy benchmark with JSON and plot into results/
+bench-quick: build $(TORCH_STAMP) ## quick copy and embedding benchmarks with JSON and plots into results/
 	mkdir -p results
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
+	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
 
 .PHONY: lint
 lint: ## rustfmt check and clippy (warnings are errors)

@@ -50,6 +50,27 @@ def test_forward_matches_torch(width: int, mode: str, rng: np.random.Generator) 
         torch.testing.assert_close(ours(idx, off, psw), ref(idx, off, psw), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("padding_idx", [3, -1])
+def test_padding_idx_matches_torch(mode: str, padding_idx: int, rng: np.random.Generator) -> None:
+    ref = torch.nn.EmbeddingBag(ROWS, 16, mode=mode, sparse=True, padding_idx=padding_idx)
+    ours = TieredEmbeddingBag(ROWS, 16, mode=mode, padding_idx=padding_idx, optimizer="adagrad", lr=0.1)
+    assert torch.equal(ours.weight[padding_idx], torch.zeros(16)), "padding row starts at zero"
+    ours.table.load(ref.weight.detach().numpy())
+    opt = torch.optim.Adagrad(ref.parameters(), lr=0.1)
+    pad = padding_idx % ROWS
+    for _ in range(3):
+        idx, off = random_bags(rng, 30)
+        idx[::3] = pad  # many padding entries, some bags only padding
+        torch.testing.assert_close(ours(idx, off), ref(idx, off), rtol=1e-5, atol=1e-5)
+        g = torch.randn(30, 16)
+        opt.zero_grad()
+        (ref(idx, off) * g).sum().backward()
+        opt.step()
+        (ours(idx, off) * g).sum().backward()
+    torch.testing.assert_close(ours.weight, ref.weight.detach(), rtol=1e-5, atol=1e-5)
+
+
 def test_include_last_offset_and_int32(rng: np.random.Generator) -> None:
     w = torch.randn(ROWS, 16)
     ref = torch.nn.EmbeddingBag(ROWS, 16, mode="sum", include_last_offset=True, _weight=w.clone())
@@ -224,7 +245,7 @@ def test_training_loop_reduces_loss() -> None:
 
 
 def test_constructor_refuses_unsupported_arguments() -> None:
-    for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(padding_idx=0), dict(mode="max"),
+    for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(padding_idx=10), dict(mode="max"),
                dict(dtype=torch.float16), dict(optimizer="adam")):
         with pytest.raises(tiermem.InvalidArgumentError):
             TieredEmbeddingBag(10, 4, **kw)

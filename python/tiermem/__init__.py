@@ -27,6 +27,7 @@ from .exceptions import (
     DeviceFullError,
     DeviceIOError,
     GuardError,
+    IndexOutOfRangeError,
     InvalidArgumentError,
     NoSuchObjectError,
     PinnedError,

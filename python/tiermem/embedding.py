@@ -97,6 +97,8 @@ class EmbeddingTable:
         cacheslack: how far beyond ``cachelower`` the cache may grow (fraction of the table).
         policy: ``"dynamic"`` or ``"static"`` for cached tables; ``"simple"`` means a direct
             table (``cache=None``) and is accepted for symmetry.
+        padding_idx: a row left out of every reduction (and of a mean's count) and never
+            updated, as ``torch.nn.EmbeddingBag``'s; negative counts from the end.
 
     Raises:
         InvalidArgumentError: bad sizes, dtype, policy or cache fraction.
@@ -114,6 +116,7 @@ class EmbeddingTable:
         cache: float | None = None,
         cacheslack: float = 0.05,
         policy: str = "dynamic",
+        padding_idx: int | None = None,
     ) -> None:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
@@ -157,6 +160,10 @@ class EmbeddingTable:
             self._native = _tiermem.Table.cached(manager._native, dev, 0, rows, width, dt, lower, slack, policy)
             if policy == "static":
                 self._native.fill_cache(0)
+        if padding_idx is not None:
+            if not -rows <= int(padding_idx) < rows:
+                raise InvalidArgumentError(f"padding_idx {padding_idx} is outside -{rows}..{rows - 1}")
+            self._native.set_padding_idx(int(padding_idx) % rows)
         self.policy = "simple" if cache is None and dev != 0 else (policy if cache is not None else "direct")
         self.cache_fraction = cache
 
@@ -172,6 +179,10 @@ class EmbeddingTable:
     @property
     def dtype(self) -> str:
         return str(self._native.dtype)
+
+    @property
+    def padding_idx(self) -> int | None:
+        return self._native.padding_idx
 
     @property
     def placement(self) -> str:

@@ -155,6 +155,15 @@ impl PyTable {
         self.inner.devices()
     }
 
+    #[getter]
+    fn padding_idx(&self) -> Option<usize> {
+        self.inner.padding_idx()
+    }
+
+    fn set_padding_idx(&self, py: Python<'_>, row: Option<usize>) -> PyResult<()> {
+        run(py, || self.inner.set_padding_idx(row))
+    }
+
     fn stats(&self) -> HashMap<&'static str, u64> {
         let s = self.inner.stats();
         HashMap::from([
@@ -293,7 +302,9 @@ fn inputs(
             .enumerate()
             .map(|(t, w)| {
                 w.as_ref()
-                    .map(|w| view::<f32>(w, &format!("table {t} per-sample weights (float32)"), false))
+                    .map(|w| {
+                        view::<f32>(w, &format!("table {t} per-sample weights (float32)"), false)
+                    })
                     .transpose()
             })
             .collect::<PyResult<_>>()?,
@@ -346,7 +357,17 @@ pub fn lookup_into(
         let bags = unsafe { inp.bags() }?;
         // SAFETY: as above; the facade allocates `out` itself.
         let data = unsafe { out.slice_mut() };
-        lookup(&refs, &bags, mode, LookupOut { data, row_stride, cols: &cols }, prefetch)
+        lookup(
+            &refs,
+            &bags,
+            mode,
+            LookupOut {
+                data,
+                row_stride,
+                cols: &cols,
+            },
+            prefetch,
+        )
     })
     .map(|t| tally_dict(&t))
 }
@@ -374,7 +395,12 @@ pub fn update_from(
     let mode = Mode::parse(mode).map_err(to_py)?;
     let opt = match optimizer {
         "sgd" => Optimizer::Sgd { lr },
-        "adagrad" => Optimizer::Adagrad { lr, eps, lr_decay, initial_accumulator },
+        "adagrad" => Optimizer::Adagrad {
+            lr,
+            eps,
+            lr_decay,
+            initial_accumulator,
+        },
         "rowwise_adagrad" => Optimizer::RowwiseAdagrad { lr, eps },
         _ => {
             return Err(to_py(Error::InvalidArgument(format!(
@@ -391,7 +417,18 @@ pub fn update_from(
         let bags = unsafe { inp.bags() }?;
         // SAFETY: as above.
         let data = unsafe { g.slice() };
-        update::update(&refs, &bags, mode, GradIn { data, row_stride, cols: &cols }, opt, nt)
+        update::update(
+            &refs,
+            &bags,
+            mode,
+            GradIn {
+                data,
+                row_stride,
+                cols: &cols,
+            },
+            opt,
+            nt,
+        )
     })
     .map(|t| tally_dict(&t))
 }
@@ -476,7 +513,10 @@ pub fn generate_into(
         .iter()
         .map(|o| view::<i64>(o, "indices out (int64)", true))
         .collect::<PyResult<Vec<_>>>()?;
-    if vs.len() != tables.len() || bag == 0 || vs.iter().any(|v| v.len % bag != 0 || v.len != vs[0].len) {
+    if vs.len() != tables.len()
+        || bag == 0
+        || vs.iter().any(|v| v.len % bag != 0 || v.len != vs[0].len)
+    {
         return Err(to_py(Error::InvalidArgument(format!(
             "{} tables need {} output arrays of the same length, a multiple of bag {bag}",
             tables.len(),

@@ -352,4 +352,9 @@ def run_cli(args: Any) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)
         print(f"wrote {args.json}")
+    if args.plot:
+        from ..cli.plot import plot_embedding
+
+        plot_embedding(res, args.plot)
+        print(f"wrote {args.plot}")
     return 0

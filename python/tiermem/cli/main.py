@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("--plot", metavar="PNG", help="write a bandwidth-vs-size plot (needs matplotlib)")
     emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
     _add_output(emb)
+    emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
     return parser
 
 

@@ -85,3 +85,46 @@ def plot_trace(trace: list[dict[str, Any]], path: str, title: str = "bytes moved
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_embedding(res: dict[str, Any], path: str) -> None:
+    """Width-64, bag-40 lookups and lookup + updates per distribution: tiermem's time for
+    every placement (DRAM, cached over the slow tier, all on the slow tier; hit rates on the
+    bars) against torch and FBGEMM with tables in DRAM."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in res["cases"] if c["width"] == 64 and c["bag"] == 40]
+    dists = list(dict.fromkeys(c["dist"] for c in cases))
+    ops = ["lookup", "lookup+update"]
+    slow = res["slow_device"]["spec"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        placements = list(dict.fromkeys(c["placement"] for c in cases if c["op"] == op))
+        n = len(placements) + 2
+        width = 0.8 / n
+        for d, dist in enumerate(dists):
+            row = {c["placement"]: c for c in cases if c["op"] == op and c["dist"] == dist}
+            any_c = next(iter(row.values()))
+            bars = [(p, row[p]["seconds"]["tiermem"], row[p]["hit_rate"]) for p in placements if p in row]
+            bars += [("torch (DRAM)", any_c["seconds"]["torch"], None)]
+            if any_c["seconds"].get("fbgemm"):
+                bars += [("fbgemm (DRAM)", any_c["seconds"]["fbgemm"], None)]
+            for k, (name, secs, hr) in enumerate(bars):
+                x = d + (k - n / 2) * width
+                label = name.replace(slow, "slow") + (" (emulated)" if name == slow or name.startswith("cached") else "")
+                ax.bar(x, secs * 1e3, width, color=f"C{k}", label=label if d == 0 else None)
+                if hr is not None:
+                    ax.text(x, secs * 1e3, f"{hr:.2f}", ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.set_xticks(range(len(dists)))
+        ax.set_xticklabels(dists)
+        ax.set_ylabel("ms per batch (lower is better)")
+        ax.set_title(f"{op}: {res['config']['tables']} tables, batch {res['config']['batch']}, width 64, bag 40")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"tiermem embedding tables; slow tier {slow} is EMULATED; numbers on bars: cache hit rate")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -64,6 +64,18 @@ def _psw(w: Any) -> np.ndarray | None:
     return np.ascontiguousarray(w, np.float32).reshape(-1)
 
 
+def _randn_rows(t: EmbeddingTable, seed: int | None, g: Any = None) -> None:
+    """Fill a table from ``N(0, 1)`` in 64 MiB chunks; zero its padding row."""
+    if g is None and seed is not None:
+        g = torch.Generator().manual_seed(seed)
+    chunk = max(1, (64 << 20) // (4 * t.embedding_dim))
+    for start in range(0, t.num_embeddings, chunk):
+        n = min(chunk, t.num_embeddings - start)
+        t.load(torch.randn(n, t.embedding_dim, generator=g).numpy(), start)
+    if t.padding_idx is not None:
+        t.load(np.zeros((1, t.embedding_dim), np.float32), t.padding_idx)
+
+
 class _Lookup(torch.autograd.Function):
     """Forward: ensemble lookup. Backward: the fused update (returns no gradients)."""
 
@@ -137,9 +149,9 @@ def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool,
 class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     """``torch.nn.EmbeddingBag`` over a tiered table, with the optimizer fused into backward.
 
-    Takes ``torch.nn.EmbeddingBag``'s arguments (``max_norm``, ``scale_grad_by_freq``,
-    ``padding_idx`` and ``mode="max"`` are refused with a clear error; ``sparse`` is
-    accepted and ignored: gradients never materialise), plus:
+    Takes ``torch.nn.EmbeddingBag``'s arguments (``max_norm``, ``scale_grad_by_freq`` and
+    ``mode="max"`` are refused with a clear error; ``sparse`` is accepted and ignored:
+    gradients never materialise), plus:
 
     Args:
         manager, where, cache, cacheslack, policy: where the rows live, as for
@@ -180,8 +192,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         seed: int | None = None,
     ) -> None:
         torch.nn.Module.__init__(self)
-        for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq),
-                          ("padding_idx", padding_idx is not None)):
+        for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq)):
             if bad:
                 raise InvalidArgumentError(f"{name} is not supported by TieredEmbeddingBag")
         if mode not in ("sum", "mean"):
@@ -194,7 +205,8 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
         self.table = EmbeddingTable(num_embeddings, embedding_dim, dtype=dt, manager=manager, device=where,
-                                    cache=cache, cacheslack=cacheslack, policy=policy)
+                                    cache=cache, cacheslack=cacheslack, policy=policy, padding_idx=padding_idx)
+        self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
         self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
         if _weight is not None:
@@ -207,13 +219,9 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             self.table.fill_cache(0)
 
     def reset_parameters(self, seed: int | None = None) -> None:
-        """Rows from ``N(0, 1)``, as ``torch.nn.EmbeddingBag`` initialises them (written in
-        chunks, so the table need not fit in memory twice)."""
-        g = torch.Generator().manual_seed(seed) if seed is not None else None
-        chunk = max(1, (64 << 20) // (4 * self.embedding_dim))
-        for start in range(0, self.num_embeddings, chunk):
-            n = min(chunk, self.num_embeddings - start)
-            self.table.load(torch.randn(n, self.embedding_dim, generator=g).numpy(), start)
+        """Rows from ``N(0, 1)`` and a zero padding row, as ``torch.nn.EmbeddingBag``
+        initialises them (written in chunks, so the table need not fit in memory twice)."""
+        _randn_rows(self.table, seed)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -292,10 +300,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             rows, dim = spec
             t = EmbeddingTable(rows, dim, dtype=dt, manager=manager, device=where, cache=cache,
                                cacheslack=cacheslack, policy=policy)
-            chunk = max(1, (64 << 20) // (4 * dim))
-            for start in range(0, rows, chunk):
-                n = min(chunk, rows - start)
-                t.load(torch.randn(n, dim, generator=g).numpy(), start)
+            _randn_rows(t, None, g)
             if policy == "static" and cache is not None:
                 t.fill_cache(0)
             made.append(t)

@@ -167,7 +167,10 @@ impl Throttle {
             until = until.max(reserve(&self.read_busy, self.read_extra(read.0, read.1)));
         }
         if write.0 > 0 {
-            until = until.max(reserve(&self.write_busy, self.write_extra(write.0, write.1)));
+            until = until.max(reserve(
+                &self.write_busy,
+                self.write_extra(write.0, write.1),
+            ));
         }
         wait_until(until);
     }

@@ -123,7 +123,12 @@ mod tests {
         assert_eq!((b.batch(), b.bag(0), b.bag(1)), (2, 0..0, 0..3));
         assert!(matches!(
             check_indices(1, &[0, -1], 5),
-            Err(Error::IndexOutOfRange { table: 1, position: 1, value: -1, rows: 5 })
+            Err(Error::IndexOutOfRange {
+                table: 1,
+                position: 1,
+                value: -1,
+                rows: 5
+            })
         ));
     }
 }

@@ -111,7 +111,11 @@ pub(crate) fn prefetch(p: *const u8, bytes: usize) {
 #[inline(always)]
 pub(crate) unsafe fn store_row<E: Elem>(dst: *mut E, vals: &[f32], nt: bool) {
     #[cfg(target_arch = "x86_64")]
-    if nt && E::DTYPE == DType::F32 && (dst as usize).is_multiple_of(16) && vals.len().is_multiple_of(4) {
+    if nt
+        && E::DTYPE == DType::F32
+        && (dst as usize).is_multiple_of(16)
+        && vals.len().is_multiple_of(4)
+    {
         use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
         let d = dst.cast::<f32>();
         for k in (0..vals.len()).step_by(4) {

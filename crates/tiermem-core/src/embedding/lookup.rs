@@ -149,6 +149,8 @@ struct Job<'a> {
     col: usize,
     out_row: usize,
     prefetch: usize,
+    /// Padding row (skipped), or `u64::MAX`.
+    pad: u64,
 }
 
 /// Look up an ensemble: for each table `t`, every bag of `bags[t]` reduced by `mode` into
@@ -174,7 +176,11 @@ pub fn lookup(
     let ptr = OutPtr(out.data.as_mut_ptr());
     let mut jobs = Vec::new();
     for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
-        let n = if mode == Mode::None { b.values().len() } else { b.batch() };
+        let n = if mode == Mode::None {
+            b.values().len()
+        } else {
+            b.batch()
+        };
         let step = chunk_size(n, tables.len());
         for first in (0..n).step_by(step) {
             jobs.push(Job {
@@ -190,6 +196,7 @@ pub fn lookup(
                 col: out.cols[t],
                 out_row: first_row[t],
                 prefetch,
+                pad: tab.padding_idx().map_or(u64::MAX, |p| p as u64),
             });
         }
     }
@@ -197,8 +204,14 @@ pub fn lookup(
         .par_iter()
         .map(|j| {
             let tab = tables[j.table];
-            tab.with_rows(true, Run { job: j, dtype: tab.dtype() })
-                .map(|t| (j.table, t))
+            tab.with_rows(
+                true,
+                Run {
+                    job: j,
+                    dtype: tab.dtype(),
+                },
+            )
+            .map(|t| (j.table, t))
         })
         .collect::<Result<_>>()?;
     let mut per = vec![Tally::default(); tables.len()];
@@ -321,7 +334,12 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
     if j.mode == Mode::None {
         for p in lo..hi {
             ahead(p);
-            let row = src.read(check(p)?, &mut t).cast::<E>();
+            let v = check(p)?;
+            if v as u64 == j.pad {
+                out_at(p).fill(0.0);
+                continue;
+            }
+            let row = src.read(v, &mut t).cast::<E>();
             // SAFETY: the row source gives `width` valid elements under the shared lock.
             unsafe { load_row::<E>(out_at(p), row) };
         }
@@ -330,13 +348,18 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
     let mut buf = [0f32; 256];
     for b in j.first..j.last {
         let range = j.bags.bag(b);
-        let n = range.len();
+        let mut n = range.len();
         let out = out_at(b);
         let acc: &mut [f32] = if W > 0 { &mut buf[..W] } else { &mut *out };
         acc.fill(0.0);
         for p in range {
             ahead(p);
-            let row = src.read(check(p)?, &mut t).cast::<E>();
+            let v = check(p)?;
+            if v as u64 == j.pad {
+                n -= 1;
+                continue;
+            }
+            let row = src.read(v, &mut t).cast::<E>();
             // SAFETY: as above.
             unsafe {
                 match weights {
@@ -362,7 +385,12 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
 /// with the same parallel split and prefetching, but with no arithmetic (rows are folded
 /// with XOR so the loads cannot be optimised away). Returns the fold.
 pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u64> {
-    ensure!(tables.len() == bags.len(), "{} tables but {} sets of bags", tables.len(), bags.len());
+    ensure!(
+        tables.len() == bags.len(),
+        "{} tables but {} sets of bags",
+        tables.len(),
+        bags.len()
+    );
     let _locks: Vec<_> = tables.iter().map(|t| t.shared()).collect();
     let mut jobs = Vec::new();
     for (t, b) in bags.iter().enumerate() {
@@ -377,7 +405,15 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
         .par_iter()
         .map(|&(t, lo, hi)| {
             let vals = bags[t].values();
-            tables[t].with_rows(false, Gather { vals, lo, hi, prefetch })
+            tables[t].with_rows(
+                false,
+                Gather {
+                    vals,
+                    lo,
+                    hi,
+                    prefetch,
+                },
+            )
         })
         .reduce(|| 0, |a, b| a ^ b))
 }

@@ -74,12 +74,30 @@ pub const STATIC_WIDTHS: [usize; 5] = [16, 32, 64, 128, 256];
 macro_rules! with_width {
     ($width:expr, $w:ident => $body:expr) => {
         match $width {
-            16 => { const $w: usize = 16; $body }
-            32 => { const $w: usize = 32; $body }
-            64 => { const $w: usize = 64; $body }
-            128 => { const $w: usize = 128; $body }
-            256 => { const $w: usize = 256; $body }
-            _ => { const $w: usize = 0; $body }
+            16 => {
+                const $w: usize = 16;
+                $body
+            }
+            32 => {
+                const $w: usize = 32;
+                $body
+            }
+            64 => {
+                const $w: usize = 64;
+                $body
+            }
+            128 => {
+                const $w: usize = 128;
+                $body
+            }
+            256 => {
+                const $w: usize = 256;
+                $body
+            }
+            _ => {
+                const $w: usize = 0;
+                $body
+            }
         }
     };
 }

@@ -21,7 +21,10 @@ pub struct Csr {
 /// If `values` has more than `u32::MAX` entries or a value is out of `slot_of`'s range
 /// (callers check both first).
 pub fn reindex(values: &[i64], slot_of: &mut [u32]) -> Csr {
-    assert!(u32::try_from(values.len()).is_ok(), "too many indices for one call");
+    assert!(
+        u32::try_from(values.len()).is_ok(),
+        "too many indices for one call"
+    );
     let mut rows = Vec::new();
     let mut counts: Vec<u32> = Vec::new();
     for &v in values {

@@ -136,6 +136,7 @@ pub struct Table {
     stride: usize,
     pub(crate) storage: Storage,
     pub(crate) lock: RwLock<Mutable>,
+    padding: std::sync::atomic::AtomicI64,
     hits: AtomicU64,
     misses: AtomicU64,
     cached: AtomicU64,
@@ -149,7 +150,10 @@ fn stride_of(width: usize, dtype: DType) -> usize {
 impl Table {
     fn check_shape(rows: usize, width: usize) -> Result<()> {
         ensure!(rows > 0, "an embedding table needs at least one row");
-        ensure!(width > 0, "an embedding table needs a row width of at least 1");
+        ensure!(
+            width > 0,
+            "an embedding table needs a row width of at least 1"
+        );
         ensure!(
             rows <= u32::MAX as usize,
             "{rows} rows: tables hold at most {} rows",
@@ -170,6 +174,7 @@ impl Table {
                 state: None,
                 steps: 0,
             }),
+            padding: std::sync::atomic::AtomicI64::new(-1),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             cached: AtomicU64::new(0),
@@ -198,7 +203,12 @@ impl Table {
             stride,
             device: manager.devices()[device].clone(),
         };
-        Ok(Self::build(rows, width, dtype, Storage::Direct(direct, mem)))
+        Ok(Self::build(
+            rows,
+            width,
+            dtype,
+            Storage::Direct(direct, mem),
+        ))
     }
 
     /// A cached table: base rows on device `slow`, cache pages for `cachelower + cacheslack`
@@ -239,7 +249,9 @@ impl Table {
         unsafe { std::ptr::write_bytes(home.ptr, 0, home.len) };
         let config = CacheConfig {
             lower: config.lower.min(cache_bytes),
-            slack: config.slack.min(cache_bytes - config.lower.min(cache_bytes)),
+            slack: config
+                .slack
+                .min(cache_bytes - config.lower.min(cache_bytes)),
             ..config
         };
         // SAFETY: home covers rows * stride bytes, cache frames * frame_rows * stride; both
@@ -255,8 +267,35 @@ impl Table {
                 config,
             )
         };
-        let t = Self::build(rows, width, dtype, Storage::Cached(Box::new(rows_impl), home, cache));
+        let t = Self::build(
+            rows,
+            width,
+            dtype,
+            Storage::Cached(Box::new(rows_impl), home, cache),
+        );
         Ok(t)
+    }
+
+    /// The padding row (`torch.nn.EmbeddingBag`'s `padding_idx`): its indices are left out
+    /// of reductions (and of a mean's count), and updates never change it.
+    #[must_use]
+    pub fn padding_idx(&self) -> Option<usize> {
+        usize::try_from(self.padding.load(Ordering::Relaxed)).ok()
+    }
+
+    /// Set or clear the padding row.
+    pub fn set_padding_idx(&self, row: Option<usize>) -> Result<()> {
+        if let Some(r) = row {
+            ensure!(
+                r < self.rows,
+                "padding_idx {r} is outside the table's {} rows",
+                self.rows
+            );
+        }
+        let _x = self.exclusive();
+        self.padding
+            .store(row.map_or(-1, |r| r as i64), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Rows.
@@ -314,9 +353,7 @@ impl Table {
     pub(crate) fn with_rows<T>(&self, caching: bool, f: impl RowFn<T>) -> T {
         match &self.storage {
             Storage::Direct(d, _) => f.call(d),
-            Storage::Cached(c, ..) => {
-                f.call(&c.view(caching && c.policy == CachePolicy::Dynamic))
-            }
+            Storage::Cached(c, ..) => f.call(&c.view(caching && c.policy == CachePolicy::Dynamic)),
         }
     }
 
@@ -382,7 +419,15 @@ impl Table {
     pub fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
         self.span(start, out.len())?;
         let _s = self.shared();
-        self.with_rows(false, RowCopy { start, width: self.width, dtype: self.dtype, out: CopyDir::Out(out) });
+        self.with_rows(
+            false,
+            RowCopy {
+                start,
+                width: self.width,
+                dtype: self.dtype,
+                out: CopyDir::Out(out),
+            },
+        );
         Ok(())
     }
 
@@ -391,7 +436,15 @@ impl Table {
     pub fn write_rows(&self, start: usize, src: &[f32]) -> Result<()> {
         self.span(start, src.len())?;
         let _x = self.exclusive();
-        self.with_rows(false, RowCopy { start, width: self.width, dtype: self.dtype, out: CopyDir::In(src) });
+        self.with_rows(
+            false,
+            RowCopy {
+                start,
+                width: self.width,
+                dtype: self.dtype,
+                out: CopyDir::In(src),
+            },
+        );
         Ok(())
     }
 

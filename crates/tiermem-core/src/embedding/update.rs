@@ -90,7 +90,14 @@ pub fn update(
     opt: Optimizer,
     nt: bool,
 ) -> Result<Tally> {
-    check_call(tables, bags, mode, grad.data.len(), grad.row_stride, grad.cols)?;
+    check_call(
+        tables,
+        bags,
+        mode,
+        grad.data.len(),
+        grad.row_stride,
+        grad.cols,
+    )?;
     let mut order: Vec<usize> = (0..tables.len()).collect();
     order.sort_by_key(|&t| std::ptr::from_ref(tables[t]) as usize);
     for w in order.windows(2) {
@@ -122,7 +129,14 @@ pub fn sparse_grad(
         row_stride: w,
         cols: &[0],
     };
-    check_call(&[table], std::slice::from_ref(bags), mode, grad.len(), w, &[0])?;
+    check_call(
+        &[table],
+        std::slice::from_ref(bags),
+        mode,
+        grad.len(),
+        w,
+        &[0],
+    )?;
     let mut guard = table.exclusive();
     check_indices(0, bags.values(), table.rows())?;
     let csr = reindex_table(table, &mut guard, bags.values());
@@ -169,6 +183,10 @@ struct Plan<'a> {
     bags: Bags<'a>,
     csr: Csr,
     bag_of: Vec<u32>,
+    /// Padding row (never updated, left out of a mean's count), or `u32::MAX`.
+    pad: u32,
+    /// Per bag, 1 / (indices that are not padding), for mean bags.
+    inv_len: Vec<f32>,
     state: Option<(StateKind, super::lookup::OutPtr)>,
     clr: f32,
 }
@@ -216,11 +234,32 @@ fn run_with(
             }
             v
         };
+        let pad = tab.padding_idx().map_or(u32::MAX, |p| p as u32);
+        let inv_len = if mode == Mode::Mean {
+            (0..b.batch())
+                .map(|bag| {
+                    let r = b.bag(bag);
+                    let n = b.values()[r]
+                        .iter()
+                        .filter(|&&v| v as u64 != u64::from(pad))
+                        .count();
+                    if n > 0 {
+                        1.0 / n as f32
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         plans.push(Plan {
             table: tab,
             bags: *b,
             csr,
             bag_of,
+            pad,
+            inv_len,
             state,
             clr,
         });
@@ -344,7 +383,7 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
                 Mode::Sum => (p.bag_of[pos] as usize, weights.map_or(1.0, |w| w[pos])),
                 Mode::Mean => {
                     let b = p.bag_of[pos] as usize;
-                    (b, 1.0 / p.bags.bag(b).len() as f32)
+                    (b, p.inv_len[b])
                 }
             };
             let gr = &j.grad.data[grow * j.grad.row_stride + j.col..][..width];
@@ -353,6 +392,9 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
             }
         }
         let row = p.csr.rows[u] as usize;
+        if p.csr.rows[u] == p.pad {
+            g.fill(0.0);
+        }
         match j.sink {
             Sink::Collect(out) => {
                 // SAFETY: the buffer has (distinct rows) x width floats; u is ours.
@@ -360,6 +402,7 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
                     std::slice::from_raw_parts_mut(out.0.add(u * width), width).copy_from_slice(g);
                 }
             }
+            Sink::Apply(..) if p.csr.rows[u] == p.pad => {}
             Sink::Apply(opt, nt) => {
                 let dst = src.write(row, &mut tally).cast::<E>();
                 for (k, x) in w.iter_mut().enumerate() {
@@ -374,7 +417,8 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
                     }
                     (Optimizer::Adagrad { eps, .. }, Some((_, st))) => {
                         // SAFETY: the state has rows x width floats; row is ours.
-                        let s = unsafe { std::slice::from_raw_parts_mut(st.0.add(row * width), width) };
+                        let s =
+                            unsafe { std::slice::from_raw_parts_mut(st.0.add(row * width), width) };
                         let clr = p.clr;
                         for k in 0..width {
                             s[k] += g[k] * g[k];

@@ -9,9 +9,38 @@ use crate::{ensure, Result};
 
 /// Feedback masks of maximum-length Galois LFSRs, indexed by register width (2..=32 bits).
 const TAPS: [u32; 33] = [
-    0, 0, 0x3, 0x6, 0xC, 0x14, 0x30, 0x60, 0xB8, 0x110, 0x240, 0x500, 0x829, 0x100D, 0x2015,
-    0x6000, 0xD008, 0x12000, 0x20400, 0x40023, 0x90000, 0x140000, 0x300000, 0x420000,
-    0xE10000, 0x1200000, 0x2000023, 0x4000013, 0x9000000, 0x14000000, 0x20000029, 0x48000000,
+    0,
+    0,
+    0x3,
+    0x6,
+    0xC,
+    0x14,
+    0x30,
+    0x60,
+    0xB8,
+    0x110,
+    0x240,
+    0x500,
+    0x829,
+    0x100D,
+    0x2015,
+    0x6000,
+    0xD008,
+    0x12000,
+    0x20400,
+    0x40023,
+    0x90000,
+    0x140000,
+    0x300000,
+    0x420000,
+    0xE10000,
+    0x1200000,
+    0x2000023,
+    0x4000013,
+    0x9000000,
+    0x14000000,
+    0x20000029,
+    0x48000000,
     0x8020_0003,
 ];
 
@@ -131,7 +160,10 @@ impl Zipf {
     /// Sampler over `1..=n` with exponent `s`.
     pub fn new(n: usize, s: f64) -> Result<Self> {
         ensure!(n >= 1, "Zipf needs at least one item");
-        ensure!(s >= 0.0 && s.is_finite(), "Zipf exponent must be >= 0, not {s}");
+        ensure!(
+            s >= 0.0 && s.is_finite(),
+            "Zipf exponent must be >= 0, not {s}"
+        );
         let mut z = Zipf {
             n: n as f64,
             s,
@@ -244,7 +276,9 @@ pub fn generate(
     );
     if let Dist::Production(p) = dist {
         ensure!(
-            p.len() == REUSE_BUCKETS.len() && p.iter().all(|x| *x >= 0.0) && p.iter().sum::<f64>() > 0.0,
+            p.len() == REUSE_BUCKETS.len()
+                && p.iter().all(|x| *x >= 0.0)
+                && p.iter().sum::<f64>() > 0.0,
             "a production histogram needs {} non-negative bucket shares, not {:?}",
             REUSE_BUCKETS.len(),
             p
@@ -399,7 +433,10 @@ mod tests {
         for k in [1usize, 2, 10, 100] {
             let want = draws as f64 / (k as f64 * hn);
             let got = c[k] as f64;
-            assert!((got - want).abs() < 5.0 * want.sqrt() + 5.0, "rank {k}: {got} vs {want}");
+            assert!(
+                (got - want).abs() < 5.0 * want.sqrt() + 5.0,
+                "rank {k}: {got} vs {want}"
+            );
         }
     }
 

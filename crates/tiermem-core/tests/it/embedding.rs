@@ -23,8 +23,17 @@ fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -
         Table::direct(m, 0, ROWS, width, dtype).unwrap(),
         Table::direct(m, 1, ROWS, width, dtype).unwrap(),
     ];
-    for (pct, policy) in [(10, CachePolicy::Dynamic), (50, CachePolicy::Dynamic), (100, CachePolicy::Dynamic), (25, CachePolicy::Static)] {
-        let cfg = CacheConfig { lower: bytes(pct) * 3 / 4, slack: bytes(pct) / 4, policy };
+    for (pct, policy) in [
+        (10, CachePolicy::Dynamic),
+        (50, CachePolicy::Dynamic),
+        (100, CachePolicy::Dynamic),
+        (25, CachePolicy::Static),
+    ] {
+        let cfg = CacheConfig {
+            lower: bytes(pct) * 3 / 4,
+            slack: bytes(pct) / 4,
+            policy,
+        };
         let t = Table::cached(m, 1, 0, ROWS, width, dtype, cfg).unwrap();
         v.push(t);
     }
@@ -46,7 +55,11 @@ fn batch(rng: &mut Rng, bags: usize) -> (Vec<i64>, Vec<i64>, Vec<f32>) {
         let n = rng.below(6) as usize; // includes empty bags
         for _ in 0..n {
             // Zipf-ish: half the indices from the first 20 rows, so rows repeat.
-            let r = if rng.below(2) == 0 { rng.below(20) } else { rng.below(ROWS as u64) };
+            let r = if rng.below(2) == 0 {
+                rng.below(20)
+            } else {
+                rng.below(ROWS as u64)
+            };
             values.push(r as i64);
         }
         offsets.push(values.len() as i64);
@@ -58,7 +71,12 @@ fn batch(rng: &mut Rng, bags: usize) -> (Vec<i64>, Vec<i64>, Vec<f32>) {
 #[test]
 fn cached_tables_match_direct_tables_bit_for_bit() {
     let m = manager();
-    for (width, dtype) in [(16, DType::F32), (24, DType::F32), (64, DType::Bf16), (7, DType::Bf16)] {
+    for (width, dtype) in [
+        (16, DType::F32),
+        (24, DType::F32),
+        (64, DType::Bf16),
+        (7, DType::Bf16),
+    ] {
         let ts = tables(&m, width, dtype);
         let mut rng = Rng::new(width as u64);
         for step in 0..6 {
@@ -69,16 +87,45 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
             let mut outs = Vec::new();
             for t in &ts {
                 let mut out = vec![0f32; 64 * width];
-                lookup(&[t], &[bags], mode, LookupOut { data: &mut out, row_stride: width, cols: &[0] }, 8).unwrap();
+                lookup(
+                    &[t],
+                    &[bags],
+                    mode,
+                    LookupOut {
+                        data: &mut out,
+                        row_stride: width,
+                        cols: &[0],
+                    },
+                    8,
+                )
+                .unwrap();
                 outs.push(out);
             }
             for (k, o) in outs.iter().enumerate() {
-                assert!(o == &outs[0], "width {width} step {step}: table {k} differs");
+                assert!(
+                    o == &outs[0],
+                    "width {width} step {step}: table {k} differs"
+                );
             }
             let grad: Vec<f32> = (0..64 * width).map(|_| rng.f64() as f32 - 0.5).collect();
-            let opt = [Optimizer::Sgd { lr: 0.1 }, Optimizer::RowwiseAdagrad { lr: 0.1, eps: 1e-8 }][step % 2];
+            let opt = [
+                Optimizer::Sgd { lr: 0.1 },
+                Optimizer::RowwiseAdagrad { lr: 0.1, eps: 1e-8 },
+            ][step % 2];
             for t in &ts {
-                update(&[t], &[bags], mode, GradIn { data: &grad, row_stride: width, cols: &[0] }, opt, step % 2 == 1).unwrap();
+                update(
+                    &[t],
+                    &[bags],
+                    mode,
+                    GradIn {
+                        data: &grad,
+                        row_stride: width,
+                        cols: &[0],
+                    },
+                    opt,
+                    step % 2 == 1,
+                )
+                .unwrap();
                 if step == 3 {
                     t.flush(true).unwrap();
                 }
@@ -88,7 +135,10 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
             for (k, t) in ts.iter().enumerate() {
                 let mut got = vec![0f32; ROWS * width];
                 t.read_rows(0, &mut got).unwrap();
-                assert!(got == want, "width {width} step {step}: table {k} weights differ");
+                assert!(
+                    got == want,
+                    "width {width} step {step}: table {k} weights differ"
+                );
                 if let Some(c) = t.cache() {
                     c.check().unwrap();
                 }
@@ -102,10 +152,24 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
         let (values, offsets, _) = batch(&mut rng, 64);
         let bags = Bags::new(0, &values, &offsets, None).unwrap();
         let mut out = vec![0f32; 64 * 16];
-        lookup(&[&ts[2]], &[bags], Mode::Sum, LookupOut { data: &mut out, row_stride: 16, cols: &[0] }, 8).unwrap();
+        lookup(
+            &[&ts[2]],
+            &[bags],
+            Mode::Sum,
+            LookupOut {
+                data: &mut out,
+                row_stride: 16,
+                cols: &[0],
+            },
+            8,
+        )
+        .unwrap();
     }
     let s = ts[2].stats();
-    assert!(s.hits > 0 && s.misses > 0 && s.rows_cached > 0 && s.pages_flushed > 0, "{s:?}");
+    assert!(
+        s.hits > 0 && s.misses > 0 && s.rows_cached > 0 && s.pages_flushed > 0,
+        "{s:?}"
+    );
 }
 
 #[test]
@@ -114,7 +178,20 @@ fn flushes_never_tear_rows_read_by_concurrent_lookups() {
     let width = 32;
     let stride_bytes = (ROWS * width * 4) as u64;
     let t = Arc::new(
-        Table::cached(&m, 1, 0, ROWS, width, DType::F32, CacheConfig { lower: stride_bytes / 8, slack: stride_bytes / 8, policy: CachePolicy::Dynamic }).unwrap(),
+        Table::cached(
+            &m,
+            1,
+            0,
+            ROWS,
+            width,
+            DType::F32,
+            CacheConfig {
+                lower: stride_bytes / 8,
+                slack: stride_bytes / 8,
+                policy: CachePolicy::Dynamic,
+            },
+        )
+        .unwrap(),
     );
     let init: Vec<f32> = (0..ROWS * width).map(|k| (k / width) as f32).collect();
     t.write_rows(0, &init).unwrap();
@@ -126,14 +203,30 @@ fn flushes_never_tear_rows_read_by_concurrent_lookups() {
                 let mut rng = Rng::new(seed);
                 let mut rounds = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds < 20 {
-                    let values: Vec<i64> = (0..256).map(|_| rng.below(ROWS as u64) as i64).collect();
+                    let values: Vec<i64> =
+                        (0..256).map(|_| rng.below(ROWS as u64) as i64).collect();
                     let offsets: Vec<i64> = (0..=256).collect();
                     let bags = Bags::new(0, &values, &offsets, None).unwrap();
                     let mut out = vec![0f32; 256 * width];
-                    lookup(&[&*t], &[bags], Mode::None, LookupOut { data: &mut out, row_stride: width, cols: &[0] }, 4).unwrap();
+                    lookup(
+                        &[&*t],
+                        &[bags],
+                        Mode::None,
+                        LookupOut {
+                            data: &mut out,
+                            row_stride: width,
+                            cols: &[0],
+                        },
+                        4,
+                    )
+                    .unwrap();
                     for (k, row) in out.chunks(width).enumerate() {
                         let want = values[k] as f32;
-                        assert!(row.iter().all(|&x| x == want), "row {} torn: {row:?}", values[k]);
+                        assert!(
+                            row.iter().all(|&x| x == want),
+                            "row {} torn: {row:?}",
+                            values[k]
+                        );
                     }
                     rounds += 1;
                 }
@@ -149,7 +242,19 @@ fn flushes_never_tear_rows_read_by_concurrent_lookups() {
         let offsets: Vec<i64> = (0..=64).collect();
         let bags = Bags::new(0, &values, &offsets, None).unwrap();
         let grad = vec![1.0f32; 64 * width];
-        update(&[&*t], &[bags], Mode::Sum, GradIn { data: &grad, row_stride: width, cols: &[0] }, Optimizer::Sgd { lr: 0.0 }, false).unwrap();
+        update(
+            &[&*t],
+            &[bags],
+            Mode::Sum,
+            GradIn {
+                data: &grad,
+                row_stride: width,
+                cols: &[0],
+            },
+            Optimizer::Sgd { lr: 0.0 },
+            false,
+        )
+        .unwrap();
         t.flush(true).unwrap();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -168,12 +273,46 @@ fn bad_input_is_refused_before_anything_changes() {
     let mut out = vec![0f32; 2 * 16];
     let values = [1i64, 10, 2];
     let bags = Bags::new(0, &values, &[0, 2, 3], None).unwrap();
-    let e = lookup(&[&t], &[bags], Mode::Sum, LookupOut { data: &mut out, row_stride: 16, cols: &[0] }, 8).unwrap_err();
-    assert!(matches!(e, Error::IndexOutOfRange { table: 0, position: 1, value: 10, rows: 10 }), "{e}");
+    let e = lookup(
+        &[&t],
+        &[bags],
+        Mode::Sum,
+        LookupOut {
+            data: &mut out,
+            row_stride: 16,
+            cols: &[0],
+        },
+        8,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::IndexOutOfRange {
+                table: 0,
+                position: 1,
+                value: 10,
+                rows: 10
+            }
+        ),
+        "{e}"
+    );
     let neg = [-1i64];
     let bags = Bags::new(0, &neg, &[0, 1], None).unwrap();
     let grad = [1.0f32; 16];
-    let e = update(&[&t], &[bags], Mode::Sum, GradIn { data: &grad, row_stride: 16, cols: &[0] }, Optimizer::Sgd { lr: 1.0 }, false).unwrap_err();
+    let e = update(
+        &[&t],
+        &[bags],
+        Mode::Sum,
+        GradIn {
+            data: &grad,
+            row_stride: 16,
+            cols: &[0],
+        },
+        Optimizer::Sgd { lr: 1.0 },
+        false,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("holds -1"), "{e}");
     let mut rows = vec![0f32; 160];
     t.read_rows(0, &mut rows).unwrap();
@@ -182,24 +321,121 @@ fn bad_input_is_refused_before_anything_changes() {
     let v = [0i64];
     let bags = Bags::new(0, &v, &[0, 1], None).unwrap();
     let mut small = vec![0f32; 8];
-    assert!(lookup(&[&t], &[bags], Mode::Sum, LookupOut { data: &mut small, row_stride: 16, cols: &[0] }, 8).is_err());
+    assert!(lookup(
+        &[&t],
+        &[bags],
+        Mode::Sum,
+        LookupOut {
+            data: &mut small,
+            row_stride: 16,
+            cols: &[0]
+        },
+        8
+    )
+    .is_err());
     let mut out = vec![0f32; 24];
-    assert!(lookup(&[&t, &t], &[bags, bags], Mode::Sum, LookupOut { data: &mut out, row_stride: 24, cols: &[0, 8] }, 8).unwrap_err().to_string().contains("overlapping"));
+    assert!(lookup(
+        &[&t, &t],
+        &[bags, bags],
+        Mode::Sum,
+        LookupOut {
+            data: &mut out,
+            row_stride: 24,
+            cols: &[0, 8]
+        },
+        8
+    )
+    .unwrap_err()
+    .to_string()
+    .contains("overlapping"));
     let g = [0f32; 32];
-    assert!(update(&[&t, &t], &[bags, bags], Mode::Sum, GradIn { data: &g, row_stride: 32, cols: &[0, 16] }, Optimizer::Sgd { lr: 1.0 }, false).unwrap_err().to_string().contains("same table"));
+    assert!(update(
+        &[&t, &t],
+        &[bags, bags],
+        Mode::Sum,
+        GradIn {
+            data: &g,
+            row_stride: 32,
+            cols: &[0, 16]
+        },
+        Optimizer::Sgd { lr: 1.0 },
+        false
+    )
+    .unwrap_err()
+    .to_string()
+    .contains("same table"));
     // Per-sample weights need sum.
     let w = [1.0f32];
     let wb = Bags::new(0, &v, &[0, 1], Some(&w)).unwrap();
     let mut o = vec![0f32; 16];
-    assert!(lookup(&[&t], &[wb], Mode::Mean, LookupOut { data: &mut o, row_stride: 16, cols: &[0] }, 8).is_err());
+    assert!(lookup(
+        &[&t],
+        &[wb],
+        Mode::Mean,
+        LookupOut {
+            data: &mut o,
+            row_stride: 16,
+            cols: &[0]
+        },
+        8
+    )
+    .is_err());
     // A cache larger than the fast device.
-    let e = Table::cached(&m, 1, 0, 1 << 20, 64, DType::F32, CacheConfig { lower: 200 << 20, slack: 0, policy: CachePolicy::Dynamic });
+    let e = Table::cached(
+        &m,
+        1,
+        0,
+        1 << 20,
+        64,
+        DType::F32,
+        CacheConfig {
+            lower: 200 << 20,
+            slack: 0,
+            policy: CachePolicy::Dynamic,
+        },
+    );
     assert!(e.is_err());
     // flush_clean refuses to drop dirty rows.
-    let c = Table::cached(&m, 1, 0, 10, 16, DType::F32, CacheConfig { lower: 0, slack: 640, policy: CachePolicy::Dynamic }).unwrap();
+    let c = Table::cached(
+        &m,
+        1,
+        0,
+        10,
+        16,
+        DType::F32,
+        CacheConfig {
+            lower: 0,
+            slack: 640,
+            policy: CachePolicy::Dynamic,
+        },
+    )
+    .unwrap();
     let bags = Bags::new(0, &v, &[0, 1], None).unwrap();
-    lookup(&[&c], &[bags], Mode::Sum, LookupOut { data: &mut o, row_stride: 16, cols: &[0] }, 8).unwrap();
-    update(&[&c], &[bags], Mode::Sum, GradIn { data: &grad, row_stride: 16, cols: &[0] }, Optimizer::Sgd { lr: 1.0 }, false).unwrap();
+    lookup(
+        &[&c],
+        &[bags],
+        Mode::Sum,
+        LookupOut {
+            data: &mut o,
+            row_stride: 16,
+            cols: &[0],
+        },
+        8,
+    )
+    .unwrap();
+    update(
+        &[&c],
+        &[bags],
+        Mode::Sum,
+        GradIn {
+            data: &grad,
+            row_stride: 16,
+            cols: &[0],
+        },
+        Optimizer::Sgd { lr: 1.0 },
+        false,
+    )
+    .unwrap();
     assert!(c.flush(false).unwrap_err().to_string().contains("dirty"));
     assert_eq!(c.flush(true).unwrap(), 1);
     let mut r = vec![0f32; 16];

@@ -1,0 +1,219 @@
+"""Embedding tables at the NumPy level: bad input, cache behaviour, concurrency, workloads,
+and the benchmark's code path at a tiny size."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tiermem
+from tiermem import workloads
+from tiermem.embedding import EmbeddingCollection, EmbeddingTable
+
+
+def table(rows: int = 100, width: int = 16, **kw) -> EmbeddingTable:
+    t = EmbeddingTable(rows, width, **kw)
+    t.load(np.arange(rows * width, dtype=np.float32).reshape(rows, width))
+    return t
+
+
+def test_lookup_none_mode_is_a_gather() -> None:
+    t = table()
+    idx = np.array([5, 0, 99, 5])
+    np.testing.assert_array_equal(t.lookup(idx, mode="none"), t.to_numpy()[idx])
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([1, 100]), "position 1 holds 100"),
+    (np.array([-1, 2]), "position 0 holds -1"),
+])
+def test_out_of_range_indices_name_table_position_value(bad: np.ndarray, match: str) -> None:
+    t = table()
+    before = t.to_numpy()
+    with pytest.raises(tiermem.IndexOutOfRangeError, match=match):
+        t.lookup(bad, [0])
+    with pytest.raises(IndexError, match="table 0"):
+        t.update(bad, [0], np.ones((1, 16)), lr=1.0)
+    np.testing.assert_array_equal(t.to_numpy(), before)
+
+
+@pytest.mark.parametrize("offsets, match", [
+    ([0, 3, 2], r"offsets\[1\] = 3 > offsets\[2\] = 2"),
+    ([0, 5], "last offset is 5"),
+    ([1, 2], r"offsets\[0\] is 1"),
+])
+def test_bad_offsets(offsets: list[int], match: str) -> None:
+    t = table()
+    last = match.startswith("last")
+    with pytest.raises(tiermem.InvalidArgumentError, match=match):
+        t.lookup(np.array([1, 2, 3, 4]), offsets, include_last_offset=last)
+    with pytest.raises(tiermem.InvalidArgumentError, match=match):
+        t.update(np.array([1, 2, 3, 4]), offsets, np.ones((len(offsets) - last, 16)), include_last_offset=last)
+
+
+def test_mismatched_dtypes_and_widths() -> None:
+    t = table()
+    with pytest.raises(tiermem.InvalidArgumentError, match="integers"):
+        t.lookup(np.array([1.0, 2.0]), [0])
+    with pytest.raises(tiermem.InvalidArgumentError, match=r"\(rows, 16\)"):
+        t.load(np.ones((3, 8)))
+    with pytest.raises(tiermem.InvalidArgumentError, match="grad must have shape"):
+        t.update(np.array([1, 2]), [0], np.ones((1, 8)))
+    with pytest.raises(tiermem.InvalidArgumentError, match="out must be"):
+        t.lookup(np.array([1, 2]), [0], out=np.empty((1, 16), np.float64))
+    with pytest.raises(tiermem.InvalidArgumentError, match="per-sample weights need mode 'sum'"):
+        t.lookup(np.array([1, 2]), [0], per_sample_weights=[1.0, 2.0], mode="mean")
+    with pytest.raises(tiermem.InvalidArgumentError, match="2 per-sample weights for 3"):
+        t.lookup(np.array([1, 2, 3]), [0], per_sample_weights=[1.0, 2.0])
+    with pytest.raises(tiermem.InvalidArgumentError, match="mode 'max'"):
+        t.lookup(np.array([1, 2]), [0], mode="max")
+    other = table(width=8)
+    coll = EmbeddingCollection([t, other])
+    with pytest.raises(tiermem.InvalidArgumentError, match="same batch"):
+        coll.lookup([(np.array([1]), np.array([0, 1])), (np.array([1, 2]), np.array([0, 1, 2]))])
+    with pytest.raises(tiermem.InvalidArgumentError, match="optimizer"):
+        t.update(np.array([1]), [0], np.ones((1, 16)), optimizer="adam")
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(tiermem.InvalidArgumentError):
+            EmbeddingTable(bad, 4)
+    with pytest.raises(tiermem.InvalidArgumentError, match="dtype"):
+        EmbeddingTable(4, 4, dtype="float16")
+
+
+def test_cache_larger_than_the_fast_device_is_refused() -> None:
+    m = tiermem.Manager({"dram": "1 MiB", "emulated:optane-pmem": "64 MiB"})
+    with pytest.raises(tiermem.InvalidArgumentError, match="does not fit fast device 'dram'"):
+        EmbeddingTable(100_000, 64, manager=m, cache=0.5)
+    with pytest.raises(tiermem.InvalidArgumentError, match="slower device"):
+        EmbeddingTable(100, 16, manager=m, device="dram", cache=0.5)
+    with pytest.raises(tiermem.InvalidArgumentError, match="do not fit device 'dram'"):
+        EmbeddingTable(1_000_000, 64, manager=m)
+    keep = EmbeddingTable(3000, 64, manager=m, device="dram")  # 768 KB of the 1 MiB
+    with pytest.raises(tiermem.DeviceFullError, match="'dram' is full"):
+        EmbeddingTable(3000, 64, manager=m, device="dram")
+    del keep
+    assert m.object_count == 0, "failed constructions leave nothing allocated"
+
+
+def test_tables_live_in_the_manager_and_are_released() -> None:
+    m = tiermem.Manager({"dram": "4 MiB", "emulated:cxl": "16 MiB"})
+    t = EmbeddingTable(1000, 64, manager=m, cache=0.25)
+    u = m.usage()
+    assert u["emulated:cxl"]["used"] >= 1000 * 64 * 4 and u["dram"]["used"] > 0
+    t.lookup(np.arange(1000), np.arange(0, 1000, 10))
+    assert m.stats()["emulated:cxl"]["bytes_read"] > 0
+    del t
+    assert m.object_count == 0
+    m.check()
+
+
+def test_dynamic_cache_counts_hits_and_flushes() -> None:
+    t = table(1000, 16, device="emulated:optane-pmem", cache=0.1, cacheslack=0.05)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        t.lookup(rng.integers(0, 1000, 400), np.arange(0, 400, 4))
+    s = t.stats()
+    assert s["hits"] > 0 and s["misses"] > 0 and s["rows_cached"] > 0 and s["pages_flushed"] > 0, s
+    info = t.cache_info
+    assert info["size"] <= info["capacity"] and info["policy"] == "dynamic"
+    assert 0 < t.hit_rate < 1
+    t.set_cachelower(0)
+    t.flush()
+    assert t.cache_info["cached_rows"] == 0
+    with pytest.raises(tiermem.InvalidArgumentError, match="exceeds"):
+        t.set_cacheslack(10**12)
+
+
+def test_flush_clean_refuses_to_drop_updates() -> None:
+    t = table(100, 16, device="emulated:cxl", cache=0.5)
+    t.lookup(np.arange(10), [0])
+    t.update(np.arange(10), [0], np.ones((1, 16)), lr=1.0)
+    t.set_cachelower(0)
+    with pytest.raises(tiermem.InvalidArgumentError, match="dirty"):
+        t.flush(write_back=False)
+    want = t.to_numpy()
+    assert t.flush(write_back=True) == 10
+    np.testing.assert_array_equal(t.to_numpy(), want)
+    assert t.stats()["rows_written_back"] == 10
+
+
+def test_static_policy_fills_once_and_only_reads() -> None:
+    t = EmbeddingTable(1000, 16, device="emulated:cxl", cache=0.3, policy="static")
+    cached = t.cache_info["cached_rows"]
+    assert cached > 250
+    t.lookup(np.arange(1000), np.arange(0, 1000, 10))
+    assert t.cache_info["cached_rows"] == cached
+    assert abs(t.hit_rate - cached / 1000) < 0.01
+
+
+def test_flush_during_lookups_from_another_thread() -> None:
+    rows, width = 2000, 32
+    t = EmbeddingTable(rows, width, device="emulated:cxl", cache=0.1)
+    t.load(np.repeat(np.arange(rows, dtype=np.float32)[:, None], width, axis=1))
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            idx = rng.integers(0, rows, 512)
+            out = t.lookup(idx, mode="none")
+            if not (out == idx[:, None]).all():
+                errors.append("torn or wrong row")
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
+    for th in threads:
+        th.start()
+    try:
+        for _ in range(200):
+            idx = np.random.default_rng().integers(0, rows, 64)
+            t.update(idx, mode="none", offsets=None, grad=np.zeros((64, width)), lr=0.0)
+            t.flush()
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    assert not errors
+    np.testing.assert_array_equal(t.to_numpy()[:, 0], np.arange(rows))
+
+
+def test_workloads_shapes_reuse_and_reproducibility() -> None:
+    rows = [1 << 16, 1 << 10]
+    for dist in workloads.DISTRIBUTIONS:
+        a = workloads.batch(dist, rows, 256, 8, seed=3, step=1)
+        b = workloads.batch(dist, rows, 256, 8, seed=3, step=1)
+        assert [x.shape for x in a] == [(2048,), (2048,)]
+        assert all((x == y).all() for x, y in zip(a, b))
+        assert all((x >= 0).all() and (x < r).all() for x, r in zip(a, rows))
+    uni = workloads.batch("uniform", [1 << 20], 1024, 64)[0]
+    zipf = workloads.batch("zipf", [1 << 20], 1024, 64)[0]
+    assert len(np.unique(zipf)) < 0.5 * len(np.unique(uni)), "zipf reuses rows"
+    # The LFSR scrambles ranks: the most popular rows are not neighbours.
+    top = np.argsort(np.bincount(zipf))[-8:]
+    assert np.ptp(top) > 1000
+    prod = workloads.batch("production", [1 << 20], 4096, 40, histogram="meta-2021")[0]
+    h = workloads.reuse_histogram(prod)
+    assert np.abs(np.array(h) - np.array(workloads.META_REUSE["meta-2021"])).max() < 0.02
+    with pytest.raises(tiermem.InvalidArgumentError):
+        workloads.batch("gauss", [10], 4, 4)
+    with pytest.raises(tiermem.InvalidArgumentError):
+        workloads.batch("production", [10], 4, 4, histogram=[1.0])
+
+
+def test_bench_code_path_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiermem.bench import embedding as bench
+
+    monkeypatch.setattr(bench, "sizes", lambda quick: {"tables": 2, "rows": 2000, "batch": 64, "reps": 2})
+    res = bench.run(quick=True, progress=False)
+    ops = {(c["op"], c["placement"]) for c in res["cases"]}
+    assert ("lookup", "dram") in ops and ("lookup+update", "cached:25") in ops
+    assert ("lookup", bench.SLOW) in ops
+    for c in res["cases"]:
+        assert c["seconds"]["tiermem"] > 0 and c["seconds"]["torch"] > 0
+        assert c["dist"] in workloads.DISTRIBUTIONS and c["op"] in ("lookup", "lookup+update")
+        if c["placement"].startswith("cached"):
+            assert 0 <= c["hit_rate"] <= 1
+    text = bench.report(res)
+    assert "EMULATED" in text and "headline" in text
