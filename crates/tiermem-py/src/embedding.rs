@@ -457,29 +457,22 @@ pub fn sparse_grad(
     })
 }
 
-/// The gather roofline over the same tables and indices (see the core's `gather`).
+/// The gather roofline over the same tables and bags (see the core's `gather`).
 #[pyfunction]
 pub fn gather(
     py: Python<'_>,
     tables: Vec<PyRef<'_, PyTable>>,
     values: Vec<Bound<'_, PyAny>>,
+    offsets: Vec<Bound<'_, PyAny>>,
     prefetch: usize,
 ) -> PyResult<u64> {
-    let vs = values
-        .iter()
-        .map(|v| view::<i64>(v, "indices (int64)", false))
-        .collect::<PyResult<Vec<_>>>()?;
+    let none: Vec<Option<Bound<'_, PyAny>>> = vec![None; tables.len()];
+    let inp = inputs(tables.len(), &values, &offsets, &none)?;
     let ts: Vec<Arc<Table>> = tables.iter().map(|t| t.inner.clone()).collect();
     run(py, || {
         let refs: Vec<&Table> = ts.iter().map(|t| &**t).collect();
-        let offs: Vec<[i64; 2]> = vs.iter().map(|v| [0, v.len as i64]).collect();
-        let bags = vs
-            .iter()
-            .zip(&offs)
-            .enumerate()
-            // SAFETY: the views are held for the call and only read.
-            .map(|(t, (v, o))| Bags::new(t, unsafe { v.slice() }, o, None))
-            .collect::<tiermem_core::Result<Vec<_>>>()?;
+        // SAFETY: the views are held for the call and only read.
+        let bags = unsafe { inp.bags() }?;
         tiermem_core::embedding::lookup::gather(&refs, &bags, prefetch)
     })
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::elem::prefetch;
+use super::huge::HugeSlice;
 use super::rows::{charge, RowSource, Tally};
 use crate::device::Device;
 use crate::{bail, ensure, Result};
@@ -97,8 +98,8 @@ pub struct CachedRows {
     stride: usize,
     home: *mut u8,
     cache: *mut u8,
-    entries: Box<[AtomicU32]>,
-    back: Box<[AtomicU32]>,
+    entries: HugeSlice<AtomicU32>,
+    back: HugeSlice<AtomicU32>,
     bumps: Box<[AtomicUsize]>,
     frame_rows: usize,
     frames: usize,
@@ -142,15 +143,15 @@ impl CachedRows {
         frame_rows: usize,
         frames: usize,
         config: CacheConfig,
-    ) -> Self {
+    ) -> Result<Self> {
         let slots = frame_rows * frames;
-        CachedRows {
+        Ok(CachedRows {
             rows,
             stride,
             home: home.0,
             cache: cache.0,
-            entries: (0..rows).map(|_| AtomicU32::new(0)).collect(),
-            back: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            entries: HugeSlice::zeroed(rows)?,
+            back: HugeSlice::zeroed(slots)?,
             bumps: (0..frames).map(|_| AtomicUsize::new(0)).collect(),
             frame_rows,
             frames,
@@ -166,7 +167,7 @@ impl CachedRows {
             counters: Mutex::new(CacheCounters::default()),
             home_dev: home.1,
             cache_dev: cache.1,
-        }
+        })
     }
 
     fn frame_bytes(&self) -> u64 {

@@ -308,7 +308,7 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
                     src.prefetch(v as usize);
                 }
             }
-            if let Some(&v) = vals.get(p + 2 * pd).filter(|_| p + 2 * pd < hi) {
+            if let Some(&v) = vals.get(p + 4 * pd).filter(|_| p + 4 * pd < hi) {
                 if (v as u64) < rows {
                     src.prefetch_far(v as usize);
                 }
@@ -381,9 +381,10 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
     Ok(t)
 }
 
-/// The gather roofline: read every row an ensemble lookup would read, in the same order and
-/// with the same parallel split and prefetching, but with no arithmetic (rows are folded
-/// with XOR so the loads cannot be optimised away). Returns the fold.
+/// The gather roofline: read every row an ensemble lookup would read, in the same order,
+/// with the same split into parallel chunks of bags, the same instruction sets and the given
+/// prefetch distance, but with no arithmetic and no output (rows are folded with XOR so the
+/// loads cannot be optimised away). Returns the fold.
 pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u64> {
     ensure!(
         tables.len() == bags.len(),
@@ -395,10 +396,10 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
     let mut jobs = Vec::new();
     for (t, b) in bags.iter().enumerate() {
         super::bags::check_indices(t, b.values(), tables[t].rows())?;
-        let n = b.values().len();
-        let step = chunk_size(n, tables.len());
-        for first in (0..n).step_by(step.max(1)) {
-            jobs.push((t, first, (first + step).min(n)));
+        let step = chunk_size(b.batch(), tables.len());
+        for first in (0..b.batch()).step_by(step) {
+            let last = (first + step).min(b.batch());
+            jobs.push((t, b.bag(first).start, b.bag(last - 1).end));
         }
     }
     Ok(jobs
@@ -427,27 +428,71 @@ struct Gather<'a> {
 
 impl RowFn<u64> for Gather<'_> {
     fn call<R: RowSource>(self, src: &R) -> u64 {
-        let words = src.stride() / 8;
-        let mut t = Tally::default();
-        let mut acc = [0u64; 8];
-        for p in self.lo..self.hi {
-            if self.prefetch > 0 && p + self.prefetch < self.hi {
-                src.prefetch(self.vals[p + self.prefetch] as usize);
-            }
-            let row = src.read(self.vals[p] as usize, &mut t).cast::<u64>();
-            let lines = words / 8;
-            for l in 0..lines {
-                for (q, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: the row has `stride` readable bytes (indices checked by
-                    // `gather`); read_unaligned tolerates 4-byte alignment.
-                    *a ^= unsafe { row.add(l * 8 + q).read_unaligned() };
-                }
-            }
-            for k in lines * 8..words {
-                // SAFETY: as above.
-                acc[0] ^= unsafe { row.add(k).read_unaligned() };
+        match isa() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F was detected at run time; indices were checked by `gather`.
+            Isa::Avx512 => unsafe { gather_avx512(&self, src) },
+            // SAFETY: indices were checked by `gather`.
+            _ => unsafe { gather_body(&self, src) },
+        }
+    }
+}
+
+/// [`gather_body`] with explicit 64-byte loads.
+///
+/// # Safety
+/// As [`gather_body`]; the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn gather_avx512<R: RowSource>(g: &Gather<'_>, src: &R) -> u64 {
+    use std::arch::x86_64::{
+        _mm512_loadu_si512, _mm512_reduce_add_epi64, _mm512_setzero_si512, _mm512_xor_si512,
+    };
+    let lines = src.stride() / 64;
+    let mut t = Tally::default();
+    let mut acc = _mm512_setzero_si512();
+    let mut rest = 0u64;
+    for p in g.lo..g.hi {
+        if g.prefetch > 0 && p + g.prefetch < g.hi {
+            src.prefetch(g.vals[p + g.prefetch] as usize);
+        }
+        let row = src.read(g.vals[p] as usize, &mut t);
+        for l in 0..lines {
+            // SAFETY: the row has `stride` readable bytes; loadu has no alignment needs.
+            acc = _mm512_xor_si512(acc, unsafe { _mm512_loadu_si512(row.add(l * 64).cast()) });
+        }
+        for k in (lines * 64..src.stride()).step_by(4) {
+            // SAFETY: as above; rows are whole multiples of 4 bytes.
+            rest ^= u64::from(unsafe { row.add(k).cast::<u32>().read_unaligned() });
+        }
+    }
+    _mm512_reduce_add_epi64(acc) as u64 ^ rest
+}
+
+/// # Safety
+/// Every index in `g.vals[g.lo..g.hi]` is a row of the table; its shared lock is held.
+#[inline(always)]
+unsafe fn gather_body<R: RowSource>(g: &Gather<'_>, src: &R) -> u64 {
+    let words = src.stride() / 8;
+    let lines = words / 8;
+    let mut t = Tally::default();
+    let mut acc = [0u64; 8];
+    for p in g.lo..g.hi {
+        if g.prefetch > 0 && p + g.prefetch < g.hi {
+            src.prefetch(g.vals[p + g.prefetch] as usize);
+        }
+        let row = src.read(g.vals[p] as usize, &mut t).cast::<u64>();
+        for l in 0..lines {
+            for (q, a) in acc.iter_mut().enumerate() {
+                // SAFETY: the row has `stride` readable bytes; read_unaligned tolerates
+                // its 4-byte alignment.
+                *a ^= unsafe { row.add(l * 8 + q).read_unaligned() };
             }
         }
-        acc.iter().fold(0, |a, b| a ^ b)
+        for k in lines * 8..words {
+            // SAFETY: as above.
+            acc[0] ^= unsafe { row.add(k).read_unaligned() };
+        }
     }
+    acc.iter().fold(0, |a, b| a ^ b)
 }

@@ -11,6 +11,7 @@
 pub mod bags;
 pub mod cache;
 mod elem;
+mod huge;
 pub mod lookup;
 pub mod reindex;
 pub mod rows;

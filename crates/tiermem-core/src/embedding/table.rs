@@ -9,6 +9,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::cache::{CacheConfig, CachePolicy, CachedRows, MAX_ROWS};
+use super::huge::HugeSlice;
 use super::rows::{DirectRows, RowSource, Tally};
 use super::DType;
 use crate::manager::Manager;
@@ -97,9 +98,9 @@ pub(crate) enum Storage {
 /// Per-table optimizer state and reindex scratch; lives under the exclusive lock.
 pub(crate) struct Mutable {
     /// Row -> unique slot during reindexing (`u32::MAX` when unseen).
-    pub(crate) slot_of: Vec<u32>,
+    pub(crate) slot_of: HugeSlice<u32>,
     /// Adagrad sum of squares (rows x width) or row-wise Adagrad momentum (rows).
-    pub(crate) state: Option<(StateKind, Vec<f32>)>,
+    pub(crate) state: Option<(StateKind, HugeSlice<f32>)>,
     /// Optimizer steps taken (Adagrad learning-rate decay).
     pub(crate) steps: u64,
 }
@@ -162,15 +163,17 @@ impl Table {
         Ok(())
     }
 
-    fn build(rows: usize, width: usize, dtype: DType, storage: Storage) -> Self {
-        Table {
+    fn build(rows: usize, width: usize, dtype: DType, storage: Storage) -> Result<Self> {
+        let mut slot_of = HugeSlice::zeroed(rows)?;
+        slot_of.fill(u32::MAX);
+        Ok(Table {
             rows,
             width,
             dtype,
             stride: stride_of(width, dtype),
             storage,
             lock: RwLock::new(Mutable {
-                slot_of: Vec::new(),
+                slot_of,
                 state: None,
                 steps: 0,
             }),
@@ -179,7 +182,7 @@ impl Table {
             misses: AtomicU64::new(0),
             cached: AtomicU64::new(0),
             base_flushed: Mutex::new((0, 0)),
-        }
+        })
     }
 
     /// A table whose rows live directly on manager device `device`. Rows start as zeros.
@@ -203,12 +206,7 @@ impl Table {
             stride,
             device: manager.devices()[device].clone(),
         };
-        Ok(Self::build(
-            rows,
-            width,
-            dtype,
-            Storage::Direct(direct, mem),
-        ))
+        Self::build(rows, width, dtype, Storage::Direct(direct, mem))
     }
 
     /// A cached table: base rows on device `slow`, cache pages for `cachelower + cacheslack`
@@ -266,14 +264,13 @@ impl Table {
                 frames,
                 config,
             )
-        };
-        let t = Self::build(
+        }?;
+        Self::build(
             rows,
             width,
             dtype,
             Storage::Cached(Box::new(rows_impl), home, cache),
-        );
-        Ok(t)
+        )
     }
 
     /// The padding row (`torch.nn.EmbeddingBag`'s `padding_idx`): its indices are left out
@@ -469,7 +466,7 @@ impl Table {
     #[must_use]
     pub fn optimizer_state(&self) -> Option<(StateKind, Vec<f32>, u64)> {
         let s = self.shared();
-        s.state.as_ref().map(|(k, v)| (*k, v.clone(), s.steps))
+        s.state.as_ref().map(|(k, v)| (*k, v.to_vec(), s.steps))
     }
 
     /// Replace the optimizer state (from a checkpoint).
@@ -483,8 +480,10 @@ impl Table {
             "optimizer state of {} values for a table that needs {want}",
             values.len()
         );
+        let mut state = HugeSlice::zeroed(values.len())?;
+        state.copy_from_slice(&values);
         let mut x = self.exclusive();
-        x.state = Some((kind, values));
+        x.state = Some((kind, state));
         x.steps = steps;
         Ok(())
     }

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::bags::{check_indices, Bags};
 use super::elem::{sfence, store_row, Bf16, Elem};
+use super::huge::HugeSlice;
 use super::lookup::{check_call, chunk_size, Mode};
 use super::reindex::{reindex, Csr};
 use super::rows::{RowSource, Tally};
@@ -139,7 +140,7 @@ pub fn sparse_grad(
     )?;
     let mut guard = table.exclusive();
     check_indices(0, bags.values(), table.rows())?;
-    let csr = reindex_table(table, &mut guard, bags.values());
+    let csr = reindex_table(&mut guard, bags.values());
     let rows = csr.rows.clone();
     let mut out = vec![0f32; csr.rows.len() * w];
     let sink = Sink::Collect(super::lookup::OutPtr(out.as_mut_ptr()));
@@ -148,10 +149,7 @@ pub fn sparse_grad(
     Ok((rows, out))
 }
 
-fn reindex_table(table: &Table, m: &mut Mutable, values: &[i64]) -> Csr {
-    if m.slot_of.len() != table.rows() {
-        m.slot_of = vec![u32::MAX; table.rows()];
-    }
+fn reindex_table(m: &mut Mutable, values: &[i64]) -> Csr {
     reindex(values, &mut m.slot_of)
 }
 
@@ -171,7 +169,7 @@ fn run(
     let csrs: Vec<Csr> = states
         .par_iter_mut()
         .zip(tables.par_iter().zip(bags.par_iter()))
-        .map(|(m, (tab, b))| reindex_table(tab, m, b.values()))
+        .map(|(m, (_, b))| reindex_table(m, b.values()))
         .collect();
     let t = run_with(tables, bags, mode, grad, sink, states, csrs)?;
     Ok((t, ()))
@@ -209,17 +207,22 @@ fn run_with(
                 if let Optimizer::Adagrad { lr, lr_decay, .. } = opt {
                     clr = lr / (1.0 + (m.steps - 1) as f32 * lr_decay);
                 }
-                opt.state().map(|(kind, init)| {
-                    if m.state.as_ref().is_none_or(|(k, _)| *k != kind) {
-                        let n = match kind {
-                            StateKind::Adagrad => tab.rows() * tab.featuresize(),
-                            StateKind::RowwiseAdagrad => tab.rows(),
-                        };
-                        m.state = Some((kind, vec![init; n]));
+                match opt.state() {
+                    None => None,
+                    Some((kind, init)) => {
+                        if m.state.as_ref().is_none_or(|(k, _)| *k != kind) {
+                            let n = match kind {
+                                StateKind::Adagrad => tab.rows() * tab.featuresize(),
+                                StateKind::RowwiseAdagrad => tab.rows(),
+                            };
+                            let mut v = HugeSlice::zeroed(n)?;
+                            v.fill(init);
+                            m.state = Some((kind, v));
+                        }
+                        let v = &mut m.state.as_mut().expect("just set").1;
+                        Some((kind, super::lookup::OutPtr(v.as_mut_ptr())))
                     }
-                    let v = &mut m.state.as_mut().expect("just set").1;
-                    (kind, super::lookup::OutPtr(v.as_mut_ptr()))
-                })
+                }
             }
             Sink::Collect(_) => None,
         };
