@@ -140,12 +140,17 @@ def test_flush_clean_refuses_to_drop_updates() -> None:
 
 
 def test_static_policy_fills_once_and_only_reads() -> None:
-    t = EmbeddingTable(1000, 16, device="emulated:cxl", cache=0.3, policy="static")
+    t = table(1000, 16, device="emulated:cxl", cache=0.3, policy="static")
+    assert t.cache_info["cached_rows"] == 0, "filled at the first lookup, after loading"
+    first = t.lookup(np.arange(1000), np.arange(0, 1000, 10))
     cached = t.cache_info["cached_rows"]
     assert cached > 250
+    np.testing.assert_array_equal(first, table(1000, 16).lookup(np.arange(1000), np.arange(0, 1000, 10)))
+    t.reset_stats()
     t.lookup(np.arange(1000), np.arange(0, 1000, 10))
     assert t.cache_info["cached_rows"] == cached
     assert abs(t.hit_rate - cached / 1000) < 0.01
+    assert t.flush(write_back=False) >= 0, "the filled rows are clean: flush_clean accepts them"
 
 
 def test_flush_during_lookups_from_another_thread() -> None:
@@ -217,3 +222,38 @@ def test_bench_code_path_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None
             assert 0 <= c["hit_rate"] <= 1
     text = bench.report(res)
     assert "EMULATED" in text and "headline" in text
+
+
+_ISA_SCRIPT = """
+import hashlib, numpy as np
+from tiermem import _tiermem
+from tiermem.embedding import EmbeddingTable
+rng = np.random.default_rng(5)
+h = hashlib.sha256(_tiermem.kernel_isa().encode() * 0)
+for width, dtype in ((16, "float32"), (64, "bfloat16"), (37, "float32")):
+    t = EmbeddingTable(300, width, dtype=dtype)
+    t.load(rng.standard_normal((300, width)).astype(np.float32))
+    idx = rng.integers(0, 300, 2000)
+    off = np.arange(0, 2000, 20)
+    w = rng.random(2000).astype(np.float32)
+    for opt in ("sgd", "adagrad", "rowwise_adagrad"):
+        h.update(t.lookup(idx, off, w).tobytes())
+        h.update(t.lookup(idx, off, mode="mean").tobytes())
+        t.update(idx, off, rng.standard_normal((100, width)), mode="mean", optimizer=opt, lr=0.1)
+    h.update(t.to_numpy().tobytes())
+print(_tiermem.kernel_isa(), h.hexdigest())
+"""
+
+
+def test_every_instruction_set_gives_bit_identical_results() -> None:
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for env in ({}, {"TIERMEM_DISABLE_AVX512": "1"}, {"TIERMEM_DISABLE_NT": "1"}):
+        out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env={**os.environ, **env},
+                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
+        results[out[0]] = out[1]
+    assert len(set(results.values())) == 1, results
+    assert "scalar" in " ".join(results).lower(), results

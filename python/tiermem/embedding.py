@@ -13,8 +13,8 @@ byte-addressable device, hot rows in cache pages in fast memory (thesis §5.4)::
 Bags use the ``torch.nn.EmbeddingBag`` layout: ``offsets`` has one entry per bag (the
 start of each bag) or, with ``include_last_offset=True``, one more (the end). Cache policies
 (thesis §5.6.1): ``dynamic`` caches rows as lookups touch them and flushes the oldest
-pages when the cache is full; ``static`` fills the cache once with rows in a scrambled order
-and then only reads through it; ``simple`` (``cache=None`` on a slow device) keeps every row
+pages when the cache is full; ``static`` fills the cache once (at the first lookup, after
+the rows are loaded) with rows in a scrambled order and then only reads through it; ``simple`` (``cache=None`` on a slow device) keeps every row
 on the slow device without indirection.
 """
 
@@ -58,7 +58,7 @@ def as_bags(
         if offsets is not None:
             raise InvalidArgumentError("offsets must be None when indices is 2-D (bags x bag size)")
         b, n = values.shape
-        return values.reshape(-1), np.arange(0, b * n + 1, max(n, 1), dtype=np.int64)[: b + 1] if n else np.zeros(b + 1, np.int64)
+        return values.reshape(-1), np.arange(b + 1, dtype=np.int64) * n
     if values.ndim != 1:
         raise InvalidArgumentError(f"indices must be 1-D or 2-D, not {values.ndim}-D")
     if offsets is None:
@@ -158,8 +158,6 @@ class EmbeddingTable:
             lower = int(table_bytes * cache)
             slack = int(table_bytes * cacheslack)
             self._native = _tiermem.Table.cached(manager._native, dev, 0, rows, width, dt, lower, slack, policy)
-            if policy == "static":
-                self._native.fill_cache(0)
         if padding_idx is not None:
             if not -rows <= int(padding_idx) < rows:
                 raise InvalidArgumentError(f"padding_idx {padding_idx} is outside -{rows}..{rows - 1}")

@@ -215,8 +215,6 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             self.table.load(_weight.detach().to(torch.float32).numpy())
         else:
             self.reset_parameters(seed)
-        if policy == "static" and cache is not None:
-            self.table.fill_cache(0)
 
     def reset_parameters(self, seed: int | None = None) -> None:
         """Rows from ``N(0, 1)`` and a zero padding row, as ``torch.nn.EmbeddingBag``
@@ -301,8 +299,6 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             t = EmbeddingTable(rows, dim, dtype=dt, manager=manager, device=where, cache=cache,
                                cacheslack=cacheslack, policy=policy)
             _randn_rows(t, None, g)
-            if policy == "static" and cache is not None:
-                t.fill_cache(0)
             made.append(t)
         self.tables = made
         self._collection = EmbeddingCollection(made)

@@ -35,7 +35,8 @@ pub const MAX_ROWS: usize = 1 << 30;
 /// How a cached table uses its cache (thesis §5.6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CachePolicy {
-    /// Fill the cache once with rows in a scrambled order, then only read through it.
+    /// Fill the cache once (on the first lookup, or by `fill_cache`) with rows in a
+    /// scrambled order, then only read through it.
     Static,
     /// Cache rows as lookups touch them; updates of cached rows stay in fast memory; when
     /// the cache is full, the oldest pages are flushed before the next lookup.
@@ -108,6 +109,8 @@ pub struct CachedRows {
     lower: AtomicU64,
     slack: AtomicU64,
     full: AtomicBool,
+    /// Whether the `static` policy's one fill has run.
+    filled: AtomicBool,
     pub(crate) policy: CachePolicy,
     counters: Mutex<CacheCounters>,
     home_dev: Arc<Device>,
@@ -163,6 +166,7 @@ impl CachedRows {
             lower: AtomicU64::new(config.lower),
             slack: AtomicU64::new(config.slack),
             full: AtomicBool::new(false),
+            filled: AtomicBool::new(false),
             policy: config.policy,
             counters: Mutex::new(CacheCounters::default()),
             home_dev: home.1,
@@ -333,6 +337,7 @@ impl CachedRows {
     /// Cache rows in the given order until the cache is full (the `static` policy's fill).
     /// Call with the table's exclusive lock held.
     pub(crate) fn fill(&self, order: impl Iterator<Item = usize>) -> Tally {
+        self.filled.store(true, Ordering::Relaxed);
         let mut t = Tally::default();
         for i in order {
             if self.full.load(Ordering::Relaxed) {
@@ -437,6 +442,12 @@ impl CachedRows {
             rows: self,
             caching,
         }
+    }
+
+    /// Whether the cache has been filled once (the `static` policy fills on first use).
+    #[must_use]
+    pub fn filled(&self) -> bool {
+        self.filled.load(Ordering::Relaxed)
     }
 
     /// The policy.

@@ -155,7 +155,7 @@ struct Job<'a> {
 
 /// Look up an ensemble: for each table `t`, every bag of `bags[t]` reduced by `mode` into
 /// `out`. Dynamic cached tables first flush if their cache is full, then cache what they
-/// touch. `prefetch` is the software prefetch distance in indices (0: none). Returns the
+/// touch; static ones fill their cache on first use. `prefetch` is the software prefetch distance in indices (0: none). Returns the
 /// tally of hits, misses and bytes.
 pub fn lookup(
     tables: &[&Table],
@@ -167,8 +167,14 @@ pub fn lookup(
     let first_row = check_call(tables, bags, mode, out.data.len(), out.row_stride, out.cols)?;
     for t in tables {
         if let Some(c) = t.cache() {
-            if c.policy == super::CachePolicy::Dynamic && c.isfull() {
-                t.flush(true)?;
+            match c.policy {
+                super::CachePolicy::Dynamic if c.isfull() => {
+                    t.flush(true)?;
+                }
+                super::CachePolicy::Static if !c.filled() => {
+                    t.fill_cache(0)?;
+                }
+                _ => {}
             }
         }
     }

@@ -64,6 +64,44 @@ pub fn reindex(values: &[i64], slot_of: &mut [u32]) -> Csr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn csr_lists_every_position_once_under_its_row(
+            values in proptest::collection::vec(0i64..50, 0..400)
+        ) {
+            let mut scratch = vec![u32::MAX; 50];
+            let c = reindex(&values, &mut scratch);
+            prop_assert!(scratch.iter().all(|&s| s == u32::MAX), "scratch restored");
+            prop_assert_eq!(c.starts.len(), c.rows.len() + 1);
+            prop_assert_eq!(*c.starts.last().unwrap() as usize, values.len());
+            let mut seen = vec![false; values.len()];
+            let mut rows = c.rows.clone();
+            rows.sort_unstable();
+            rows.dedup();
+            prop_assert_eq!(rows.len(), c.rows.len(), "rows are distinct");
+            for (u, &r) in c.rows.iter().enumerate() {
+                let ps = &c.positions[c.starts[u] as usize..c.starts[u + 1] as usize];
+                prop_assert!(!ps.is_empty());
+                prop_assert!(ps.windows(2).all(|w| w[0] < w[1]), "positions ascend");
+                for &p in ps {
+                    prop_assert_eq!(values[p as usize], i64::from(r));
+                    prop_assert!(!seen[p as usize]);
+                    seen[p as usize] = true;
+                }
+            }
+            prop_assert!(seen.iter().all(|&s| s));
+            // First-seen order.
+            let mut first = Vec::new();
+            for &v in &values {
+                if !first.contains(&(v as u32)) {
+                    first.push(v as u32);
+                }
+            }
+            prop_assert_eq!(first, c.rows);
+        }
+    }
 
     #[test]
     fn figure_5_2_example() {

@@ -234,9 +234,14 @@ impl Table {
         let frame_rows = CachedRows::frame_rows(cache_rows, stride);
         let frames = cache_rows.div_ceil(frame_rows);
         let cache_bytes = (frames * frame_rows * stride) as u64;
-        let fast_dev = &manager.devices()[fast.min(manager.devices().len() - 1)];
+        let n = manager.devices().len();
         ensure!(
-            fast >= manager.devices().len() || cache_bytes <= fast_dev.capacity,
+            slow < n && fast < n,
+            "device indices {slow} (base rows) and {fast} (cache) must be below {n}"
+        );
+        let fast_dev = &manager.devices()[fast];
+        ensure!(
+            cache_bytes <= fast_dev.capacity,
             "a cache of {cache_bytes} bytes does not fit fast device '{}' ({} bytes capacity)",
             fast_dev.name,
             fast_dev.capacity
