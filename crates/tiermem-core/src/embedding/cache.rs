@@ -100,6 +100,7 @@ pub struct CachedRows {
     home: *mut u8,
     cache: *mut u8,
     entries: HugeSlice<AtomicU32>,
+    entries_ptr: *const AtomicU32,
     back: HugeSlice<AtomicU32>,
     bumps: Box<[AtomicUsize]>,
     frame_rows: usize,
@@ -148,12 +149,14 @@ impl CachedRows {
         config: CacheConfig,
     ) -> Result<Self> {
         let slots = frame_rows * frames;
+        let entries = HugeSlice::<AtomicU32>::zeroed(rows)?;
         Ok(CachedRows {
             rows,
             stride,
             home: home.0,
             cache: cache.0,
-            entries: HugeSlice::zeroed(rows)?,
+            entries_ptr: entries.as_ptr(),
+            entries,
             back: HugeSlice::zeroed(slots)?,
             bumps: (0..frames).map(|_| AtomicUsize::new(0)).collect(),
             frame_rows,
@@ -263,6 +266,15 @@ impl CachedRows {
         *self.counters.lock()
     }
 
+    /// Row `i`'s pointer-table entry, without a bounds check on the hot path.
+    #[inline(always)]
+    fn entry(&self, i: usize) -> &AtomicU32 {
+        debug_assert!(i < self.rows);
+        // SAFETY: every caller passes a row index already checked against `rows`, the
+        // length of `entries`; `entries_ptr` is `entries.as_ptr()`, valid while self lives.
+        unsafe { &*self.entries_ptr.add(i) }
+    }
+
     fn slot_ptr(&self, slot: usize) -> *mut u8 {
         self.cache.wrapping_add(slot * self.stride)
     }
@@ -299,7 +311,7 @@ impl CachedRows {
     /// `access_and_cache` (or `access` when `caching` is false): where row `i` is now.
     #[inline(always)]
     fn locate(&self, i: usize, caching: bool, t: &mut Tally) -> *const u8 {
-        let e = self.entries[i].load(Ordering::Acquire);
+        let e = self.entry(i).load(Ordering::Acquire);
         if e & CACHED != 0 {
             t.hits += 1;
             t.cache_read += self.stride as u64;
@@ -312,14 +324,15 @@ impl CachedRows {
         if !caching || e & LOCKED != 0 || self.full.load(Ordering::Relaxed) {
             return home;
         }
-        if self.entries[i]
+        if self
+            .entry(i)
             .compare_exchange(e, e | LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
             return home;
         }
         let Some(slot) = self.alloc_slot() else {
-            self.entries[i].store(e, Ordering::Release);
+            self.entry(i).store(e, Ordering::Release);
             return home;
         };
         let dst = self.slot_ptr(slot);
@@ -328,7 +341,8 @@ impl CachedRows {
         // bit), and rows are written in place only under the exclusive table lock.
         unsafe { std::ptr::copy_nonoverlapping(home, dst, self.stride) };
         self.back[slot].store(i as u32 + 1, Ordering::Relaxed);
-        self.entries[i].store(((slot as u32) << 2) | CACHED, Ordering::Release);
+        self.entry(i)
+            .store(((slot as u32) << 2) | CACHED, Ordering::Release);
         t.cached += 1;
         t.cache_written += self.stride as u64;
         dst
@@ -485,7 +499,7 @@ unsafe impl RowSource for CachedView<'_> {
     #[inline(always)]
     fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
         let r = self.rows;
-        let e = r.entries[i].load(Ordering::Acquire);
+        let e = r.entry(i).load(Ordering::Acquire);
         if e & CACHED != 0 {
             let s = (e >> 2) as usize;
             r.back[s].fetch_or(DIRTY, Ordering::Relaxed);
@@ -504,7 +518,7 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn prefetch(&self, i: usize) {
-        let e = self.rows.entries[i].load(Ordering::Relaxed);
+        let e = self.rows.entry(i).load(Ordering::Relaxed);
         let p = if e & CACHED != 0 {
             self.rows.slot_ptr((e >> 2) as usize)
         } else {
@@ -515,7 +529,7 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn prefetch_far(&self, i: usize) {
-        prefetch(self.rows.entries.as_ptr().wrapping_add(i).cast(), 1);
+        prefetch(self.rows.entries_ptr.wrapping_add(i).cast(), 1);
     }
 
     fn charge(&self, t: &Tally) {
