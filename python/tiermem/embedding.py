@@ -62,7 +62,7 @@ def as_bags(
     if values.ndim != 1:
         raise InvalidArgumentError(f"indices must be 1-D or 2-D, not {values.ndim}-D")
     if offsets is None:
-        raise InvalidArgumentError("1-D indices need offsets (the start of each bag)")
+        raise InvalidArgumentError("offsets has to be a 1-D array when indices is 1-D (the start of each bag)")
     offs = _i64(offsets, "offsets")
     if offs.ndim != 1:
         raise InvalidArgumentError(f"offsets must be 1-D, not {offs.ndim}-D")
@@ -135,8 +135,10 @@ class EmbeddingTable:
         rows, width = int(num_embeddings), int(embedding_dim)
         stride = -(-width * (4 if dt == "float32" else 2) // 4) * 4
         table_bytes = rows * stride
+        private_slow = False
         if manager is None:
             spec = "dram" if device is None else str(device)
+            private_slow = spec != "dram"
             devs: list[tuple[str, int]] = []
             if cache is not None or spec == "dram":
                 devs.append(("dram", max(table_bytes if spec == "dram" else int(table_bytes * min(1.0, cache + cacheslack)) + (4 << 20), 1 << 20)))
@@ -162,7 +164,10 @@ class EmbeddingTable:
             if not -rows <= int(padding_idx) < rows:
                 raise InvalidArgumentError(f"padding_idx {padding_idx} is outside -{rows}..{rows - 1}")
             self._native.set_padding_idx(int(padding_idx) % rows)
-        self.policy = "simple" if cache is None and dev != 0 else (policy if cache is not None else "direct")
+        #: ``dynamic``/``static`` (cached), ``simple`` (direct on a slower device than the
+        #: manager's fastest, or on a non-DRAM spec) or ``direct``.
+        on_slow = dev != 0 or private_slow
+        self.policy = policy if cache is not None else ("simple" if on_slow else "direct")
         self.cache_fraction = cache
 
     # Shape ---------------------------------------------------------------------------

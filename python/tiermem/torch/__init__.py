@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..embedding import EmbeddingCollection, EmbeddingTable, OPTIMIZERS
+from ..embedding import OPTIMIZERS, EmbeddingCollection, EmbeddingTable, as_bags
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 
@@ -29,26 +29,22 @@ def _np_i64(t: Any, what: str) -> np.ndarray:
         if t.dtype not in (torch.int64, torch.int32):
             raise InvalidArgumentError(f"{what} must be int64 or int32, not {t.dtype}")
         return t.detach().to(torch.int64).contiguous().numpy()
-    return np.ascontiguousarray(np.asarray(t), dtype=np.int64)
+    arr = np.asarray(t)
+    if arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"{what} must be integers, not {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
 
 
 def _bags(input: Any, offsets: Any, include_last_offset: bool) -> tuple[np.ndarray, np.ndarray]:
-    v = _np_i64(input, "input")
-    if v.ndim == 2:
-        if offsets is not None:
-            raise InvalidArgumentError("offsets must be None when input is 2-D (bags x bag size)")
-        b, n = v.shape
-        return v.reshape(-1), np.arange(b + 1, dtype=np.int64) * n
-    if v.ndim != 1:
-        raise InvalidArgumentError(f"input must be 1-D or 2-D, got {v.ndim}-D")
-    if offsets is None:
-        raise InvalidArgumentError("offsets has to be a 1-D tensor when input is 1-D")
-    o = _np_i64(offsets, "offsets")
-    if o.ndim != 1:
-        raise InvalidArgumentError(f"offsets must be 1-D, got {o.ndim}-D")
-    if not include_last_offset:
-        o = np.append(o, np.int64(len(v)))
-    return v, o
+    return as_bags(_np_i64(input, "input"), None if offsets is None else _np_i64(offsets, "offsets"),
+                   include_last_offset)
+
+
+def _storage(dtype: torch.dtype | None) -> str:
+    dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
+    if dt is None:
+        raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+    return dt
 
 
 def _psw(w: Any) -> np.ndarray | None:
@@ -199,9 +195,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum' and 'mean'")
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
-        dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
-        if dt is None:
-            raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+        dt = _storage(dtype)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
         self.table = EmbeddingTable(num_embeddings, embedding_dim, dtype=dt, manager=manager, device=where,
@@ -285,9 +279,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"mode {mode!r}: supported are 'sum' and 'mean'")
         if not tables:
             raise InvalidArgumentError("a collection needs at least one table")
-        dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
-        if dt is None:
-            raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+        dt = _storage(dtype)
         self.mode = mode
         made: list[EmbeddingTable] = []
         g = torch.Generator().manual_seed(seed) if seed is not None else None

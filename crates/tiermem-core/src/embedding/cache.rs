@@ -2,9 +2,10 @@
 //! device, a per-row pointer table, and cache pages in fast memory filled by atomic bump
 //! pointers, each slot with a back-edge to its row's home.
 //!
-//! Pointer-table entries are `u32`: `slot << 2 | CACHED` for a cached row, `0 | LOCKED` while
-//! a thread moves it, `0` when the row is at home (its home address follows from the row
-//! number). The thesis stores full pointers with the same two low bits; a slot number is
+//! Pointer-table entries are `u32`: `slot << 2 | CACHED` for a cached row (plus `DIRTY`, the
+//! top bit, once it is updated), `LOCKED` while a thread moves it, `0` when the row is at home
+//! (its home address follows from the row number). Keeping the dirty bit in the entry an
+//! update already reads saves touching the slot's back-edge. The thesis stores full pointers with the same two low bits; a slot number is
 //! half the size, so twice as much of the pointer table stays in the CPU caches.
 //!
 //! Concurrency: lookups run under the table's shared lock and cache rows concurrently (a
@@ -27,10 +28,16 @@ use crate::{bail, ensure, Result};
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;
 const DIRTY: u32 = 1 << 31;
+
+/// The cache slot of a cached entry.
+#[inline(always)]
+fn slot_of(e: u32) -> usize {
+    ((e & !DIRTY) >> 2) as usize
+}
 const NONE: usize = usize::MAX;
 
-/// Most rows a cached table may have (slot and row numbers share a `u32` with flag bits).
-pub const MAX_ROWS: usize = 1 << 30;
+/// Most rows a cached table may have (slot numbers share a `u32` with three flag bits).
+pub const MAX_ROWS: usize = 1 << 29;
 
 /// How a cached table uses its cache (thesis §5.6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,7 +322,7 @@ impl CachedRows {
         if e & CACHED != 0 {
             t.hits += 1;
             t.cache_read += self.stride as u64;
-            return self.slot_ptr((e >> 2) as usize);
+            return self.slot_ptr(slot_of(e));
         }
         t.misses += 1;
         t.home_read += self.stride as u64;
@@ -376,11 +383,13 @@ impl CachedRows {
             let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
             f * self.frame_rows..f * self.frame_rows + used
         };
+        let row_dirty = |b: u32| self.entry((b - 1) as usize).load(Ordering::Relaxed) & DIRTY != 0;
         if !write_back {
             let dirty = victims
                 .iter()
                 .flat_map(|&f| filled(f))
-                .filter(|&s| self.back[s].load(Ordering::Relaxed) & DIRTY != 0)
+                .map(|s| self.back[s].load(Ordering::Relaxed))
+                .filter(|&b| b != 0 && row_dirty(b))
                 .count();
             ensure!(
                 dirty == 0,
@@ -397,8 +406,8 @@ impl CachedRows {
                 if b == 0 {
                     continue;
                 }
-                let row = ((b & !DIRTY) - 1) as usize;
-                if b & DIRTY != 0 {
+                let row = (b - 1) as usize;
+                if row_dirty(b) {
                     // SAFETY: exclusive table lock: no one reads or writes row or slot; both
                     // ranges lie inside their regions.
                     unsafe {
@@ -412,7 +421,7 @@ impl CachedRows {
                     t.home_written += self.stride as u64;
                     written += 1;
                 }
-                self.entries[row].store(0, Ordering::Release);
+                self.entry(row).store(0, Ordering::Release);
                 rows += 1;
             }
             self.bumps[f].store(0, Ordering::Relaxed);
@@ -439,9 +448,12 @@ impl CachedRows {
             if e & LOCKED != 0 {
                 return Err(format!("row {i} left locked"));
             }
+            if e & DIRTY != 0 && e & CACHED == 0 {
+                return Err(format!("row {i} is marked dirty but not cached"));
+            }
             if e & CACHED != 0 {
-                let s = (e >> 2) as usize;
-                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed) & !DIRTY);
+                let s = slot_of(e);
+                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed));
                 if b != Some(i as u32 + 1) {
                     return Err(format!("row {i} -> slot {s} but its back-edge is {b:?}"));
                 }
@@ -501,8 +513,11 @@ unsafe impl RowSource for CachedView<'_> {
         let r = self.rows;
         let e = r.entry(i).load(Ordering::Acquire);
         if e & CACHED != 0 {
-            let s = (e >> 2) as usize;
-            r.back[s].fetch_or(DIRTY, Ordering::Relaxed);
+            if e & DIRTY == 0 {
+                // Writers hold the exclusive lock: no one else changes the entry now.
+                r.entry(i).store(e | DIRTY, Ordering::Relaxed);
+            }
+            let s = slot_of(e);
             t.hits += 1;
             t.cache_read += r.stride as u64;
             t.cache_written += r.stride as u64;
@@ -520,7 +535,7 @@ unsafe impl RowSource for CachedView<'_> {
     fn prefetch(&self, i: usize) {
         let e = self.rows.entry(i).load(Ordering::Relaxed);
         let p = if e & CACHED != 0 {
-            self.rows.slot_ptr((e >> 2) as usize)
+            self.rows.slot_ptr(slot_of(e))
         } else {
             self.rows.home_ptr(i)
         };

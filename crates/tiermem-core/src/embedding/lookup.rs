@@ -249,33 +249,7 @@ impl RowFn<Result<Tally>> for Run<'_, '_> {
     }
 }
 
-fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> Result<Tally> {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F was detected at run time; the job's pointers are valid (see
-        // `body`).
-        Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2 was detected at run time.
-        Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
-        // SAFETY: as `body`.
-        _ => unsafe { body::<E, R, W>(j, rows) },
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn body_avx512<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Result<Tally> {
-    // SAFETY: forwarded contract.
-    unsafe { body::<E, R, W>(j, r) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn body_avx2<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Result<Tally> {
-    // SAFETY: forwarded contract.
-    unsafe { body::<E, R, W>(j, r) }
-}
+super::isa_dispatch!(Result<Tally>);
 
 /// The kernel: bags (or indices) `first..last` of one table.
 ///

@@ -103,3 +103,39 @@ macro_rules! with_width {
     };
 }
 pub(crate) use with_width;
+
+/// Define `dispatch::<E, R, W>(j: &Job, rows: &R) -> $ret`, which runs the module's
+/// `unsafe fn body::<E, R, W>` compiled for the best instruction set this CPU has (AVX-512F,
+/// AVX2 or baseline; `TIERMEM_DISABLE_AVX512=1` skips the first). `body` must be
+/// `#[inline(always)]` so each variant gets its own vectorised copy.
+macro_rules! isa_dispatch {
+    ($ret:ty) => {
+        fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> $ret {
+            match $crate::copy::kernels::isa() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AVX-512F was detected at run time; `body`'s contract is the caller's.
+                $crate::copy::kernels::Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AVX2 was detected at run time; as above.
+                $crate::copy::kernels::Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
+                // SAFETY: `body`'s contract is the caller's.
+                _ => unsafe { body::<E, R, W>(j, rows) },
+            }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn body_avx512<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> $ret {
+            // SAFETY: forwarded contract.
+            unsafe { body::<E, R, W>(j, r) }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn body_avx2<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> $ret {
+            // SAFETY: forwarded contract.
+            unsafe { body::<E, R, W>(j, r) }
+        }
+    };
+}
+pub(crate) use isa_dispatch;

@@ -14,7 +14,6 @@ use super::reindex::{reindex, Csr};
 use super::rows::{RowSource, Tally};
 use super::table::{Mutable, RowFn, StateKind, Table};
 use super::{with_width, DType};
-use crate::copy::kernels::{isa, Isa};
 use crate::{ensure, Result};
 
 /// The optimizer fused into the backward pass.
@@ -112,7 +111,16 @@ pub fn update(
     let mut guards: Vec<_> = order.iter().map(|&t| (t, tables[t].exclusive())).collect();
     guards.sort_by_key(|g| g.0);
     let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut *g.1).collect();
-    run(tables, bags, mode, grad, Sink::Apply(opt, nt), &mut states).map(|(t, _)| t)
+    let csrs = prepare(tables, bags, &mut states)?;
+    run(
+        tables,
+        bags,
+        mode,
+        grad,
+        Sink::Apply(opt, nt),
+        &mut states,
+        csrs,
+    )
 }
 
 /// The sparse gradient of one table's lookup: the distinct rows (first-seen order) and
@@ -139,40 +147,27 @@ pub fn sparse_grad(
         &[0],
     )?;
     let mut guard = table.exclusive();
-    check_indices(0, bags.values(), table.rows())?;
-    let csr = reindex_table(&mut guard, bags.values());
-    let rows = csr.rows.clone();
-    let mut out = vec![0f32; csr.rows.len() * w];
-    let sink = Sink::Collect(super::lookup::OutPtr(out.as_mut_ptr()));
     let mut states = vec![&mut *guard];
-    run_with(&[table], &[*bags], mode, g, sink, &mut states, vec![csr])?;
+    let csrs = prepare(&[table], std::slice::from_ref(bags), &mut states)?;
+    let rows = csrs[0].rows.clone();
+    let mut out = vec![0f32; rows.len() * w];
+    let sink = Sink::Collect(super::lookup::OutPtr(out.as_mut_ptr()));
+    run(&[table], &[*bags], mode, g, sink, &mut states, csrs)?;
     Ok((rows, out))
 }
 
-fn reindex_table(m: &mut Mutable, values: &[i64]) -> Csr {
-    reindex(values, &mut m.slot_of)
-}
-
-fn run(
-    tables: &[&Table],
-    bags: &[Bags<'_>],
-    mode: Mode,
-    grad: GradIn<'_>,
-    sink: Sink,
-    states: &mut [&mut Mutable],
-) -> Result<(Tally, ())> {
+/// Check every index (before anything changes), then reindex each table in parallel.
+fn prepare(tables: &[&Table], bags: &[Bags<'_>], states: &mut [&mut Mutable]) -> Result<Vec<Csr>> {
     tables
         .par_iter()
         .zip(bags.par_iter())
         .enumerate()
         .try_for_each(|(t, (tab, b))| check_indices(t, b.values(), tab.rows()))?;
-    let csrs: Vec<Csr> = states
+    Ok(states
         .par_iter_mut()
-        .zip(tables.par_iter().zip(bags.par_iter()))
-        .map(|(m, (_, b))| reindex_table(m, b.values()))
-        .collect();
-    let t = run_with(tables, bags, mode, grad, sink, states, csrs)?;
-    Ok((t, ()))
+        .zip(bags.par_iter())
+        .map(|(m, b)| reindex(b.values(), &mut m.slot_of))
+        .collect())
 }
 
 /// Per-table data a task needs.
@@ -189,7 +184,7 @@ struct Plan<'a> {
     clr: f32,
 }
 
-fn run_with(
+fn run(
     tables: &[&Table],
     bags: &[Bags<'_>],
     mode: Mode,
@@ -328,32 +323,7 @@ impl RowFn<Tally> for Upd<'_, '_> {
     }
 }
 
-fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> Tally {
-    match isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F was detected at run time; see `body`.
-        Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2 was detected at run time.
-        Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
-        // SAFETY: see `body`.
-        _ => unsafe { body::<E, R, W>(j, rows) },
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn body_avx512<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Tally {
-    // SAFETY: forwarded contract.
-    unsafe { body::<E, R, W>(j, r) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn body_avx2<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> Tally {
-    // SAFETY: forwarded contract.
-    unsafe { body::<E, R, W>(j, r) }
-}
+super::isa_dispatch!(Tally);
 
 /// Accumulate and apply the gradients of distinct rows `first..last` of one table.
 ///
