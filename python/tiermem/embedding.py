@@ -305,11 +305,13 @@ class EmbeddingTable:
     # Optimizer state -----------------------------------------------------------------
     def optimizer_state(self) -> tuple[str, np.ndarray, int] | None:
         """``(kind, values, steps)`` of the fused optimizer's state, or ``None``."""
-        st = self._native.optimizer_state()
-        if st is None:
+        info = self._native.optimizer_state_info()
+        if info is None:
             return None
-        kind, values, steps = st
-        return kind, np.asarray(values, np.float32), int(steps)
+        kind, n, steps = info
+        values = np.empty(n, np.float32)
+        self._native.read_optimizer_state(values)
+        return kind, values, int(steps)
 
     def set_optimizer_state(self, kind: str, values: Any, steps: int) -> None:
         self._native.set_optimizer_state(kind, _f32(values, "optimizer state").reshape(-1), int(steps))

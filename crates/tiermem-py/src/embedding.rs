@@ -225,11 +225,20 @@ impl PyTable {
         run(py, || self.inner.write_rows(start, unsafe { v.slice() }))
     }
 
-    /// (kind, values, steps) of the fused optimizer's state, or None.
-    fn optimizer_state(&self) -> Option<(&'static str, Vec<f32>, u64)> {
+    /// (kind, length, steps) of the fused optimizer's state, or None.
+    fn optimizer_state_info(&self) -> Option<(&'static str, usize, u64)> {
         self.inner
-            .optimizer_state()
-            .map(|(k, v, s)| (state_name(k), v, s))
+            .optimizer_state_info()
+            .map(|(k, n, s)| (state_name(k), n, s))
+    }
+
+    fn read_optimizer_state(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = view::<f32>(out, "out", true)?;
+        run(py, || {
+            // SAFETY: `v` keeps the buffer exported for the call; the caller passed no alias.
+            let out = unsafe { v.slice_mut() };
+            self.inner.read_optimizer_state(out)
+        })
     }
 
     fn set_optimizer_state(
@@ -249,9 +258,11 @@ impl PyTable {
             }
         };
         let v = view::<f32>(src, "state", false)?;
-        // SAFETY: as above.
-        let values = unsafe { v.slice() }.to_vec();
-        run(py, || self.inner.set_optimizer_state(k, values, steps))
+        run(py, || {
+            // SAFETY: `v` keeps the buffer exported for the call; it is only read.
+            let values = unsafe { v.slice() };
+            self.inner.set_optimizer_state(k, values, steps)
+        })
     }
 }
 

@@ -466,16 +466,32 @@ impl Table {
         Ok(n)
     }
 
-    /// Optimizer state as stored: (kind, values) — `rows * width` for Adagrad, `rows` for
-    /// row-wise Adagrad — and the step count.
+    /// The fused optimizer's state, if any: its kind, length (`rows * width` for Adagrad,
+    /// `rows` for row-wise Adagrad) and the steps taken.
     #[must_use]
-    pub fn optimizer_state(&self) -> Option<(StateKind, Vec<f32>, u64)> {
+    pub fn optimizer_state_info(&self) -> Option<(StateKind, usize, u64)> {
         let s = self.shared();
-        s.state.as_ref().map(|(k, v)| (*k, v.to_vec(), s.steps))
+        s.state.as_ref().map(|(k, v)| (*k, v.len(), s.steps))
+    }
+
+    /// Copy the optimizer state into `out` (its length from [`Table::optimizer_state_info`]).
+    pub fn read_optimizer_state(&self, out: &mut [f32]) -> Result<()> {
+        let s = self.shared();
+        let Some((_, v)) = s.state.as_ref() else {
+            crate::bail!("this table has no optimizer state (no stateful update has run)");
+        };
+        ensure!(
+            out.len() == v.len(),
+            "optimizer state has {} values, the buffer {}",
+            v.len(),
+            out.len()
+        );
+        out.copy_from_slice(v);
+        Ok(())
     }
 
     /// Replace the optimizer state (from a checkpoint).
-    pub fn set_optimizer_state(&self, kind: StateKind, values: Vec<f32>, steps: u64) -> Result<()> {
+    pub fn set_optimizer_state(&self, kind: StateKind, values: &[f32], steps: u64) -> Result<()> {
         let want = match kind {
             StateKind::Adagrad => self.rows * self.width,
             StateKind::RowwiseAdagrad => self.rows,
@@ -486,7 +502,7 @@ impl Table {
             values.len()
         );
         let mut state = HugeSlice::zeroed(values.len())?;
-        state.copy_from_slice(&values);
+        state.copy_from_slice(values);
         let mut x = self.exclusive();
         x.state = Some((kind, state));
         x.steps = steps;
