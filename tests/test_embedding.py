@@ -215,11 +215,22 @@ def test_bench_code_path_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None
     ops = {(c["op"], c["placement"]) for c in res["cases"]}
     assert ("lookup", "dram") in ops and ("lookup+update", "cached:25") in ops
     assert ("lookup", bench.SLOW) in ops
+    import json
+    import re
+
+    res = json.loads(json.dumps(res))  # what --json writes
     for c in res["cases"]:
+        assert {"op", "width", "bag", "dist", "placement", "policy", "seconds", "hit_rate", "roofline_gbps"} <= set(c)
+        assert set(c["seconds"]) >= {"tiermem", "torch", "fbgemm"}
         assert c["seconds"]["tiermem"] > 0 and c["seconds"]["torch"] > 0
         assert c["dist"] in workloads.DISTRIBUTIONS and c["op"] in ("lookup", "lookup+update")
+        assert c["width"] in (16, 64, 256) and c["bag"] in (1, 40)
+        assert re.fullmatch(r"dram|cached:\d+|emulated:optane-pmem", c["placement"]), c["placement"]
         if c["placement"].startswith("cached"):
-            assert 0 <= c["hit_rate"] <= 1
+            assert 0 <= c["hit_rate"] <= 1 and c["devices"][bench.SLOW] == "emulated"
+        if c["op"] == "lookup" and c["placement"] == "dram":
+            assert c["roofline_gbps"] > 0
+    assert (res["fbgemm"] is None) == (res["fbgemm_note"] is not None)
     text = bench.report(res)
     assert "EMULATED" in text and "headline" in text
 
