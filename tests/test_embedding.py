@@ -23,6 +23,11 @@ def test_lookup_none_mode_is_a_gather() -> None:
     t = table()
     idx = np.array([5, 0, 99, 5])
     np.testing.assert_array_equal(t.lookup(idx, mode="none"), t.to_numpy()[idx])
+    narrow = table(10, 4)
+    out = EmbeddingCollection([t, narrow]).lookup(
+        [(idx, np.arange(5)), (np.array([3]), np.array([0, 1]))], mode="none")
+    np.testing.assert_array_equal(out[:4], t.to_numpy()[idx])
+    np.testing.assert_array_equal(out[4], np.concatenate([narrow.to_numpy()[3], np.zeros(12)]))
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -372,7 +372,10 @@ class EmbeddingCollection:
         n = self._rows(bs, mode)
         stride = self.width if mode != "none" else max(t.embedding_dim for t in self.tables)
         if out is None:
-            out = np.empty((n, stride), np.float32)
+            # Non-reducing lookups of tables of different widths leave the narrower tables'
+            # extra columns untouched: start from zeros then.
+            mixed = mode == "none" and any(t.embedding_dim != stride for t in self.tables)
+            out = (np.zeros if mixed else np.empty)((n, stride), np.float32)
         elif out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (n, stride):
             raise InvalidArgumentError(f"out must be a C-contiguous float32 array of shape {(n, stride)}")
         cols = self.cols if mode != "none" else [0] * len(self.tables)
