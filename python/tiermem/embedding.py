@@ -157,7 +157,7 @@ class EmbeddingTable:
         else:
             if dev == 0:
                 raise InvalidArgumentError("a cached table needs its base rows on a slower device than the cache (device 0)")
-            lower = int(table_bytes * cache)
+            lower = max(int(table_bytes * cache), stride)  # a cache holds at least one row
             slack = int(table_bytes * cacheslack)
             self._native = _tiermem.Table.cached(manager._native, dev, 0, rows, width, dt, lower, slack, policy)
         if padding_idx is not None:
