@@ -93,6 +93,8 @@ def test_cache_larger_than_the_fast_device_is_refused() -> None:
         EmbeddingTable(100_000, 64, manager=m, cache=0.5)
     with pytest.raises(tiermem.InvalidArgumentError, match="slower device"):
         EmbeddingTable(100, 16, manager=m, device="dram", cache=0.5)
+    with pytest.raises(tiermem.InvalidArgumentError, match="pass device="):
+        EmbeddingTable(100, 16, cache=0.5)
     with pytest.raises(tiermem.InvalidArgumentError, match="do not fit device 'dram'"):
         EmbeddingTable(1_000_000, 64, manager=m)
     keep = EmbeddingTable(3000, 64, manager=m, device="dram")  # 768 KB of the 1 MiB

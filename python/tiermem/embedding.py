@@ -101,8 +101,9 @@ class EmbeddingTable:
             updated, as ``torch.nn.EmbeddingBag``'s; negative counts from the end.
 
     Raises:
-        InvalidArgumentError: bad sizes, dtype, policy or cache fraction.
-        DeviceFullError: the rows or the cache do not fit their device.
+        InvalidArgumentError: bad sizes, dtype, policy or cache fraction; rows or a cache
+            larger than their device; a cache with nowhere slower for the base rows.
+        DeviceFullError: the device has no contiguous room left for the rows or the cache.
     """
 
     def __init__(
@@ -132,6 +133,11 @@ class EmbeddingTable:
             raise InvalidArgumentError(f"cache must be a fraction of the table in (0, 1], got {cache!r}")
         if not 0 <= cacheslack <= 1:
             raise InvalidArgumentError(f"cacheslack must be a fraction in [0, 1], got {cacheslack!r}")
+        if cache is not None and manager is None and device in (None, "dram"):
+            raise InvalidArgumentError(
+                "a cached table keeps its base rows on a slower device: pass device= a spec such as "
+                "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
+            )
         rows, width = int(num_embeddings), int(embedding_dim)
         stride = -(-width * (4 if dt == "float32" else 2) // 4) * 4
         table_bytes = rows * stride
