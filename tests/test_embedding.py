@@ -133,6 +133,19 @@ def test_dynamic_cache_counts_hits_and_flushes() -> None:
         t.set_cacheslack(10**12)
 
 
+def test_admit_policy_caches_rows_on_their_second_miss() -> None:
+    t = table(1000, 16, device="emulated:cxl", cache=0.5, policy="admit")
+    once = np.arange(0, 100)
+    t.lookup(once, [0])
+    assert t.cache_info["cached_rows"] == 0, "first misses only mark rows"
+    t.lookup(once, [0])
+    assert t.cache_info["cached_rows"] == 100
+    t.reset_stats()
+    t.lookup(once, [0])
+    assert t.hit_rate == 1.0
+    np.testing.assert_array_equal(t.lookup(once, [0]), table(1000, 16).lookup(once, [0]))
+
+
 def test_flush_clean_refuses_to_drop_updates() -> None:
     t = table(100, 16, device="emulated:cxl", cache=0.5)
     t.lookup(np.arange(10), [0])

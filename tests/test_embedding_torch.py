@@ -163,6 +163,7 @@ def test_rowwise_adagrad_matches_numpy_reference(rng: np.random.Generator) -> No
     dict(where="emulated:optane-pmem", cache=0.5, policy="dynamic"),
     dict(where="emulated:optane-pmem", cache=1.0, policy="dynamic"),
     dict(where="emulated:cxl", cache=0.25, policy="static"),
+    dict(where="emulated:optane-pmem", cache=0.2, policy="admit"),
 ])
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
 def test_cached_tables_are_bit_identical_to_direct(placement: dict, optimizer: str, rng: np.random.Generator) -> None:

@@ -32,7 +32,7 @@ from .manager import Manager
 __all__ = ["EmbeddingTable", "EmbeddingCollection", "as_bags", "OPTIMIZERS", "CACHE_POLICIES"]
 
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
-CACHE_POLICIES = ("dynamic", "static", "simple")
+CACHE_POLICIES = ("dynamic", "admit", "static", "simple")
 MODES = ("sum", "mean", "none")
 _DTYPES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 #: Default software prefetch distance, in indices.
@@ -95,8 +95,9 @@ class EmbeddingTable:
             fraction of the table (0 < cache <= 1): base rows stay on ``device``, cache
             pages go on the manager's fastest device.
         cacheslack: how far beyond ``cachelower`` the cache may grow (fraction of the table).
-        policy: ``"dynamic"`` or ``"static"`` for cached tables; ``"simple"`` means a direct
-            table (``cache=None``) and is accepted for symmetry.
+        policy: ``"dynamic"``, ``"admit"`` (dynamic, but a row is cached on its second recent
+            miss) or ``"static"`` for cached tables; ``"simple"`` means a direct table
+            (``cache=None``) and is accepted for symmetry.
         padding_idx: a row left out of every reduction (and of a mean's count) and never
             updated, as ``torch.nn.EmbeddingBag``'s; negative counts from the end.
 

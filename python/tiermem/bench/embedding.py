@@ -31,6 +31,8 @@ from ..manager import Manager
 
 SLOW = "emulated:optane-pmem"
 CACHE_PCTS = (10, 25, 50, 100)
+#: Tiered placements: (cache % or None for all on the slow device, cache policy).
+TIERS = ((None, "simple"), *((p, "dynamic") for p in CACHE_PCTS), (10, "admit"), (25, "admit"))
 PREFETCH_DISTANCES = (0, 4, 8, 16)
 LR = 0.01
 
@@ -138,7 +140,7 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
     bags_ = (1, 40)
     dists = workloads.DISTRIBUTIONS
     n_kernel = len(widths) * len(bags_) * len(dists)
-    n_tier = len(dists) * (len(CACHE_PCTS) + 1)
+    n_tier = len(dists) * len(TIERS)
     cases: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
     with Progress(n_kernel + n_tier, "bench embedding", progress) as prog:
@@ -263,11 +265,12 @@ def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[
     out = np.empty((B, T * width), np.float32)
     dram_coll = EmbeddingCollection(dram_tabs)
     cases = []
-    for pct in (None, *CACHE_PCTS):
+    for pct, policy in TIERS:
         prog.step(f"tiers {dist} {'slow' if pct is None else f'cached:{pct}'}")
         cache_bytes = 0 if pct is None else int(table_bytes * min(1.0, pct / 100 + 0.05)) + (4 << 20)
         m = Manager({"dram": T * cache_bytes + (8 << 20), SLOW: T * table_bytes + (8 << 20)}, policy="all_fast")
-        tabs = [EmbeddingTable(rows, width, manager=m, device=SLOW, cache=None if pct is None else pct / 100) for _ in range(T)]
+        tabs = [EmbeddingTable(rows, width, manager=m, device=SLOW, cache=None if pct is None else pct / 100,
+                               policy=policy) for _ in range(T)]
         for src, dst in zip(dram_tabs, tabs):
             _copy_rows(src, dst)
             if pct == 100:
@@ -296,7 +299,7 @@ def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[
             cases.append({
                 "op": op, "width": width, "bag": 40, "dist": dist,
                 "placement": SLOW if pct is None else f"cached:{pct}",
-                "policy": "simple" if pct is None else "dynamic" + (" (pre-filled)" if pct == 100 else ""),
+                "policy": policy + (" (pre-filled)" if pct == 100 else ""),
                 "seconds": {"tiermem": secs, "torch": base[op]["torch"], "fbgemm": base[op]["fbgemm"],
                             "dram": dram},
                 "hit_rate": hr, "roofline_gbps": None, "gbps": nbytes / secs / 1e9,
@@ -324,11 +327,12 @@ def report(res: dict[str, Any]) -> str:
         s = c["seconds"]
         rows.append([
             c["op"], c["width"], c["bag"], c["dist"], c["placement"] + (" (emulated)" if SLOW in c["placement"] or "cached" in c["placement"] else ""),
+            c["policy"],
             f"{s['tiermem'] * 1e3:.1f}", f"{s['torch'] * 1e3:.1f}", _fmt(s["fbgemm"] and s["fbgemm"] * 1e3, ".1f"),
             f"{c['vs_torch']:.2f}x", _fmt(c["vs_fbgemm"], ".2f"), f"{c['gbps']:.1f}",
             _fmt(c["roofline_gbps"], ".1f"), _fmt(c["vs_roofline"], ".2f"), _fmt(c["hit_rate"], ".2f"),
         ])
-    lines.append(table(["op", "width", "bag", "dist", "placement", "tiermem ms", "torch ms", "fbgemm ms",
+    lines.append(table(["op", "width", "bag", "dist", "placement", "policy", "tiermem ms", "torch ms", "fbgemm ms",
                         "vs torch", "vs fbgemm", "GB/s", "roofline", "vs roof", "hit rate"], rows))
     lines.append("vs torch / vs fbgemm: their time / tiermem's (>1: tiermem faster). Tiered rows compare "
                  "against torch and fbgemm with tables in DRAM.\nroofline: random reads of the same rows, no "
@@ -359,7 +363,7 @@ def headline(res: dict[str, Any]) -> list[str]:
         if full:
             out.append(f"  cached table, every row cached, vs direct table ({dist}, measured alternately): "
                        f"{full['seconds']['tiermem'] / full['seconds']['dram']:.2f}x the time")
-    dyn = find(op="lookup", width=64, bag=40, dist="zipf", placement="cached:25")
+    dyn = find(op="lookup", width=64, bag=40, dist="zipf", placement="cached:25", policy="dynamic")
     slow = find(op="lookup", width=64, bag=40, dist="zipf", placement=SLOW)
     if dyn and slow:
         out.append(f"  zipf(1), 25% cache (dynamic) vs table on {SLOW} (emulated): "

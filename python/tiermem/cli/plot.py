@@ -102,11 +102,14 @@ def plot_embedding(res: dict[str, Any], path: str) -> None:
     slow = res["slow_device"]["spec"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), squeeze=False)
     for ax, op in zip(axes[0], ops):
-        placements = list(dict.fromkeys(c["placement"] for c in cases if c["op"] == op))
+        def key(c: dict[str, Any]) -> str:
+            return c["placement"] + (" admit" if c["policy"] == "admit" else "")
+
+        placements = list(dict.fromkeys(key(c) for c in cases if c["op"] == op))
         n = len(placements) + 2
         width = 0.8 / n
         for d, dist in enumerate(dists):
-            row = {c["placement"]: c for c in cases if c["op"] == op and c["dist"] == dist}
+            row = {key(c): c for c in cases if c["op"] == op and c["dist"] == dist}
             any_c = next(iter(row.values()))
             bars = [(p, row[p]["seconds"]["tiermem"], row[p]["hit_rate"]) for p in placements if p in row]
             bars += [("torch (DRAM)", any_c["seconds"]["torch"], None)]

@@ -28,6 +28,8 @@ use crate::{bail, ensure, Result};
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;
 const DIRTY: u32 = 1 << 31;
+/// On an entry that is not cached: the row missed once recently (`admit` policy).
+const SEEN: u32 = 4;
 
 /// The cache slot of a cached entry.
 #[inline(always)]
@@ -48,6 +50,10 @@ pub enum CachePolicy {
     /// Cache rows as lookups touch them; updates of cached rows stay in fast memory; when
     /// the cache is full, the oldest pages are flushed before the next lookup.
     Dynamic,
+    /// `dynamic` with admission control: a row is cached on its second miss within a
+    /// window (a "seen" bit in its entry, cleared for a quarter of the table at every flush),
+    /// so rows used once do not push out rows that are reused.
+    Admit,
 }
 
 impl CachePolicy {
@@ -56,7 +62,8 @@ impl CachePolicy {
         match s {
             "static" => Ok(CachePolicy::Static),
             "dynamic" => Ok(CachePolicy::Dynamic),
-            _ => bail!("unknown cache policy '{s}' (known: static, dynamic; 'simple' is a direct table on the slow device)"),
+            "admit" => Ok(CachePolicy::Admit),
+            _ => bail!("unknown cache policy '{s}' (known: static, dynamic, admit; 'simple' is a direct table on the slow device)"),
         }
     }
 
@@ -66,6 +73,7 @@ impl CachePolicy {
         match self {
             CachePolicy::Static => "static",
             CachePolicy::Dynamic => "dynamic",
+            CachePolicy::Admit => "admit",
         }
     }
 }
@@ -119,6 +127,8 @@ pub struct CachedRows {
     full: AtomicBool,
     /// Whether the `static` policy's one fill has run.
     filled: AtomicBool,
+    /// Next row whose `SEEN` bit ages (`admit` policy).
+    sweep: AtomicUsize,
     pub(crate) policy: CachePolicy,
     counters: Mutex<CacheCounters>,
     home_dev: Arc<Device>,
@@ -177,6 +187,7 @@ impl CachedRows {
             slack: AtomicU64::new(config.slack),
             full: AtomicBool::new(false),
             filled: AtomicBool::new(false),
+            sweep: AtomicUsize::new(0),
             policy: config.policy,
             counters: Mutex::new(CacheCounters::default()),
             home_dev: home.1,
@@ -315,9 +326,23 @@ impl CachedRows {
         }
     }
 
+    /// Whether caching goes through admission control.
+    #[must_use]
+    pub fn admits(&self) -> bool {
+        self.policy == CachePolicy::Admit
+    }
+
+    /// Whether lookups cache rows.
+    #[must_use]
+    pub fn caches_on_lookup(&self) -> bool {
+        matches!(self.policy, CachePolicy::Dynamic | CachePolicy::Admit)
+    }
+
     /// `access_and_cache` (or `access` when `caching` is false): where row `i` is now.
+    /// With `admit`, a row is cached only if it missed before (its `SEEN` bit is set);
+    /// otherwise the miss sets the bit.
     #[inline(always)]
-    fn locate(&self, i: usize, caching: bool, t: &mut Tally) -> *const u8 {
+    fn locate(&self, i: usize, caching: bool, admit: bool, t: &mut Tally) -> *const u8 {
         let e = self.entry(i).load(Ordering::Acquire);
         if e & CACHED != 0 {
             t.hits += 1;
@@ -329,6 +354,14 @@ impl CachedRows {
         t.home_rows += 1;
         let home = self.home_ptr(i);
         if !caching || e & LOCKED != 0 || self.full.load(Ordering::Relaxed) {
+            return home;
+        }
+        if admit && e & SEEN == 0 {
+            // A compare-and-swap, not fetch_or: if another thread cached the row meanwhile,
+            // bit 2 is part of its slot number and must not be touched.
+            let _ =
+                self.entry(i)
+                    .compare_exchange(e, e | SEEN, Ordering::Relaxed, Ordering::Relaxed);
             return home;
         }
         if self
@@ -364,7 +397,7 @@ impl CachedRows {
             if self.full.load(Ordering::Relaxed) {
                 break;
             }
-            self.locate(i, true, &mut t);
+            self.locate(i, true, false, &mut t);
         }
         charge(&self.home_dev, Some(&self.cache_dev), &t);
         t
@@ -432,6 +465,9 @@ impl CachedRows {
         p.active.drain(..n);
         p.free.extend(victims.iter().rev());
         drop(p);
+        if self.admits() {
+            self.age_seen();
+        }
         self.full.store(false, Ordering::Relaxed);
         charge(&self.home_dev, Some(&self.cache_dev), &t);
         let mut c = self.counters.lock();
@@ -441,6 +477,21 @@ impl CachedRows {
         Ok(rows)
     }
 
+    /// Clear the `SEEN` bit of the next quarter of the table's uncached rows (round robin),
+    /// so "missed before" means "missed within the last few flushes". Exclusive lock held.
+    fn age_seen(&self) {
+        let n = self.rows.div_ceil(4);
+        let start = self.sweep.load(Ordering::Relaxed) % self.rows;
+        for k in 0..n {
+            let i = (start + k) % self.rows;
+            let e = self.entry(i).load(Ordering::Relaxed);
+            if e & CACHED == 0 && e & SEEN != 0 {
+                self.entry(i).store(e & !SEEN, Ordering::Relaxed);
+            }
+        }
+        self.sweep.store((start + n) % self.rows, Ordering::Relaxed);
+    }
+
     /// Check the pointer table and back-edges agree (tests).
     pub fn check(&self) -> std::result::Result<(), String> {
         for (i, e) in self.entries.iter().enumerate() {
@@ -448,8 +499,8 @@ impl CachedRows {
             if e & LOCKED != 0 {
                 return Err(format!("row {i} left locked"));
             }
-            if e & DIRTY != 0 && e & CACHED == 0 {
-                return Err(format!("row {i} is marked dirty but not cached"));
+            if e & CACHED == 0 && e & !SEEN != 0 {
+                return Err(format!("row {i} is not cached but its entry is {e:#x}"));
             }
             if e & CACHED != 0 {
                 let s = slot_of(e);
@@ -505,7 +556,7 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        self.rows.locate(i, self.caching, t)
+        self.rows.locate(i, self.caching, self.rows.admits(), t)
     }
 
     #[inline(always)]

@@ -168,7 +168,7 @@ pub fn lookup(
     for t in tables {
         if let Some(c) = t.cache() {
             match c.policy {
-                super::CachePolicy::Dynamic if c.isfull() => {
+                super::CachePolicy::Dynamic | super::CachePolicy::Admit if c.isfull() => {
                     t.flush(true)?;
                 }
                 super::CachePolicy::Static if !c.filled() => {

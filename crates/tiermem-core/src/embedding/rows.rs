@@ -11,9 +11,11 @@ use crate::device::Device;
 /// the end of each chunk: cache behaviour and bytes per tier.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Tally {
-    /// Row reads served from fast memory (cache hits; every read of a direct table).
+    /// Row reads served from fast memory (cache hits; reads of a direct table on the
+    /// manager's fastest device).
     pub hits: u64,
-    /// Row reads served from the base rows of a cached table.
+    /// Row reads served from slower memory (base rows of a cached table; reads of a direct
+    /// table on a slower device).
     pub misses: u64,
     /// Rows copied into the cache.
     pub cached: u64,
@@ -89,6 +91,8 @@ pub unsafe trait RowSource: Sync {
 pub struct DirectRows {
     pub(crate) base: *mut u8,
     pub(crate) stride: usize,
+    /// Whether the device is the manager's fastest (reads count as hits, else misses).
+    pub(crate) fast: bool,
     pub(crate) device: Arc<Device>,
 }
 
@@ -107,7 +111,11 @@ unsafe impl RowSource for DirectRows {
 
     #[inline(always)]
     fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        t.hits += 1;
+        if self.fast {
+            t.hits += 1;
+        } else {
+            t.misses += 1;
+        }
         t.home_read += self.stride as u64;
         t.home_rows += 1;
         self.base.wrapping_add(i * self.stride)

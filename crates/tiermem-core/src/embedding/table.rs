@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::cache::{CacheConfig, CachePolicy, CachedRows, MAX_ROWS};
+use super::cache::{CacheConfig, CachedRows, MAX_ROWS};
 use super::huge::HugeSlice;
 use super::rows::{DirectRows, RowSource, Tally};
 use super::DType;
@@ -204,6 +204,7 @@ impl Table {
         let direct = DirectRows {
             base: mem.ptr,
             stride,
+            fast: device == 0,
             device: manager.devices()[device].clone(),
         };
         Self::build(rows, width, dtype, Storage::Direct(direct, mem))
@@ -355,7 +356,7 @@ impl Table {
     pub(crate) fn with_rows<T>(&self, caching: bool, f: impl RowFn<T>) -> T {
         match &self.storage {
             Storage::Direct(d, _) => f.call(d),
-            Storage::Cached(c, ..) => f.call(&c.view(caching && c.policy == CachePolicy::Dynamic)),
+            Storage::Cached(c, ..) => f.call(&c.view(caching && c.caches_on_lookup())),
         }
     }
 

@@ -28,6 +28,7 @@ fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -
         (50, CachePolicy::Dynamic),
         (100, CachePolicy::Dynamic),
         (25, CachePolicy::Static),
+        (20, CachePolicy::Admit),
     ] {
         let cfg = CacheConfig {
             lower: bytes(pct) * 3 / 4,
@@ -174,6 +175,12 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
 
 #[test]
 fn flushes_never_tear_rows_read_by_concurrent_lookups() {
+    for policy in [CachePolicy::Dynamic, CachePolicy::Admit] {
+        flush_stress(policy);
+    }
+}
+
+fn flush_stress(policy: CachePolicy) {
     let m = manager();
     let width = 32;
     let stride_bytes = (ROWS * width * 4) as u64;
@@ -188,7 +195,7 @@ fn flushes_never_tear_rows_read_by_concurrent_lookups() {
             CacheConfig {
                 lower: stride_bytes / 8,
                 slack: stride_bytes / 8,
-                policy: CachePolicy::Dynamic,
+                policy,
             },
         )
         .unwrap(),
