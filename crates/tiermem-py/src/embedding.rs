@@ -276,6 +276,15 @@ impl PyTable {
     }
 }
 
+/// The tables of a call, to carry across the GIL release (`PyRef` stays behind).
+fn shared(tables: &[PyRef<'_, PyTable>]) -> Vec<Arc<Table>> {
+    tables.iter().map(|t| t.inner.clone()).collect()
+}
+
+fn borrowed(tables: &[Arc<Table>]) -> Vec<&Table> {
+    tables.iter().map(|t| &**t).collect()
+}
+
 /// Checked per-table index buffers of one call.
 struct Inputs {
     values: Vec<View<i64>>,
@@ -360,9 +369,9 @@ pub fn lookup_into(
     let mode = Mode::parse(mode).map_err(to_py)?;
     let inp = inputs(tables.len(), &values, &offsets, &weights)?;
     let out = view::<f32>(out, "out (float32)", true)?;
-    let ts: Vec<Arc<Table>> = tables.iter().map(|t| t.inner.clone()).collect();
+    let ts = shared(&tables);
     run(py, || {
-        let refs: Vec<&Table> = ts.iter().map(|t| &**t).collect();
+        let refs = borrowed(&ts);
         // SAFETY: every view is held for the call; `out` is distinct from the inputs
         // (writable output vs read-only index arrays of another type).
         let bags = unsafe { inp.bags() }?;
@@ -421,9 +430,9 @@ pub fn update_from(
     };
     let inp = inputs(tables.len(), &values, &offsets, &weights)?;
     let g = view::<f32>(grad, "grad (float32)", false)?;
-    let ts: Vec<Arc<Table>> = tables.iter().map(|t| t.inner.clone()).collect();
+    let ts = shared(&tables);
     run(py, || {
-        let refs: Vec<&Table> = ts.iter().map(|t| &**t).collect();
+        let refs = borrowed(&ts);
         // SAFETY: every view is held for the call and only read.
         let bags = unsafe { inp.bags() }?;
         // SAFETY: as above.
@@ -479,9 +488,9 @@ pub fn gather(
 ) -> PyResult<u64> {
     let none: Vec<Option<Bound<'_, PyAny>>> = vec![None; tables.len()];
     let inp = inputs(tables.len(), &values, &offsets, &none)?;
-    let ts: Vec<Arc<Table>> = tables.iter().map(|t| t.inner.clone()).collect();
+    let ts = shared(&tables);
     run(py, || {
-        let refs: Vec<&Table> = ts.iter().map(|t| &**t).collect();
+        let refs = borrowed(&ts);
         // SAFETY: the views are held for the call and only read.
         let bags = unsafe { inp.bags() }?;
         tiermem_core::embedding::lookup::gather(&refs, &bags, prefetch)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -15,6 +14,7 @@ from .._sizes import format_bytes, parse_size
 from ..cli._progress import Progress
 from ..cli._table import table
 from ..manager import Manager
+from ._common import best, write_outputs
 from ._scratch import scratch_dir
 
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
@@ -24,15 +24,6 @@ QUICK_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
 def _reps(size: int, quick: bool) -> int:
     base = 3 if quick else 5
     return base if size >= 16 << 20 else base * 4
-
-
-def _best(reps: int, fn: Any) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def _real_memory(d: dict[str, Any]) -> bool:
@@ -71,7 +62,7 @@ def run(
                     na, nb = va.view(np.ndarray), vb.view(np.ndarray)
                     for key, threads in (("memcpy_1t", 1), ("memcpy_mt", cores)):
                         best[key] = min(best[key], _tiermem.memcpy_seconds(pb, pa, size, threads, 1))
-                    best["numpy"] = min(best["numpy"], _best(1, lambda: np.copyto(nb, na)))
+                    best["numpy"] = min(best["numpy"], best([lambda: np.copyto(nb, na)]))
             a.free()
             b.free()
             baselines = {k: size / best[k] / 1e9 for k in ("memcpy_1t", "memcpy_mt", "numpy")}
@@ -184,14 +175,8 @@ def run_cli(args: Any) -> int:
     res["wall_seconds"] = time.perf_counter() - t0
     print(report(res))
     print(f"\n{len(res['rows'])} measurements in {res['wall_seconds']:.1f}s")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
-        print(f"wrote {args.json}")
-    if args.plot:
-        from ..cli.plot import plot_copy
+    from ..cli.plot import plot_copy
 
-        plot_copy(res, args.plot)
-        print(f"wrote {args.plot}")
+    write_outputs(res, args, plot_copy)
     return 0
 

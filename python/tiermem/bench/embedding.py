@@ -17,9 +17,8 @@ indices (the same batches for every system), so caches are not flattered by repl
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from ..cli._progress import Progress
 from ..cli._table import table
 from ..embedding import EmbeddingCollection, EmbeddingTable
 from ..manager import Manager
+from ._common import best, best_pair, write_outputs
 
 SLOW = "emulated:optane-pmem"
 CACHE_PCTS = (10, 25, 50, 100)
@@ -61,25 +61,6 @@ def _fbgemm() -> tuple[Any, str | None]:
     except Exception as e:  # noqa: BLE001 - any import failure means "not available"
         return None, f"fbgemm-gpu-cpu is not importable next to this torch ({type(e).__name__}: {e})"
     return (EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen), None
-
-
-def _best(fns: list[Callable[[], Any]]) -> float:
-    best = float("inf")
-    for fn in fns:
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def _best_pair(a: list[Callable[[], Any]], b: list[Callable[[], Any]]) -> tuple[float, float]:
-    """Best times of two sets of calls run alternately (a0 b0 a1 b1 ...), so both see the
-    same machine state."""
-    ta, tb = float("inf"), float("inf")
-    for fa, fb in zip(a, b):
-        ta = min(ta, _best([fa]))
-        tb = min(tb, _best([fb]))
-    return ta, tb
 
 
 class _Torch:
@@ -222,18 +203,18 @@ def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTabl
     k = len(PREFETCH_DISTANCES)
     lookup = {
         "tiermem": float("inf"),
-        "torch": _best([lambda i=i: ref.lookup(tbags[i]) for i in reps for _ in range(k)]),
+        "torch": best([lambda i=i: ref.lookup(tbags[i]) for i in reps for _ in range(k)]),
         "fbgemm": None,
     }
     train = {
-        "tiermem": _best([lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in reps]),
-        "torch": _best([lambda i=i: ref.train(tbags[i], grad_t) for i in reps]),
+        "tiermem": best([lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in reps]),
+        "torch": best([lambda i=i: ref.train(tbags[i], grad_t) for i in reps]),
         "fbgemm": None,
     }
     if fb is not None:
         fb.lookup(fidx[0], foff[0])
-        lookup["fbgemm"] = _best([lambda i=i: fb.lookup(fidx[i], foff[i]) for i in reps for _ in range(k)])
-        train["fbgemm"] = _best([lambda i=i: fb.train(fidx[i], foff[i], grad_t) for i in reps])
+        lookup["fbgemm"] = best([lambda i=i: fb.lookup(fidx[i], foff[i]) for i in reps for _ in range(k)])
+        train["fbgemm"] = best([lambda i=i: fb.train(fidx[i], foff[i], grad_t) for i in reps])
     nbytes = sum(len(v) for v in batches[1]["values"]) * width * 4
     from .. import _tiermem
 
@@ -244,7 +225,7 @@ def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTabl
     gathers = [lambda i=i, d=d: _tiermem.gather(natives, batches[i]["values"], [batches[i]["offsets"]] * T, d)
                for i in reps for d in PREFETCH_DISTANCES]
     looks = [lambda i=i: coll.lookup(bags[i], out=out) for i in reps for _ in PREFETCH_DISTANCES]
-    roof, lookup["tiermem"] = _best_pair(gathers, looks)
+    roof, lookup["tiermem"] = best_pair(gathers, looks)
     res["lookup"], res["lookup+update"] = lookup, train
     res["roofline_gbps"] = nbytes / roof / 1e9
     res["gbps"] = {"lookup": nbytes / lookup["tiermem"] / 1e9, "lookup+update": nbytes / train["tiermem"] / 1e9}
@@ -285,10 +266,10 @@ def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[
                 t.reset_stats()
             steps = range(1, len(bags))
             if op == "lookup":
-                secs, dram = _best_pair([lambda i=i: coll.lookup(bags[i], out=out) for i in steps],
+                secs, dram = best_pair([lambda i=i: coll.lookup(bags[i], out=out) for i in steps],
                                         [lambda i=i: dram_coll.lookup(bags[i], out=out) for i in steps])
             else:
-                secs, dram = _best_pair(
+                secs, dram = best_pair(
                     [lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in steps],
                     [lambda i=i: (dram_coll.lookup(bags[i], out=out), dram_coll.update(bags[i], grad, lr=LR))
                      for i in steps])
@@ -377,13 +358,7 @@ def run_cli(args: Any) -> int:
     res["wall_seconds"] = time.perf_counter() - t0
     print(report(res))
     print(f"\n{len(res['cases'])} cases in {res['wall_seconds']:.1f}s")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
-        print(f"wrote {args.json}")
-    if args.plot:
-        from ..cli.plot import plot_embedding
+    from ..cli.plot import plot_embedding
 
-        plot_embedding(res, args.plot)
-        print(f"wrote {args.plot}")
+    write_outputs(res, args, plot_embedding)
     return 0

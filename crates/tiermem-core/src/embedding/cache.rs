@@ -96,8 +96,6 @@ pub struct CacheCounters {
     pub pages_flushed: u64,
     /// Dirty rows written back to the base rows.
     pub rows_written_back: u64,
-    /// Rows dropped from the cache by flushes.
-    pub rows_flushed: u64,
 }
 
 #[derive(Debug)]
@@ -472,7 +470,6 @@ impl CachedRows {
         charge(&self.home_dev, Some(&self.cache_dev), &t);
         let mut c = self.counters.lock();
         c.pages_flushed += n as u64;
-        c.rows_flushed += rows;
         c.rows_written_back += written;
         Ok(rows)
     }

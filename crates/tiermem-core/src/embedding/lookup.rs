@@ -126,14 +126,15 @@ pub(crate) fn chunk_size(n: usize, tables: usize) -> usize {
     (n * tables).div_ceil(threads * 16).clamp(32, 4096)
 }
 
-/// Output pointer shared by the workers, which write disjoint rows/columns.
+/// A pointer shared by parallel workers that each write their own disjoint part of it
+/// (lookup outputs, gradient sinks, per-row optimizer state).
 #[derive(Clone, Copy)]
-pub(crate) struct OutPtr(pub(crate) *mut f32);
-// SAFETY: workers write disjoint parts (checked by `check_call`: disjoint column ranges,
-// and each bag/index row is one task's).
-unsafe impl Send for OutPtr {}
+pub(crate) struct SharedMut(pub(crate) *mut f32);
+// SAFETY: workers write disjoint parts: output rows and columns (checked by `check_call`:
+// disjoint column ranges, each bag/index row is one task's) or distinct rows' state.
+unsafe impl Send for SharedMut {}
 // SAFETY: as above.
-unsafe impl Sync for OutPtr {}
+unsafe impl Sync for SharedMut {}
 
 /// One task: table `t`, bags (or indices, non-reducing) `first..last`.
 struct Job<'a> {
@@ -144,7 +145,7 @@ struct Job<'a> {
     mode: Mode,
     first: usize,
     last: usize,
-    out: OutPtr,
+    out: SharedMut,
     row_stride: usize,
     col: usize,
     out_row: usize,
@@ -179,7 +180,7 @@ pub fn lookup(
         }
     }
     let _locks: Vec<_> = tables.iter().map(|t| t.shared()).collect();
-    let ptr = OutPtr(out.data.as_mut_ptr());
+    let ptr = SharedMut(out.data.as_mut_ptr());
     let mut jobs = Vec::new();
     for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
         let n = if mode == Mode::None {

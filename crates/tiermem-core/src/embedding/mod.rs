@@ -66,12 +66,9 @@ impl DType {
     }
 }
 
-/// Row widths with kernels specialised at compile time (partial sums kept in registers);
-/// every other width runs through the general path.
-pub const STATIC_WIDTHS: [usize; 5] = [16, 32, 64, 128, 256];
-
-/// Dispatch `$body` with `const $w: usize` set to the static width equal to `$width`, or
-/// to 0 (the general path) for any other width.
+/// Dispatch `$body` with `const $w: usize` set to `$width` when it is one of the widths with
+/// kernels specialised at compile time (16, 32, 64, 128, 256 elements: partial sums kept in
+/// registers), or to 0 (the general path) for any other width.
 macro_rules! with_width {
     ($width:expr, $w:ident => $body:expr) => {
         match $width {

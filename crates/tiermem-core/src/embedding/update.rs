@@ -76,7 +76,7 @@ pub struct GradIn<'a> {
 enum Sink {
     Apply(Optimizer, bool),
     /// Write it to a `(distinct rows) x width` buffer (the sparse gradient).
-    Collect(super::lookup::OutPtr),
+    Collect(super::lookup::SharedMut),
 }
 
 /// Apply the backward pass of a lookup with `opt` fused in. Every index is checked before
@@ -151,7 +151,7 @@ pub fn sparse_grad(
     let csrs = prepare(&[table], std::slice::from_ref(bags), &mut states)?;
     let rows = csrs[0].rows.clone();
     let mut out = vec![0f32; rows.len() * w];
-    let sink = Sink::Collect(super::lookup::OutPtr(out.as_mut_ptr()));
+    let sink = Sink::Collect(super::lookup::SharedMut(out.as_mut_ptr()));
     run(&[table], &[*bags], mode, g, sink, &mut states, csrs)?;
     Ok((rows, out))
 }
@@ -180,7 +180,7 @@ struct Plan<'a> {
     pad: u32,
     /// Per bag, 1 / (indices that are not padding), for mean bags.
     inv_len: Vec<f32>,
-    state: Option<(StateKind, super::lookup::OutPtr)>,
+    state: Option<(StateKind, super::lookup::SharedMut)>,
     clr: f32,
 }
 
@@ -215,7 +215,7 @@ fn run(
                             m.state = Some((kind, v));
                         }
                         let v = &mut m.state.as_mut().expect("just set").1;
-                        Some((kind, super::lookup::OutPtr(v.as_mut_ptr())))
+                        Some((kind, super::lookup::SharedMut(v.as_mut_ptr())))
                     }
                 }
             }

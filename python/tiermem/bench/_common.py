@@ -1,0 +1,39 @@
+"""What every benchmark shares: best-of timing and writing results (JSON, plot)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def best(fns: Iterable[Callable[[], Any]]) -> float:
+    """Run each call once, in order; the fastest time in seconds."""
+    out = float("inf")
+    for fn in fns:
+        t = time.perf_counter()
+        fn()
+        out = min(out, time.perf_counter() - t)
+    return out
+
+
+def best_pair(a: list[Callable[[], Any]], b: list[Callable[[], Any]]) -> tuple[float, float]:
+    """Best times of two sets of calls run alternately (a0 b0 a1 b1 ...), so both see the
+    same machine state."""
+    ta, tb = float("inf"), float("inf")
+    for fa, fb in zip(a, b):
+        ta = min(ta, best([fa]))
+        tb = min(tb, best([fb]))
+    return ta, tb
+
+
+def write_outputs(res: dict[str, Any], args: Any, plot: Callable[[dict[str, Any], str], None]) -> None:
+    """``--json FILE`` and ``--plot PNG`` of a benchmark command."""
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(res, args.plot)
+        print(f"wrote {args.plot}")
