@@ -14,7 +14,8 @@ from .._sizes import format_bytes, parse_size
 from ..cli._progress import Progress
 from ..cli._table import table
 from ..manager import Manager
-from ._common import best, write_outputs
+from ._common import best as best_time
+from ._common import write_outputs
 from ._scratch import scratch_dir
 
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
@@ -62,7 +63,7 @@ def run(
                     na, nb = va.view(np.ndarray), vb.view(np.ndarray)
                     for key, threads in (("memcpy_1t", 1), ("memcpy_mt", cores)):
                         best[key] = min(best[key], _tiermem.memcpy_seconds(pb, pa, size, threads, 1))
-                    best["numpy"] = min(best["numpy"], best([lambda: np.copyto(nb, na)]))
+                    best["numpy"] = min(best["numpy"], best_time([lambda: np.copyto(nb, na)]))
             a.free()
             b.free()
             baselines = {k: size / best[k] / 1e9 for k in ("memcpy_1t", "memcpy_mt", "numpy")}
