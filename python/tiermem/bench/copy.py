@@ -14,8 +14,7 @@ from .._sizes import format_bytes, parse_size
 from ..cli._progress import Progress
 from ..cli._table import table
 from ..manager import Manager
-from ._common import best as best_time
-from ._common import write_outputs
+from ._common import best as best_time, write_outputs
 from ._scratch import scratch_dir
 
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
