@@ -100,6 +100,10 @@ class EmbeddingTable:
             (``cache=None``) and is accepted for symmetry.
         padding_idx: a row left out of every reduction (and of a mean's count) and never
             updated, as ``torch.nn.EmbeddingBag``'s; negative counts from the end.
+        model: a :class:`~tiermem.twolm.TwoLmModel`: the rows go on its slow device and every
+            access runs through the model of the hardware DRAM cache (the ``2lm-model``
+            baseline; ``manager`` defaults to the model's, ``device`` and ``cache`` must be
+            left out).
 
     Raises:
         InvalidArgumentError: bad sizes, dtype, policy or cache fraction; rows or a cache
@@ -119,6 +123,7 @@ class EmbeddingTable:
         cacheslack: float = 0.05,
         policy: str = "dynamic",
         padding_idx: int | None = None,
+        model: Any = None,
     ) -> None:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
@@ -140,6 +145,12 @@ class EmbeddingTable:
                 "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
             )
         rows, width = int(num_embeddings), int(embedding_dim)
+        if model is not None:
+            if cache is not None or device is not None:
+                raise InvalidArgumentError("a table behind the 2LM model lives on the model's slow device: leave cache and device out")
+            if manager is not None and manager is not model.manager:
+                raise InvalidArgumentError("the 2LM model belongs to another manager")
+            manager = model.manager
         stride = -(-width * (4 if dt == "float32" else 2) // 4) * 4
         table_bytes = rows * stride
         private_slow = False
@@ -159,7 +170,9 @@ class EmbeddingTable:
         dev = manager._place(device) if not isinstance(device, int) else device
         if dev < 0:
             dev = {-1: 0, -2: len(manager.device_names) - 1}.get(dev, 0)
-        if cache is None:
+        if model is not None:
+            self._native = _tiermem.Table.behind_model(manager._native, model._native, rows, width, dt)
+        elif cache is None:
             self._native = _tiermem.Table.direct(manager._native, dev, rows, width, dt)
         else:
             if dev == 0:
@@ -175,6 +188,10 @@ class EmbeddingTable:
         #: manager's fastest, or on a non-DRAM spec) or ``direct``.
         on_slow = dev != 0 or private_slow
         self.policy = policy if cache is not None else ("simple" if on_slow else "direct")
+        if model is not None:
+            self.policy = "2lm-model"
+        #: The 2LM model in front of the rows, if any.
+        self.model = model
         self.cache_fraction = cache
 
     # Shape ---------------------------------------------------------------------------
@@ -196,8 +213,11 @@ class EmbeddingTable:
 
     @property
     def placement(self) -> str:
-        """``"<device>"`` for a direct table, ``"cached:<pct>"`` for a cached one."""
+        """``"<device>"`` for a direct table, ``"cached:<pct>"`` for a cached one,
+        ``"2lm-model"`` behind the 2LM model."""
         home, cache = self._native.devices
+        if self.model is not None:
+            return "2lm-model"
         if cache is None:
             return self.manager.device_names[home]
         return f"cached:{round(100 * (self.cache_fraction or 0))}"

@@ -1,5 +1,5 @@
 //! tiermem core: devices, heaps, the data manager, policies, the copy engine, counters and
-//! tiered embedding tables.
+//! tiered embedding tables, and a model of the hardware DRAM cache they are measured against.
 //! No Python here; the `tiermem-py` crate binds it.
 //!
 //! ```
@@ -25,5 +25,6 @@ pub mod manager;
 pub mod measure;
 pub mod policy;
 pub mod sys;
+pub mod twolm;
 
 pub use error::{Error, Result};

@@ -102,6 +102,22 @@ impl PyTable {
         Ok(PyTable { inner: Arc::new(t) })
     }
 
+    /// Rows on a 2LM model's slow device, every access through the model.
+    #[staticmethod]
+    fn behind_model(
+        py: Python<'_>,
+        manager: &PyManager,
+        model: &crate::twolm::PyTwoLm,
+        rows: usize,
+        width: usize,
+        dtype: &str,
+    ) -> PyResult<Self> {
+        let dt = DType::parse(dtype).map_err(to_py)?;
+        let (m, md) = (manager.inner.clone(), model.inner.clone());
+        let t = run(py, || Table::behind_model(&m, &md, rows, width, dt))?;
+        Ok(PyTable { inner: Arc::new(t) })
+    }
+
     /// Base rows on device `slow`, a cache of `lower + slack` bytes on device `fast`.
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]

@@ -5,6 +5,7 @@ mod error;
 mod manager;
 mod measure;
 mod policy;
+mod twolm;
 
 use pyo3::prelude::*;
 
@@ -16,6 +17,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<manager::PyRecorder>()?;
     m.add_class::<policy::DataApi>()?;
     m.add_class::<embedding::PyTable>()?;
+    m.add_class::<twolm::PyTwoLm>()?;
     m.add_function(wrap_pyfunction!(embedding::lookup_into, m)?)?;
     m.add_function(wrap_pyfunction!(embedding::update_from, m)?)?;
     m.add_function(wrap_pyfunction!(embedding::sparse_grad, m)?)?;

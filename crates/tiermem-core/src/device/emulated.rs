@@ -175,6 +175,23 @@ impl Throttle {
         wait_until(until);
     }
 
+    /// Charge traffic a model of a hardware cache put on this device (the 2LM model):
+    /// slow reads (`read.0` bytes in `read.1` dependent steps) and writes at this device's
+    /// full cost, plus `dram_extra` bytes of extra DRAM accesses at this machine's DRAM read
+    /// bandwidth (they share the memory controllers the slow reads use).
+    pub fn charge_full(&self, read: (u64, u64), write: (u64, usize), dram_extra: u64) {
+        let dram_bps = self.read_bps / self.profile.read_ratio;
+        let mut until = Instant::now();
+        let r = self.read_cost(read.0, read.1) + secs(dram_extra as f64 / dram_bps);
+        if !r.is_zero() {
+            until = until.max(reserve(&self.read_busy, r));
+        }
+        if write.0 > 0 {
+            until = until.max(reserve(&self.write_busy, self.write_cost(write.0, write.1)));
+        }
+        wait_until(until);
+    }
+
     /// Charge a read made by a kernel: reserve and wait.
     pub fn charge_read(&self, bytes: u64, accesses: u64) {
         wait_until(self.reserve_read(bytes, accesses));

@@ -10,8 +10,8 @@
 
 pub mod bags;
 pub mod cache;
-mod elem;
-mod huge;
+pub(crate) mod elem;
+pub(crate) mod huge;
 pub mod lookup;
 pub mod reindex;
 pub mod rows;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::elem::prefetch;
 use crate::device::Device;
+use crate::twolm::{Access, Events, TwoLm};
 
 /// Per-thread tallies a kernel keeps while it works and hands to [`RowSource::charge`] at
 /// the end of each chunk: cache behaviour and bytes per tier.
@@ -29,6 +30,8 @@ pub struct Tally {
     pub cache_read: u64,
     /// Bytes written to the cache device.
     pub cache_written: u64,
+    /// Line events of the 2LM model (tables behind it only).
+    pub events: Events,
 }
 
 impl Tally {
@@ -42,6 +45,9 @@ impl Tally {
         self.home_rows += o.home_rows;
         self.cache_read += o.cache_read;
         self.cache_written += o.cache_written;
+        for (a, b) in self.events.iter_mut().zip(&o.events) {
+            *a += b;
+        }
     }
 }
 
@@ -136,5 +142,65 @@ unsafe impl RowSource for DirectRows {
 
     fn charge(&self, t: &Tally) {
         charge(&self.device, None, t);
+    }
+}
+
+/// Rows stored contiguously on a slow device behind the 2LM model: every row a kernel reads
+/// or updates runs through the model's tags, which charge the hardware cache's traffic.
+pub struct ModelRows {
+    pub(crate) direct: DirectRows,
+    pub(crate) model: Arc<TwoLm>,
+}
+
+// SAFETY: the same rows as DirectRows; the model only looks at their addresses.
+unsafe impl RowSource for ModelRows {
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        self.direct.stride
+    }
+
+    #[inline(always)]
+    fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
+        let p = self.direct.base.wrapping_add(i * self.direct.stride);
+        if self
+            .model
+            .access(p, self.direct.stride, Access::Read, &mut t.events)
+        {
+            t.hits += 1;
+        } else {
+            t.misses += 1;
+            t.home_rows += 1;
+        }
+        p
+    }
+
+    #[inline(always)]
+    fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
+        let p = self.direct.base.wrapping_add(i * self.direct.stride);
+        if !self.model.access(
+            p,
+            self.direct.stride,
+            Access::ReadModifyWrite,
+            &mut t.events,
+        ) {
+            t.home_rows += 1;
+        }
+        p
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        self.direct.prefetch(i);
+    }
+
+    #[inline(always)]
+    fn prefetch_far(&self, i: usize) {
+        self.model
+            .prefetch(self.direct.base.wrapping_add(i * self.direct.stride));
+    }
+
+    fn charge(&self, t: &Tally) {
+        self.model
+            .charge(&t.events, t.home_rows.div_ceil(MEMORY_PARALLELISM));
     }
 }

@@ -10,10 +10,11 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::cache::{CacheConfig, CachedRows, MAX_ROWS};
 use super::huge::HugeSlice;
-use super::rows::{DirectRows, RowSource, Tally};
+use super::rows::{DirectRows, ModelRows, RowSource, Tally};
 use super::DType;
 use crate::manager::Manager;
 use crate::manager::ObjectId;
+use crate::twolm::TwoLm;
 use crate::{ensure, Error, Result};
 
 /// Memory for a table: one manager object, pinned (writer) so nothing moves or frees it.
@@ -93,6 +94,7 @@ impl Drop for Pinned {
 pub(crate) enum Storage {
     Direct(DirectRows, Pinned),
     Cached(Box<CachedRows>, Pinned, Pinned),
+    Model(ModelRows, Pinned),
 }
 
 /// Per-table optimizer state and reindex scratch; lives under the exclusive lock.
@@ -208,6 +210,31 @@ impl Table {
             device: manager.devices()[device].clone(),
         };
         Self::build(rows, width, dtype, Storage::Direct(direct, mem))
+    }
+
+    /// A table whose rows live on the 2LM model's slow device, every access running through
+    /// the model (the hardware-cache baseline). Rows start as zeros.
+    pub fn behind_model(
+        manager: &Arc<Manager>,
+        model: &Arc<TwoLm>,
+        rows: usize,
+        width: usize,
+        dtype: DType,
+    ) -> Result<Self> {
+        let (slow, _) = model.devices();
+        let t = Self::direct(manager, slow, rows, width, dtype)?;
+        let Storage::Direct(direct, mem) = t.storage else {
+            unreachable!("Table::direct builds direct storage")
+        };
+        ensure!(
+            model.covers(mem.ptr, mem.len),
+            "the table's rows are not on the 2LM model's slow device (was the model built for another manager?)"
+        );
+        let rows_impl = ModelRows {
+            direct,
+            model: model.clone(),
+        };
+        Self::build(rows, width, dtype, Storage::Model(rows_impl, mem))
     }
 
     /// A cached table: base rows on device `slow`, cache pages for `cachelower + cacheslack`
@@ -330,7 +357,7 @@ impl Table {
     pub fn cache(&self) -> Option<&CachedRows> {
         match &self.storage {
             Storage::Cached(c, ..) => Some(c),
-            Storage::Direct(..) => None,
+            Storage::Direct(..) | Storage::Model(..) => None,
         }
     }
 
@@ -338,7 +365,7 @@ impl Table {
     #[must_use]
     pub fn devices(&self) -> (usize, Option<usize>) {
         match &self.storage {
-            Storage::Direct(_, m) => (m.device, None),
+            Storage::Direct(_, m) | Storage::Model(_, m) => (m.device, None),
             Storage::Cached(_, h, c) => (h.device, Some(c.device)),
         }
     }
@@ -356,6 +383,7 @@ impl Table {
     pub(crate) fn with_rows<T>(&self, caching: bool, f: impl RowFn<T>) -> T {
         match &self.storage {
             Storage::Direct(d, _) => f.call(d),
+            Storage::Model(r, _) => f.call(r),
             Storage::Cached(c, ..) => f.call(&c.view(caching && c.caches_on_lookup())),
         }
     }

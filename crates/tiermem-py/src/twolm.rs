@@ -1,0 +1,62 @@
+//! `tiermem._tiermem.TwoLmModel`: the hardware DRAM cache ("2LM") model.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use tiermem_core::twolm::TwoLm;
+
+use crate::error::run;
+use crate::manager::PyManager;
+
+/// A 2LM model: `cache_bytes` of device `fast` as a direct-mapped cache of `line`-byte lines
+/// in front of device `slow`.
+#[pyclass(name = "TwoLmModel", module = "tiermem._tiermem", frozen)]
+pub struct PyTwoLm {
+    pub(crate) inner: Arc<TwoLm>,
+}
+
+#[pymethods]
+impl PyTwoLm {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        manager: &PyManager,
+        slow: usize,
+        fast: usize,
+        cache_bytes: u64,
+        line: usize,
+    ) -> PyResult<Self> {
+        let m = manager.inner.clone();
+        let t = run(py, || TwoLm::new(&m, slow, fast, cache_bytes, line))?;
+        Ok(PyTwoLm { inner: Arc::new(t) })
+    }
+
+    #[getter]
+    fn line(&self) -> usize {
+        self.inner.line()
+    }
+
+    #[getter]
+    fn cache_bytes(&self) -> u64 {
+        self.inner.cache_bytes()
+    }
+
+    /// (slow, fast) device indices.
+    #[getter]
+    fn devices(&self) -> (usize, usize) {
+        self.inner.devices()
+    }
+
+    /// Events, traffic, amplification and hit rate as JSON.
+    fn stats_json(&self) -> String {
+        serde_json::to_string(&self.inner.stats()).expect("serialise")
+    }
+
+    fn reset_stats(&self) {
+        self.inner.reset_stats();
+    }
+
+    fn clear(&self) {
+        self.inner.clear();
+    }
+}
