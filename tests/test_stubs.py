@@ -26,6 +26,6 @@ def test_stub_matches_native_module() -> None:
     stub = _stub_names()
     native = {n for n in dir(_tiermem) if not n.startswith("_")}
     assert stub[""] == native
-    for cls in ("Manager", "Recorder", "DataApi", "Table"):
+    for cls in ("Manager", "Recorder", "DataApi", "Table", "TwoLmModel"):
         methods = {n for n in dir(getattr(_tiermem, cls)) if not n.startswith("_")}
         assert stub[cls] == methods, cls

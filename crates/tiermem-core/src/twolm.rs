@@ -202,6 +202,12 @@ impl TwoLm {
         self.sets << self.line_shift
     }
 
+    /// Bytes of DRAM the tags take (outside the manager's devices).
+    #[must_use]
+    pub fn metadata_bytes(&self) -> u64 {
+        4 * self.sets
+    }
+
     /// Manager device indices (slow, fast).
     #[must_use]
     pub fn devices(&self) -> (usize, usize) {

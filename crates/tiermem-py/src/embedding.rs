@@ -195,6 +195,11 @@ impl PyTable {
         self.inner.reset_stats();
     }
 
+    #[getter]
+    fn metadata_bytes(&self) -> u64 {
+        self.inner.metadata_bytes()
+    }
+
     /// Cache state, or None for a direct table.
     fn cache_info(&self) -> Option<HashMap<&'static str, u64>> {
         self.inner.cache().map(|c| {

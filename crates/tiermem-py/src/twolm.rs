@@ -41,6 +41,11 @@ impl PyTwoLm {
         self.inner.cache_bytes()
     }
 
+    #[getter]
+    fn metadata_bytes(&self) -> u64 {
+        self.inner.metadata_bytes()
+    }
+
     /// (slow, fast) device indices.
     #[getter]
     fn devices(&self) -> (usize, usize) {

@@ -495,6 +495,16 @@ impl Table {
         Ok(n)
     }
 
+    /// Bytes of DRAM the table keeps outside the manager's devices (huge-page maps): the
+    /// reindex scratch, optimizer state and, for cached tables, the pointer table and
+    /// back-edges. Fast memory a report should count next to the manager's usage.
+    #[must_use]
+    pub fn metadata_bytes(&self) -> u64 {
+        let s = self.shared();
+        let state = s.state.as_ref().map_or(0, |(_, v)| v.len());
+        4 * (s.slot_of.len() + state) as u64 + self.cache().map_or(0, CachedRows::metadata_bytes)
+    }
+
     /// The fused optimizer's state, if any: its kind, length (`rows * width` for Adagrad,
     /// `rows` for row-wise Adagrad) and the steps taken.
     #[must_use]
