@@ -1,0 +1,175 @@
+"""Streaming reader for the Criteo display-advertising TSV format (the Kaggle challenge's
+``train.txt``, the Terabyte ``day_N`` files): per line, a 0/1 label, 13 integer features and
+26 categorical features as 32-bit hexadecimal strings, tab-separated, any of the 39
+features possibly empty.
+
+As the DLRM reference preprocesses it: a missing integer is 0, negative integers are
+clamped to 0, and each becomes ``log(x + 1)``; a categorical value is hashed into its table
+(``int(hex, 16) % rows[t]``), a missing one is 0. The file is read in binary, one batch at a
+time, so memory stays bounded whatever its size; :attr:`CriteoReader.position` is the byte
+offset after the last batch handed out, from which a resumed run continues.
+
+Malformed lines (a wrong column count, a label other than 0/1, an integer or hexadecimal
+field that does not parse) are skipped and counted (``bad_lines="skip"``), or stop the read
+with :class:`CriteoFormatError` naming the line and the reason (``bad_lines="error"``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..exceptions import InvalidArgumentError
+from .batch import Batch
+
+INT_FEATURES = 13
+CAT_FEATURES = 26
+COLUMNS = 1 + INT_FEATURES + CAT_FEATURES
+
+
+class CriteoFormatError(InvalidArgumentError):
+    """A malformed line in a Criteo file read with ``bad_lines="error"``."""
+
+
+def _parse(line: bytes, rows: Sequence[int]) -> tuple[float, list[float], list[int]]:
+    """One line, or ValueError naming what is wrong."""
+    cols = line.rstrip(b"\r\n").split(b"\t")
+    if len(cols) != COLUMNS:
+        raise ValueError(f"{len(cols)} columns, expected {COLUMNS}")
+    label = cols[0]
+    if label not in (b"0", b"1"):
+        raise ValueError(f"label {label[:20]!r} is not 0 or 1")
+    ints = []
+    for k in range(1, 1 + INT_FEATURES):
+        c = cols[k]
+        if not c:
+            ints.append(0.0)
+            continue
+        try:
+            v = int(c)
+        except ValueError:
+            raise ValueError(f"integer feature {k} is {c[:20]!r}") from None
+        ints.append(math.log(max(v, 0) + 1.0))
+    cats = []
+    for k in range(CAT_FEATURES):
+        c = cols[1 + INT_FEATURES + k]
+        if not c:
+            cats.append(0)
+            continue
+        try:
+            v = int(c, 16)
+        except ValueError:
+            raise ValueError(f"categorical feature {k + 1} is {c[:20]!r}, not hexadecimal") from None
+        if v < 0:
+            raise ValueError(f"categorical feature {k + 1} is negative")
+        cats.append(v % rows[k])
+    return float(label == b"1"), ints, cats
+
+
+class CriteoReader:
+    """Batches of ``batch_size`` samples from a Criteo TSV file.
+
+    Args:
+        path: the file.
+        rows: rows per table (26 entries): categorical values are hashed into them.
+        batch_size: samples per batch; the last, shorter batch is dropped unless
+            ``keep_last`` (training wants equal batches).
+        bad_lines: ``"skip"`` (count them, see :attr:`bad`) or ``"error"``.
+        start: byte offset to start from (a checkpoint's :attr:`position`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], rows: Sequence[int], batch_size: int, *,
+                 bad_lines: str = "skip", start: int = 0, keep_last: bool = False) -> None:
+        if len(rows) != CAT_FEATURES:
+            raise InvalidArgumentError(f"Criteo has {CAT_FEATURES} categorical features; got {len(rows)} table sizes")
+        if any(int(r) < 1 for r in rows):
+            raise InvalidArgumentError("every table needs at least one row")
+        if batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be at least 1, got {batch_size}")
+        if bad_lines not in ("skip", "error"):
+            raise InvalidArgumentError(f"bad_lines {bad_lines!r}: choose 'skip' or 'error'")
+        if not os.path.isfile(path):
+            raise InvalidArgumentError(f"Criteo file {os.fspath(path)!r} does not exist")
+        size = os.path.getsize(path)
+        if not 0 <= start <= size:
+            raise InvalidArgumentError(f"start offset {start} is outside the file's {size} bytes")
+        self.path = os.fspath(path)
+        self.rows = [int(r) for r in rows]
+        self.batch_size = int(batch_size)
+        self.bad_lines = bad_lines
+        self.keep_last = keep_last
+        #: Byte offset after the last batch handed out.
+        self.position = int(start)
+        #: Lines read (good and bad) since ``start``.
+        self.lines = 0
+        #: Malformed lines skipped.
+        self.bad = 0
+        #: The first few skipped lines as ``(line number from start, reason)``.
+        self.bad_examples: list[tuple[int, str]] = []
+
+    def __iter__(self) -> Iterator[Batch]:
+        b = self.batch_size
+        labels = np.empty(b, np.float32)
+        dense = np.empty((b, INT_FEATURES), np.float32)
+        cats = np.empty((CAT_FEATURES, b), np.int64)
+        n = 0
+        with open(self.path, "rb") as f:
+            f.seek(self.position)
+            pos = self.position
+            for line in f:
+                pos += len(line)
+                self.lines += 1
+                if not line.strip():
+                    continue
+                try:
+                    lab, ints, cs = _parse(line, self.rows)
+                except ValueError as e:
+                    if self.bad_lines == "error":
+                        raise CriteoFormatError(f"{self.path}: line {self.lines} (from byte {self.position}): {e}") from None
+                    self.bad += 1
+                    if len(self.bad_examples) < 5:
+                        self.bad_examples.append((self.lines, str(e)))
+                    continue
+                labels[n] = lab
+                dense[n] = ints
+                cats[:, n] = cs
+                n += 1
+                if n == b:
+                    self.position = pos
+                    yield self._batch(labels, dense, cats, n)
+                    n = 0
+            if n and self.keep_last:
+                self.position = pos
+                yield self._batch(labels, dense, cats, n)
+            elif not n:
+                self.position = pos
+
+    @staticmethod
+    def _batch(labels: np.ndarray, dense: np.ndarray, cats: np.ndarray, n: int) -> Batch:
+        offs = torch.arange(n + 1, dtype=torch.int64)
+        return Batch(torch.from_numpy(dense[:n].copy()), [torch.from_numpy(c[:n].copy()) for c in cats],
+                     [offs] * CAT_FEATURES, torch.from_numpy(labels[:n].copy()))
+
+    def report(self) -> dict[str, Any]:
+        """Lines read, malformed lines skipped and examples of them."""
+        return {"lines": self.lines, "bad_lines": self.bad, "examples": list(self.bad_examples)}
+
+
+def write_criteo(path: str | os.PathLike[str], samples: int, seed: int = 0, missing: float = 0.05) -> None:
+    """Write ``samples`` lines of synthetic data in the Criteo format (for tests and demos;
+    some fields left empty with probability ``missing``)."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="ascii") as f:
+        for _ in range(samples):
+            ints = rng.integers(-2, 1000, INT_FEATURES)
+            cats = rng.integers(0, 1 << 32, CAT_FEATURES, dtype=np.uint64)
+            hit = rng.random(COLUMNS - 1) < missing
+            fields = [str(int(rng.random() < 0.25))]
+            fields += ["" if hit[k] else str(int(v)) for k, v in enumerate(ints)]
+            fields += ["" if hit[INT_FEATURES + k] else f"{int(v):08x}" for k, v in enumerate(cats)]
+            f.write("\t".join(fields) + "\n")

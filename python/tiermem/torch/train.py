@@ -1,0 +1,374 @@
+"""Training and inference of a :class:`~tiermem.torch.dlrm.DLRM` in one placement mode,
+timed per phase (thesis Fig. 5.12): embedding lookup, embedding update, dense compute.
+
+Each iteration runs the lookup, then the dense forward and backward on a detached copy of
+the pooled embeddings (so the embedding backward can be timed on its own) and the dense
+optimizer step, then the embedding backward: for tiered tables the fused SGD update, for
+``reference`` the sparse gradient plus ``torch.optim.SGD``. Arithmetic is the same as one
+``loss.backward()``: every gradient comes from the weights before this iteration's steps.
+
+Memory: the manager gets the fast budget (``dram``) and a slow device big enough for the
+tables; the budget covers what the tables keep in fast memory (cache pages, the 2LM model's
+cache and every table's DRAM metadata). Dense weights and activations are ordinary PyTorch
+memory in every mode and are not modelled (the 2LM model sees embedding traffic only).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._sizes import format_bytes
+from ..data.batch import Batch
+from ..embedding import EmbeddingTable
+from ..exceptions import InvalidArgumentError
+from ..manager import Manager
+from ..twolm import TwoLmModel
+from .dlrm import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
+
+__all__ = ["Trainer", "RunResult", "fit_check", "MODES"]
+
+#: Cache slack as a share of the cache (dynamic/static tables).
+SLACK_SHARE = 0.2
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def fit_check(config: DLRMConfig, slow_capacity: int | None = None, mode: str = "dynamic") -> None:
+    """Refuse, before anything is allocated, a model whose tables cannot fit the slow tier
+    (its capacity, or this machine's available memory for DRAM-backed devices)."""
+    need = config.table_bytes
+    avail = _available_memory()
+    limits = []
+    if slow_capacity is not None:
+        limits.append(("the slow device", slow_capacity))
+    if avail:
+        # reference keeps the tables in process memory; every other mode keeps them on a
+        # DRAM-backed (emulated or dram) slow device, reserved up front.
+        limits.append(("this machine's available memory", int(avail * 0.9)))
+    for what, cap in limits:
+        if need > cap:
+            raise InvalidArgumentError(
+                f"the model's {config.num_tables} embedding tables need {format_bytes(need)} "
+                f"({sum(config.rows):,} rows of {config.row_bytes} bytes) but {what} has {format_bytes(cap)}; "
+                f"use a smaller scale")
+
+
+@dataclass
+class RunResult:
+    """One mode's run: timings, losses, memory and traffic."""
+
+    mode: str
+    dist: str
+    iters: int
+    seconds_per_iter: float
+    breakdown: dict[str, float]
+    losses: list[float]
+    loss_times: list[float]
+    fast_budget: int
+    fast_bytes_peak: int
+    bytes: dict[str, dict[str, int]]
+    bytes_counted: bool
+    hit_rate: float | None
+    devices: dict[str, str]
+    twolm: dict[str, Any] | None = None
+    queries_per_second: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.update(d.pop("extra"))
+        return d
+
+
+def _cache_bytes(rows: int, row_bytes: int, fraction: float) -> int:
+    """Bytes the core reserves for a cache of ``fraction`` of a table (whole frames)."""
+    cache_rows = max(1, int(rows * row_bytes * fraction) // row_bytes)
+    frame = max(1, min((2 << 20) // row_bytes, -(-cache_rows // 8)))
+    return -(-cache_rows // frame) * frame * row_bytes
+
+
+def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
+    """Cache fraction and slack fraction (of each table) that keep the cache pages (whole
+    frames) plus every table's pointer table, back-edges and reindex scratch within
+    ``budget``."""
+    rows, rb = sum(config.rows), config.row_bytes
+    meta = 8 * rows  # pointer-table entries and reindex scratch, 4 bytes each per row
+    if budget - meta < rb * config.num_tables:
+        raise InvalidArgumentError(
+            f"a fast budget of {format_bytes(budget)} does not hold the tables' pointer tables and "
+            f"one cached row each ({format_bytes(meta + rb * config.num_tables)}); raise the budget")
+    total = min(1.0, (budget - meta) / (1.0 + 4.0 / rb) / config.table_bytes)
+    while total > 0:
+        used = meta + sum(_cache_bytes(r, rb, total) * (1.0 + 4.0 / rb) for r in config.rows)
+        if used <= budget:
+            break
+        total *= 0.995
+    return total / (1.0 + SLACK_SHARE), total * SLACK_SHARE / (1.0 + SLACK_SHARE)
+
+
+class Trainer:
+    """A DLRM in one mode, its optimizers and its data.
+
+    Args:
+        config: the model.
+        mode: one of ``MODES``.
+        fast_budget: bytes of fast memory the tables may use (cache pages, the 2LM model's
+            cache, DRAM metadata); default a quarter of the tables.
+        slow: the slow device spec (default ``emulated:optane-pmem``).
+        lr: SGD learning rate (dense layers and tables).
+        seed: initial weights.
+    """
+
+    def __init__(self, config: DLRMConfig, mode: str, *, fast_budget: int | None = None,
+                 slow: str = "emulated:optane-pmem", lr: float = 0.1, seed: int = 0,
+                 dist: str = "uniform") -> None:
+        if mode not in MODES:
+            raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
+        if config.dtype != "float32" and mode == "reference":
+            raise InvalidArgumentError("mode 'reference' trains float32 tables (torch's sparse SGD on bfloat16 rounds differently)")
+        self.config, self.mode, self.lr, self.seed, self.dist = config, mode, float(lr), int(seed), dist
+        self.fast_budget = int(fast_budget if fast_budget is not None else config.table_bytes // 4)
+        slow_cap = config.table_bytes + (64 << 20) * config.num_tables
+        fit_check(config, None, mode)
+        self.manager: Manager | None = None
+        self.twolm: TwoLmModel | None = None
+        self.tables: list[EmbeddingTable] = []
+        if mode == "reference":
+            emb: torch.nn.Module = ReferenceEmbeddings(config, lr)
+        else:
+            self.manager = self._manager(slow, slow_cap)
+            self.tables = self._tables()
+            emb = TieredEmbeddings(self.tables, lr)
+        self.model = DLRM(config, emb, seed=seed)
+        self.embeddings = emb
+        self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
+        self.loss_fn = torch.nn.BCELoss()
+        self.step = 0
+        self.losses: list[float] = []
+
+    # Placement -------------------------------------------------------------------------
+    def _manager(self, slow: str, slow_cap: int) -> Manager:
+        if slow.split(":")[0] not in ("emulated", "numa", "mapped", "dram"):
+            raise InvalidArgumentError(f"slow device {slow!r}: tables need a byte-addressable device (emulated:, numa:, mapped:)")
+        # Room for heap alignment; what the tables take is measured, not this capacity.
+        fast = self.fast_budget + (2 << 20) * (self.config.num_tables + 1)
+        return Manager([("dram", fast), (slow, slow_cap)], policy="all_fast")
+
+    def _tables(self) -> list[EmbeddingTable]:
+        c, m = self.config, self.manager
+        assert m is not None
+        rows = c.rows
+        if self.mode == "all-slow":
+            return [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1) for r in rows]
+        if self.mode == "2lm-model":
+            # The tags (4 bytes per line) and every table's reindex scratch come out of the budget.
+            meta = 4 * sum(rows)
+            cache = (self.fast_budget - meta) * 64 // 68
+            if cache < 64:
+                raise InvalidArgumentError(f"a fast budget of {format_bytes(self.fast_budget)} leaves no room for a 2LM cache")
+            self.twolm = TwoLmModel(m, cache_bytes=cache)
+            return [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, model=self.twolm) for r in rows]
+        frac, slack = _tier_caches(c, self.fast_budget)
+        tables = [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack,
+                                 policy=self.mode) for r in rows]
+        return tables
+
+    def fast_bytes(self) -> int:
+        """Fast memory the tables hold now: the manager's fast device in use plus DRAM
+        metadata (``reference``: every row)."""
+        if self.manager is None:
+            return self.config.table_bytes
+        used = self.manager.usage()["dram"]["peak"]
+        meta = sum(t._native.metadata_bytes for t in self.tables)
+        if self.twolm is not None:
+            meta += self.twolm._native.metadata_bytes
+        return int(used + meta)
+
+    # Training --------------------------------------------------------------------------
+    def train_step(self, b: Batch) -> tuple[float, float, float, float]:
+        """One iteration; returns (loss, lookup s, dense s, update s)."""
+        t0 = time.perf_counter()
+        emb = self.embeddings(b.indices, b.offsets)
+        t1 = time.perf_counter()
+        e = emb.detach().requires_grad_()
+        p = self.model.dense_forward(b.dense, e)
+        loss = self.loss_fn(p, b.labels)
+        self.dense_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.dense_optimizer.step()
+        t2 = time.perf_counter()
+        emb.backward(e.grad)
+        self.embeddings.step()
+        t3 = time.perf_counter()
+        self.step += 1
+        v = float(loss.detach())
+        self.losses.append(v)
+        return v, t1 - t0, t2 - t1, t3 - t2
+
+    def train(self, batches: Iterable[Batch], iters: int, *, warmup: int = 0,
+              on_step: Callable[[int, float], None] | None = None,
+              checkpoint: str | None = None, checkpoint_every: int = 0,
+              data_state: Callable[[], dict[str, Any]] | None = None) -> RunResult:
+        """Run ``warmup`` then ``iters`` timed iterations from ``batches``.
+
+        ``checkpoint``: a path written every ``checkpoint_every`` iterations, at the end,
+        and when interrupted (then the interrupt is raised again)."""
+        it: Iterator[Batch] = iter(batches)
+        parts = np.zeros(3)
+        times: list[float] = []
+        start_loss = len(self.losses)
+        done = 0
+        t_start = time.perf_counter()
+        timed_t0 = t_start
+        try:
+            for k in range(warmup + iters):
+                if k == warmup:
+                    self._reset_counters()
+                    timed_t0 = time.perf_counter()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                loss, lk, dn, up = self.train_step(b)
+                if k >= warmup:
+                    parts += (lk, dn, up)
+                    done += 1
+                times.append(time.perf_counter() - t_start)
+                if on_step:
+                    on_step(k, loss)
+                if checkpoint and checkpoint_every and self.step % checkpoint_every == 0:
+                    self.save(checkpoint, data_state() if data_state else None)
+        except KeyboardInterrupt:
+            if checkpoint:
+                self.save(checkpoint, data_state() if data_state else None)
+            raise
+        wall = time.perf_counter() - timed_t0
+        if checkpoint:
+            self.save(checkpoint, data_state() if data_state else None)
+        if done == 0:
+            raise InvalidArgumentError("no timed iteration ran: the data ran out during warm-up")
+        return self._result(done, wall, parts, self.losses[start_loss:], times)
+
+    def infer(self, batches: Iterable[Batch], iters: int, warmup: int = 1) -> RunResult:
+        """Forward passes only; reports queries (samples) per second."""
+        it = iter(batches)
+        parts = np.zeros(3)
+        n = done = 0
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for k in range(warmup + iters):
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                if k == warmup:
+                    self._reset_counters()
+                    t0, n, parts = time.perf_counter(), 0, np.zeros(3)
+                a = time.perf_counter()
+                emb = self.embeddings(b.indices, b.offsets)
+                c = time.perf_counter()
+                self.model.dense_forward(b.dense, emb)
+                parts += (c - a, time.perf_counter() - c, 0.0)
+                n += b.size
+                done += 1
+        wall = time.perf_counter() - t0
+        done = max(0, done - warmup)
+        if done == 0:
+            raise InvalidArgumentError("no timed inference batch ran: the data ran out during warm-up")
+        r = self._result(done, wall, parts, [], [])
+        r.queries_per_second = n / wall
+        return r
+
+    def _reset_counters(self) -> None:
+        if self.manager is not None:
+            self.manager.reset_stats()
+        for t in self.tables:
+            t.reset_stats()
+        if self.twolm is not None:
+            self.twolm.reset_stats()
+
+    def _result(self, done: int, wall: float, parts: np.ndarray, losses: list[float],
+                times: list[float]) -> RunResult:
+        c = self.config
+        devices: dict[str, str] = {}
+        bytes_: dict[str, dict[str, int]] = {}
+        hit = None
+        if self.manager is None:
+            devices["dram"] = "real"
+            bytes_["dram"] = self._reference_bytes(done)
+            counted = False
+        else:
+            for d in self.manager.devices:
+                devices[d["name"]] = d["real"]
+            for name, s in self.manager.stats().items():
+                bytes_[name] = {"read": int(s["bytes_read"]), "written": int(s["bytes_written"])}
+            counted = True
+            st = [t.stats() for t in self.tables]
+            h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
+            hit = h / (h + m) if h + m else None
+        return RunResult(
+            mode=self.mode, dist=self.dist, iters=done, seconds_per_iter=wall / done,
+            breakdown={"lookup": parts[0] / done, "dense": parts[1] / done, "update": parts[2] / done},
+            losses=losses, loss_times=times, fast_budget=self.fast_budget if self.mode != "reference" else c.table_bytes,
+            fast_bytes_peak=self.fast_bytes(), bytes=bytes_, bytes_counted=counted, hit_rate=hit,
+            devices=devices, twolm=self.twolm.stats() if self.twolm is not None else None,
+        )
+
+    def _reference_bytes(self, iters: int) -> dict[str, int]:
+        # torch does not count its traffic: what the lookups and the sparse update must
+        # move at least (every index's row read; each distinct row read and written).
+        c = self.config
+        per = c.batch_size * c.bag * c.num_tables * c.row_bytes
+        return {"read": 2 * per * iters, "written": per * iters}
+
+    # Checkpoints -----------------------------------------------------------------------
+    def save(self, path: str, data_state: dict[str, Any] | None = None) -> None:
+        """Write a checkpoint atomically (a temporary file renamed over ``path``)."""
+        state = {
+            "format": "tiermem-dlrm-1",
+            "config": self.config.to_dict(),
+            "mode": self.mode,
+            "step": self.step,
+            "losses": list(self.losses),
+            "model": self.model.state_dict(),
+            "dense_optimizer": self.dense_optimizer.state_dict(),
+            "data": data_state or {},
+            "lr": self.lr,
+            "seed": self.seed,
+        }
+        tmp = f"{path}.tmp-{os.getpid()}"
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: str) -> dict[str, Any]:
+        """Restore weights, optimizer state, step and losses; returns the saved data state."""
+        if not os.path.isfile(path):
+            raise InvalidArgumentError(f"checkpoint {path!r} does not exist")
+        state = torch.load(path, weights_only=False)
+        if state.get("format") != "tiermem-dlrm-1":
+            raise InvalidArgumentError(f"{path!r} is not a tiermem DLRM checkpoint")
+        saved = DLRMConfig.from_dict(state["config"])
+        if saved != self.config:
+            raise InvalidArgumentError(f"checkpoint {path!r} is of another model ({saved.name}: {saved.num_tables} tables, "
+                                       f"dim {saved.dim}); this run's is {self.config.num_tables} tables, dim {self.config.dim}")
+        self.model.load_state_dict(state["model"])
+        self.dense_optimizer.load_state_dict(state["dense_optimizer"])
+        self.step = int(state["step"])
+        self.losses = list(state["losses"])
+        return dict(state.get("data") or {})
