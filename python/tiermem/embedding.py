@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import _tiermem
-from .exceptions import InvalidArgumentError
+from .exceptions import IndexOutOfRangeError, InvalidArgumentError
 from .manager import Manager
 
 __all__ = ["EmbeddingTable", "EmbeddingCollection", "as_bags", "OPTIMIZERS", "CACHE_POLICIES"]
@@ -293,6 +293,21 @@ class EmbeddingTable:
         cache is at most ``cachelower``. Returns rows flushed. ``flush_clean`` refuses to
         drop updated rows."""
         return int(self._native.flush(bool(write_back)))
+
+    def fill_cache_rows(self, rows: Any) -> int:
+        """Cache these rows, in the order given (hottest first), until the cache is full; a
+        static table then serves them from fast memory and caches nothing more. Returns
+        rows cached (0 for a direct table).
+
+        Raises:
+            IndexOutOfRangeError: a row outside the table (nothing is cached then).
+        """
+        r = np.asarray(rows)
+        if r.dtype.kind not in "iu" or r.ndim != 1:
+            raise InvalidArgumentError(f"rows must be a 1-D integer array, not {r.dtype} of {r.ndim} dimensions")
+        if r.size and int(r.min()) < 0:
+            raise IndexOutOfRangeError(f"row {int(r.min())} is negative")
+        return int(self._native.fill_cache_rows(np.ascontiguousarray(r, np.uint64)))
 
     def fill_cache(self, seed: int = 0) -> int:
         """Cache rows in a scrambled order until the cache is full. Returns rows cached."""

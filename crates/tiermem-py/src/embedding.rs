@@ -230,6 +230,13 @@ impl PyTable {
         run(py, || self.inner.flush(write_back))
     }
 
+    /// Fill the cache with these rows (hottest first) until full.
+    fn fill_cache_rows(&self, py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let v = view::<u64>(rows, "rows", false)?;
+        // SAFETY: `v` keeps the buffer exported for the call.
+        run(py, || self.inner.fill_cache_rows(unsafe { v.slice() }))
+    }
+
     fn fill_cache(&self, py: Python<'_>, seed: u64) -> PyResult<u64> {
         run(py, || self.inner.fill_cache(seed))
     }

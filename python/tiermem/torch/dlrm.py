@@ -161,7 +161,8 @@ class DLRMConfig:
 #: The thesis's models. ``small``: the DLRM reference's Kaggle model (Table 5.5, left);
 #: ``mlperf``: the MLPerf 2019 training model (Table 5.5, right); ``large``: the
 #: benchmarking model of Table 5.6 (64 tables of 6 million rows, 256 wide, 100 lookups per
-#: output); ``demo``: what ``tiermem demo`` trains (sized there from the machine).
+#: output); ``demo``: Table 5.6's shape cut to 8 tables of 250 000 rows (2 GB) and small MLPs,
+#: what ``tiermem demo`` trains.
 PRESETS: dict[str, DLRMConfig] = {
     "small": DLRMConfig(rows=KAGGLE_ROWS, dim=16, bottom_mlp=(512, 256, 64, 16), top_mlp=(512, 256, 1),
                         batch_size=8192, name="small"),
@@ -169,8 +170,8 @@ PRESETS: dict[str, DLRMConfig] = {
                          top_mlp=(1024, 1024, 512, 256, 1), batch_size=32768, name="mlperf"),
     "large": DLRMConfig(rows=(6_000_000,) * 64, dim=256, bottom_mlp=(2048,) * 7 + (256,),
                         top_mlp=(4096,) * 15 + (1,), bag=100, batch_size=512, name="large"),
-    "demo": DLRMConfig(rows=(500_000,) * 8, dim=64, bottom_mlp=(128, 64), top_mlp=(128, 64, 1), bag=32,
-                       batch_size=2048, name="demo"),
+    "demo": DLRMConfig(rows=(250_000,) * 8, dim=256, bottom_mlp=(512, 256), top_mlp=(512, 256, 1), bag=100,
+                       batch_size=512, name="demo"),
 }
 
 

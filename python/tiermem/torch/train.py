@@ -76,8 +76,11 @@ class RunResult:
     mode: str
     dist: str
     iters: int
+    #: A training step (lookup + dense + update), the input pipeline excluded.
     seconds_per_iter: float
     breakdown: dict[str, float]
+    #: Time to produce each batch (synthetic generation or Criteo parsing), not in the step.
+    data_seconds_per_iter: float
     losses: list[float]
     loss_times: list[float]
     fast_budget: int
@@ -133,11 +136,16 @@ class Trainer:
         slow: the slow device spec (default ``emulated:optane-pmem``).
         lr: SGD learning rate (dense layers and tables).
         seed: initial weights.
+        dist: the input distribution's name (for reports).
+        profile: for ``static``, a sample of the input (e.g. its first batches): the cache is
+            filled, before training, with the rows this sample uses most, hottest first, then
+            with rows in a scrambled order. Without it, ``static`` caches rows in a scrambled
+            order only (the thesis's random static partition).
     """
 
     def __init__(self, config: DLRMConfig, mode: str, *, fast_budget: int | None = None,
                  slow: str = "emulated:optane-pmem", lr: float = 0.1, seed: int = 0,
-                 dist: str = "uniform") -> None:
+                 dist: str = "uniform", profile: Iterable[Batch] | None = None) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
         if config.dtype != "float32" and mode == "reference":
@@ -156,6 +164,10 @@ class Trainer:
             self.tables = self._tables()
             emb = TieredEmbeddings(self.tables, lr)
         self.model = DLRM(config, emb, seed=seed)
+        #: How the static cache was filled: "profile" or "scrambled" (None for other modes).
+        self.static_fill: str | None = None
+        if mode == "static":
+            self._fill_static(profile)
         self.embeddings = emb
         self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
         self.loss_fn = torch.nn.BCELoss()
@@ -188,6 +200,20 @@ class Trainer:
         tables = [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack,
                                  policy=self.mode) for r in rows]
         return tables
+
+    def _fill_static(self, profile: Iterable[Batch] | None) -> None:
+        counts = [np.zeros(r, np.int64) for r in self.config.rows] if profile is not None else None
+        if counts is not None:
+            for b in profile:  # type: ignore[union-attr]
+                for c, idx in zip(counts, b.indices):
+                    c += np.bincount(idx.numpy(), minlength=len(c))
+        for t, tab in enumerate(self.tables):
+            if counts is not None:
+                c = counts[t]
+                hot = np.argsort(-c, kind="stable")[: int(np.count_nonzero(c))]
+                tab.fill_cache_rows(hot)
+            tab.fill_cache(self.seed + t)
+        self.static_fill = "profile" if counts is not None else "scrambled"
 
     def fast_bytes(self) -> int:
         """Fast memory the tables hold now: the manager's fast device in use plus DRAM
@@ -230,24 +256,24 @@ class Trainer:
         ``checkpoint``: a path written every ``checkpoint_every`` iterations, at the end,
         and when interrupted (then the interrupt is raised again)."""
         it: Iterator[Batch] = iter(batches)
-        parts = np.zeros(3)
+        parts = np.zeros(4)
         times: list[float] = []
         start_loss = len(self.losses)
         done = 0
         t_start = time.perf_counter()
-        timed_t0 = t_start
         try:
             for k in range(warmup + iters):
                 if k == warmup:
                     self._reset_counters()
-                    timed_t0 = time.perf_counter()
+                t0 = time.perf_counter()
                 try:
                     b = next(it)
                 except StopIteration:
                     break
+                t1 = time.perf_counter()
                 loss, lk, dn, up = self.train_step(b)
                 if k >= warmup:
-                    parts += (lk, dn, up)
+                    parts += (lk, dn, up, t1 - t0)
                     done += 1
                 times.append(time.perf_counter() - t_start)
                 if on_step:
@@ -258,41 +284,38 @@ class Trainer:
             if checkpoint:
                 self.save(checkpoint, data_state() if data_state else None)
             raise
-        wall = time.perf_counter() - timed_t0
         if checkpoint:
             self.save(checkpoint, data_state() if data_state else None)
         if done == 0:
             raise InvalidArgumentError("no timed iteration ran: the data ran out during warm-up")
-        return self._result(done, wall, parts, self.losses[start_loss:], times)
+        return self._result(done, parts, self.losses[start_loss:], times)
 
     def infer(self, batches: Iterable[Batch], iters: int, warmup: int = 1) -> RunResult:
         """Forward passes only; reports queries (samples) per second."""
         it = iter(batches)
-        parts = np.zeros(3)
+        parts = np.zeros(4)
         n = done = 0
-        t0 = time.perf_counter()
         with torch.no_grad():
             for k in range(warmup + iters):
+                if k == warmup:
+                    self._reset_counters()
+                d = time.perf_counter()
                 try:
                     b = next(it)
                 except StopIteration:
                     break
-                if k == warmup:
-                    self._reset_counters()
-                    t0, n, parts = time.perf_counter(), 0, np.zeros(3)
                 a = time.perf_counter()
                 emb = self.embeddings(b.indices, b.offsets)
                 c = time.perf_counter()
                 self.model.dense_forward(b.dense, emb)
-                parts += (c - a, time.perf_counter() - c, 0.0)
-                n += b.size
-                done += 1
-        wall = time.perf_counter() - t0
-        done = max(0, done - warmup)
+                if k >= warmup:
+                    parts += (c - a, time.perf_counter() - c, 0.0, a - d)
+                    n += b.size
+                    done += 1
         if done == 0:
             raise InvalidArgumentError("no timed inference batch ran: the data ran out during warm-up")
-        r = self._result(done, wall, parts, [], [])
-        r.queries_per_second = n / wall
+        r = self._result(done, parts, [], [])
+        r.queries_per_second = n / float(parts[:3].sum())
         return r
 
     def _reset_counters(self) -> None:
@@ -303,7 +326,7 @@ class Trainer:
         if self.twolm is not None:
             self.twolm.reset_stats()
 
-    def _result(self, done: int, wall: float, parts: np.ndarray, losses: list[float],
+    def _result(self, done: int, parts: np.ndarray, losses: list[float],
                 times: list[float]) -> RunResult:
         c = self.config
         devices: dict[str, str] = {}
@@ -323,8 +346,9 @@ class Trainer:
             h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
             hit = h / (h + m) if h + m else None
         return RunResult(
-            mode=self.mode, dist=self.dist, iters=done, seconds_per_iter=wall / done,
+            mode=self.mode, dist=self.dist, iters=done, seconds_per_iter=float(parts[:3].sum()) / done,
             breakdown={"lookup": parts[0] / done, "dense": parts[1] / done, "update": parts[2] / done},
+            data_seconds_per_iter=float(parts[3]) / done,
             losses=losses, loss_times=times, fast_budget=self.fast_budget if self.mode != "reference" else c.table_bytes,
             fast_bytes_peak=self.fast_bytes(), bytes=bytes_, bytes_counted=counted, hit_rate=hit,
             devices=devices, twolm=self.twolm.stats() if self.twolm is not None else None,

@@ -401,16 +401,16 @@ impl CachedRows {
         t
     }
 
-    /// Flush the oldest pages until the cache holds at most `cachelower` bytes; with
-    /// `write_back`, dirty rows go home first (`flush_dirty`), otherwise a flush that would
-    /// drop a dirty row is refused before anything changes (`flush_clean`). Call with the
-    /// table's exclusive lock held. Returns the rows flushed.
     /// Bytes of DRAM metadata: the pointer table and the back-edges.
     #[must_use]
     pub fn metadata_bytes(&self) -> u64 {
         4 * (self.entries.len() + self.back.len()) as u64
     }
 
+    /// Flush the oldest pages until the cache holds at most `cachelower` bytes; with
+    /// `write_back`, dirty rows go home first (`flush_dirty`), otherwise a flush that would
+    /// drop a dirty row is refused before anything changes (`flush_clean`). Call with the
+    /// table's exclusive lock held. Returns the rows flushed.
     pub(crate) fn flush(&self, write_back: bool) -> Result<u64> {
         let mut p = self.pages.lock();
         let keep = self.cachelower().div_ceil(self.frame_bytes()) as usize;

@@ -445,6 +445,31 @@ impl Table {
         Ok(t.cached)
     }
 
+    /// Fill the cache with `rows`, in the order given, until it is full (e.g. the rows a
+    /// profile of the input uses most, hottest first); rows already cached are skipped.
+    /// Every row is checked before any is cached. Returns rows cached.
+    pub fn fill_cache_rows(&self, rows: &[u64]) -> Result<u64> {
+        if let Some(bad) = rows.iter().position(|&r| r >= self.rows as u64) {
+            return Err(Error::IndexOutOfRange {
+                table: 0,
+                position: bad,
+                value: rows[bad] as i64,
+                rows: self.rows,
+            });
+        }
+        let _x = self.exclusive();
+        let Some(c) = self.cache() else {
+            return Ok(0);
+        };
+        let t = c.fill(rows.iter().map(|&r| r as usize));
+        self.record(&Tally {
+            hits: 0,
+            misses: 0,
+            ..t
+        });
+        Ok(t.cached)
+    }
+
     /// Copy rows `start..start + n` out as `f32` (following the pointer table, so cached
     /// and updated rows read their newest value) into `out` (`n * width` floats).
     pub fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {

@@ -325,6 +325,9 @@ impl RowFn<Tally> for Upd<'_, '_> {
 
 super::isa_dispatch!(Tally);
 
+/// Distinct rows ahead of the one being updated that are prefetched.
+const ROW_PREFETCH: usize = 4;
+
 /// Accumulate and apply the gradients of distinct rows `first..last` of one table.
 ///
 /// # Safety
@@ -348,6 +351,11 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
             (&mut gbuf[..], &mut wbuf[..])
         };
         g.fill(0.0);
+        // The rows are updated in first-seen (random) order: fetch a later one while this
+        // one's gradient is summed.
+        if u + ROW_PREFETCH < j.last {
+            src.prefetch(p.csr.rows[u + ROW_PREFETCH] as usize);
+        }
         let entries = &p.csr.positions[p.csr.starts[u] as usize..p.csr.starts[u + 1] as usize];
         for &pos in entries {
             let pos = pos as usize;
@@ -376,6 +384,18 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
                 }
             }
             Sink::Apply(..) if p.csr.rows[u] == p.pad => {}
+            Sink::Apply(Optimizer::Sgd { lr }, false) => {
+                // In place, element by element: no row-sized copies to and from a buffer
+                // (which compile to memcpy calls that dominated this loop).
+                let dst = src.write(row, &mut tally).cast::<E>();
+                for (k, gk) in g.iter().enumerate() {
+                    // SAFETY: the row source gives `width` valid elements; exclusive lock.
+                    unsafe {
+                        let p = dst.add(k);
+                        p.write(E::from_f32(p.read().to_f32() - lr * gk));
+                    }
+                }
+            }
             Sink::Apply(opt, nt) => {
                 let dst = src.write(row, &mut tally).cast::<E>();
                 for (k, x) in w.iter_mut().enumerate() {
