@@ -1,4 +1,5 @@
-"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``."""
+"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``train dlrm``,
+``demo``."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
     _add_output(emb)
     emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
+    from .train import add_parser as add_train
+
+    add_train(sub)
+    demo = sub.add_parser("demo", help="train a DLRM 4x larger than its fast memory in every mode and compare")
+    demo.add_argument("--quick", action="store_true", help="half-size tables, fewer iterations (under two minutes)")
+    demo.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    demo.add_argument("--out", metavar="DIR", help="results folder (default results/demo-<time>)")
     return parser
 
 
@@ -58,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.embedding import run_cli as run_embedding
 
             return run_embedding(args)
+        if args.command == "train":
+            from .train import run_train
+
+            return run_train(args)
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args)
     except TiermemError as e:
         print(f"tiermem: error: {e}", file=sys.stderr)
         return 2

@@ -131,3 +131,51 @@ def plot_embedding(res: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
+    """DLRM runs: per-iteration time split into lookup / update / dense per mode, one panel
+    per input distribution (thesis Fig. 5.12); and training loss against time per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = res["runs"]
+    dists = list(dict.fromkeys(r["dist"] for r in runs))
+    emulated = any(k == "emulated" for k in res.get("devices", {}).values())
+    note = " (slow tier emulated)" if emulated else ""
+    fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.2), squeeze=False, sharey=True)
+    colors = {"lookup": "#4c72b0", "update": "#dd8452", "dense": "#55a868"}
+    for ax, dist in zip(axes.flat, dists):
+        rs = [r for r in runs if r["dist"] == dist]
+        x = range(len(rs))
+        bottom = [0.0] * len(rs)
+        for part in ("lookup", "update", "dense"):
+            v = [1e3 * r["breakdown"][part] for r in rs]
+            ax.bar(x, v, bottom=bottom, color=colors[part], label=part)
+            bottom = [a + b for a, b in zip(bottom, v)]
+        ax.set_xticks(list(x), [r["mode"] for r in rs], rotation=20)
+        ax.set_title(f"{dist} inputs")
+        ax.set_ylabel("ms per iteration")
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend()
+    fig.suptitle(f"DLRM training step by phase{note}; 2lm-model is a model of the hardware cache")
+    fig.tight_layout()
+    fig.savefig(breakdown_path, dpi=120)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.2), squeeze=False)
+    for ax, dist in zip(axes.flat, dists):
+        for r in (r for r in runs if r["dist"] == dist):
+            if r.get("losses"):
+                ax.plot(r["loss_times"][-len(r["losses"]):], r["losses"], label=r["mode"], lw=1.2)
+        ax.set_title(f"{dist} inputs")
+        ax.set_xlabel("seconds of training")
+        ax.set_ylabel("BCE loss")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"DLRM loss over time{note}")
+    fig.tight_layout()
+    fig.savefig(loss_path, dpi=120)
+    plt.close(fig)

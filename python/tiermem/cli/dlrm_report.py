@@ -1,0 +1,126 @@
+"""Running DLRM modes side by side and reporting them (``tiermem train dlrm``, ``tiermem demo``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .._sizes import format_bytes
+from ._progress import Progress
+from ._table import table
+
+
+def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters: int, warmup: int,
+              fast_budget: int, slow: str, lr: float, seed: int, alpha: float = 1.0,
+              label: str = "train dlrm", batches: Callable[[str], Iterator[Any]] | None = None) -> dict[str, Any]:
+    """Train ``config`` in every mode for every distribution (same seed, same batches) and
+    collect the results; ``batches(dist)`` overrides the synthetic data."""
+    from ..data import SyntheticData
+    from ..torch.train import Trainer
+
+    runs: list[dict[str, Any]] = []
+    devices: dict[str, str] = {}
+    with Progress(len(modes) * len(dists) * (warmup + iters), label) as p:
+        for dist in dists:
+            for mode in modes:
+                def source() -> Iterator[Any]:
+                    if batches is not None:
+                        return batches(dist)
+                    d = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag,
+                                      dist=dist, alpha=alpha, seed=seed)
+                    return (d.batch(i) for i in range(warmup + iters))
+
+                prof = list(_take(source(), max(1, warmup))) if mode == "static" else None
+                p._draw(f"{dist} {mode}: placing tables")
+                t = Trainer(config, mode, fast_budget=fast_budget, slow=slow, lr=lr, seed=seed, dist=dist,
+                            profile=prof)
+                r = t.train(source(), iters, warmup=warmup, on_step=lambda k, loss: p.step(f"{dist} {mode} loss {loss:.4f}"))
+                d = r.to_json()
+                d["static_fill"] = t.static_fill
+                runs.append(d)
+                devices.update(r.devices)
+                del t
+    _compare(runs)
+    return {"config": config.to_dict(), "fast_budget": fast_budget, "table_bytes": config.table_bytes,
+            "iters": iters, "warmup": warmup, "runs": runs, "devices": devices}
+
+
+def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
+    for _, b in zip(range(n), it):
+        yield b
+
+
+def _compare(runs: list[dict[str, Any]]) -> None:
+    """Speedups over all-slow and the 2LM model; loss difference from reference."""
+    for r in runs:
+        same = {x["mode"]: x for x in runs if x["dist"] == r["dist"]}
+        for base in ("all-slow", "2lm-model"):
+            if base in same:
+                r[f"speedup_vs_{base}"] = same[base]["seconds_per_iter"] / r["seconds_per_iter"]
+        ref = same.get("reference")
+        if ref and ref["losses"] and r["losses"] and len(ref["losses"]) == len(r["losses"]):
+            r["max_loss_diff_vs_reference"] = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
+
+
+def report(res: dict[str, Any]) -> str:
+    """A comparison table per distribution and what was real and emulated."""
+    out = []
+    c = res["config"]
+    out.append(f"DLRM '{c['name']}': {len(c['rows'])} tables, {sum(c['rows']):,} rows x {c['dim']} "
+               f"({format_bytes(res['table_bytes'])}), batch {c['batch_size']}, {c['bag']} lookups per table per sample")
+    out.append(f"fast budget {format_bytes(res['fast_budget'])} "
+               f"(tables are {res['table_bytes'] / res['fast_budget']:.1f}x larger); "
+               f"{res['warmup']} warm-up + {res['iters']} timed iterations per run")
+    for dist in dict.fromkeys(r["dist"] for r in res["runs"]):
+        rows = []
+        for r in (r for r in res["runs"] if r["dist"] == dist):
+            b = r["breakdown"]
+            moved = ", ".join(f"{k.split(':')[0]} {v['read'] / 1e9:.2f}r/{v['written'] / 1e9:.2f}w"
+                              for k, v in r["bytes"].items() if v["read"] or v["written"])
+            rows.append([
+                r["mode"], f"{1e3 * r['seconds_per_iter']:.1f}",
+                f"{1e3 * b['lookup']:.1f}/{1e3 * b['update']:.1f}/{1e3 * b['dense']:.1f}",
+                _x(r.get("speedup_vs_all-slow")), _x(r.get("speedup_vs_2lm-model")),
+                format_bytes(r["fast_bytes_peak"]), "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2f}",
+                moved + ("" if r["bytes_counted"] else " (estimated)"),
+                "-" if r.get("max_loss_diff_vs_reference") is None else f"{r['max_loss_diff_vs_reference']:.1e}",
+            ])
+        out.append("")
+        out.append(f"{dist} inputs")
+        out.append(table(["mode", "ms/iter", "lookup/update/dense ms", "vs all-slow", "vs 2lm-model",
+                          "fast used", "hit rate", "GB read/written, timed iterations", "loss diff"], rows))
+    devs = ", ".join(f"{n} ({k})" for n, k in res["devices"].items())
+    out.append("")
+    out.append(f"devices: {devs}. 'reference' is torch.nn.EmbeddingBag with all rows in DRAM (its bytes are "
+               "estimated, torch does not count them); '2lm-model' is tiermem's model of the hardware DRAM "
+               "cache (thesis Table 2.2), not the hardware. ms/iter is the training step; generating the "
+               "input is excluded.")
+    return "\n".join(out)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def write(res: dict[str, Any], out_dir: str | None, json_path: str | None, plot: bool = True) -> list[str]:
+    """Write JSON (and plots) into ``out_dir`` and/or ``json_path``; returns paths written."""
+    paths = []
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        p = os.path.join(out_dir, "dlrm.json")
+        with open(p, "w") as f:
+            json.dump(res, f, indent=1)
+        paths.append(p)
+        if plot:
+            from .plot import plot_dlrm
+
+            b, lo = os.path.join(out_dir, "dlrm-breakdown.png"), os.path.join(out_dir, "dlrm-loss.png")
+            plot_dlrm(res, b, lo)
+            paths += [b, lo]
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(res, f, indent=1)
+        paths.append(json_path)
+    return paths

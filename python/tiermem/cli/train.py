@@ -1,0 +1,159 @@
+"""``tiermem train dlrm``: train (or run inference on) a DLRM in one or more modes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from .._sizes import format_bytes, parse_size
+from ..exceptions import InvalidArgumentError
+
+
+def add_parser(sub: Any) -> None:
+    tr = sub.add_parser("train", help="train models over tiered memory")
+    tsub = tr.add_subparsers(dest="model", required=True)
+    p = tsub.add_parser("dlrm", help="DLRM: reference, all-slow, static, dynamic and 2lm-model modes side by side",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", default="demo", help="small, mlperf, large or demo")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every table's rows by this")
+    p.add_argument("--dense-scale", type=float, default=1.0, help="multiply the MLP widths by this")
+    p.add_argument("--rows", help="rows per table, comma-separated (overrides the preset's)")
+    p.add_argument("--dim", type=int, help="row width (overrides the preset's)")
+    p.add_argument("--bottom-mlp", help="bottom MLP widths, e.g. 512-256-64 (the last must equal --dim for dot)")
+    p.add_argument("--top-mlp", help="top MLP widths, ending in 1, e.g. 512-256-1")
+    p.add_argument("--interaction", choices=("dot", "cat"))
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--bag", type=int, help="lookups per table per sample (synthetic data)")
+    p.add_argument("--modes", default="reference,all-slow,static,dynamic,2lm-model", help="comma-separated")
+    p.add_argument("--dist", default="zipf", help="uniform, zipf or both comma-separated (synthetic data)")
+    p.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent")
+    p.add_argument("--criteo", metavar="TSV", help="train on a Criteo-format file instead of synthetic data")
+    p.add_argument("--bad-lines", choices=("skip", "error"), default="skip", help="malformed Criteo lines")
+    p.add_argument("--iters", type=int, default=50, help="timed iterations")
+    p.add_argument("--warmup", type=int, default=5, help="iterations before timing (also the static profile)")
+    p.add_argument("--fast-budget", help="fast memory for the tables (default: a quarter of them)")
+    p.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint", metavar="FILE", help="checkpoint file (one mode only)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--inference", action="store_true", help="forward passes only; report queries per second")
+    p.add_argument("--out", metavar="DIR", help="write dlrm.json and plots into DIR")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    p.add_argument("--quick", action="store_true", help="half-size tables, few iterations")
+
+
+def _config(args: Any) -> Any:
+    from ..torch.dlrm import DLRMConfig
+
+    over: dict[str, Any] = {}
+    widths = lambda s: tuple(int(x) for x in s.split("-"))  # noqa: E731
+    if args.rows:
+        over["rows"] = tuple(int(x) for x in args.rows.split(","))
+    for name in ("dim", "interaction", "batch_size", "bag"):
+        if getattr(args, name) is not None:
+            over[name] = getattr(args, name)
+    if args.bottom_mlp:
+        over["bottom_mlp"] = widths(args.bottom_mlp)
+    if args.top_mlp:
+        over["top_mlp"] = widths(args.top_mlp)
+    if args.criteo:
+        over["bag"] = 1
+    scale = args.scale * (0.5 if args.quick else 1.0)
+    return DLRMConfig.preset(args.preset, scale=scale, dense_scale=args.dense_scale, **over)
+
+
+def run_train(args: Any) -> int:
+    from .dlrm_report import report, run_modes, write
+
+    config = _config(args)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    dists = [d.strip() for d in args.dist.split(",") if d.strip()]
+    budget = parse_size(args.fast_budget, "--fast-budget") if args.fast_budget else config.table_bytes // 4
+    iters, warmup = (min(args.iters, 10), min(args.warmup, 3)) if args.quick else (args.iters, args.warmup)
+    if args.criteo and len(config.rows) != 26:
+        raise InvalidArgumentError(f"Criteo data has 26 categorical features; the model has {len(config.rows)} tables")
+    if args.checkpoint or args.inference:
+        if len(modes) != 1 or len(dists) != 1:
+            raise InvalidArgumentError("--checkpoint, --resume and --inference take one mode and one distribution")
+        return _single(args, config, modes[0], dists[0], budget, iters, warmup)
+    batches = None
+    readers: list[Any] = []
+    if args.criteo:
+        batches = lambda dist: _criteo(args, config, readers)  # noqa: E731
+        dists = ["criteo"]
+    res = run_modes(config, modes, dists, iters=iters, warmup=warmup, fast_budget=budget, slow=args.slow,
+                    lr=args.lr, seed=args.seed, alpha=args.alpha, batches=batches)
+    if readers:
+        res["criteo"] = readers[-1].report()
+    print(report(res))
+    if readers and readers[-1].bad:
+        print(f"skipped {readers[-1].bad} malformed lines of {readers[-1].lines}; first: {readers[-1].bad_examples[:3]}")
+    paths = write(res, args.out, args.json)
+    if paths:
+        print("wrote " + ", ".join(paths))
+    return 0
+
+
+def _criteo(args: Any, config: Any, readers: list[Any], start: int = 0) -> Any:
+    from ..data import CriteoReader
+
+    r = CriteoReader(args.criteo, config.rows, config.batch_size, bad_lines=args.bad_lines, start=start)
+    readers.append(r)
+    return iter(r)
+
+
+def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: int, warmup: int) -> int:
+    """One mode with checkpoints, resume or inference."""
+    from ..data import SyntheticData
+    from ..torch.train import Trainer
+    from ._progress import Progress
+
+    readers: list[Any] = []
+    synth = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag, dist=dist,
+                          alpha=args.alpha, seed=args.seed)
+    prof = [synth.batch(i) for i in range(max(1, warmup))] if mode == "static" and not args.criteo else None
+    t = Trainer(config, mode, fast_budget=budget, slow=args.slow, lr=args.lr, seed=args.seed, dist=dist, profile=prof)
+    data_state: dict[str, Any] = {}
+    if args.resume:
+        if not args.checkpoint or not os.path.isfile(args.checkpoint):
+            raise InvalidArgumentError(f"--resume needs an existing --checkpoint, not {args.checkpoint!r}")
+        data_state = t.load(args.checkpoint)
+        print(f"resumed from {args.checkpoint} at iteration {t.step}")
+    if args.criteo:
+        batches = _criteo(args, config, readers, int(data_state.get("position", 0)))
+        state = lambda: {"position": readers[-1].position}  # noqa: E731
+    else:
+        first = t.step
+        batches = (synth.batch(first + i) for i in range(10**12))
+        state = lambda: {"step": t.step}  # noqa: E731
+    total = warmup + iters
+    with Progress(total, f"{'infer' if args.inference else 'train'} dlrm {mode}") as p:
+        if args.inference:
+            r = t.infer(batches, iters, warmup=warmup)
+        else:
+            r = t.train(batches, iters, warmup=warmup, checkpoint=args.checkpoint,
+                        checkpoint_every=args.checkpoint_every, data_state=state,
+                        on_step=lambda k, loss: p.step(f"loss {loss:.4f}"))
+    b = r.breakdown
+    print(f"{mode} ({dist}): {1e3 * r.seconds_per_iter:.1f} ms per iteration (lookup {1e3 * b['lookup']:.1f}, "
+          f"update {1e3 * b['update']:.1f}, dense {1e3 * b['dense']:.1f}); fast memory {format_bytes(r.fast_bytes_peak)} "
+          f"of {format_bytes(r.fast_budget)}")
+    if r.queries_per_second is not None:
+        print(f"inference: {r.queries_per_second:,.0f} queries/s")
+    elif r.losses:
+        print(f"loss {r.losses[0]:.4f} -> {r.losses[-1]:.4f} over iterations {t.step - len(r.losses) + 1}..{t.step}")
+    if readers:
+        rep = readers[-1].report()
+        print(f"criteo: {rep['lines']} lines read, {rep['bad_lines']} malformed skipped")
+    res = {"config": config.to_dict(), "fast_budget": budget, "table_bytes": config.table_bytes, "iters": r.iters,
+           "warmup": warmup, "runs": [r.to_json()], "devices": r.devices}
+    paths = []
+    from .dlrm_report import write
+
+    paths = write(res, args.out, args.json, plot=not args.inference)
+    if paths:
+        print("wrote " + ", ".join(paths))
+    return 0
