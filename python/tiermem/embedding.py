@@ -139,18 +139,18 @@ class EmbeddingTable:
             raise InvalidArgumentError(f"cache must be a fraction of the table in (0, 1], got {cache!r}")
         if not 0 <= cacheslack <= 1:
             raise InvalidArgumentError(f"cacheslack must be a fraction in [0, 1], got {cacheslack!r}")
-        if cache is not None and manager is None and device in (None, "dram"):
-            raise InvalidArgumentError(
-                "a cached table keeps its base rows on a slower device: pass device= a spec such as "
-                "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
-            )
-        rows, width = int(num_embeddings), int(embedding_dim)
         if model is not None:
             if cache is not None or device is not None:
                 raise InvalidArgumentError("a table behind the 2LM model lives on the model's slow device: leave cache and device out")
             if manager is not None and manager is not model.manager:
                 raise InvalidArgumentError("the 2LM model belongs to another manager")
             manager = model.manager
+        if cache is not None and manager is None and device in (None, "dram"):
+            raise InvalidArgumentError(
+                "a cached table keeps its base rows on a slower device: pass device= a spec such as "
+                "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
+            )
+        rows, width = int(num_embeddings), int(embedding_dim)
         stride = -(-width * (4 if dt == "float32" else 2) // 4) * 4
         table_bytes = rows * stride
         private_slow = False

@@ -94,7 +94,7 @@ def report(res: dict[str, Any]) -> str:
     devs = ", ".join(f"{n} ({k})" for n, k in res["devices"].items())
     out.append("")
     out.append(f"devices: {devs}. 'reference' is torch.nn.EmbeddingBag with all rows in DRAM (its bytes are "
-               "estimated, torch does not count them); '2lm-model' is tiermem's model of the hardware DRAM "
+               "estimated, torch does not count them); '2lm-model' is tiermem's 2LM model of the hardware DRAM "
                "cache (thesis Table 2.2), not the hardware. ms/iter is the training step; generating the "
                "input is excluded.")
     return "\n".join(out)

@@ -1,0 +1,215 @@
+"""DLRM end to end: every mode's loss curve against the PyTorch reference, the 2LM model
+behind tables, synthetic and Criteo data (bad lines), checkpoints, fit checks, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tiermem  # noqa: E402
+from tiermem.cli.main import main  # noqa: E402
+from tiermem.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
+from tiermem.embedding import EmbeddingTable  # noqa: E402
+from tiermem.torch.dlrm import MODES, DLRMConfig  # noqa: E402
+from tiermem.torch.train import Trainer  # noqa: E402
+from tiermem.twolm import TwoLmModel  # noqa: E402
+
+SMALL = DLRMConfig(rows=(3000, 2000, 5000), dim=16, bottom_mlp=(32, 16), top_mlp=(16, 1), bag=4, batch_size=128)
+
+
+def _losses(mode: str, dist: str = "zipf", iters: int = 50, config: DLRMConfig = SMALL) -> list[float]:
+    d = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag, dist=dist, seed=2)
+    prof = [d.batch(i) for i in range(3)] if mode == "static" else None
+    t = Trainer(config, mode, lr=0.1, seed=5, profile=prof)
+    r = t.train((d.batch(i) for i in range(iters)), iters)
+    assert r.fast_bytes_peak <= r.fast_budget, (mode, r.fast_bytes_peak, r.fast_budget)
+    return r.losses
+
+
+@pytest.mark.parametrize("dist", ["uniform", "zipf"])
+def test_every_mode_matches_the_reference_loss_curve(dist: str) -> None:
+    ref = _losses("reference", dist)
+    assert ref[-1] < ref[0], "the loss falls"
+    for mode in MODES[1:]:
+        got = _losses(mode, dist)
+        assert len(got) == len(ref) == 50
+        assert max(abs(a - b) for a, b in zip(got, ref)) <= 1e-4, mode
+
+
+def test_cat_interaction_and_bfloat16_tables_train() -> None:
+    c = DLRMConfig(rows=(500, 700), dim=32, bottom_mlp=(16, 4), top_mlp=(8, 1), interaction="cat", batch_size=64,
+                   dtype="bfloat16")
+    a, b = _losses("dynamic", config=c, iters=10), _losses("2lm-model", config=c, iters=10)
+    assert a == b  # the tiered modes share their arithmetic exactly
+
+
+def test_presets_scale_and_report_their_shape() -> None:
+    c = DLRMConfig.preset("large", scale=1e-3, dense_scale=0.01)
+    assert c.num_tables == 64 and c.rows[0] == 6000 and c.dim == 256 and c.bag == 100
+    assert c.bottom_mlp[-1] == 256 and c.top_mlp[-1] == 1
+    assert DLRMConfig.preset("small").rows[2] == 10131227
+    assert DLRMConfig.from_dict(c.to_dict()) == c
+
+
+@pytest.mark.parametrize("bad", [
+    dict(rows=()), dict(rows=(10,), dim=0), dict(rows=(10,), dim=8, bottom_mlp=(16, 4)),
+    dict(rows=(10,), dim=4, bottom_mlp=(4,), top_mlp=(8, 2)), dict(rows=(10,), dim=4, bottom_mlp=(4,), interaction="x"),
+])
+def test_bad_configs_are_refused(bad: dict) -> None:
+    with pytest.raises(tiermem.InvalidArgumentError):
+        DLRMConfig(**{"dim": 4, "bottom_mlp": (4,), **bad})
+
+
+def test_a_model_that_cannot_fit_fails_before_training_with_the_numbers() -> None:
+    c = DLRMConfig.preset("mlperf")  # ~40 GB of tables
+    with pytest.raises(tiermem.InvalidArgumentError, match=r"need .*GiB.*available memory"):
+        Trainer(c, "dynamic")
+    with pytest.raises(tiermem.InvalidArgumentError, match="fast budget"):
+        Trainer(SMALL, "static", fast_budget=1000)
+    with pytest.raises(tiermem.InvalidArgumentError, match="mode"):
+        Trainer(SMALL, "hbm")
+
+
+def test_checkpoint_resume_continues_the_same_curve(tmp_path) -> None:
+    d = SyntheticData(SMALL.rows, 13, SMALL.batch_size, SMALL.bag, dist="zipf", seed=2)
+    straight = Trainer(SMALL, "dynamic", seed=1)
+    straight.train((d.batch(i) for i in range(20)), 20)
+    ck = str(tmp_path / "ck.pt")
+    first = Trainer(SMALL, "dynamic", seed=1)
+
+    def interrupted():
+        for i in range(10**6):
+            if i == 12:
+                raise KeyboardInterrupt
+            yield d.batch(i)
+
+    with pytest.raises(KeyboardInterrupt):
+        first.train(interrupted(), 20, checkpoint=ck, checkpoint_every=5, data_state=lambda: {"step": first.step})
+    resumed = Trainer(SMALL, "dynamic", seed=99)  # other initial weights: the checkpoint replaces them
+    state = resumed.load(ck)
+    assert resumed.step == state["step"] == 12
+    resumed.train((d.batch(i) for i in range(resumed.step, 20)), 20 - resumed.step)
+    assert resumed.losses == straight.losses
+    other = DLRMConfig(rows=(10, 10), dim=4, bottom_mlp=(4,), top_mlp=(1,), batch_size=8)
+    with pytest.raises(tiermem.InvalidArgumentError, match="another model"):
+        Trainer(other, "all-slow").load(ck)
+
+
+def test_inference_reports_queries_per_second() -> None:
+    d = SyntheticData(SMALL.rows, 13, SMALL.batch_size, SMALL.bag, seed=0)
+    r = Trainer(SMALL, "static").infer((d.batch(i) for i in range(4)), 3)
+    assert r.queries_per_second > 0 and r.iters == 3 and r.losses == []
+
+
+def test_2lm_model_counts_table_2_2_and_matches_direct_tables() -> None:
+    m = tiermem.Manager({"dram": "2 MiB", "emulated:optane-pmem": "64 MiB"}, policy="all_fast")
+    hw = TwoLmModel(m, cache_bytes="256 KiB")
+    assert "2LM model" in repr(hw)
+    a = EmbeddingTable(20000, 16, manager=m, model=hw)
+    b = EmbeddingTable(20000, 16, manager=m, device=1)
+    w = np.random.default_rng(0).standard_normal((20000, 16)).astype(np.float32)
+    a.load(w)
+    b.load(w)
+    idx = np.random.default_rng(1).integers(0, 20000, (256, 8))
+    g = np.ones((256, 16), np.float32)
+    hw.reset_stats()
+    np.testing.assert_array_equal(a.lookup(idx), b.lookup(idx))
+    s = hw.stats()
+    assert sum(s["events"].values()) == idx.size  # one 64-byte line per 64-byte row
+    assert s["events"]["read_miss_dirty"] > 0  # the loaded rows were written: victims are dirty
+    a.update(idx, None, g, lr=0.1)
+    b.update(idx, None, g, lr=0.1)
+    np.testing.assert_array_equal(a.to_numpy(), b.to_numpy())
+    s = hw.stats()
+    assert s["events"]["ddo"] == len(np.unique(idx))  # each updated row: read then DDO write-back
+    assert 1.0 < s["amplification"] <= 5.0
+    st = m.stats()
+    assert st["emulated:optane-pmem"]["bytes_written"] > 0 and st["dram"]["bytes_read"] > 0
+    assert a.placement == "2lm-model"
+    with pytest.raises(tiermem.InvalidArgumentError, match="line"):
+        TwoLmModel(m, cache_bytes="64 KiB", line=96)
+    with pytest.raises(tiermem.InvalidArgumentError, match="cache and device"):
+        EmbeddingTable(10, 4, model=hw, cache=0.5)
+
+
+def test_criteo_reader_parses_hashes_and_streams(tmp_path) -> None:
+    p = tmp_path / "day.tsv"
+    write_criteo(p, 100, seed=3)
+    rows = [1000 + k for k in range(26)]
+    r = CriteoReader(p, rows, 32)
+    batches = list(r)
+    assert len(batches) == 3 and r.bad == 0  # 100 // 32, the short tail dropped
+    b = batches[0]
+    assert b.dense.shape == (32, 13) and len(b.indices) == 26 and b.labels.shape == (32,)
+    assert all(int(i.max()) < n for i, n in zip(b.indices, rows))
+    with open(p, "rb") as f:
+        line = f.readline().rstrip(b"\n").split(b"\t")
+    first_cat = line[14]
+    assert int(b.indices[0][0]) == (int(first_cat, 16) % rows[0] if first_cat else 0)
+    assert float(b.dense[0, 0]) == pytest.approx(np.log(max(int(line[1] or 0), 0) + 1.0))
+    # Resume from the position after the first batch: the same second batch.
+    r2 = CriteoReader(p, rows, 32)
+    it = iter(r2)
+    next(it)
+    again = next(iter(CriteoReader(p, rows, 32, start=r2.position)))
+    assert torch.equal(again.dense, batches[1].dense)
+
+
+def test_criteo_bad_lines_are_skipped_and_counted_or_rejected(tmp_path) -> None:
+    p = tmp_path / "bad.tsv"
+    write_criteo(p, 20, seed=4)
+    lines = p.read_text().splitlines()
+    lines[2] = "1\t2\t3"  # wrong column count
+    cols = lines[5].split("\t")
+    cols[20] = "zz12"  # bad hexadecimal
+    lines[5] = "\t".join(cols)
+    cols = lines[7].split("\t")
+    cols[3] = "1.5"  # bad integer
+    lines[7] = "\t".join(cols)
+    p.write_text("\n".join(lines) + "\n")
+    r = CriteoReader(p, [50] * 26, 4)
+    got = sum(b.size for b in r)
+    assert r.bad == 3 and got == 16 and r.lines == 20
+    assert "columns" in r.bad_examples[0][1] and "hexadecimal" in r.bad_examples[1][1]
+    with pytest.raises(CriteoFormatError, match="line 3"):
+        list(CriteoReader(p, [50] * 26, 4, bad_lines="error"))
+    with pytest.raises(tiermem.InvalidArgumentError):
+        CriteoReader(p, [50] * 25, 4)
+    with pytest.raises(tiermem.InvalidArgumentError):
+        CriteoReader(tmp_path / "missing.tsv", [50] * 26, 4)
+
+
+def test_train_cli_runs_modes_on_criteo_and_writes_json(tmp_path, capsys) -> None:
+    p = tmp_path / "c.tsv"
+    write_criteo(p, 300, seed=5)
+    out = tmp_path / "res.json"
+    rc = main(["train", "dlrm", "--preset", "small", "--rows", ",".join(["400"] * 26), "--bottom-mlp", "32-16",
+               "--top-mlp", "16-1", "--batch-size", "64", "--criteo", str(p), "--iters", "2", "--warmup", "1",
+               "--modes", "reference,dynamic,2lm-model", "--json", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert {r["mode"] for r in res["runs"]} == {"reference", "dynamic", "2lm-model"}
+    for r in res["runs"]:
+        assert r["dist"] == "criteo" and r["seconds_per_iter"] > 0 and r["fast_bytes_peak"] > 0
+        assert all(set(v) == {"read", "written"} for v in r["bytes"].values())
+    assert res["devices"]["emulated:optane-pmem"] == "emulated"
+    assert "2LM" in capsys.readouterr().out
+
+
+def test_train_cli_checkpoint_resume_and_inference(tmp_path, capsys) -> None:
+    ck = str(tmp_path / "ck.pt")
+    base = ["train", "dlrm", "--rows", "300,400", "--dim", "8", "--bottom-mlp", "16-8", "--top-mlp", "8-1",
+            "--batch-size", "32", "--bag", "2", "--modes", "static", "--dist", "uniform", "--warmup", "1",
+            "--fast-budget", "64 KiB"]
+    assert main(base + ["--iters", "3", "--checkpoint", ck, "--checkpoint-every", "2"]) == 0
+    assert os.path.isfile(ck)
+    assert main(base + ["--iters", "2", "--checkpoint", ck, "--resume"]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    assert main(base + ["--iters", "2", "--inference"]) == 0
+    assert "queries/s" in capsys.readouterr().out
+    assert main(base + ["--iters", "2", "--resume", "--checkpoint", str(tmp_path / "none.pt")]) == 2
