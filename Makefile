@@ -49,11 +49,10 @@ test-py: build $(TORCH_STAMP) ## Python tests
 test: lint test-rs test-py ## everything CI runs: lint, Rust tests, Python tests
 
 .PHONY: demo
-demo: build $(TORCH_STAMP) ## show the devices, run the quick copy and embedding benchmarks (JSON and plots in results/)
+demo: build $(TORCH_STAMP) ## show the devices, then `tiermem demo`: DLRM in every mode, tables 4x the fast budget (results/demo/)
 	mkdir -p results
 	$(VENV)/bin/tiermem info
-	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
-	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
+	$(VENV)/bin/tiermem demo --out results/demo --json results/demo.json
 
 .PHONY: bench-quick
 bench-quick: build $(TORCH_STAMP) ## quick copy and embedding benchmarks with JSON and plots into results/

@@ -213,3 +213,25 @@ def test_train_cli_checkpoint_resume_and_inference(tmp_path, capsys) -> None:
     assert main(base + ["--iters", "2", "--inference"]) == 0
     assert "queries/s" in capsys.readouterr().out
     assert main(base + ["--iters", "2", "--resume", "--checkpoint", str(tmp_path / "none.pt")]) == 2
+
+
+def test_demo_writes_the_issue_schema_results_and_plots(tmp_path, monkeypatch, capsys) -> None:
+    from tiermem.torch import dlrm
+
+    tiny = DLRMConfig(rows=(4000,) * 3, dim=16, bottom_mlp=(16,), top_mlp=(8, 1), bag=4, batch_size=64, name="demo")
+    monkeypatch.setitem(dlrm.PRESETS, "demo", tiny)
+    out, js = tmp_path / "res", tmp_path / "demo.json"
+    assert main(["demo", "--quick", "--json", str(js), "--out", str(out)]) == 0
+    res = json.loads(js.read_text())
+    assert res["devices"] == {"dram": "real", "emulated:optane-pmem": "emulated"}
+    got = {(r["mode"], r["dist"]) for r in res["runs"]}
+    assert got == {(m, d) for m in MODES for d in ("uniform", "zipf")}
+    for r in res["runs"]:
+        assert r["seconds_per_iter"] > 0 and isinstance(r["fast_bytes_peak"], int)
+        assert all(set(v) == {"read", "written"} for v in r["bytes"].values())
+        if r["mode"] != "reference":
+            assert r["fast_bytes_peak"] <= res["fast_budget"]
+            assert r["max_loss_diff_vs_reference"] <= 1e-4
+    assert (out / "dlrm-breakdown.png").stat().st_size > 0 and (out / "dlrm-loss.png").stat().st_size > 0
+    text = capsys.readouterr().out
+    assert "vs 2lm-model" in text and "emulated" in text

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=5, help="iterations before timing (also the static profile)")
     p.add_argument("--fast-budget", help="fast memory for the tables (default: a quarter of them)")
     p.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec")
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (the DLRM reference's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", metavar="FILE", help="checkpoint file (one mode only)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints")

@@ -134,7 +134,7 @@ class Trainer:
         fast_budget: bytes of fast memory the tables may use (cache pages, the 2LM model's
             cache, DRAM metadata); default a quarter of the tables.
         slow: the slow device spec (default ``emulated:optane-pmem``).
-        lr: SGD learning rate (dense layers and tables).
+        lr: SGD learning rate of the dense layers and the tables (0.01, the DLRM reference's).
         seed: initial weights.
         dist: the input distribution's name (for reports).
         profile: for ``static``, a sample of the input (e.g. its first batches): the cache is
@@ -144,7 +144,7 @@ class Trainer:
     """
 
     def __init__(self, config: DLRMConfig, mode: str, *, fast_budget: int | None = None,
-                 slow: str = "emulated:optane-pmem", lr: float = 0.1, seed: int = 0,
+                 slow: str = "emulated:optane-pmem", lr: float = 0.01, seed: int = 0,
                  dist: str = "uniform", profile: Iterable[Batch] | None = None) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
