@@ -235,3 +235,19 @@ def test_demo_writes_the_issue_schema_results_and_plots(tmp_path, monkeypatch, c
     assert (out / "dlrm-breakdown.png").stat().st_size > 0 and (out / "dlrm-loss.png").stat().st_size > 0
     text = capsys.readouterr().out
     assert "vs 2lm-model" in text and "emulated" in text
+
+
+def test_2lm_model_policy_for_arrays_counts_traffic_on_both_devices() -> None:
+    m = tiermem.Manager({"dram": "64 KiB", "emulated:optane-pmem": "2 MiB"}, policy="2lm_model")
+    assert m.policy == "2lm_model"
+    a = m.array((64 * 1024,), "float32", fill=1.0)  # 256 KiB: four times the cache
+    m.reset_stats()
+    with a.read() as v:
+        assert float(v.sum()) == 64 * 1024
+    s = m.stats()
+    assert s["dram"]["bytes_read"] == 256 << 10  # a tag check per line
+    assert s["emulated:optane-pmem"]["bytes_read"] == 256 << 10  # every line misses
+    assert m.usage()["dram"]["used"] == 0  # the fast device is all cache, holds no object
+    assert tiermem.Manager({"dram": "64 KiB", "emulated:optane-pmem": "2 MiB"}, policy="2lm_model:4096").policy == "2lm_model:4096"
+    with pytest.raises(tiermem.InvalidArgumentError, match="power of two"):
+        tiermem.Manager({"dram": "64 KiB", "emulated:optane-pmem": "2 MiB"}, policy="2lm_model:100")

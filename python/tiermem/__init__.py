@@ -39,7 +39,7 @@ from .manager import Manager
 
 __version__: str = _tiermem.__version__
 
-BUILTIN_POLICIES = ("lru", "all_fast", "all_slow", "first_touch")
+BUILTIN_POLICIES = ("lru", "all_fast", "all_slow", "first_touch", "2lm_model")
 
 
 def topology() -> dict[str, Any]:

@@ -133,7 +133,7 @@ pub struct TwoLm {
     slow_index: usize,
     fast_index: usize,
     counters: [AtomicU64; EVENTS],
-    _reserved: Pinned,
+    _reserved: Option<Pinned>,
 }
 
 impl TwoLm {
@@ -147,46 +147,70 @@ impl TwoLm {
         cache_bytes: u64,
         line: usize,
     ) -> Result<Self> {
-        ensure!(
-            line >= LINE && line.is_power_of_two(),
-            "a 2LM model line must be a power of two of at least {LINE} bytes, not {line}"
-        );
         let n = manager.devices().len();
         ensure!(
             slow < n && fast < n && slow != fast,
             "a 2LM model needs two different devices below {n}, got fast {fast} and slow {slow}"
+        );
+        let devs = manager.devices();
+        let mut model = Self::over(
+            (devs[slow].clone(), slow),
+            (devs[fast].clone(), fast),
+            cache_bytes,
+            line,
+        )?;
+        model._reserved = Some(Pinned::new(manager, fast, model.cache_bytes())?);
+        Ok(model)
+    }
+
+    /// A model over two devices (with their manager indices) that reserves nothing: for a
+    /// policy that never places data on the fast device, so all of it serves as the cache,
+    /// as all of DRAM does in memory mode.
+    pub fn over(
+        slow: (Arc<Device>, usize),
+        fast: (Arc<Device>, usize),
+        cache_bytes: u64,
+        line: usize,
+    ) -> Result<Self> {
+        ensure!(
+            line >= LINE && line.is_power_of_two(),
+            "a 2LM model line must be a power of two of at least {LINE} bytes, not {line}"
         );
         let sets = cache_bytes / line as u64;
         ensure!(
             sets > 0,
             "a 2LM model cache of {cache_bytes} bytes holds no {line}-byte line"
         );
-        let slow_dev = manager.devices()[slow].clone();
-        let base = slow_dev.addr(0).ok_or_else(|| {
+        ensure!(
+            cache_bytes <= fast.0.capacity,
+            "a 2LM model cache of {cache_bytes} bytes is larger than fast device '{}' ({} bytes)",
+            fast.0.name,
+            fast.0.capacity
+        );
+        let base = slow.0.addr(0).ok_or_else(|| {
             crate::Error::InvalidArgument(format!(
                 "a 2LM model needs a byte-addressable slow device, and '{}' is a block device",
-                slow_dev.name
+                slow.0.name
             ))
         })? as usize;
-        let span = slow_dev.capacity as usize;
+        let span = slow.0.capacity as usize;
         let max_tag = (span as u64 / line as u64) / sets;
         ensure!(
             max_tag < u64::from(DIRTY - 1),
             "a 2LM model of {cache_bytes} bytes in front of {span} bytes needs tags wider than 31 bits; use a larger cache or line"
         );
-        let reserved = Pinned::new(manager, fast, sets * line as u64)?;
         Ok(TwoLm {
             line_shift: line.trailing_zeros(),
             sets,
             tags: HugeSlice::zeroed(sets as usize)?,
             base,
             span,
-            fast: manager.devices()[fast].clone(),
-            slow: slow_dev,
-            slow_index: slow,
-            fast_index: fast,
+            slow: slow.0,
+            fast: fast.0,
+            slow_index: slow.1,
+            fast_index: fast.1,
             counters: Default::default(),
-            _reserved: reserved,
+            _reserved: None,
         })
     }
 
@@ -464,5 +488,39 @@ mod tests {
         }
         // A cache larger than the fast device.
         assert!(TwoLm::new(&m, 1, 0, 2 << 20, 64).is_err());
+    }
+
+    #[test]
+    fn the_policy_charges_guards_on_both_devices() {
+        let m = Manager::new(
+            vec![
+                Device::open("dram", 64 << 10).unwrap(),
+                Device::open("emulated:optane-pmem", 1 << 20).unwrap(),
+            ],
+            policy::builtin("2lm_model").unwrap(),
+        )
+        .unwrap();
+        let id = m.alloc(256 << 10, policy::Place::Fast).unwrap();
+        let before = m.devices()[1].counters.snapshot();
+        m.write(id).unwrap().as_mut_slice().fill(3);
+        let dram = m.devices()[0].counters.snapshot();
+        let slow = m.devices()[1].counters.snapshot();
+        // 4096 lines through 1024 sets, each read then written back (DDO): every line
+        // misses; the first 1024 over empty sets, the other 3072 evict lines this pass
+        // dirtied, which go back to the slow device.
+        assert_eq!(dram.bytes_read, 256 << 10);
+        assert_eq!(dram.bytes_written, 2 * (256 << 10));
+        assert_eq!(slow.bytes_read - before.bytes_read, 256 << 10);
+        assert_eq!(slow.bytes_written - before.bytes_written, 3 * (64 << 10));
+        // Reading it back misses on every line again; only the first 1024 victims (the
+        // last lines written) are dirty, and no dead data is known to the model.
+        assert_eq!(m.read(id).unwrap().as_slice()[7], 3);
+        let slow2 = m.devices()[1].counters.snapshot();
+        assert_eq!(slow2.bytes_read - slow.bytes_read, 256 << 10);
+        assert_eq!(slow2.bytes_written - slow.bytes_written, 64 << 10);
+        assert!(policy::builtin("2lm_model:4096").is_ok());
+        for bad in ["2lm_model:100", "2lm_model:x", "2lm_model:32"] {
+            assert!(policy::builtin(bad).is_err(), "{bad}");
+        }
     }
 }

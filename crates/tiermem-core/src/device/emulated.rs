@@ -189,7 +189,8 @@ impl Throttle {
         if write.0 > 0 {
             until = until.max(reserve(&self.write_busy, self.write_cost(write.0, write.1)));
         }
-        wait_until(until);
+        // Deferred past the manager's lock when a policy charges (see DeferScope).
+        wait_or_defer(until);
     }
 
     /// Charge a read made by a kernel: reserve and wait.

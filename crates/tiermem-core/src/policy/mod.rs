@@ -7,11 +7,13 @@ mod all_fast;
 mod all_slow;
 mod first_touch;
 mod lru;
+mod twolm;
 
 pub use all_fast::AllFast;
 pub use all_slow::AllSlow;
 pub use first_touch::FirstTouch;
 pub use lru::Lru;
+pub use twolm::TwoLmPolicy;
 
 use crate::counters::DeviceCounters;
 use crate::manager::{DataManager, ObjectId, RegionId};
@@ -79,16 +81,31 @@ pub trait Policy: Send {
     }
 }
 
-/// A built-in policy by name: `lru`, `all_fast`, `all_slow`, `first_touch`.
+/// A built-in policy by name: `lru`, `all_fast`, `all_slow`, `first_touch`, `2lm_model`
+/// (`2lm_model:LINE` for coarser lines).
 pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
-    Ok(match name.replace('-', "_").as_str() {
+    let name = name.replace('-', "_");
+    if let Some(line) = name.strip_prefix("2lm_model:") {
+        let line: usize = line.parse().map_err(|_| {
+            Error::InvalidArgument(format!(
+                "policy '{name}': the line size after '2lm_model:' must be a number of bytes"
+            ))
+        })?;
+        crate::ensure!(
+            line >= crate::twolm::LINE && line.is_power_of_two(),
+            "policy '{name}': the line must be a power of two of at least 64 bytes"
+        );
+        return Ok(Box::new(TwoLmPolicy::new(line)));
+    }
+    Ok(match name.as_str() {
         "lru" => Box::new(Lru::default()),
+        "2lm_model" => Box::new(TwoLmPolicy::new(crate::twolm::LINE)),
         "all_fast" => Box::new(AllFast),
         "all_slow" => Box::new(AllSlow),
         "first_touch" => Box::new(FirstTouch),
         _ => {
             return Err(Error::InvalidArgument(format!(
-                "unknown policy '{name}' (built-ins: lru, all_fast, all_slow, first_touch)"
+                "unknown policy '{name}' (built-ins: lru, all_fast, all_slow, first_touch, 2lm_model[:LINE])"
             )))
         }
     })
