@@ -166,16 +166,25 @@ pub fn lookup(
     prefetch: usize,
 ) -> Result<Tally> {
     let first_row = check_call(tables, bags, mode, out.data.len(), out.row_stride, out.cols)?;
+    // Full dynamic caches flush in parallel (each under its own table's exclusive lock):
+    // a flush writes dirty rows back to the slow device, the longest wait of a lookup.
+    let full: Vec<&&Table> = tables
+        .iter()
+        .filter(|t| {
+            t.cache().is_some_and(|c| {
+                matches!(
+                    c.policy,
+                    super::CachePolicy::Dynamic | super::CachePolicy::Admit
+                ) && c.isfull()
+            })
+        })
+        .collect();
+    full.par_iter()
+        .try_for_each(|t| t.flush(true).map(|_| ()))?;
     for t in tables {
         if let Some(c) = t.cache() {
-            match c.policy {
-                super::CachePolicy::Dynamic | super::CachePolicy::Admit if c.isfull() => {
-                    t.flush(true)?;
-                }
-                super::CachePolicy::Static if !c.filled() => {
-                    t.fill_cache(0)?;
-                }
-                _ => {}
+            if c.policy == super::CachePolicy::Static && !c.filled() {
+                t.fill_cache(0)?;
             }
         }
     }
