@@ -526,6 +526,24 @@ pub fn gather(
 }
 
 /// Fill each `outs[t]` (int64, `batch * bag` long) with a batch of indices for a table of
+/// Fill a float32 buffer with values uniform in `[low, high)`, element k a function of
+/// `(seed, start + k)` only.
+#[pyfunction]
+pub fn uniform_into(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    low: f32,
+    high: f32,
+    seed: u64,
+    start: u64,
+) -> PyResult<()> {
+    let v = view::<f32>(out, "out (float32)", true)?;
+    // SAFETY: `v` keeps the buffer exported for the call; the caller passed no alias.
+    let o = unsafe { v.slice_mut() };
+    py.detach(|| workload::uniform_fill(o, low, high, seed, start));
+    Ok(())
+}
+
 /// `tables[t]` rows. `dist`: uniform, zipf (exponent `alpha`) or production (`histogram`).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]

@@ -23,6 +23,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embedding::sparse_grad, m)?)?;
     m.add_function(wrap_pyfunction!(embedding::gather, m)?)?;
     m.add_function(wrap_pyfunction!(embedding::generate_into, m)?)?;
+    m.add_function(wrap_pyfunction!(embedding::uniform_into, m)?)?;
     m.add_function(wrap_pyfunction!(embedding::reuse_histogram, m)?)?;
     m.add_function(wrap_pyfunction!(measure::topology_json, m)?)?;
     m.add_function(wrap_pyfunction!(measure::profiles_json, m)?)?;

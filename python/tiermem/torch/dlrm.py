@@ -23,7 +23,7 @@ rounding.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -198,12 +198,18 @@ def _init_mlp(mlp: torch.nn.Sequential, g: torch.Generator) -> None:
                 layer.bias.normal_(0.0, math.sqrt(1.0 / n), generator=g)
 
 
-def initial_rows(rows: int, dim: int, g: torch.Generator, chunk: int = 1 << 20) -> Any:
-    """The DLRM reference's initial rows, ``U(-sqrt(1/rows), sqrt(1/rows))``, in chunks."""
+def initial_rows(rows: int, dim: int, seed: int, chunk: int = 1 << 18) -> Iterator[tuple[int, np.ndarray]]:
+    """The DLRM reference's initial rows, ``U(-sqrt(1/rows), sqrt(1/rows))``, in chunks of
+    ``(start, values)``; element ``k`` of the table depends on ``(seed, k)`` only (generated in
+    parallel in the core), so every placement starts from the same numbers."""
+    from .. import _tiermem
+
     bound = math.sqrt(1.0 / rows)
     for start in range(0, rows, chunk):
         n = min(chunk, rows - start)
-        yield start, (torch.rand(n, dim, generator=g) * (2 * bound) - bound).numpy()
+        buf = np.empty((n, dim), np.float32)
+        _tiermem.uniform_into(buf, -bound, bound, seed, start * dim)
+        yield start, buf
 
 
 class ReferenceEmbeddings(torch.nn.Module):
@@ -272,9 +278,8 @@ class DLRM(torch.nn.Module):
         self.top = _mlp(config.top_mlp, config.top_input, sigmoid_last=True)
         _init_mlp(self.bottom, g)
         _init_mlp(self.top, g)
-        tg = torch.Generator().manual_seed(seed + 1)
         for t, r in enumerate(config.rows):
-            for start, values in initial_rows(r, config.dim, tg):
+            for start, values in initial_rows(r, config.dim, (seed + 1) * 1_000_003 + t):
                 embeddings.load_rows(t, start, values)
         if config.interaction == "dot":
             n = config.num_tables + 1

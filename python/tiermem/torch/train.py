@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,24 +52,18 @@ def _available_memory() -> int:
     return 0
 
 
-def fit_check(config: DLRMConfig, slow_capacity: int | None = None, mode: str = "dynamic") -> None:
-    """Refuse, before anything is allocated, a model whose tables cannot fit the slow tier
-    (its capacity, or this machine's available memory for DRAM-backed devices)."""
-    need = config.table_bytes
-    avail = _available_memory()
-    limits = []
-    if slow_capacity is not None:
-        limits.append(("the slow device", slow_capacity))
-    if avail:
-        # reference keeps the tables in process memory; every other mode keeps them on a
-        # DRAM-backed (emulated or dram) slow device, reserved up front.
-        limits.append(("this machine's available memory", int(avail * 0.9)))
-    for what, cap in limits:
-        if need > cap:
-            raise InvalidArgumentError(
-                f"the model's {config.num_tables} embedding tables need {format_bytes(need)} "
-                f"({sum(config.rows):,} rows of {config.row_bytes} bytes) but {what} has {format_bytes(cap)}; "
-                f"use a smaller scale")
+def fit_check(config: DLRMConfig, fast_budget: int = 0) -> None:
+    """Refuse, before anything is allocated, a model whose tables (plus the fast budget)
+    cannot fit this machine's available memory: every mode keeps the rows in memory (plain
+    process memory for ``reference``, a DRAM-backed slow device otherwise, reserved up front)."""
+    need = config.table_bytes + fast_budget
+    avail = int(_available_memory() * 0.9)
+    if avail and need > avail:
+        raise InvalidArgumentError(
+            f"the model's {config.num_tables} embedding tables need {format_bytes(config.table_bytes)} "
+            f"({sum(config.rows):,} rows of {config.row_bytes} bytes), plus {format_bytes(fast_budget)} of fast "
+            f"budget, but this machine's available memory is {format_bytes(avail)} (90 % of MemAvailable); "
+            f"use a smaller scale")
 
 
 @dataclass
@@ -94,12 +88,9 @@ class RunResult:
     devices: dict[str, str]
     twolm: dict[str, Any] | None = None
     queries_per_second: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d.update(d.pop("extra"))
-        return d
+        return dict(self.__dict__)
 
 
 def _cache_bytes(rows: int, row_bytes: int, fraction: float) -> int:
@@ -115,10 +106,11 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
     ``budget``."""
     rows, rb = sum(config.rows), config.row_bytes
     meta = 8 * rows  # pointer-table entries and reindex scratch, 4 bytes each per row
-    if budget - meta < rb * config.num_tables:
+    least = meta + (rb + 4) * config.num_tables
+    if budget < least:
         raise InvalidArgumentError(
             f"a fast budget of {format_bytes(budget)} does not hold the tables' pointer tables and "
-            f"one cached row each ({format_bytes(meta + rb * config.num_tables)}); raise the budget")
+            f"one cached row each ({format_bytes(least)}); raise the budget")
     total = min(1.0, (budget - meta) / (1.0 + 4.0 / rb) / config.table_bytes)
     while total > 0:
         used = meta + sum(_cache_bytes(r, rb, total) * (1.0 + 4.0 / rb) for r in config.rows)
@@ -155,8 +147,8 @@ class Trainer:
             raise InvalidArgumentError("mode 'reference' trains float32 tables (torch's sparse SGD on bfloat16 rounds differently)")
         self.config, self.mode, self.lr, self.seed, self.dist = config, mode, float(lr), int(seed), dist
         self.fast_budget = int(fast_budget if fast_budget is not None else config.table_bytes // 4)
-        slow_cap = config.table_bytes + (64 << 20) * config.num_tables
-        fit_check(config, None, mode)
+        slow_cap = config.table_bytes + (2 << 20) * (config.num_tables + 1)  # room for alignment
+        fit_check(config, 0 if mode in ("reference", "all-slow") else self.fast_budget)
         self.manager: Manager | None = None
         self.twolm: TwoLmModel | None = None
         self.tables: list[EmbeddingTable] = []

@@ -370,6 +370,28 @@ fn production(p: &[f64], rows: usize, n: usize, table_seed: u64, rng: &mut Rng) 
     out
 }
 
+/// Fill `out` with values uniform in `[low, high)`: element `k` is a pure function of `seed`
+/// and `start + k` (splitmix64 of the index), so any split into chunks or threads gives the
+/// same numbers. Initial embedding rows for every placement of a model come from here.
+pub fn uniform_fill(out: &mut [f32], low: f32, high: f32, seed: u64, start: u64) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let span = high - low;
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, xs)| {
+        let base = start + (c * CHUNK) as u64;
+        for (k, x) in xs.iter_mut().enumerate() {
+            let mut z = (seed ^ 0x6A09_E667_F3BC_C909)
+                .wrapping_add((base + k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            // 24 random bits: every value exactly representable, in [0, 1).
+            let u = (z >> 40) as f32 * (1.0 / (1u64 << 24) as f32);
+            *x = low + span * u;
+        }
+    });
+}
+
 /// Share of distinct rows of `values` in each reuse bucket (as Meta's histograms report).
 #[must_use]
 pub fn reuse_histogram(values: &[i64]) -> Vec<f64> {
