@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -15,36 +16,60 @@ from ._table import table
 def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters: int, warmup: int,
               fast_budget: int, slow: str, lr: float, seed: int, alpha: float = 1.0,
               label: str = "train dlrm", batches: Callable[[str], Iterator[Any]] | None = None) -> dict[str, Any]:
-    """Train ``config`` in every mode for every distribution (same seed, same batches) and
-    collect the results; ``batches(dist)`` overrides the synthetic data."""
+    """Train ``config`` in every mode for every distribution and collect the results.
+
+    The modes of one distribution run in lockstep: every trainer is built (same seed, same
+    initial weights), then each iteration's batch is made once and fed to every mode in turn,
+    the order rotating, so a noisy stretch of the machine falls on all modes alike.
+    ``batches(dist)`` overrides the synthetic data."""
     from ..data import SyntheticData
     from ..torch.train import Trainer
 
     runs: list[dict[str, Any]] = []
     devices: dict[str, str] = {}
-    with Progress(len(modes) * len(dists) * (warmup + iters), label) as p:
+    with Progress(len(dists) * (warmup + iters), label) as p:
         for dist in dists:
+            if batches is not None:
+                source = batches(dist)
+            else:
+                d = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag,
+                                  dist=dist, alpha=alpha, seed=seed)
+                source = (d.batch(i) for i in range(warmup + iters))
+            first = list(_take(source, max(1, warmup)))
+            trainers = {}
             for mode in modes:
-                def source() -> Iterator[Any]:
-                    if batches is not None:
-                        return batches(dist)
-                    d = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag,
-                                      dist=dist, alpha=alpha, seed=seed)
-                    return (d.batch(i) for i in range(warmup + iters))
-
-                prof = list(_take(source(), max(1, warmup))) if mode == "static" else None
-                p._draw(f"{dist} {mode}: placing tables")
-                t = Trainer(config, mode, fast_budget=fast_budget, slow=slow, lr=lr, seed=seed, dist=dist,
-                            profile=prof)
-                r = t.train(source(), iters, warmup=warmup, on_step=lambda k, loss: p.step(f"{dist} {mode} loss {loss:.4f}"))
+                p._draw(f"{dist}: placing the {mode} tables")
+                trainers[mode] = Trainer(config, mode, fast_budget=fast_budget, slow=slow, lr=lr, seed=seed,
+                                         dist=dist, profile=first if mode == "static" else None)
+            stream = iter(first)
+            for k in range(warmup + iters):
+                if k == warmup:
+                    for t in trainers.values():
+                        t.begin_timing()
+                t0 = time.perf_counter()
+                b = next(stream, None)
+                if b is None:
+                    stream = source
+                    b = next(stream, None)
+                if b is None:
+                    break
+                data_s = time.perf_counter() - t0
+                order = list(modes[k % len(modes):]) + list(modes[:k % len(modes)])
+                for mode in order:
+                    trainers[mode].run_iteration(b, timed=k >= warmup, data_seconds=data_s)
+                p.step(f"{dist} iteration {k + 1}")
+            for mode in modes:
+                t = trainers[mode]
+                r = t.result()
                 d = r.to_json()
                 d["static_fill"] = t.static_fill
                 runs.append(d)
                 devices.update(r.devices)
-                del t
+            del trainers
     _compare(runs)
     return {"config": config.to_dict(), "fast_budget": fast_budget, "table_bytes": config.table_bytes,
-            "iters": iters, "warmup": warmup, "runs": runs, "devices": devices}
+            "iters": iters, "warmup": warmup, "runs": runs, "devices": devices,
+            "timing": "modes in lockstep, order rotating; medians over the timed iterations"}
 
 
 def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
@@ -72,7 +97,7 @@ def report(res: dict[str, Any]) -> str:
                f"({format_bytes(res['table_bytes'])}), batch {c['batch_size']}, {c['bag']} lookups per table per sample")
     out.append(f"fast budget {format_bytes(res['fast_budget'])} "
                f"(tables are {res['table_bytes'] / res['fast_budget']:.1f}x larger); "
-               f"{res['warmup']} warm-up + {res['iters']} timed iterations per run")
+               f"{res['warmup']} warm-up + {res['iters']} timed iterations, modes in lockstep (medians)")
     for dist in dict.fromkeys(r["dist"] for r in res["runs"]):
         rows = []
         for r in (r for r in res["runs"] if r["dist"] == dist):

@@ -171,7 +171,7 @@ def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
             if r.get("losses"):
                 ax.plot(r["loss_times"][-len(r["losses"]):], r["losses"], label=r["mode"], lw=1.2)
         ax.set_title(f"{dist} inputs")
-        ax.set_xlabel("seconds since the run started (input generation included)")
+        ax.set_xlabel("seconds of this mode's training steps")
         ax.set_ylabel("BCE loss")
         ax.grid(alpha=0.3)
         ax.legend()

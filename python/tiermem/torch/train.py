@@ -34,11 +34,12 @@ from .dlrm import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 
 __all__ = ["Trainer", "RunResult", "fit_check", "MODES"]
 
-#: Cache slack as a share of the cache. A dynamic table flushes its oldest pages down to the
-#: lower size when the slack is used up, like the thesis's "oldest cache page is cleaned up"
-#: (§5.6.1): a small slack flushes little and often and keeps most hot rows; at 20 % it lost
-#: hot rows every iteration (demo model, Zipf: lookup 99 vs 40 ms at 5 %).
-SLACK_SHARE = 0.05
+#: Cache slack as a share of the cache. A dynamic table flushes its oldest pages (whole
+#: frames, as the thesis cleans up "the oldest cache page", §5.6.1) down to the lower size
+#: when the slack is used up, so the slack must span at least one frame (an eighth of a small
+#: cache, 2 MiB of a large one) or the cache freezes once full. More slack flushes more hot
+#: rows per round (demo model at half size, Zipf: lookup 63 ms at 10 %, 99 ms at 20 %).
+SLACK_SHARE = 0.15
 
 
 def _available_memory() -> int:
@@ -73,11 +74,13 @@ class RunResult:
     mode: str
     dist: str
     iters: int
-    #: A training step (lookup + dense + update), the input pipeline excluded.
+    #: A training step (lookup + dense + update), the input pipeline excluded: the median
+    #: over the timed iterations (``breakdown``: each phase's median).
     seconds_per_iter: float
     breakdown: dict[str, float]
     #: Time to produce each batch (synthetic generation or Criteo parsing), not in the step.
     data_seconds_per_iter: float
+    #: Loss per iteration, warm-up included, and the trainer's own step time up to each.
     losses: list[float]
     loss_times: list[float]
     fast_budget: int
@@ -168,6 +171,9 @@ class Trainer:
         self.loss_fn = torch.nn.BCELoss()
         self.step = 0
         self.losses: list[float] = []
+        #: Per iteration, this trainer's own step time so far (seconds).
+        self.loss_times: list[float] = []
+        self._own = 0.0
 
     # Placement -------------------------------------------------------------------------
     def _manager(self, slow: str, slow_cap: int) -> Manager:
@@ -242,6 +248,26 @@ class Trainer:
         self.losses.append(v)
         return v, t1 - t0, t2 - t1, t3 - t2
 
+    def begin_timing(self) -> None:
+        """Start the timed part of a run: zero the counters and the per-iteration times."""
+        if self.manager is not None:
+            self.manager.reset_stats()
+        for t in self.tables:
+            t.reset_stats()
+        if self.twolm is not None:
+            self.twolm.reset_stats()
+        self._timed: list[tuple[float, float, float, float]] = []
+
+    def run_iteration(self, b: Batch, *, timed: bool, data_seconds: float = 0.0) -> float:
+        """One training step on ``b``; its phase times are kept when ``timed`` (after
+        :meth:`begin_timing`). Returns the loss. For running several trainers in lockstep."""
+        loss, lk, dn, up = self.train_step(b)
+        self._own += lk + dn + up
+        self.loss_times.append(self._own)
+        if timed:
+            self._timed.append((lk, dn, up, data_seconds))
+        return loss
+
     def train(self, batches: Iterable[Batch], iters: int, *, warmup: int = 0,
               on_step: Callable[[int, float], None] | None = None,
               checkpoint: str | None = None, checkpoint_every: int = 0,
@@ -251,26 +277,17 @@ class Trainer:
         ``checkpoint``: a path written every ``checkpoint_every`` iterations, at the end,
         and when interrupted (then the interrupt is raised again)."""
         it: Iterator[Batch] = iter(batches)
-        parts = np.zeros(4)
-        times: list[float] = []
-        start_loss = len(self.losses)
-        done = 0
-        t_start = time.perf_counter()
+        start = len(self.losses)
         try:
             for k in range(warmup + iters):
                 if k == warmup:
-                    self._reset_counters()
+                    self.begin_timing()
                 t0 = time.perf_counter()
                 try:
                     b = next(it)
                 except StopIteration:
                     break
-                t1 = time.perf_counter()
-                loss, lk, dn, up = self.train_step(b)
-                if k >= warmup:
-                    parts += (lk, dn, up, t1 - t0)
-                    done += 1
-                times.append(time.perf_counter() - t_start)
+                loss = self.run_iteration(b, timed=k >= warmup, data_seconds=time.perf_counter() - t0)
                 if on_step:
                     on_step(k, loss)
                 if checkpoint and checkpoint_every and self.step % checkpoint_every == 0:
@@ -281,19 +298,16 @@ class Trainer:
             raise
         if checkpoint:
             self.save(checkpoint, data_state() if data_state else None)
-        if done == 0:
-            raise InvalidArgumentError("no timed iteration ran: the data ran out during warm-up")
-        return self._result(done, parts, self.losses[start_loss:], times)
+        return self.result(start)
 
     def infer(self, batches: Iterable[Batch], iters: int, warmup: int = 1) -> RunResult:
         """Forward passes only; reports queries (samples) per second."""
         it = iter(batches)
-        parts = np.zeros(4)
-        n = done = 0
+        n = 0
         with torch.no_grad():
             for k in range(warmup + iters):
                 if k == warmup:
-                    self._reset_counters()
+                    self.begin_timing()
                 d = time.perf_counter()
                 try:
                     b = next(it)
@@ -304,25 +318,20 @@ class Trainer:
                 c = time.perf_counter()
                 self.model.dense_forward(b.dense, emb)
                 if k >= warmup:
-                    parts += (c - a, time.perf_counter() - c, 0.0, a - d)
+                    self._timed.append((c - a, time.perf_counter() - c, 0.0, a - d))
                     n += b.size
-                    done += 1
-        if done == 0:
-            raise InvalidArgumentError("no timed inference batch ran: the data ran out during warm-up")
-        r = self._result(done, parts, [], [])
-        r.queries_per_second = n / float(parts[:3].sum())
+        r = self.result(len(self.losses))
+        r.queries_per_second = n / (r.seconds_per_iter * r.iters)
         return r
 
-    def _reset_counters(self) -> None:
-        if self.manager is not None:
-            self.manager.reset_stats()
-        for t in self.tables:
-            t.reset_stats()
-        if self.twolm is not None:
-            self.twolm.reset_stats()
-
-    def _result(self, done: int, parts: np.ndarray, losses: list[float],
-                times: list[float]) -> RunResult:
+    def result(self, first_loss: int = 0) -> RunResult:
+        """The timed iterations since :meth:`begin_timing` (medians per phase, robust to
+        the machine's noise) with the losses from ``first_loss`` on."""
+        rows = np.array(getattr(self, "_timed", []), dtype=float).reshape(-1, 4)
+        done = len(rows)
+        if done == 0:
+            raise InvalidArgumentError("no timed iteration ran: the data ran out during warm-up")
+        med = np.median(rows, axis=0)
         c = self.config
         devices: dict[str, str] = {}
         bytes_: dict[str, dict[str, int]] = {}
@@ -341,10 +350,12 @@ class Trainer:
             h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
             hit = h / (h + m) if h + m else None
         return RunResult(
-            mode=self.mode, dist=self.dist, iters=done, seconds_per_iter=float(parts[:3].sum()) / done,
-            breakdown={"lookup": parts[0] / done, "dense": parts[1] / done, "update": parts[2] / done},
-            data_seconds_per_iter=float(parts[3]) / done,
-            losses=losses, loss_times=times, fast_budget=self.fast_budget if self.mode != "reference" else c.table_bytes,
+            mode=self.mode, dist=self.dist, iters=done,
+            seconds_per_iter=float(np.median(rows[:, :3].sum(axis=1))),
+            breakdown={"lookup": float(med[0]), "dense": float(med[1]), "update": float(med[2])},
+            data_seconds_per_iter=float(med[3]),
+            losses=self.losses[first_loss:], loss_times=self.loss_times[first_loss:],
+            fast_budget=self.fast_budget if self.mode != "reference" else c.table_bytes,
             fast_bytes_peak=self.fast_bytes(), bytes=bytes_, bytes_counted=counted, hit_rate=hit,
             devices=devices, twolm=self.twolm.stats() if self.twolm is not None else None,
         )
@@ -365,6 +376,7 @@ class Trainer:
             "mode": self.mode,
             "step": self.step,
             "losses": list(self.losses),
+            "loss_times": list(self.loss_times),
             "model": self.model.state_dict(),
             "dense_optimizer": self.dense_optimizer.state_dict(),
             "data": data_state or {},
@@ -390,4 +402,6 @@ class Trainer:
         self.dense_optimizer.load_state_dict(state["dense_optimizer"])
         self.step = int(state["step"])
         self.losses = list(state["losses"])
+        self.loss_times = list(state.get("loss_times") or [0.0] * len(self.losses))
+        self._own = self.loss_times[-1] if self.loss_times else 0.0
         return dict(state.get("data") or {})
