@@ -130,8 +130,8 @@ proptest! {
     #[test]
     fn baselines_keep_invariants_and_data(
         ops in prop::collection::vec(op(), 1..40),
-        which in 0usize..3,
+        which in 0usize..4,
     ) {
-        run(["all_fast", "all_slow", "first_touch"][which], ops)?;
+        run(["all_fast", "all_slow", "first_touch", "2lm_model"][which], ops)?;
     }
 }
