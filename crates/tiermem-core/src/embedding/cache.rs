@@ -30,6 +30,9 @@ const LOCKED: u32 = 2;
 const DIRTY: u32 = 1 << 31;
 /// On an entry that is not cached: the row missed once recently (`admit` policy).
 const SEEN: u32 = 4;
+/// On a back-edge: the row was hit since it was cached or last kept by a reclaim (dynamic
+/// policies' second chance). Back-edges hold `row + 1 < 2^29`, so the top bit is free.
+const REF: u32 = 1 << 31;
 
 /// The cache slot of a cached entry.
 #[inline(always)]
@@ -345,7 +348,15 @@ impl CachedRows {
         if e & CACHED != 0 {
             t.hits += 1;
             t.cache_read += self.stride as u64;
-            return self.slot_ptr(slot_of(e));
+            let s = slot_of(e);
+            if caching {
+                // Read first: the store (one per row between reclaims) is the rare case.
+                let b = &self.back[s];
+                if b.load(Ordering::Relaxed) & REF == 0 {
+                    b.fetch_or(REF, Ordering::Relaxed);
+                }
+            }
+            return self.slot_ptr(s);
         }
         t.misses += 1;
         t.home_read += self.stride as u64;
@@ -420,7 +431,12 @@ impl CachedRows {
             let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
             f * self.frame_rows..f * self.frame_rows + used
         };
-        let row_dirty = |b: u32| self.entry((b - 1) as usize).load(Ordering::Relaxed) & DIRTY != 0;
+        let row_dirty = |b: u32| {
+            self.entry(((b & !REF) - 1) as usize)
+                .load(Ordering::Relaxed)
+                & DIRTY
+                != 0
+        };
         if !write_back {
             let dirty = victims
                 .iter()
@@ -443,7 +459,7 @@ impl CachedRows {
                 if b == 0 {
                     continue;
                 }
-                let row = (b - 1) as usize;
+                let row = ((b & !REF) - 1) as usize;
                 if row_dirty(b) {
                     // SAFETY: exclusive table lock: no one reads or writes row or slot; both
                     // ranges lie inside their regions.
@@ -480,6 +496,104 @@ impl CachedRows {
         Ok(rows)
     }
 
+    /// Make room in a full dynamic cache, second-chance style (CLOCK at page granularity):
+    /// walk the oldest pages; a row hit since it was cached (or last kept) stays, packed
+    /// towards the front of the walked pages with its mark cleared; the others leave (dirty
+    /// ones written back first). Stops once the walked pages hold a slack's worth of free
+    /// slots, or after one pass over every page. Kept rows' pages go to the back of the queue,
+    /// the page with the packing cursor becomes the one new rows fill, emptied pages are
+    /// freed. Call with the table's exclusive lock held. Returns rows dropped.
+    pub(crate) fn reclaim(&self) -> Result<u64> {
+        let mut p = self.pages.lock();
+        let fr = self.frame_rows;
+        let want = (self.cacheslack() / self.stride as u64).max(1) as usize;
+        let mut t = Tally::default();
+        let (mut dropped, mut written) = (0u64, 0u64);
+        let mut walked: Vec<usize> = Vec::new();
+        let mut kept = 0usize; // rows packed so far into the walked pages, in order
+        let total = p.active.len();
+        while walked.len() < total && walked.len() * fr - kept < want {
+            let Some(f) = p.active.pop_front() else { break };
+            walked.push(f);
+            let used = self.bumps[f].load(Ordering::Relaxed).min(fr);
+            for s in f * fr..f * fr + used {
+                let b = self.back[s].swap(0, Ordering::Relaxed);
+                if b == 0 {
+                    continue;
+                }
+                let row = ((b & !REF) - 1) as usize;
+                let e = self.entry(row).load(Ordering::Relaxed);
+                if b & REF != 0 {
+                    let to = walked[kept / fr] * fr + kept % fr;
+                    if to != s {
+                        // SAFETY: exclusive table lock; `to` precedes `s` in packing order, so
+                        // it is free (its row already moved or left); both lie in the cache.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                self.slot_ptr(s),
+                                self.slot_ptr(to),
+                                self.stride,
+                            );
+                        }
+                        t.cache_read += self.stride as u64;
+                        t.cache_written += self.stride as u64;
+                    }
+                    self.back[to].store(row as u32 + 1, Ordering::Relaxed);
+                    self.entry(row)
+                        .store(((to as u32) << 2) | CACHED | (e & DIRTY), Ordering::Release);
+                    kept += 1;
+                } else {
+                    if e & DIRTY != 0 {
+                        // SAFETY: exclusive table lock; slot and home row lie in their regions.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                self.slot_ptr(s),
+                                self.home_ptr(row),
+                                self.stride,
+                            );
+                        }
+                        t.cache_read += self.stride as u64;
+                        t.home_written += self.stride as u64;
+                        written += 1;
+                    }
+                    self.entry(row).store(0, Ordering::Release);
+                    dropped += 1;
+                }
+            }
+        }
+        // Pages holding packed rows go back in order; the last one (if any room) is where
+        // new rows go next; pages past the cursor are empty.
+        let full_pages = kept / fr;
+        let mut current = NONE;
+        for (k, &f) in walked.iter().enumerate() {
+            if k < full_pages {
+                self.bumps[f].store(fr, Ordering::Relaxed);
+                p.active.push_back(f);
+            } else if k == full_pages && !kept.is_multiple_of(fr) {
+                self.bumps[f].store(kept % fr, Ordering::Relaxed);
+                p.active.push_back(f);
+                current = f;
+            } else {
+                self.bumps[f].store(0, Ordering::Relaxed);
+                p.free.push(f);
+            }
+        }
+        self.current.store(current, Ordering::Release);
+        let freed = walked
+            .len()
+            .saturating_sub(full_pages + usize::from(current != NONE));
+        drop(p);
+        if self.admits() {
+            self.age_seen();
+        }
+        self.full.store(false, Ordering::Relaxed);
+        charge(&self.home_dev, Some(&self.cache_dev), &t);
+        let mut c = self.counters.lock();
+        c.pages_flushed += freed as u64;
+        c.rows_written_back += written;
+        Ok(dropped)
+    }
+
     /// Clear the `SEEN` bit of the next quarter of the table's uncached rows (round robin),
     /// so "missed before" means "missed within the last few flushes". Exclusive lock held.
     fn age_seen(&self) {
@@ -507,7 +621,7 @@ impl CachedRows {
             }
             if e & CACHED != 0 {
                 let s = slot_of(e);
-                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed));
+                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed) & !REF);
                 if b != Some(i as u32 + 1) {
                     return Err(format!("row {i} -> slot {s} but its back-edge is {b:?}"));
                 }

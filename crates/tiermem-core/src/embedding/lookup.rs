@@ -166,8 +166,8 @@ pub fn lookup(
     prefetch: usize,
 ) -> Result<Tally> {
     let first_row = check_call(tables, bags, mode, out.data.len(), out.row_stride, out.cols)?;
-    // Full dynamic caches flush in parallel (each under its own table's exclusive lock):
-    // a flush writes dirty rows back to the slow device, the longest wait of a lookup.
+    // Full dynamic caches make room in parallel (each under its own table's exclusive
+    // lock): dropped rows' write-backs to the slow device are the longest wait of a lookup.
     let full: Vec<&&Table> = tables
         .iter()
         .filter(|t| {
@@ -179,8 +179,7 @@ pub fn lookup(
             })
         })
         .collect();
-    full.par_iter()
-        .try_for_each(|t| t.flush(true).map(|_| ()))?;
+    full.par_iter().try_for_each(|t| t.reclaim().map(|_| ()))?;
     for t in tables {
         if let Some(c) = t.cache() {
             if c.policy == super::CachePolicy::Static && !c.filled() {

@@ -427,6 +427,16 @@ impl Table {
         }
     }
 
+    /// Make room in a full dynamic cache, keeping rows hit since they were cached (see
+    /// `CachedRows::reclaim`); what lookups do when the cache is full. No-op for direct tables.
+    pub fn reclaim(&self) -> Result<u64> {
+        let _x = self.exclusive();
+        match self.cache() {
+            Some(c) => c.reclaim(),
+            None => Ok(0),
+        }
+    }
+
     /// Fill the cache with rows in a scrambled order (LFSR, `seed`) until it is full: the
     /// `static` policy's warm-up, and a way to cache every row of a table whose cache can
     /// hold it. Returns rows cached.
