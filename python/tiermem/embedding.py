@@ -12,8 +12,8 @@ byte-addressable device, hot rows in cache pages in fast memory (thesis §5.4)::
 
 Bags use the ``torch.nn.EmbeddingBag`` layout: ``offsets`` has one entry per bag (the
 start of each bag) or, with ``include_last_offset=True``, one more (the end). Cache policies
-(thesis §5.6.1): ``dynamic`` caches rows as lookups touch them and flushes the oldest
-pages when the cache is full; ``static`` fills the cache once (at the first lookup, after
+(thesis §5.6.1): ``dynamic`` caches rows as lookups touch them and, when the cache is full,
+reclaims room second-chance style (rows hit since they were cached stay, the others leave); ``static`` fills the cache once (at the first lookup, after
 the rows are loaded) with rows in a scrambled order and then only reads through it; ``simple`` (``cache=None`` on a slow device) keeps every row
 on the slow device without indirection.
 """

@@ -34,11 +34,8 @@ from .dlrm import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 
 __all__ = ["Trainer", "RunResult", "fit_check", "MODES"]
 
-#: Cache slack as a share of the cache. A dynamic table flushes its oldest pages (whole
-#: frames, as the thesis cleans up "the oldest cache page", §5.6.1) down to the lower size
-#: when the slack is used up, so the slack must span at least one frame (an eighth of a small
-#: cache, 2 MiB of a large one) or the cache freezes once full. More slack flushes more hot
-#: rows per round (demo model at half size, Zipf: lookup 63 ms at 10 %, 99 ms at 20 %).
+#: Cache slack as a share of the cache: the room a full dynamic table reclaims at a time
+#: (whole pages, so at least one page: an eighth of a small cache, 2 MiB of a large one).
 SLACK_SHARE = 0.15
 
 
