@@ -460,21 +460,7 @@ impl CachedRows {
                     continue;
                 }
                 let row = ((b & !REF) - 1) as usize;
-                if row_dirty(b) {
-                    // SAFETY: exclusive table lock: no one reads or writes row or slot; both
-                    // ranges lie inside their regions.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            self.slot_ptr(s),
-                            self.home_ptr(row),
-                            self.stride,
-                        );
-                    }
-                    t.cache_read += self.stride as u64;
-                    t.home_written += self.stride as u64;
-                    written += 1;
-                }
-                self.entry(row).store(0, Ordering::Release);
+                written += u64::from(self.uncache(s, row, row_dirty(b), &mut t));
                 rows += 1;
             }
             self.bumps[f].store(0, Ordering::Relaxed);
@@ -494,6 +480,22 @@ impl CachedRows {
         c.pages_flushed += n as u64;
         c.rows_written_back += written;
         Ok(rows)
+    }
+
+    /// Take `row` out of the cache from `slot`, writing it home first if `dirty`; returns
+    /// whether it was written. Call with the table's exclusive lock held.
+    fn uncache(&self, slot: usize, row: usize, dirty: bool, t: &mut Tally) -> bool {
+        if dirty {
+            // SAFETY: exclusive table lock: no one reads or writes the row or the slot; both
+            // ranges lie inside their regions.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.slot_ptr(slot), self.home_ptr(row), self.stride);
+            }
+            t.cache_read += self.stride as u64;
+            t.home_written += self.stride as u64;
+        }
+        self.entry(row).store(0, Ordering::Release);
+        dirty
     }
 
     /// Make room in a full dynamic cache, second-chance style (CLOCK at page granularity):
@@ -543,20 +545,7 @@ impl CachedRows {
                         .store(((to as u32) << 2) | CACHED | (e & DIRTY), Ordering::Release);
                     kept += 1;
                 } else {
-                    if e & DIRTY != 0 {
-                        // SAFETY: exclusive table lock; slot and home row lie in their regions.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                self.slot_ptr(s),
-                                self.home_ptr(row),
-                                self.stride,
-                            );
-                        }
-                        t.cache_read += self.stride as u64;
-                        t.home_written += self.stride as u64;
-                        written += 1;
-                    }
-                    self.entry(row).store(0, Ordering::Release);
+                    written += u64::from(self.uncache(s, row, e & DIRTY != 0, &mut t));
                     dropped += 1;
                 }
             }

@@ -2,7 +2,7 @@
 //! is staged into memory for the length of a guard and written back (if modified) when the
 //! guard closes — the cost of using the slow tier directly.
 
-use super::{create_on, device_for, stage_in, stage_out, Place, Policy};
+use super::{create_slow, stage_in, stage_out, Place, Policy};
 use crate::manager::{DataManager, ObjectId};
 use crate::Result;
 
@@ -16,11 +16,7 @@ impl Policy for AllSlow {
     }
 
     fn alloc(&mut self, m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
-        let d = match place {
-            Place::Device(_) => device_for(m, place)?,
-            _ => m.devices().len() - 1,
-        };
-        create_on(m, d, bytes)
+        create_slow(m, bytes, place)
     }
 
     fn prefetch(&mut self, _m: &mut DataManager, _id: ObjectId, _force: bool) -> Result<()> {

@@ -124,6 +124,16 @@ pub fn device_for(m: &DataManager, place: Place) -> Result<usize> {
     }
 }
 
+/// Allocate on the device `place` names, or on the slowest device for any other place
+/// (the policies that keep everything slow).
+pub fn create_slow(m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
+    let d = match place {
+        Place::Device(_) => device_for(m, place)?,
+        _ => m.devices().len() - 1,
+    };
+    create_on(m, d, bytes)
+}
+
 /// The error for an allocation nothing could satisfy.
 pub fn full(m: &DataManager, d: usize, bytes: u64) -> Error {
     let h = m.heap(d);

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::{create_on, device_for, stage_in, Place, Policy};
+use super::{create_slow, stage_in, Place, Policy};
 use crate::manager::{DataManager, ObjectId};
 use crate::twolm::{Access, TwoLm, EVENTS, LINE};
 use crate::{ensure, Result};
@@ -66,11 +66,7 @@ impl Policy for TwoLmPolicy {
 
     fn alloc(&mut self, m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
         self.model_for(m)?;
-        let d = match place {
-            Place::Device(_) => device_for(m, place)?,
-            _ => m.devices().len() - 1,
-        };
-        create_on(m, d, bytes)
+        create_slow(m, bytes, place)
     }
 
     fn prefetch(&mut self, _m: &mut DataManager, _id: ObjectId, _force: bool) -> Result<()> {
