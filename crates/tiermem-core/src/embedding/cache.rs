@@ -471,15 +471,21 @@ impl CachedRows {
         p.active.drain(..n);
         p.free.extend(victims.iter().rev());
         drop(p);
+        self.after_room_made(&t, n as u64, written);
+        Ok(rows)
+    }
+
+    /// After a flush or reclaim (pages lock released): age admission marks, clear `full`,
+    /// charge the traffic and count freed pages and written-back rows.
+    fn after_room_made(&self, t: &Tally, pages_freed: u64, written: u64) {
         if self.admits() {
             self.age_seen();
         }
         self.full.store(false, Ordering::Relaxed);
-        charge(&self.home_dev, Some(&self.cache_dev), &t);
+        charge(&self.home_dev, Some(&self.cache_dev), t);
         let mut c = self.counters.lock();
-        c.pages_flushed += n as u64;
+        c.pages_flushed += pages_freed;
         c.rows_written_back += written;
-        Ok(rows)
     }
 
     /// Take `row` out of the cache from `slot`, writing it home first if `dirty`; returns
@@ -572,14 +578,7 @@ impl CachedRows {
             .len()
             .saturating_sub(full_pages + usize::from(current != NONE));
         drop(p);
-        if self.admits() {
-            self.age_seen();
-        }
-        self.full.store(false, Ordering::Relaxed);
-        charge(&self.home_dev, Some(&self.cache_dev), &t);
-        let mut c = self.counters.lock();
-        c.pages_flushed += freed as u64;
-        c.rows_written_back += written;
+        self.after_room_made(&t, freed as u64, written);
         Ok(dropped)
     }
 
