@@ -15,8 +15,18 @@ def run_demo(args: Any) -> int:
     from ..torch.dlrm import MODES, DLRMConfig
     from .dlrm_report import report, run_modes, write
 
+    from ..torch.train import available_memory
+
     quick = bool(args.quick)
-    config = DLRMConfig.preset("demo", scale=0.5 if quick else 1.0)
+    scale = 0.5 if quick else 1.0
+    # The five modes run in lockstep, all alive at once: the reference's tables, four slow
+    # tiers holding them and four fast budgets of a quarter each: about 6x the tables. Shrink
+    # the tables to fit in 60 % of the memory this machine has available.
+    full = DLRMConfig.preset("demo", scale=scale).table_bytes
+    avail = available_memory()
+    if avail and 6 * full > 0.6 * avail:
+        scale *= 0.6 * avail / (6 * full)
+    config = DLRMConfig.preset("demo", scale=scale)
     budget = config.table_bytes // 4
     warmup, iters = (4, 8) if quick else (10, 40)
     torch.manual_seed(0)

@@ -32,14 +32,15 @@ from ..manager import Manager
 from ..twolm import TwoLmModel
 from .dlrm import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 
-__all__ = ["Trainer", "RunResult", "fit_check", "MODES"]
+__all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
 
 #: Cache slack as a share of the cache: the room a full dynamic table reclaims at a time
 #: (whole pages, so at least one page: an eighth of a small cache, 2 MiB of a large one).
 SLACK_SHARE = 0.15
 
 
-def _available_memory() -> int:
+def available_memory() -> int:
+    """This machine's MemAvailable in bytes (0 when unknown)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -55,7 +56,7 @@ def fit_check(config: DLRMConfig, fast_budget: int = 0) -> None:
     cannot fit this machine's available memory: every mode keeps the rows in memory (plain
     process memory for ``reference``, a DRAM-backed slow device otherwise, reserved up front)."""
     need = config.table_bytes + fast_budget
-    avail = int(_available_memory() * 0.9)
+    avail = int(available_memory() * 0.9)
     if avail and need > avail:
         raise InvalidArgumentError(
             f"the model's {config.num_tables} embedding tables need {format_bytes(config.table_bytes)} "
