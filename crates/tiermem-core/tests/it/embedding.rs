@@ -241,13 +241,21 @@ fn flush_stress(policy: CachePolicy) {
             })
         })
         .collect();
-    // Writer: updates that leave values unchanged (lr 0) but mark rows dirty, then flushes
-    // that write them back, racing the readers.
+    // Writer: lookups that cache its rows (so there are cached rows to dirty however the
+    // readers are scheduled), updates that leave values unchanged (lr 0) but mark them
+    // dirty, then flushes that write them back, racing the readers.
     let mut rng = Rng::new(99);
     for _ in 0..300 {
         let values: Vec<i64> = (0..64).map(|_| rng.below(ROWS as u64) as i64).collect();
         let offsets: Vec<i64> = (0..=64).collect();
         let bags = Bags::new(0, &values, &offsets, None).unwrap();
+        let mut sums = vec![0f32; 64 * width];
+        let out = LookupOut {
+            data: &mut sums,
+            row_stride: width,
+            cols: &[0],
+        };
+        lookup(&[&*t], &[bags], Mode::Sum, out, 4).unwrap();
         let grad = vec![1.0f32; 64 * width];
         update(
             &[&*t],
