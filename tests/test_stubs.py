@@ -16,6 +16,8 @@ def _stub_names() -> dict[str, set[str]]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             out[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+            out[node.name] |= {n.target.id for n in node.body
+                               if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
             out[""].add(node.name)
         elif isinstance(node, ast.FunctionDef):
             out[""].add(node.name)

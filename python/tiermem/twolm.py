@@ -29,16 +29,9 @@ from .manager import Manager
 
 __all__ = ["TwoLmModel", "EVENTS"]
 
-#: Line events, in the order ``stats()["events"]`` lists them (thesis Table 2.2's columns).
-EVENTS = (
-    "read_hit",
-    "read_miss_clean",
-    "read_miss_dirty",
-    "write_hit",
-    "write_miss_clean",
-    "write_miss_dirty",
-    "ddo",
-)
+#: Line events, in the order ``stats()["events"]`` lists them (thesis Table 2.2's columns;
+#: the names come from the core).
+EVENTS: tuple[str, ...] = tuple(_tiermem.TwoLmModel.EVENT_NAMES)
 
 
 class TwoLmModel:

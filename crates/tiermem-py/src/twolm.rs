@@ -17,6 +17,11 @@ pub struct PyTwoLm {
 
 #[pymethods]
 impl PyTwoLm {
+    /// Line event names, in the order `stats_json`'s `events` lists them.
+    #[classattr]
+    const EVENT_NAMES: [&'static str; tiermem_core::twolm::EVENTS] =
+        tiermem_core::twolm::EVENT_NAMES;
+
     #[new]
     fn new(
         py: Python<'_>,

@@ -28,12 +28,6 @@ impl TwoLmPolicy {
         TwoLmPolicy { line, model: None }
     }
 
-    /// The model, once the policy has seen the manager's devices.
-    #[must_use]
-    pub fn model(&self) -> Option<&Arc<TwoLm>> {
-        self.model.as_ref()
-    }
-
     fn model_for(&mut self, m: &DataManager) -> Result<Arc<TwoLm>> {
         if let Some(t) = &self.model {
             return Ok(t.clone());
