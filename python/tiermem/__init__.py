@@ -24,6 +24,7 @@ from .array import Guard, GuardedArray, TieredArray
 from . import exceptions as _exceptions
 from .exceptions import (
     AllPinnedError,
+    BudgetError,
     DeviceFullError,
     DeviceIOError,
     GuardError,
@@ -39,7 +40,7 @@ from .manager import Manager
 
 __version__: str = _tiermem.__version__
 
-BUILTIN_POLICIES = ("lru", "all_fast", "all_slow", "first_touch", "2lm_model")
+BUILTIN_POLICIES = ("lru", "lru_in_place", "all_fast", "all_slow", "first_touch", "2lm_model")
 
 
 def topology() -> dict[str, Any]:

@@ -17,6 +17,8 @@ core ``Error``             tiermem exception           also catchable as
 ``Guard``                  ``GuardError``              ``RuntimeError``
 ``Policy``                 ``PolicyError``             ``RuntimeError``
 =========================  ==========================  ===========================
+
+:class:`BudgetError` is raised by the Python layer alone (tiered tensors, :mod:`tiermem.torch.tiering`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "IndexOutOfRangeError",
     "GuardError",
     "PolicyError",
+    "BudgetError",
 ]
 
 
@@ -79,3 +82,8 @@ class GuardError(TiermemError, RuntimeError):
 
 class PolicyError(TiermemError, RuntimeError):
     """A policy failed or broke a manager rule (Python policies: the original error text)."""
+
+
+class BudgetError(TiermemError, MemoryError):
+    """A fast-memory budget too small for one operation's operands (names the op, its
+    operand sizes and the budget)."""

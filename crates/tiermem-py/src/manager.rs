@@ -113,6 +113,11 @@ impl PyManager {
 
     /// Copy object `src` into object `dst` (same length) `reps` times with the copy engine;
     /// returns the best time in seconds, measured in Rust (no Python call overhead).
+    /// `(id, bytes read, bytes written)` per operand of a kernel run outside tiermem.
+    fn charge(&self, py: Python<'_>, operands: Vec<(u64, u64, u64)>, threads: usize) -> PyResult<()> {
+        run(py, || self.inner.charge(&operands, threads))
+    }
+
     #[pyo3(signature = (dst, src, reps = 1))]
     fn copy_objects(&self, py: Python<'_>, dst: u64, src: u64, reps: usize) -> PyResult<f64> {
         run(py, || {

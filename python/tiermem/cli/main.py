@@ -1,4 +1,4 @@
-"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``train dlrm``,
+"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench train``, ``train dlrm``,
 ``demo``."""
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
     _add_output(emb)
     emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
+    tr = bsub.add_parser("train", help="train a model with tiered tensors: every variant vs all-fast and the 2LM model")
+    _add_output(tr)
+    tr.add_argument("--model", action="append", choices=["resnet", "densenet", "vgg", "gpt"],
+                    help="model to train (repeatable; default resnet)")
+    tr.add_argument("--ratio", action="append", metavar="SLOW:FAST", help="slow:fast ratio (repeatable; default 1:1 4:1 8:1)")
+    tr.add_argument("--variants", help="comma-separated subset of all-fast,all-slow,first-touch,2lm-model,L,LM,LMP,async")
+    tr.add_argument("--iters", type=int, help="timed iterations per run (default 2, 1 with --quick)")
+    tr.add_argument("--batch", type=int, help="batch size (default: the model's; small with --quick)")
+    tr.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
+    tr.add_argument("--out", metavar="DIR", help="write train.json and the plots (time vs budget, bytes per device) to DIR")
     from .train import add_parser as add_train
 
     add_train(sub)
@@ -66,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.embedding import run_cli as run_embedding
 
             return run_embedding(args)
+        if args.command == "bench" and args.bench == "train":
+            from ..bench.train import run_cli as run_train_bench
+
+            return run_train_bench(args)
         if args.command == "train":
             from .train import run_train
 

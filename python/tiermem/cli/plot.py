@@ -179,3 +179,62 @@ def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
     fig.tight_layout()
     fig.savefig(loss_path, dpi=120)
     plt.close(fig)
+
+
+def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
+    """``bench train``: seconds per iteration against the fast budget per variant, all-fast
+    and all-slow as lines (thesis Fig. 4.10); and bytes read and written per device and
+    variant at the smallest budget (Fig. 4.8). One file of each per model."""
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    note = " (slow tier emulated)" if res.get("emulated") else ""
+    slow = res["slow_device"]
+    paths = []
+    for name, info in res["models"].items():
+        runs = [r for r in res["runs"] if r["model"] == name]
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for pol in dict.fromkeys(r["policy"] for r in runs):
+            rs = sorted((r for r in runs if r["policy"] == pol), key=lambda r: r["budget_bytes"] or 0)
+            if rs[0]["measured_once"]:
+                ax.axhline(rs[0]["seconds_per_iter"], ls="--", lw=1, color="k" if pol == "all-fast" else "r",
+                           label=pol)
+                continue
+            ax.plot([r["budget_bytes"] / 2**20 for r in rs], [r["seconds_per_iter"] for r in rs], "o-", label=pol)
+        ax.set_xlabel("fast budget (MiB)")
+        ax.set_ylabel("seconds per iteration")
+        ax.set_title(f"{name}: footprint {info['footprint_bytes'] / 2**30:.2f} GiB{note}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = os.path.join(out_dir, f"{name}-time-vs-budget.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+
+        smallest = min((r for r in runs if not r["measured_once"]), key=lambda r: r["budget_bytes"], default=None)
+        if smallest is None:
+            continue
+        at = [r for r in runs if r["ratio"] == smallest["ratio"]]
+        fig, ax = plt.subplots(figsize=(8, 4.2))
+        x = range(len(at))
+        width = 0.2
+        series = [("dram", "read"), ("dram", "written"), (slow, "read"), (slow, "written")]
+        for i, (dev, kind) in enumerate(series):
+            ax.bar([j + (i - 1.5) * width for j in x], [r["bytes"][dev][kind] / 2**30 for r in at], width,
+                   label=f"{'fast' if dev == 'dram' else 'slow'} {kind}")
+        ax.set_xticks(list(x), [r["policy"] for r in at], rotation=20)
+        ax.set_ylabel("GiB per iteration")
+        ax.set_title(f"{name}: bytes per device at {smallest['ratio']} (slow:fast){note}")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = os.path.join(out_dir, f"{name}-bytes.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths

@@ -260,6 +260,33 @@ impl Manager {
         })
     }
 
+    /// Charge the bytes a kernel outside tiermem read from and wrote to objects, each
+    /// `(object, bytes read, bytes written)`, to the devices their primaries are on now
+    /// (call it while they are pinned): the bytes are counted and, on an emulated device,
+    /// the time the device would have taken beyond the DRAM the kernel ran on is waited out
+    /// ([`Device::charge_kernel`], after the manager's lock is released). `threads` is the
+    /// number of threads that wrote. A policy that models the memory system itself
+    /// ([`Policy::charges_operands`]) is left to do its own charging.
+    pub fn charge(&self, operands: &[(ObjectId, u64, u64)], threads: usize) -> Result<()> {
+        let mut per_device = vec![(0u64, 0u64); self.devices.len()];
+        let charges = self.with(|m, p| {
+            for &(id, read, written) in operands {
+                let d = m.device_of(m.primary(id)?)?;
+                per_device[d].0 += read;
+                per_device[d].1 += written;
+            }
+            Ok(p.charges_operands())
+        })?;
+        if charges {
+            for (d, (read, written)) in self.devices.iter().zip(per_device) {
+                if read > 0 || written > 0 {
+                    d.charge_kernel((read, 0), (written, threads.max(1)));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A read guard: shared, immutable access while it lives.
     pub fn read(&self, id: ObjectId) -> Result<ReadGuard<'_>> {
         let (ptr, len) = self.open(id, false)?;

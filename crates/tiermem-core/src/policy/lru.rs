@@ -3,6 +3,10 @@
 //! evicting what is in the way; guards bring objects into fast memory (a forced prefetch);
 //! evicted objects keep their slow sibling, so evicting a clean object copies nothing; freed
 //! objects are never written back.
+//!
+//! `lru_in_place` is the same policy without prefetch on access: new objects still go to fast
+//! memory, but a guard uses an object where it lives (the thesis's "CA: L"/"CA: LM" modes,
+//! where prefetching an operand is a separate, optional hint).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,15 +18,37 @@ use crate::manager::{DataManager, ObjectId};
 use crate::{Error, Result};
 
 /// LRU state: a recency stamp per object; softevicted objects get stamps below every use.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Lru {
     stamps: HashMap<ObjectId, i64>,
     order: BTreeMap<i64, ObjectId>,
     clock: i64,
     soft: i64,
+    prefetch_on_access: bool,
+}
+
+impl Default for Lru {
+    fn default() -> Self {
+        Lru {
+            stamps: HashMap::new(),
+            order: BTreeMap::new(),
+            clock: 0,
+            soft: 0,
+            prefetch_on_access: true,
+        }
+    }
 }
 
 impl Lru {
+    /// `lru_in_place`: guards use objects where they live; only hints move them.
+    #[must_use]
+    pub fn in_place() -> Self {
+        Lru {
+            prefetch_on_access: false,
+            ..Lru::default()
+        }
+    }
+
     fn set_stamp(&mut self, id: ObjectId, stamp: i64) {
         if let Some(old) = self.stamps.insert(id, stamp) {
             self.order.remove(&old);
@@ -74,7 +100,11 @@ impl Lru {
 
 impl Policy for Lru {
     fn name(&self) -> String {
-        "lru".into()
+        if self.prefetch_on_access {
+            "lru".into()
+        } else {
+            "lru_in_place".into()
+        }
     }
 
     fn alloc(&mut self, m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
@@ -137,6 +167,9 @@ impl Policy for Lru {
     }
 
     fn before_access(&mut self, m: &mut DataManager, id: ObjectId, _write: bool) -> Result<()> {
+        if !self.prefetch_on_access {
+            return stage_in(m, id);
+        }
         let start = self.victim_start(m);
         match prefetch_object(m, id, 0, true, Some(start)) {
             Ok(_) => Ok(()),

@@ -79,10 +79,17 @@ pub trait Policy: Send {
     fn after_access(&mut self, _m: &mut DataManager, _id: ObjectId, _write: bool) -> Result<()> {
         Ok(())
     }
+
+    /// Whether [`crate::manager::Manager::charge`] should charge operands' bytes to the
+    /// devices they live on. A policy that models the memory system itself (the 2LM model,
+    /// which charges every guard's bytes when it closes) says no.
+    fn charges_operands(&self) -> bool {
+        true
+    }
 }
 
-/// A built-in policy by name: `lru`, `all_fast`, `all_slow`, `first_touch`, `2lm_model`
-/// (`2lm_model:LINE` for coarser lines).
+/// A built-in policy by name: `lru`, `lru_in_place`, `all_fast`, `all_slow`, `first_touch`,
+/// `2lm_model` (`2lm_model:LINE` for coarser lines).
 pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
     let name = name.replace('-', "_");
     if let Some(line) = name.strip_prefix("2lm_model:") {
@@ -99,13 +106,14 @@ pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
     }
     Ok(match name.as_str() {
         "lru" => Box::new(Lru::default()),
+        "lru_in_place" => Box::new(Lru::in_place()),
         "2lm_model" => Box::new(TwoLmPolicy::new(crate::twolm::LINE)),
         "all_fast" => Box::new(AllFast),
         "all_slow" => Box::new(AllSlow),
         "first_touch" => Box::new(FirstTouch),
         _ => {
             return Err(Error::InvalidArgument(format!(
-                "unknown policy '{name}' (built-ins: lru, all_fast, all_slow, first_touch, 2lm_model[:LINE])"
+                "unknown policy '{name}' (built-ins: lru, lru_in_place, all_fast, all_slow, first_touch, 2lm_model[:LINE])"
             )))
         }
     })

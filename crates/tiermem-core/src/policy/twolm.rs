@@ -71,6 +71,10 @@ impl Policy for TwoLmPolicy {
         stage_in(m, id)
     }
 
+    fn charges_operands(&self) -> bool {
+        false // every guard's bytes already ran through the model when it closed
+    }
+
     fn after_access(&mut self, m: &mut DataManager, id: ObjectId, write: bool) -> Result<()> {
         let model = self.model_for(m)?;
         let r = m.primary(id)?;

@@ -1,0 +1,236 @@
+"""``tiermem bench train``: training iterations of a model with tiered tensors, every
+variant side by side in one run (thesis §4.6-4.7, Table 4.7, Fig. 4.8 and 4.10).
+
+For each model: plain PyTorch (the losses every run is checked against), ``all-fast`` (no
+budget; its peak fast use is the footprint *F*), ``all-slow``, then at each slow:fast ratio
+*a:b* a fast budget of *F·b/(a+b)* (thesis §3.6) for ``first-touch``, ``2lm-model``, ``L``,
+``LM``, ``LMP`` and ``async``. Each run builds the model from the same seed, trains
+``warmup`` iterations, then times ``iters`` more (best of them) and counts bytes read and
+written per device per iteration.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import time
+from typing import Any
+
+import torch
+
+from .._sizes import format_bytes
+from ..exceptions import InvalidArgumentError
+from ..torch.models import Workload, build
+from ..torch.tiering import VARIANTS, Tiering
+
+__all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
+
+RATIOS = ("1:1", "4:1", "8:1")
+#: Variants run at every ratio (``all-fast`` and ``all-slow`` do not depend on it).
+TIERED = ("first-touch", "2lm-model", "L", "LM", "LMP", "async")
+QUICK_BATCH = {"resnet": 8, "densenet": 8, "vgg": 8, "gpt": 2}
+LR, MOMENTUM = 0.01, 0.9
+_MIB2 = 2 << 20  # budgets are whole 2 MiB pages, so the fast device's capacity is the budget
+
+
+def parse_ratio(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise InvalidArgumentError(f"ratio {text!r}: write it SLOW:FAST, e.g. 8:1") from None
+    if a < 0 or b <= 0:
+        raise InvalidArgumentError(f"ratio {text!r}: SLOW must be >= 0 and FAST > 0")
+    return a, b
+
+
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, w: Workload, x: torch.Tensor,
+          y: torch.Tensor) -> float:
+    loss = w.loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return float(loss.item())
+
+
+def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
+    """Plain PyTorch: losses, best seconds per iteration, resident-memory growth."""
+    gc.collect()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    torch.manual_seed(seed)
+    model = w.make()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    losses, times = [], []
+    for i in range(iters):
+        x, y = w.inputs(seed + i)
+        t = time.perf_counter()
+        losses.append(_step(model, opt, w, x, y))
+        times.append(time.perf_counter() - t)
+    grow = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0
+    return {"losses": losses, "times": times, "rss_growth": grow}
+
+
+def _run_variant(w: Workload, variant: str, fast: int, slow: int, slow_spec: str, warmup: int,
+                 iters: int, seed: int) -> dict[str, Any]:
+    t = Tiering({"dram": fast, slow_spec: slow}, variant)
+    m = t.manager
+    try:
+        torch.manual_seed(seed)
+        model = t.module(w.make())
+        opt = t.optimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM))
+        losses, times = [], []
+        peak = 0
+        for i in range(warmup + iters):
+            if i == warmup:
+                peak = max(peak, m.usage()["dram"]["peak"])
+                m.reset_stats()
+            x, y = w.inputs(seed + i)
+            t0 = time.perf_counter()
+            losses.append(_step(model, opt, w, x, y))
+            times.append(time.perf_counter() - t0)
+        stats = m.stats()
+        peak = max(peak, m.usage()["dram"]["peak"])
+        per_iter = {d: {"read": stats[d]["bytes_read"] // iters, "written": stats[d]["bytes_written"] // iters}
+                    for d in ("dram", slow_spec)}
+        return {"losses": losses, "seconds_per_iter": min(times[warmup:]), "times": times, "budget_bytes": t.budget,
+                "fast_bytes_peak": peak, "bytes": per_iter, "tiering": t.stats()}
+    finally:
+        t.close()
+        del model, opt
+        gc.collect()
+
+
+def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int | None = None,
+        warmup: int = 1, seed: int = 0, slow_spec: str = "emulated:optane-pmem",
+        variants: list[str] | None = None, batch: int | None = None,
+        progress: Any = None) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON-able results (see the module docs)."""
+    iters = iters or (1 if quick else 2)
+    chosen = variants or list(VARIANTS)
+    for v in chosen:
+        if v not in VARIANTS:
+            raise InvalidArgumentError(f"variant {v!r}: known are {', '.join(VARIANTS)}")
+    parsed = [(r, parse_ratio(r)) for r in ratios]
+    out: dict[str, Any] = {"slow_device": slow_spec, "emulated": slow_spec.startswith("emulated"),
+                           "quick": quick, "iters": iters, "warmup": warmup, "threads": torch.get_num_threads(),
+                           "runs": [], "models": {}}
+    for name in models:
+        w = build(name, QUICK_BATCH[name] if quick and batch is None else batch)
+        ref = _reference(w, warmup + iters, seed)
+        if progress:
+            progress.step(f"{name} pytorch")
+        n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
+        # all-fast sizes the footprint; its device gets generous room above plain PyTorch's.
+        room = max(4 * ref["rss_growth"], 8 * n_params, 256 << 20)
+        big = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, warmup, iters, seed)
+        footprint = big["fast_bytes_peak"]
+        slow_cap = int(footprint * 1.4) + (256 << 20)
+        info = {"batch": w.batch, "footprint_bytes": footprint, "param_bytes": n_params,
+                "pytorch_seconds_per_iter": min(ref["times"][warmup:]), "pytorch_losses": ref["losses"]}
+        out["models"][name] = info
+        if progress:
+            progress.step(f"{name} all-fast")
+        measured: dict[tuple[str, str | None], dict[str, Any]] = {("all-fast", None): big}
+        if "all-slow" in chosen:
+            measured[("all-slow", None)] = _run_variant(w, "all-slow", 1 << 20, slow_cap, slow_spec, warmup, iters, seed)
+            if progress:
+                progress.step(f"{name} all-slow")
+        for rname, (a, b) in parsed:
+            budget = max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
+            for v in TIERED:
+                if v not in chosen:
+                    continue
+                measured[(v, rname)] = _run_variant(w, v, budget, slow_cap, slow_spec, warmup, iters, seed)
+                if progress:
+                    progress.step(f"{name} {v} {rname}")
+        base = big["seconds_per_iter"]
+        for rname, (a, b) in parsed:
+            for (v, rr), r in measured.items():
+                if rr not in (None, rname):
+                    continue
+                diff = max(abs(p - q) for p, q in zip(r["losses"], ref["losses"]))
+                out["runs"].append({
+                    "model": name, "ratio": rname, "policy": v,
+                    "seconds_per_iter": r["seconds_per_iter"],
+                    "vs_all_fast": r["seconds_per_iter"] / base,
+                    "budget_bytes": None if v in ("all-fast", "all-slow") else r["budget_bytes"],
+                    "fast_bytes_peak": r["fast_bytes_peak"],
+                    "bytes": r["bytes"],
+                    "max_loss_diff": diff,
+                    "measured_once": rr is None,
+                    "tiering": r["tiering"],
+                })
+    return out
+
+
+def report(res: dict[str, Any]) -> str:
+    """The results as tables, one per model and ratio, with the figures the issue asks."""
+    from ..cli._table import table
+
+    slow = res["slow_device"]
+    lines = [f"slow device: {res['slow_device']}" + (" (emulated)" if res["emulated"] else "")
+             + f"; best of {res['iters']} iterations after {res['warmup']} warm-up; {res['threads']} threads"]
+    for name, info in res["models"].items():
+        lines.append(f"\n{name}: batch {info['batch']}, footprint {format_bytes(info['footprint_bytes'])}, "
+                     f"parameters {format_bytes(info['param_bytes'])}, plain PyTorch "
+                     f"{info['pytorch_seconds_per_iter']:.2f} s/iter")
+        ratios = sorted({r["ratio"] for r in res["runs"] if r["model"] == name}, key=lambda s: -parse_ratio(s)[0])
+        for ratio in ratios:
+            runs = [r for r in res["runs"] if r["model"] == name and r["ratio"] == ratio]
+            rows = []
+            for r in runs:
+                rows.append([r["policy"], f"{r['seconds_per_iter']:.3f}", f"{r['vs_all_fast']:.2f}x",
+                             "-" if r["budget_bytes"] is None else format_bytes(r["budget_bytes"]),
+                             format_bytes(r["fast_bytes_peak"]),
+                             format_bytes(r["bytes"][slow]["read"]), format_bytes(r["bytes"][slow]["written"]),
+                             f"{r['max_loss_diff']:.1e}"])
+            lines.append(f"ratio {ratio} (slow:fast)")
+            lines.append(table(["policy", "s/iter", "vs all-fast", "budget", "fast peak", "slow read/it",
+                                "slow written/it", "loss diff"], rows))
+            lines.extend(_verdict(runs, slow))
+    return "\n".join(lines)
+
+
+def _verdict(runs: list[dict[str, Any]], slow: str) -> list[str]:
+    by = {r["policy"]: r for r in runs}
+    tiered = [by[v] for v in ("L", "LM", "LMP", "async") if v in by]
+    if not tiered or "all-fast" not in by:
+        return []
+    best_r = min(tiered, key=lambda r: r["seconds_per_iter"])
+    out = [f"  best tiermem variant: {best_r['policy']} at {best_r['vs_all_fast']:.2f}x all-fast"]
+    if "2lm-model" in by:
+        m = by["2lm-model"]
+        w_ratio = best_r["bytes"][slow]["written"] / max(1, m["bytes"][slow]["written"])
+        out.append(f"  vs 2lm-model: {m['seconds_per_iter'] / best_r['seconds_per_iter']:.2f}x faster, "
+                   f"slow bytes written {w_ratio:.2f}x")
+    over = [r["policy"] for r in tiered if r["budget_bytes"] and r["fast_bytes_peak"] > r["budget_bytes"]]
+    out.append("  fast memory within budget: " + ("yes" if not over else f"NO ({', '.join(over)})"))
+    return out
+
+
+def run_cli(args: Any) -> int:
+    from ..cli._progress import Progress
+
+    models = args.model or ["resnet"]
+    ratios = args.ratio or list(RATIOS)
+    variants = args.variants.split(",") if args.variants else None
+    nt = len(TIERED) if variants is None else len([v for v in variants if v in TIERED])
+    steps = len(models) * (3 + nt * len(ratios))
+    with Progress(steps, "bench train") as p:
+        res = run(models, ratios, quick=args.quick, iters=args.iters, slow_spec=args.slow,
+                  variants=variants, batch=args.batch, progress=p)
+    print(report(res))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.out:
+        from ..cli.plot import plot_train
+
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "train.json"), "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=1)
+        for path in plot_train(res, args.out):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,92 @@
+"""What tiered-tensor dispatch needs to know about an ATen op, from its schema (cached).
+
+* **view** ops return an alias of an input and touch no data (``t``, ``view``, ``slice``,
+  ``detach``, ``split``, ...): their result shares the input's object.
+* **in-place** ops write arguments marked ``(a!)`` and return them (``add_``, ``copy_``).
+* **functional** ops make new tensors. Most have an ``.out`` overload with the same
+  arguments plus keyword-only outputs (``convolution.out``, ``addmm.out``,
+  ``native_batch_norm.out``): their outputs are allocated in tiered memory and written there
+  directly. The rest run normally and their outputs are copied in (counted as fallbacks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["OpInfo", "op_info"]
+
+# Ops that change a tensor's shape or storage in place: a tiered tensor's metadata belongs
+# to its wrapper, so these are refused with a clear error.
+METADATA_INPLACE = {
+    "set_", "resize_", "resize_as_", "as_strided_", "t_", "transpose_", "squeeze_", "unsqueeze_",
+    "swapaxes_", "swapdims_", "detach_", "_resize_output_",
+}
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """Schema facts of one overload."""
+
+    name: str
+    kind: str  # "view" | "inplace" | "functional" | "metadata"
+    written: tuple[str, ...]  # arguments the op writes
+    out: Any  # the matching .out overload (functional ops), or None
+    out_names: tuple[str, ...]  # its keyword-only output arguments, in return order
+
+
+_CACHE: dict[Any, OpInfo] = {}
+
+
+def op_info(func: Any) -> OpInfo:
+    info = _CACHE.get(func)
+    if info is None:
+        info = _CACHE[func] = _classify(func)
+    return info
+
+
+def _classify(func: Any) -> OpInfo:
+    schema = func._schema
+    base = schema.name.split("::")[-1]
+    name = f"{base}.{func._overloadname}"
+    written = tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
+    if base in METADATA_INPLACE:
+        return OpInfo(name, "metadata", written, None, ())
+    rets = schema.returns
+    if written:
+        return OpInfo(name, "inplace", written, None, ())
+    if rets and any(r.alias_info is not None for r in rets):
+        return OpInfo(name, "view", (), None, ())
+    out, names = _out_overload(func)
+    return OpInfo(name, "functional", (), out, names)
+
+
+def _out_overload(func: Any) -> tuple[Any, tuple[str, ...]]:
+    """The overload taking ``func``'s arguments plus keyword-only written outputs, one per
+    tensor it returns."""
+    schema = func._schema
+    args = [(a.name, str(a.type)) for a in schema.arguments]
+    nret = len(schema.returns)
+    if nret == 0 or not all(str(r.type) == "Tensor" for r in schema.returns):
+        return None, ()
+    packet = func.overloadpacket
+    for oname in packet.overloads():
+        cand = getattr(packet, oname)
+        if cand is func:
+            continue
+        cargs = cand._schema.arguments
+        outs = [a for a in cargs if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        rest = [(a.name, str(a.type)) for a in cargs if a not in outs]
+        if rest == args and len(outs) == nret:
+            return cand, tuple(a.name for a in outs)
+    return None, ()
+
+
+def meta_like(t: torch.Tensor, obj_nbytes: int, offset: int) -> torch.Tensor:
+    """A meta tensor with ``t``'s dtype, size, strides and (byte) offset into an object of
+    ``obj_nbytes`` bytes."""
+    isz = t.element_size()
+    flat = torch.empty(max(obj_nbytes // isz, 1), dtype=t.dtype, device="meta")
+    return flat.as_strided(t.shape, t.stride(), offset // isz)

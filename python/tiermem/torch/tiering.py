@@ -1,0 +1,557 @@
+"""Train unmodified ``torch.nn`` models whose tensors live in tiered memory.
+
+Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
+
+    tiering = Tiering({"dram": "512 MiB", "emulated:optane-pmem": "8 GiB"}, variant="LM")
+    model = tiering.module(model)                 # parameters and buffers become tiered
+    opt = tiering.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+
+* Parameters, buffers, inputs, and everything computed from them (activations, the tensors
+  autograd saves for backward, gradients, optimizer state) are :class:`TieredTensor` objects:
+  a wrapper subclass whose bytes are one tiermem object. Views share the object.
+* Every ATen op on them passes through :meth:`Tiering.dispatch`, which **pins** each
+  operand for the length of the op (a guard: the policy cannot move it meanwhile), allocates
+  the op's outputs in tiered memory **before** the op runs, and calls the op's ``.out``
+  overload so the kernel writes straight into them (ops without one run normally and are
+  copied in; see :attr:`Tiering.stats`). Operands on an ``emulated`` device are charged its
+  bandwidth for their bytes, like tiermem's own kernels.
+* The thesis's knobs (Table 4.7) are variants: ``L`` (new tensors in fast memory; dead
+  tensors freed at the end of the iteration, or when memory runs out, like a collector), ``LM`` (+ dead tensors
+  freed the moment their last reference goes — CPython's refcount, so autograd releasing a
+  saved tensor after its backward node frees it at once, never written back — and the
+  inputs of forward ops soft-evicted, Listing 4.6), ``LMP`` (+ every op's inputs prefetched
+  into fast memory before it runs), ``async`` (``LM`` + a copy thread prefetching the inputs
+  of the next ops, found in the previous iteration's op trace, while the current op runs).
+  Baselines: ``all-fast``, ``all-slow``, ``first-touch``, ``2lm-model``.
+* The fast device's capacity is the budget; nothing tiered exceeds it. An op whose outputs
+  alone exceed it raises :class:`~tiermem.BudgetError`; :meth:`Tiering.check` finds such ops
+  before training by tracing one step on the meta device.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from .._sizes import format_bytes
+from ..exceptions import BudgetError, DeviceFullError, InvalidArgumentError
+from ..manager import DeviceList, Manager
+from .lookahead import Lookahead
+from .ops import OpInfo, meta_like, op_info
+from .tensor import (TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args,
+                     span_bytes)
+
+__all__ = ["Tiering", "Variant", "VARIANTS", "TieredTensor"]
+
+_ALIGN = 64
+_FAST, _SLOW = -1, -2
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How a :class:`Tiering` runs: the policy and the thesis's knobs."""
+
+    policy: str
+    local: bool = True  # L: new tensors in fast memory (else on the slow device)
+    prompt_free: bool = True  # M: free dead tensors at once (else at the end of the iteration)
+    softevict: bool = False  # M: soft-evict the inputs of forward ops (Listing 4.6)
+    prefetch: bool = False  # P: guards bring every input into fast memory first
+    lookahead: int = 0  # async: ops ahead whose inputs a copy thread prefetches
+    budget: bool = True  # whether the fast device's capacity is a budget to check
+
+
+#: Every variant ``tiermem bench train`` runs.
+VARIANTS: dict[str, Variant] = {
+    "all-fast": Variant("all_fast", budget=False),
+    "all-slow": Variant("all_slow", budget=False),
+    "first-touch": Variant("first_touch", budget=False),
+    "2lm-model": Variant("2lm_model", budget=False),
+    "L": Variant("lru_in_place", prompt_free=False),
+    "LM": Variant("lru_in_place", softevict=True),
+    "LMP": Variant("lru", softevict=True, prefetch=True),
+    "async": Variant("lru_in_place", softevict=True, lookahead=2),
+}
+
+
+def _round(n: int) -> int:
+    return max(_ALIGN, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
+
+
+def _bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    out = {}
+    for i, a in enumerate(func._schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+    return out
+
+
+class _Operand:
+    """One pinned object of an op: its address and the bytes the op reads and writes."""
+
+    __slots__ = ("obj", "write", "read_bytes", "written_bytes", "addr")
+
+    def __init__(self, obj: TensorObject) -> None:
+        self.obj = obj
+        self.write = False
+        self.read_bytes = 0
+        self.written_bytes = 0
+        self.addr = 0
+
+
+class Tiering:
+    """Tiered memory for the tensors of a PyTorch model.
+
+    Args:
+        devices: fast device first, e.g. ``{"dram": "512 MiB", "emulated:optane-pmem":
+            "8 GiB"}``; the fast device's capacity is the budget. Or pass ``manager=``.
+        variant: a name in :data:`VARIANTS` or a :class:`Variant`.
+        manager: an existing :class:`~tiermem.Manager` (its policy must be the variant's).
+        threads: threads ATen kernels write with (for the emulated write cost; default
+            ``torch.get_num_threads()``).
+    """
+
+    def __init__(self, devices: DeviceList | None = None, variant: str | Variant = "LM", *,
+                 manager: Manager | None = None, threads: int | None = None) -> None:
+        if isinstance(variant, str):
+            if variant not in VARIANTS:
+                raise InvalidArgumentError(f"variant {variant!r}: known are {', '.join(VARIANTS)}")
+            self.variant_name, v = variant, VARIANTS[variant]
+        else:
+            self.variant_name, v = "custom", variant
+        if (devices is None) == (manager is None):
+            raise InvalidArgumentError("pass devices or manager=, not both and not neither")
+        if manager is None:
+            manager = Manager(devices, v.policy)  # type: ignore[arg-type]
+        elif manager.policy != v.policy.replace("-", "_"):
+            raise InvalidArgumentError(
+                f"variant {self.variant_name!r} needs policy {v.policy!r}; the manager runs {manager.policy!r}")
+        self.variant = v
+        self.manager = manager
+        self._native = manager._native
+        self._fast = manager.device_names[0]
+        self.budget = manager.usage()[self._fast]["capacity"]
+        self.threads = int(threads or torch.get_num_threads())
+        self.iteration = 0
+        self._pos = 0
+        self._pending: list[int] = []
+        self._pending_lock = threading.Lock()
+        self._closed = False
+        self._plans: dict[Any, Any] = {}
+        self._stats = {"ops": 0, "view_ops": 0, "out_ops": 0, "fallback_ops": 0, "fallback_bytes": 0,
+                       "inplace_ops": 0, "freed_at_once": 0, "freed_late": 0}
+        self.fallbacks: dict[str, int] = {}
+        self._lookahead = Lookahead(self, v.lookahead) if v.lookahead else None
+
+    # ------------------------------------------------------------------ objects
+
+    def _alloc(self, nbytes: int, born: tuple[int, int, int] | None) -> TensorObject:
+        n = _round(nbytes)
+        where = _FAST if self.variant.local else _SLOW
+        try:
+            oid = int(self._native.alloc(n, where))
+        except DeviceFullError:
+            # Without prompt freeing, dead tensors wait for the end of the iteration, like
+            # garbage waiting for a collector; when memory runs out, collect now (as the
+            # thesis's runtime ran the GC when its heap filled).
+            if not self._collect():
+                raise
+            oid = int(self._native.alloc(n, where))
+        if born is not None and self._lookahead is not None:
+            self._lookahead.note_made(born[1], born[2], oid)
+        return TensorObject(self, oid, n, born)
+
+    def _release(self, oid: int) -> None:
+        if self._closed:
+            return
+        if self.variant.prompt_free:
+            self._free(oid)
+            self._stats["freed_at_once"] += 1
+        else:
+            with self._pending_lock:
+                self._pending.append(oid)
+
+    def _free(self, oid: int) -> None:
+        try:
+            self._native.free(oid)
+        except Exception:  # noqa: BLE001 - already gone (manager closing)
+            pass
+
+    def tensor(self, x: torch.Tensor, requires_grad: bool | None = None) -> TieredTensor:
+        """A tiered copy of ``x`` (contiguous), placed by the policy."""
+        if isinstance(x, TieredTensor):
+            return x
+        if not isinstance(x, torch.Tensor):
+            raise InvalidArgumentError(f"expected a torch.Tensor, got {type(x).__name__}")
+        check_supported(x, "tensor")
+        x = x.detach()
+        obj = self._alloc(x.numel() * x.element_size(), None)
+        stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
+        addr, _ = self._native.open(obj.id, True)
+        try:
+            plain_over(addr, obj.nbytes, x.dtype, x.shape, stride, 0).copy_(x)
+            self._native.charge([(obj.id, 0, x.numel() * x.element_size())], 1)
+        finally:
+            self._native.close(obj.id, True)
+        rg = x.requires_grad if requires_grad is None else requires_grad
+        return TieredTensor(obj, x.shape, stride, 0, x.dtype, requires_grad=rg)
+
+    def to_plain(self, t: TieredTensor) -> torch.Tensor:
+        """An ordinary contiguous copy of a tiered tensor."""
+        obj = t._obj
+        addr, _ = self._native.open(obj.id, False)
+        try:
+            out = plain_over(addr, obj.nbytes, t.dtype, t.shape, t.stride(), t._off).clone(
+                memory_format=torch.contiguous_format)
+            self._native.charge([(obj.id, min(obj.nbytes, out.numel() * out.element_size()), 0)], 1)
+        finally:
+            self._native.close(obj.id, False)
+        return out
+
+    # ------------------------------------------------------------------ wrapping
+
+    def module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Make ``model``'s parameters and buffers tiered (in place; shared ones stay shared)
+        and its inputs tiered on the way in. Returns ``model``."""
+        memo: dict[int, torch.Tensor] = {}
+        for mod in model.modules():
+            for name, p in list(mod._parameters.items()):
+                if p is not None:
+                    if id(p) not in memo:
+                        memo[id(p)] = torch.nn.Parameter(self.tensor(p.detach()), requires_grad=p.requires_grad)
+                    mod._parameters[name] = memo[id(p)]  # type: ignore[assignment]
+            for name, b in list(mod._buffers.items()):
+                if b is not None:
+                    if id(b) not in memo:
+                        memo[id(b)] = self.tensor(b)
+                    mod._buffers[name] = memo[id(b)]
+        model.register_forward_pre_hook(self._wrap_inputs)
+        return model
+
+    def _wrap_inputs(self, module: Any, args: tuple) -> tuple:
+        return tree_map(lambda x: self.tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, TieredTensor) else x, args)
+
+    def optimizer(self, opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Mark the end of an iteration after every ``opt.step()``. Returns ``opt``."""
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if not isinstance(p, TieredTensor):
+                    raise InvalidArgumentError(
+                        "the optimizer holds a parameter that is not tiered: build it from "
+                        "model.parameters() after tiering.module(model)")
+        opt.register_step_post_hook(lambda *_: self.end_iteration())
+        return opt
+
+    def _collect(self) -> int:
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for oid in pending:
+            self._free(oid)
+        self._stats["freed_late"] += len(pending)
+        return len(pending)
+
+    def end_iteration(self) -> None:
+        """Free what waited for the end of the iteration (variant ``L``) and start the next
+        iteration's op trace."""
+        self._collect()
+        if self._lookahead is not None:
+            self._lookahead.end_iteration()
+        self.iteration += 1
+        self._pos = 0
+
+    def close(self) -> None:
+        """Stop the copy thread and free every pending object; later frees are ignored."""
+        if self._lookahead is not None:
+            self._lookahead.stop()
+        self.end_iteration()
+        self._closed = True
+
+    def stats(self) -> dict[str, Any]:
+        """Op counts (``.out`` ops, fallbacks and their bytes, views, in-place), frees, and the
+        copy thread's prefetches."""
+        s: dict[str, Any] = dict(self._stats)
+        s["fallbacks"] = dict(self.fallbacks)
+        if self._lookahead is not None:
+            s["lookahead"] = self._lookahead.stats()
+        return s
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one ATen op whose operands include tiered tensors (see the module docs)."""
+        info = op_info(func)
+        if info.kind == "view":
+            self._stats["view_ops"] += 1
+            return self._view(func, args, kwargs)
+        if info.kind == "metadata":
+            raise InvalidArgumentError(
+                f"{info.name} changes a tiered tensor's shape or storage in place; use the "
+                "out-of-place form (e.g. t() instead of t_())")
+        return self._run(func, info, args, kwargs)
+
+    def _view(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        flat, _ = flat_args(args, kwargs)
+        src = None
+        metas = []
+        for x in flat:
+            if isinstance(x, TieredTensor):
+                src = src or x
+                metas.append(meta_like(x, x._obj.nbytes, x._off))
+            elif isinstance(x, torch.Tensor):
+                metas.append(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"))
+            else:
+                metas.append(x)
+        a, k = rebuild_args(args, kwargs, metas)
+        res = func(*a, **k)
+        assert src is not None
+        obj = src._obj
+
+        def wrap(r: Any) -> Any:
+            if isinstance(r, torch.Tensor):
+                return TieredTensor(obj, r.shape, r.stride(), r.storage_offset() * r.element_size(), r.dtype)
+            return r
+
+        return type(res)(wrap(r) for r in res) if isinstance(res, (list, tuple)) else wrap(res)
+
+    def _plan(self, func: Any, args: tuple, kwargs: dict, flat: list, lens: tuple) -> Any:
+        """Output ``(shape, stride, dtype)`` per return (None where the op returns none),
+        from a run on the meta device; cached per op and operand metadata."""
+        key_parts: list[Any] = [func, len(args), tuple(kwargs), lens]
+        metas = []
+        for x in flat:
+            if isinstance(x, torch.Tensor):
+                off = x._off if isinstance(x, TieredTensor) else x.storage_offset() * x.element_size()
+                key_parts.append((tuple(x.shape), x.stride(), x.dtype, off))
+                metas.append(meta_like(x, x._obj.nbytes, x._off) if isinstance(x, TieredTensor)
+                             else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"))
+            else:
+                key_parts.append(x)
+                metas.append(x)
+        try:
+            key = tuple(key_parts)
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and key in self._plans:
+            return self._plans[key]
+        a, k = rebuild_args(args, kwargs, metas)
+        try:
+            res = func(*a, **k)
+        except Exception:  # noqa: BLE001 - no meta kernel: run it for real
+            plan = None
+        else:
+            rs = res if isinstance(res, (tuple, list)) else (res,)
+            # An undefined result (e.g. a gradient convolution_backward was told to skip)
+            # cannot be passed as an .out argument: such calls run the plain op.
+            plan = None if any(r is None for r in rs) else tuple(
+                (tuple(r.shape), r.stride(), r.dtype) for r in rs)
+        if key is not None:
+            self._plans[key] = plan
+        return plan
+
+    def _run(self, func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
+        flat, lens = flat_args(args, kwargs)
+        written = set()
+        if info.written:
+            bound = _bind(func, args, kwargs)
+            for name in info.written:
+                v = bound.get(name)
+                for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                    if isinstance(t, TieredTensor):
+                        written.add(id(t))
+        operands: dict[int, _Operand] = {}
+        for x in flat:
+            if isinstance(x, TieredTensor):
+                op = operands.get(id(x._obj))
+                if op is None:
+                    op = operands[id(x._obj)] = _Operand(x._obj)
+                nb = min(span_bytes(x.shape, x.stride(), x.element_size()), x._obj.nbytes)
+                op.read_bytes += nb
+                if id(x) in written:
+                    op.write = True
+                    op.written_bytes += nb
+        plan = None
+        skipped: tuple[int, ...] = ()
+        if info.kind == "functional" and info.out is not None:
+            plan = self._plan(func, args, kwargs, flat, lens)
+            if plan is None and info.name == "convolution_backward.default" and len(args) > 10:
+                # A gradient it was told to skip is undefined, which no .out argument can
+                # be: compute it too (a bias sum, or the first layer's input gradient) into
+                # tiered memory and drop it.
+                mask = list(args[10])
+                skipped = tuple(i for i, m in enumerate(mask) if not m)
+                bias = [args[0].shape[1]]  # a bias gradient has one value per output channel
+                args = (*args[:3], bias, *args[4:10], [True] * len(mask), *args[11:])
+                flat, lens = flat_args(args, kwargs)
+                plan = self._plan(func, args, kwargs, flat, lens)
+        pos = self._pos
+        self._pos += 1
+        self._stats["ops"] += 1
+        if plan is not None and self.variant.budget:
+            self._check_budget(info, plan, operands)
+        if self._lookahead is not None:
+            self._lookahead.before_op(info.name, pos, operands)
+        outs: list[TensorObject | None] = []
+        opened: list[tuple[int, bool]] = []
+        try:
+            # Outputs first, so they take fast memory before any input is brought in.
+            pouts: list[torch.Tensor] = []
+            for k, p in enumerate(plan or ()):
+                shape, stride, dtype = p
+                o = self._alloc(span_bytes(shape, stride, itemsize(dtype)),
+                                (self.iteration, pos, k))
+                outs.append(o)
+                addr, _ = self._native.open(o.id, True)
+                opened.append((o.id, True))
+                pouts.append(plain_over(addr, o.nbytes, dtype, shape, stride, 0))
+            for op in operands.values():
+                op.addr, _ = self._native.open(op.obj.id, op.write)
+                opened.append((op.obj.id, op.write))
+            plains: dict[int, torch.Tensor] = {}
+
+            def to_plain(x: Any) -> Any:
+                if isinstance(x, TieredTensor):
+                    p = plain_over(operands[id(x._obj)].addr, x._obj.nbytes, x.dtype, x.shape, x.stride(), x._off)
+                    plains[id(p)] = x
+                    return p
+                return x
+
+            a, k = rebuild_args(args, kwargs, [to_plain(x) for x in flat])
+            if plan is not None:
+                outk = dict(zip(info.out_names, pouts))
+                res = info.out(*a, **k, **outk)
+                result = self._adopt_out(info, res, pouts, outs, pos)
+                if skipped:
+                    result = tuple(None if i in skipped else r for i, r in enumerate(result))
+                self._stats["out_ops"] += 1
+            else:
+                res = func(*a, **k)
+                if info.kind == "inplace":
+                    self._stats["inplace_ops"] += 1
+                result = self._adopt(info, res, plains, operands, outs, opened, pos)
+            charges = [(op.obj.id, op.read_bytes, op.written_bytes) for op in operands.values()]
+            charges += [(o.id, 0, o.nbytes) for o in outs if o is not None]
+            self._native.charge(charges, self.threads)
+        except BaseException:
+            self._close(opened)
+            opened = []
+            for o in outs:  # what this op allocated is dead: free it now, whatever the variant
+                if o is not None:
+                    o.tiering = None  # type: ignore[assignment]
+                    self._free(o.id)
+            raise
+        finally:
+            self._close(opened)
+        if (self.variant.softevict and torch.is_grad_enabled()
+                and torch._C._current_autograd_node() is None):
+            for op in operands.values():
+                if not op.write:
+                    self._native.softevict(op.obj.id)
+        return result
+
+    def _close(self, opened: list[tuple[int, bool]]) -> None:
+        for oid, w in opened:
+            self._native.close(oid, w)
+
+    def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
+        need = sum(span_bytes(s, st, itemsize(d)) for s, st, d in plan)
+        if need > self.budget:
+            raise BudgetError(_budget_message(info.name, [op.obj.nbytes for op in operands.values()],
+                                              [need], self.budget, self._fast))
+
+    def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list, pos: int) -> Any:
+        """Wrap an ``.out`` call's results, checking the kernel wrote where it was told."""
+        rs = res if isinstance(res, (tuple, list)) else (res,)
+        wrapped = []
+        for r, p, o in zip(rs, pouts, outs):
+            if r.data_ptr() != p.data_ptr() or r.shape != p.shape or r.stride() != p.stride():
+                raise InvalidArgumentError(
+                    f"{info.name}: the .out kernel resized its output ({tuple(p.shape)} -> {tuple(r.shape)}); "
+                    "this op cannot run on tiered tensors")
+            wrapped.append(TieredTensor(o, r.shape, r.stride(), 0, r.dtype))
+        return tuple(wrapped) if isinstance(res, (tuple, list)) else wrapped[0]
+
+    def _adopt(self, info: OpInfo, res: Any, plains: dict, operands: dict, outs: list,
+               opened: list, pos: int) -> Any:
+        """Wrap an op's plain results: returned operands map back to their tiered tensors,
+        views of operands become tiered views, new tensors are copied into tiered memory."""
+        counter = [0]
+
+        def wrap(r: Any) -> Any:
+            if not isinstance(r, torch.Tensor):
+                return r
+            if id(r) in plains:
+                return plains[id(r)]
+            ptr = r.data_ptr()
+            for op in operands.values():
+                if op.addr <= ptr < op.addr + op.obj.nbytes:
+                    return TieredTensor(op.obj, r.shape, r.stride(), ptr - op.addr, r.dtype)
+            nb = span_bytes(r.shape, r.stride(), r.element_size())
+            o = self._alloc(nb, (self.iteration, pos, counter[0]))
+            counter[0] += 1
+            outs.append(o)
+            addr, _ = self._native.open(o.id, True)
+            opened.append((o.id, True))
+            plain_over(addr, o.nbytes, r.dtype, r.shape, r.stride(), 0).copy_(r)
+            self._stats["fallback_bytes"] += nb
+            return TieredTensor(o, r.shape, r.stride(), 0, r.dtype)
+
+        out = tree_map(wrap, res)
+        if counter[0]:
+            self._stats["fallback_ops"] += 1
+            self.fallbacks[info.name] = self.fallbacks.get(info.name, 0) + 1
+        return out
+
+    # ------------------------------------------------------------------ checks
+
+    def check(self, model: torch.nn.Module, *inputs: Any,
+              loss: Callable[[Any], torch.Tensor] | None = None) -> dict[str, Any]:
+        """Trace one training step of ``model`` on the meta device (no memory is used) and
+        raise :class:`~tiermem.BudgetError` naming the first op whose outputs exceed the
+        fast budget. Returns the op count and the largest op's output bytes."""
+        from torch.func import functional_call
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        def meta(t: Any) -> Any:
+            if isinstance(t, torch.Tensor):
+                m = torch.empty(t.shape, dtype=t.dtype, device="meta")
+                return m.requires_grad_(t.requires_grad) if t.is_floating_point() else m
+            return t
+
+        state = {k: meta(v) for k, v in list(model.named_parameters()) + list(model.named_buffers())}
+        seen: list[tuple[str, int, list[int]]] = []
+
+        class Sizes(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                r = func(*args, **(kwargs or {}))
+                info = op_info(func)
+                if info.kind == "functional":
+                    ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0]
+                           if isinstance(x, torch.Tensor)]
+                    outs = sum(x.numel() * x.element_size() for x in tree_flatten(r)[0]
+                               if isinstance(x, torch.Tensor))
+                    seen.append((info.name, outs, ins))
+                return r
+
+        with Sizes():
+            out = functional_call(model, state, tuple(meta(x) for x in inputs))
+            value = loss(out) if loss is not None else out.float().mean()
+            value.backward()
+        worst = max(seen, key=lambda s: s[1], default=("none", 0, []))
+        if self.variant.budget and worst[1] > self.budget:
+            raise BudgetError(_budget_message(worst[0], worst[2], [worst[1]], self.budget, self._fast))
+        return {"ops": len(seen), "largest_op": worst[0], "largest_op_output_bytes": worst[1]}
+
+
+def _budget_message(op: str, inputs: list[int], outputs: list[int], budget: int, device: str) -> str:
+    fmt = ", ".join
+    return (f"op {op}: its outputs need {format_bytes(sum(outputs))} of fast memory but the budget "
+            f"('{device}') is {format_bytes(budget)} (operands: inputs "
+            f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
+            "give the fast device more capacity or use a smaller batch")
