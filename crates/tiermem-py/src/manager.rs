@@ -74,6 +74,10 @@ impl PyManager {
         run(py, || self.inner.prefetch(id, force))
     }
 
+    fn writeback(&self, py: Python<'_>, id: u64) -> PyResult<bool> {
+        run(py, || self.inner.writeback(id))
+    }
+
     fn evict(&self, py: Python<'_>, id: u64) -> PyResult<()> {
         run(py, || self.inner.evict(id))
     }

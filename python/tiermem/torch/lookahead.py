@@ -1,4 +1,11 @@
-"""Look-ahead prefetch for tiered tensors (the ``async`` variant).
+"""Look-ahead prefetch and write-behind for tiered tensors (the ``async`` variant).
+
+A copy thread does two things while ops compute. **Write-behind**: a forward op's inputs,
+soft-evicted after it (Listing 4.6), are the next eviction victims, oldest first; once
+:data:`BEHIND_LAG` of the budget has been soft-evicted after one that is still alive (so it
+is saved for backward, not a temporary, and will be evicted), the thread writes it to the
+slow device and leaves it clean in fast memory, so the eviction that comes later copies
+nothing. **Look-ahead prefetch**, below.
 
 Training repeats the same ops in the same order every iteration. Each op's operands are
 recorded as keys that survive from one iteration to the next: ``("p", object id)`` for
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,6 +37,11 @@ __all__ = ["Lookahead"]
 
 Key = tuple[str, int, int]
 WINDOW = 16
+#: Share of the fast budget soft-evicted after an object before it is written behind.
+#: Soft-evicted objects leave fast memory oldest first; the newest ones (about a budget's
+#: worth) never leave before backward uses and frees them, and writing those would waste
+#: slow-device bandwidth.
+BEHIND_LAG = 0.5
 
 
 class Lookahead:
@@ -42,9 +56,12 @@ class Lookahead:
         self.issued: set[int] = set()
         self.pmap: dict[int, int] = {}  # previous trace position -> this iteration's
         self.cursor = 0
-        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._queued = 0
-        self._counts = {"queued": 0, "prefetched": 0, "skipped": 0, "mismatches": 0, "resyncs": 0}
+        self._queue: queue.SimpleQueue[tuple[str, int] | None] = queue.SimpleQueue()
+        self._behind: deque[tuple[int, weakref.ref]] = deque()
+        self._marked = 0  # bytes soft-evicted this iteration
+        self._lag = int(tiering.budget * BEHIND_LAG)
+        self._counts = {"queued": 0, "prefetched": 0, "skipped": 0, "mismatches": 0, "resyncs": 0,
+                        "written_behind": 0}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="tiermem-prefetch", daemon=True)
         self._thread.start()
@@ -57,6 +74,15 @@ class Lookahead:
         if b is not None and b[0] == self.tiering.iteration:
             return ("o", b[1], b[2])
         return ("p", obj.id, 0)
+
+    def behind(self, obj: TensorObject) -> None:
+        """A forward op soft-evicted ``obj``: write it behind if it lives on (see above)."""
+        self._marked += obj.nbytes
+        self._behind.append((self._marked, weakref.ref(obj)))
+        while self._behind and self._marked - self._behind[0][0] > self._lag:
+            alive = self._behind.popleft()[1]()
+            if alive is not None:
+                self._queue.put(("w", alive.id))
 
     def before_op(self, name: str, pos: int, operands: dict[int, Any]) -> None:
         """Record op ``pos``, find it in the previous iteration's trace (allowing a few
@@ -81,7 +107,7 @@ class Lookahead:
                     oid = a
                 if oid is not None:
                     self._counts["queued"] += 1
-                    self._queue.put(oid)
+                    self._queue.put(("p", oid))
 
     def _find(self, name: str) -> int | None:
         """Position of this op in the previous trace: the cursor, or the first match within
@@ -102,16 +128,22 @@ class Lookahead:
         self.pmap = {}
         self.issued = set()
         self.cursor = 0
+        self._behind.clear()
+        self._marked = 0
 
     def _work(self) -> None:
         native = self.tiering._native
         while True:
-            oid = self._queue.get()
-            if oid is None:
+            task = self._queue.get()
+            if task is None:
                 return
+            kind, oid = task
             try:
-                native.prefetch(oid, True)
-                self._counts["prefetched"] += 1
+                if kind == "w":
+                    self._counts["written_behind"] += bool(native.writeback(oid))
+                else:
+                    native.prefetch(oid, True)
+                    self._counts["prefetched"] += 1
             except Exception:  # noqa: BLE001 - freed meanwhile, or no room: nothing to do
                 self._counts["skipped"] += 1
 
@@ -120,6 +152,6 @@ class Lookahead:
         self._thread.join(timeout=10)
 
     def stats(self) -> dict[str, int]:
-        """Operands queued, prefetched, skipped (freed or no room), ops matched after a skip
-        (resyncs) and ops not found in the previous trace (mismatches)."""
+        """Operands queued, prefetched, skipped (freed or no room), written behind, ops
+        matched after a skip (resyncs) and ops not found in the previous trace (mismatches)."""
         return dict(self._counts)

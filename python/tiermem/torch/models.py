@@ -130,7 +130,7 @@ class _Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.reshape(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / (d // h) ** 0.5)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
@@ -156,7 +156,7 @@ class GPT(nn.Module):
         t = idx.shape[1]
         if t > self.seq:
             raise InvalidArgumentError(f"sequence of {t} tokens is longer than the model's {self.seq}")
-        x = self.tok(idx) + self.pos(torch.arange(t))
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         return self.head(self.ln(self.blocks(x)))
 
 
@@ -189,9 +189,9 @@ class Workload:
 
 WORKLOADS: dict[str, Workload] = {
     "resnet": Workload("resnet", lambda: ResNet((3, 8, 12, 3), width=16, classes=100), 64, (3, 64, 64), 100),
-    "densenet": Workload("densenet", lambda: DenseNet((6, 12, 32, 16), growth=16, classes=100), 48, (3, 64, 64), 100),
-    "vgg": Workload("vgg", lambda: VGG((2, 4, 6, 6, 4), (32, 64, 128, 256, 256), classes=100), 48, (3, 64, 64), 100),
-    "gpt": Workload("gpt", lambda: GPT(layers=8, d=256, heads=8, vocab=8192, seq=512), 12, (512,), 8192),
+    "densenet": Workload("densenet", lambda: DenseNet((6, 12, 32, 16), growth=16, classes=100), 24, (3, 64, 64), 100),
+    "vgg": Workload("vgg", lambda: VGG((2, 4, 6, 6, 4), (32, 64, 128, 256, 256), classes=100), 256, (3, 64, 64), 100),
+    "gpt": Workload("gpt", lambda: GPT(layers=8, d=256, heads=8, vocab=4096, seq=512), 12, (512,), 4096),
 }
 
 

@@ -26,13 +26,20 @@ METADATA_INPLACE = {
 }
 
 
+# Arguments ops write although their schemas do not say so (legacy schemas): batch norm in
+# training updates its running statistics in place.
+HIDDEN_WRITES = {
+    "native_batch_norm": ("running_mean", "running_var"),
+}
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """Schema facts of one overload."""
 
     name: str
     kind: str  # "view" | "inplace" | "functional" | "metadata"
-    written: tuple[str, ...]  # arguments the op writes
+    written: tuple[str, ...]  # arguments the op writes (schema-marked, plus HIDDEN_WRITES)
     out: Any  # the matching .out overload (functional ops), or None
     out_names: tuple[str, ...]  # its keyword-only output arguments, in return order
 
@@ -57,10 +64,11 @@ def _classify(func: Any) -> OpInfo:
     rets = schema.returns
     if written:
         return OpInfo(name, "inplace", written, None, ())
+    hidden = HIDDEN_WRITES.get(base, ())
     if rets and any(r.alias_info is not None for r in rets):
         return OpInfo(name, "view", (), None, ())
     out, names = _out_overload(func)
-    return OpInfo(name, "functional", (), out, names)
+    return OpInfo(name, "functional", hidden, out, names)
 
 
 def _out_overload(func: Any) -> tuple[Any, tuple[str, ...]]:

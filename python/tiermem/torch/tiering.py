@@ -21,8 +21,10 @@ Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
   freed the moment their last reference goes — CPython's refcount, so autograd releasing a
   saved tensor after its backward node frees it at once, never written back — and the
   inputs of forward ops soft-evicted, Listing 4.6), ``LMP`` (+ every op's inputs prefetched
-  into fast memory before it runs), ``async`` (``LM`` + a copy thread prefetching the inputs
-  of the next ops, found in the previous iteration's op trace, while the current op runs).
+  into fast memory before it runs), ``async`` (``LM`` + a copy thread that, while the current op
+  runs, writes soft-evicted forward inputs behind to the slow device so their eviction copies
+  nothing, and prefetches the inputs of the next ops, found in the previous iteration's op
+  trace; see :mod:`tiermem.torch.lookahead`).
   Baselines: ``all-fast``, ``all-slow``, ``first-touch``, ``2lm-model``.
 * The fast device's capacity is the budget; nothing tiered exceeds it. An op whose outputs
   alone exceed it raises :class:`~tiermem.BudgetError`; :meth:`Tiering.check` finds such ops
@@ -453,6 +455,8 @@ class Tiering:
             for op in operands.values():
                 if not op.write:
                     self._native.softevict(op.obj.id)
+                    if self._lookahead is not None:
+                        self._lookahead.behind(op.obj)
         return result
 
     def _close(self, opened: list[tuple[int, bool]]) -> None:
@@ -514,7 +518,9 @@ class Tiering:
               loss: Callable[[Any], torch.Tensor] | None = None) -> dict[str, Any]:
         """Trace one training step of ``model`` on the meta device (no memory is used) and
         raise :class:`~tiermem.BudgetError` naming the first op whose outputs exceed the
-        fast budget. Returns the op count and the largest op's output bytes."""
+        fast budget. Returns the op count and the largest op's output bytes, or
+        ``{"traced": False, "reason": ...}`` when the model cannot run on meta tensors (it
+        makes CPU tensors of its own, say); the budget is then checked op by op as it runs."""
         from torch.func import functional_call
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -531,27 +537,33 @@ class Tiering:
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 r = func(*args, **(kwargs or {}))
                 info = op_info(func)
-                if info.kind == "functional":
-                    ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0]
-                           if isinstance(x, torch.Tensor)]
+                ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0]
+                       if isinstance(x, torch.Tensor)]
+                # Factories (no tensor operand) make plain tensors in a real run.
+                if info.kind == "functional" and ins:
                     outs = sum(x.numel() * x.element_size() for x in tree_flatten(r)[0]
                                if isinstance(x, torch.Tensor))
                     seen.append((info.name, outs, ins))
                 return r
 
-        with Sizes():
-            out = functional_call(model, state, tuple(meta(x) for x in inputs))
-            value = loss(out) if loss is not None else out.float().mean()
-            value.backward()
+        try:
+            with Sizes():
+                out = functional_call(model, state, tuple(meta(x) for x in inputs))
+                value = loss(out) if loss is not None else out.float().mean()
+                value.backward()
+        except Exception as e:  # noqa: BLE001 - the model cannot run on meta tensors
+            return {"traced": False, "reason": f"{type(e).__name__}: {e}"}
         worst = max(seen, key=lambda s: s[1], default=("none", 0, []))
-        if self.variant.budget and worst[1] > self.budget:
-            raise BudgetError(_budget_message(worst[0], worst[2], [worst[1]], self.budget, self._fast))
-        return {"ops": len(seen), "largest_op": worst[0], "largest_op_output_bytes": worst[1]}
+        first = next((s for s in seen if s[1] > self.budget), None)
+        if self.variant.budget and first is not None:
+            raise BudgetError(_budget_message(first[0], first[2], [first[1]], self.budget, self._fast))
+        return {"traced": True, "ops": len(seen), "largest_op": worst[0], "largest_op_output_bytes": worst[1]}
 
 
 def _budget_message(op: str, inputs: list[int], outputs: list[int], budget: int, device: str) -> str:
     fmt = ", ".join
-    return (f"op {op}: its outputs need {format_bytes(sum(outputs))} of fast memory but the budget "
-            f"('{device}') is {format_bytes(budget)} (operands: inputs "
+    need = sum(outputs)
+    return (f"op {op}: its outputs need {format_bytes(need)} ({need} bytes) of fast memory but the budget "
+            f"('{device}') is {format_bytes(budget)} ({budget} bytes) (operands: inputs "
             f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
             "give the fast device more capacity or use a smaller batch")

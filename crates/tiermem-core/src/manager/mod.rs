@@ -143,6 +143,12 @@ impl Manager {
         })
     }
 
+    /// Write a dirty object to a slower sibling now, leaving it where it is (see
+    /// [`crate::policy::writeback_object`]). Returns whether anything was copied.
+    pub fn writeback(&self, id: ObjectId) -> Result<bool> {
+        self.with(|m, p| p.writeback(m, id))
+    }
+
     /// `softevict!(object)`.
     pub fn softevict(&self, id: ObjectId) -> Result<()> {
         self.with(|m, p| p.softevict(m, id))

@@ -17,6 +17,9 @@ use super::{
 use crate::manager::{DataManager, ObjectId};
 use crate::{Error, Result};
 
+/// Stamps of softevicted objects start here, below every use's stamp (uses count up from 0).
+const SOFT_BASE: i64 = i64::MIN / 2;
+
 /// LRU state: a recency stamp per object; softevicted objects get stamps below every use.
 #[derive(Debug)]
 pub struct Lru {
@@ -155,8 +158,11 @@ impl Policy for Lru {
 
     fn softevict(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
         m.object(id)?;
-        self.soft -= 1;
-        self.set_stamp(id, self.soft);
+        // Below every use, and in the order they were soft-evicted: among eviction
+        // candidates the least recently marked goes first ("on an LRU basis", thesis §4.5).
+        // Training soft-evicts each forward op's inputs; backward needs the last ones first.
+        self.soft += 1;
+        self.set_stamp(id, SOFT_BASE + self.soft);
         Ok(())
     }
 

@@ -59,6 +59,12 @@ pub trait Policy: Send {
         evict_object(m, id)
     }
 
+    /// Write a dirty object's bytes to a slower sibling now, keeping its primary where it
+    /// is: a later eviction then copies nothing. For copy threads that clean ahead of need.
+    fn writeback(&mut self, m: &mut DataManager, id: ObjectId) -> Result<bool> {
+        writeback_object(m, id)
+    }
+
     /// `softevict!(object)`: prefer it for the next eviction.
     fn softevict(&mut self, _m: &mut DataManager, _id: ObjectId) -> Result<()> {
         Ok(())
@@ -248,6 +254,53 @@ pub fn evict_object(m: &mut DataManager, id: ObjectId) -> Result<()> {
     m.free(x)?;
     DeviceCounters::bump(&counters.evictions);
     Ok(())
+}
+
+/// Clean ahead (write-behind): copy a dirty primary to a sibling on the nearest slower
+/// device (reusing a linked one, else allocating on the first slower device with room) and
+/// mark the primary clean; the primary stays put, so data stays where it is used and a
+/// later [`evict_object`] copies nothing. Returns whether it copied. An object being written
+/// (a write guard open) is skipped, as is one already clean or on the slowest device; no
+/// room on a slower device leaves it dirty (and is not an error).
+pub fn writeback_object(m: &mut DataManager, id: ObjectId) -> Result<bool> {
+    let x = m.primary(id)?;
+    let d = m.device_of(x)?;
+    let n = m.devices().len();
+    if d + 1 >= n || !m.region(x)?.dirty || m.object(id)?.writer {
+        return Ok(false);
+    }
+    let len = m.object(id)?.len;
+    let mut y = None;
+    for k in d + 1..n {
+        if let Some(r) = m.getlinked(x, k)? {
+            y = Some((r, false));
+            break;
+        }
+    }
+    if y.is_none() {
+        for k in d + 1..n {
+            if let Some(r) = m.allocate(k, len, id)? {
+                y = Some((r, true));
+                break;
+            }
+        }
+    }
+    let Some((y, allocated)) = y else {
+        return Ok(false);
+    };
+    if let Err(e) = m.copy(y, x) {
+        if allocated {
+            m.free(y)?;
+        }
+        return Err(e);
+    }
+    drop_stale(m, x, Some(y))?;
+    if allocated {
+        link_all(m, x, y)?;
+    }
+    m.set_dirty(x, false)?;
+    DeviceCounters::bump(&m.devices()[d].counters.dirty_writebacks);
+    Ok(true)
 }
 
 /// What [`prefetch_object`] did.

@@ -60,6 +60,23 @@ fn lru_evicts_least_recent_first_and_softevict_jumps_the_queue() {
 }
 
 #[test]
+fn softevicted_objects_leave_in_the_order_they_were_marked() {
+    let m = two_tier(64 * 1024, 8 << 20, "lru");
+    let a = m.alloc(20_000, Place::Fast).unwrap();
+    let b = m.alloc(20_000, Place::Fast).unwrap();
+    let c = m.alloc(20_000, Place::Fast).unwrap();
+    for id in [b, a, c] {
+        m.softevict(id).unwrap();
+    }
+    m.alloc(20_000, Place::Fast).unwrap();
+    assert!(!m.in_fast(b).unwrap(), "marked first, evicted first");
+    assert!(m.in_fast(a).unwrap() && m.in_fast(c).unwrap());
+    m.alloc(20_000, Place::Fast).unwrap();
+    assert!(!m.in_fast(a).unwrap() && m.in_fast(c).unwrap());
+    m.check().unwrap();
+}
+
+#[test]
 fn forced_prefetch_fails_clearly_when_only_pinned_data_is_in_the_way() {
     let m = two_tier(64 * 1024, 8 << 20, "lru");
     let a = m.alloc(60_000, Place::Fast).unwrap();
@@ -145,4 +162,73 @@ fn kernel_traffic_is_counted_and_throttled_on_emulated_devices() {
     fast.charge_read(1 << 30, 0);
     assert!(start.elapsed() < std::time::Duration::from_millis(5));
     assert_eq!(m.stats()["dram"].bytes_read, 1 << 30);
+}
+
+#[test]
+fn lru_in_place_uses_data_where_it_lives_and_still_allocates_fast() {
+    let m = two_tier(1 << 20, 8 << 20, "lru_in_place");
+    assert_eq!(m.policy_name(), "lru_in_place");
+    let slow = m.alloc(100_000, Place::Slow).unwrap();
+    m.write(slow).unwrap().as_mut_slice().fill(7);
+    assert!(!m.in_fast(slow).unwrap(), "a guard does not move it");
+    let fresh = m.alloc(100_000, Place::Auto).unwrap();
+    assert!(m.in_fast(fresh).unwrap(), "new objects go to fast memory");
+    m.prefetch(slow, true).unwrap(); // an explicit hint still moves it
+    assert!(m.in_fast(slow).unwrap());
+    assert!(m.read(slow).unwrap().as_slice().iter().all(|&b| b == 7));
+    m.check().unwrap();
+}
+
+#[test]
+fn charge_counts_operand_bytes_where_they_live() {
+    let m = two_tier(1 << 20, 8 << 20, "lru_in_place");
+    let fast = m.alloc(4096, Place::Fast).unwrap();
+    let slow = m.alloc(8192, Place::Slow).unwrap();
+    m.charge(&[(fast, 100, 200), (slow, 300, 400)], 2).unwrap();
+    assert_eq!(
+        (
+            stat(&m, "dram").bytes_read,
+            stat(&m, "dram").bytes_written
+        ),
+        (100, 200)
+    );
+    let s = stat(&m, "emulated:cxl");
+    assert_eq!((s.bytes_read, s.bytes_written), (300, 400));
+    assert!(m.charge(&[(999_999, 1, 1)], 1).is_err(), "an unknown object is an error");
+}
+
+#[test]
+fn the_2lm_model_does_its_own_charging() {
+    let m = two_tier(1 << 20, 8 << 20, "2lm_model");
+    let id = m.alloc(4096, Place::Auto).unwrap();
+    let before = m.stats();
+    m.charge(&[(id, 4096, 4096)], 1).unwrap();
+    assert_eq!(m.stats(), before, "guards already ran the bytes through the model");
+}
+
+#[test]
+fn writeback_cleans_ahead_so_eviction_copies_nothing() {
+    let m = two_tier(1 << 20, 8 << 20, "lru_in_place");
+    let id = m.alloc(100_000, Place::Fast).unwrap();
+    m.write(id).unwrap().as_mut_slice().fill(5);
+    assert!(m.writeback(id).unwrap(), "dirty: copied");
+    let p = m.placement(id).unwrap();
+    assert_eq!((p.device, p.siblings.clone(), p.dirty), (0, vec![1], false));
+    assert!(!m.writeback(id).unwrap(), "clean: nothing to do");
+    let written = stat(&m, "emulated:cxl").bytes_written;
+    m.evict(id).unwrap();
+    assert_eq!(stat(&m, "emulated:cxl").bytes_written, written, "eviction elided");
+    assert!(m.read(id).unwrap().as_slice().iter().all(|&b| b == 5));
+    // Written again after the write-back: the sibling is stale and is replaced.
+    m.prefetch(id, true).unwrap();
+    m.write(id).unwrap().as_mut_slice().fill(6);
+    assert!(m.writeback(id).unwrap());
+    m.evict(id).unwrap();
+    assert!(m.read(id).unwrap().as_slice().iter().all(|&b| b == 6));
+    // An object under a write guard is left alone.
+    let w = m.alloc(4096, Place::Fast).unwrap();
+    let g = m.write(w).unwrap();
+    assert!(!m.writeback(w).unwrap());
+    drop(g);
+    m.check().unwrap();
 }
