@@ -118,7 +118,12 @@ impl PyManager {
     /// Copy object `src` into object `dst` (same length) `reps` times with the copy engine;
     /// returns the best time in seconds, measured in Rust (no Python call overhead).
     /// `(id, bytes read, bytes written)` per operand of a kernel run outside tiermem.
-    fn charge(&self, py: Python<'_>, operands: Vec<(u64, u64, u64)>, threads: usize) -> PyResult<()> {
+    fn charge(
+        &self,
+        py: Python<'_>,
+        operands: Vec<(u64, u64, u64)>,
+        threads: usize,
+    ) -> PyResult<()> {
         run(py, || self.inner.charge(&operands, threads))
     }
 

@@ -186,15 +186,15 @@ fn charge_counts_operand_bytes_where_they_live() {
     let slow = m.alloc(8192, Place::Slow).unwrap();
     m.charge(&[(fast, 100, 200), (slow, 300, 400)], 2).unwrap();
     assert_eq!(
-        (
-            stat(&m, "dram").bytes_read,
-            stat(&m, "dram").bytes_written
-        ),
+        (stat(&m, "dram").bytes_read, stat(&m, "dram").bytes_written),
         (100, 200)
     );
     let s = stat(&m, "emulated:cxl");
     assert_eq!((s.bytes_read, s.bytes_written), (300, 400));
-    assert!(m.charge(&[(999_999, 1, 1)], 1).is_err(), "an unknown object is an error");
+    assert!(
+        m.charge(&[(999_999, 1, 1)], 1).is_err(),
+        "an unknown object is an error"
+    );
 }
 
 #[test]
@@ -203,7 +203,11 @@ fn the_2lm_model_does_its_own_charging() {
     let id = m.alloc(4096, Place::Auto).unwrap();
     let before = m.stats();
     m.charge(&[(id, 4096, 4096)], 1).unwrap();
-    assert_eq!(m.stats(), before, "guards already ran the bytes through the model");
+    assert_eq!(
+        m.stats(),
+        before,
+        "guards already ran the bytes through the model"
+    );
 }
 
 #[test]
@@ -217,7 +221,11 @@ fn writeback_cleans_ahead_so_eviction_copies_nothing() {
     assert!(!m.writeback(id).unwrap(), "clean: nothing to do");
     let written = stat(&m, "emulated:cxl").bytes_written;
     m.evict(id).unwrap();
-    assert_eq!(stat(&m, "emulated:cxl").bytes_written, written, "eviction elided");
+    assert_eq!(
+        stat(&m, "emulated:cxl").bytes_written,
+        written,
+        "eviction elided"
+    );
     assert!(m.read(id).unwrap().as_slice().iter().all(|&b| b == 5));
     // Written again after the write-back: the sibling is stale and is replaced.
     m.prefetch(id, true).unwrap();
