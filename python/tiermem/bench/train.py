@@ -15,14 +15,13 @@ from __future__ import annotations
 import gc
 import json
 import os
-import resource
 import time
 from typing import Any
 
 import torch
 
 from .._sizes import format_bytes
-from ..exceptions import InvalidArgumentError
+from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
 from ..torch.models import Workload, build
 from ..torch.tiering import VARIANTS, Tiering
 
@@ -56,9 +55,8 @@ def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, w: Workload, x: to
 
 
 def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
-    """Plain PyTorch: losses, best seconds per iteration, resident-memory growth."""
+    """Plain PyTorch: losses and seconds per iteration."""
     gc.collect()
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.manual_seed(seed)
     model = w.make()
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -68,8 +66,7 @@ def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
         t = time.perf_counter()
         losses.append(_step(model, opt, w, x, y))
         times.append(time.perf_counter() - t)
-    grow = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0
-    return {"losses": losses, "times": times, "rss_growth": grow}
+    return {"losses": losses, "times": times}
 
 
 def _run_variant(w: Workload, variant: str, fast: int, slow: int, slow_spec: str, warmup: int,
@@ -126,9 +123,17 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
         if progress:
             progress.step(f"{name} pytorch")
         n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
-        # all-fast sizes the footprint; its device gets generous room above plain PyTorch's.
-        room = max(4 * ref["rss_growth"], 8 * n_params, 256 << 20)
-        big = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, warmup, iters, seed)
+        # all-fast measures the footprint: its fast device starts at 1 GiB and doubles
+        # until one training run fits.
+        room = max((1 if quick else 4) << 30, 8 * n_params)
+        while True:
+            try:
+                big = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, warmup, iters, seed)
+                break
+            except DeviceFullError:
+                if room >= 16 << 30:
+                    raise
+                room *= 2
         footprint = big["fast_bytes_peak"]
         slow_cap = int(footprint * 1.4) + (256 << 20)
         info = {"batch": w.batch, "footprint_bytes": footprint, "param_bytes": n_params,
@@ -149,8 +154,14 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
             for v, rname, fast, slow in plan:
                 if rnd == 0 and v == "all-fast":
                     continue
-                r = _run_variant(w, v, fast, slow, slow_spec, warmup, iters, seed)
+                try:
+                    r = _run_variant(w, v, fast, slow, slow_spec, warmup, iters, seed)
+                except TiermemError as e:  # reported in its row; the other runs go on
+                    r = {"error": f"{type(e).__name__}: {e}"}
                 old = measured.get((v, rname))
+                if "error" in r or (old is not None and "error" in old):
+                    measured[(v, rname)] = r if "error" in r else old  # type: ignore[assignment]
+                    continue
                 if old is not None:
                     r["times"] = old["times"] + r["times"]
                     r["seconds_per_iter"] = min(old["seconds_per_iter"], r["seconds_per_iter"])
@@ -162,6 +173,10 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
         for rname, (a, b) in parsed:
             for (v, rr), r in measured.items():
                 if rr not in (None, rname):
+                    continue
+                if "error" in r:
+                    out["runs"].append({"model": name, "ratio": rname, "policy": v, "error": r["error"],
+                                        "measured_once": rr is None})
                     continue
                 diff = max(abs(p - q) for p, q in zip(r["losses"], ref["losses"]))
                 out["runs"].append({
@@ -195,6 +210,9 @@ def report(res: dict[str, Any]) -> str:
             runs = [r for r in res["runs"] if r["model"] == name and r["ratio"] == ratio]
             rows = []
             for r in runs:
+                if "error" in r:
+                    rows.append([r["policy"], "failed", r["error"][:60], "", "", "", "", ""])
+                    continue
                 rows.append([r["policy"], f"{r['seconds_per_iter']:.3f}", f"{r['vs_all_fast']:.2f}x",
                              "-" if r["budget_bytes"] is None else format_bytes(r["budget_bytes"]),
                              format_bytes(r["fast_bytes_peak"]),
@@ -208,7 +226,7 @@ def report(res: dict[str, Any]) -> str:
 
 
 def _verdict(runs: list[dict[str, Any]], slow: str) -> list[str]:
-    by = {r["policy"]: r for r in runs}
+    by = {r["policy"]: r for r in runs if "error" not in r}
     tiered = [by[v] for v in ("L", "LM", "LMP", "async") if v in by]
     if not tiered or "all-fast" not in by:
         return []

@@ -194,9 +194,18 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
 
     note = " (slow tier emulated)" if res.get("emulated") else ""
     slow = res["slow_device"]
-    paths = []
+    paths: list[str] = []
+
+    def finish(fig: Any, ax: Any, file: str) -> str:
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out_dir, file)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
     for name, info in res["models"].items():
-        runs = [r for r in res["runs"] if r["model"] == name]
+        runs = [r for r in res["runs"] if r["model"] == name and "error" not in r]
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for pol in dict.fromkeys(r["policy"] for r in runs):
             rs = sorted((r for r in runs if r["policy"] == pol), key=lambda r: r["budget_bytes"] or 0)
@@ -209,12 +218,7 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
         ax.set_ylabel("seconds per iteration")
         ax.set_title(f"{name}: footprint {info['footprint_bytes'] / 2**30:.2f} GiB{note}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        p = os.path.join(out_dir, f"{name}-time-vs-budget.png")
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(finish(fig, ax, f"{name}-time-vs-budget.png"))
 
         smallest = min((r for r in runs if not r["measured_once"]), key=lambda r: r["budget_bytes"], default=None)
         if smallest is None:
@@ -231,10 +235,5 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
         ax.set_ylabel("GiB per iteration")
         ax.set_title(f"{name}: bytes per device at {smallest['ratio']} (slow:fast){note}")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        p = os.path.join(out_dir, f"{name}-bytes.png")
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(finish(fig, ax, f"{name}-bytes.png"))
     return paths
