@@ -55,10 +55,11 @@ demo: build $(TORCH_STAMP) ## show the devices, then `tiermem demo`: DLRM in eve
 	$(VENV)/bin/tiermem demo --out results/demo --json results/demo.json
 
 .PHONY: bench-quick
-bench-quick: build $(TORCH_STAMP) ## quick copy and embedding benchmarks with JSON and plots into results/
+bench-quick: build $(TORCH_STAMP) ## quick copy, embedding and training benchmarks with JSON and plots into results/
 	mkdir -p results
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
 	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
+	$(VENV)/bin/tiermem bench train --quick --json results/bench-train.json --out results/bench-train
 
 .PHONY: lint
 lint: ## rustfmt check and clippy (warnings are errors)

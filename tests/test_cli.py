@@ -73,3 +73,29 @@ def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> N
     assert "error" in capsys.readouterr().err
     assert main(["calibrate", "--size", "64 KiB"]) == 2
     assert "at least 1 MiB" in capsys.readouterr().err
+
+
+def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "train.json"
+    rc = main(["bench", "train", "--quick", "--model", "vgg", "--batch", "2", "--ratio", "8:1",
+               "--variants", "all-fast,2lm-model,LM", "--json", str(out), "--out", str(tmp_path / "plots")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "ratio 8:1" in text and "emulated" in text and "best tiermem variant" in text
+    res = json.loads(out.read_text())
+    runs = {r["policy"]: r for r in res["runs"]}
+    assert set(runs) == {"all-fast", "2lm-model", "LM"}
+    for r in runs.values():
+        assert r["model"] == "vgg" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
+        assert set(r["bytes"]) == {"dram", "emulated:optane-pmem"}
+        assert r["max_loss_diff"] < 1e-5
+    assert runs["LM"]["fast_bytes_peak"] <= runs["LM"]["budget_bytes"]
+    assert runs["2lm-model"]["bytes"]["emulated:optane-pmem"]["written"] > 0
+    assert (tmp_path / "plots" / "vgg-time-vs-budget.png").exists() and (tmp_path / "plots" / "vgg-bytes.png").exists()
+
+
+def test_bench_train_bad_ratio_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    assert main(["bench", "train", "--quick", "--ratio", "8to1"]) == 2
+    assert "write it SLOW:FAST" in capsys.readouterr().err
