@@ -124,6 +124,22 @@ def test_float64_non_contiguous_and_views() -> None:
     assert got == pytest.approx(want, abs=1e-10)
 
 
+def test_batched_matmul_reshapes_without_copying() -> None:
+    # matmul reshapes its fresh bmm result with _unsafe_view, whose schema does not mark the
+    # alias (and which has an .out overload): it must share the object, not copy it.
+    t = tiered("all-fast")
+    a, b = torch.randn(2, 3, 4, 5), torch.randn(5, 6)
+    ta, tb = t.tensor(a), t.tensor(b)
+    v = torch.ops.aten._unsafe_view(ta, [6, 4, 5])
+    assert v.object_id == ta.object_id
+    torch.testing.assert_close(v.to_plain(), a.reshape(6, 4, 5))
+    before = t.stats()
+    torch.testing.assert_close((ta @ tb).to_plain(), a @ b)
+    after = t.stats()
+    assert after["view_ops"] > before["view_ops"]
+    assert after["fallback_ops"] == before["fallback_ops"]
+
+
 def test_unsupported_tensors_and_ops_are_refused_clearly() -> None:
     t = tiered("LM")
     with pytest.raises(tiermem.InvalidArgumentError, match="layout"):

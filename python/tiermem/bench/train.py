@@ -169,7 +169,7 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
                 measured[(v, rname)] = r
                 if progress:
                     progress.step(f"{name} {v} {rname or ''} round {rnd + 1}")
-        base = big["seconds_per_iter"]
+        base = measured[("all-fast", None)]["seconds_per_iter"]  # best over the rounds
         for rname, (a, b) in parsed:
             for (v, rr), r in measured.items():
                 if rr not in (None, rname):

@@ -26,6 +26,11 @@ METADATA_INPLACE = {
 }
 
 
+# Ops that return an alias of their input although their schemas do not say so: ATen calls
+# ``_unsafe_view`` to reshape a tensor it has just made (``matmul``), so running its ``.out``
+# overload would copy every such result.
+UNMARKED_VIEWS = {"_unsafe_view"}
+
 # Arguments ops write although their schemas do not say so (legacy schemas): batch norm in
 # training updates its running statistics in place.
 HIDDEN_WRITES = {
@@ -65,7 +70,7 @@ def _classify(func: Any) -> OpInfo:
     if written:
         return OpInfo(name, "inplace", written, None, ())
     hidden = HIDDEN_WRITES.get(base, ())
-    if rets and any(r.alias_info is not None for r in rets):
+    if base in UNMARKED_VIEWS or (rets and any(r.alias_info is not None for r in rets)):
         return OpInfo(name, "view", (), None, ())
     out, names = _out_overload(func)
     return OpInfo(name, "functional", hidden, out, names)

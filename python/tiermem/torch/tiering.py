@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
-from .._sizes import format_bytes
 from ..exceptions import BudgetError, DeviceFullError, InvalidArgumentError
 from ..manager import DeviceList, Manager
+from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .ops import OpInfo, meta_like, op_info
 from .tensor import (TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args,
@@ -466,7 +466,7 @@ class Tiering:
     def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
         need = sum(span_bytes(s, st, itemsize(d)) for s, st, d in plan)
         if need > self.budget:
-            raise BudgetError(_budget_message(info.name, [op.obj.nbytes for op in operands.values()],
+            raise BudgetError(budget_message(info.name, [op.obj.nbytes for op in operands.values()],
                                               [need], self.budget, self._fast))
 
     def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list, pos: int) -> Any:
@@ -521,49 +521,12 @@ class Tiering:
         fast budget. Returns the op count and the largest op's output bytes, or
         ``{"traced": False, "reason": ...}`` when the model cannot run on meta tensors (it
         makes CPU tensors of its own, say); the budget is then checked op by op as it runs."""
-        from torch.func import functional_call
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        def meta(t: Any) -> Any:
-            if isinstance(t, torch.Tensor):
-                m = torch.empty(t.shape, dtype=t.dtype, device="meta")
-                return m.requires_grad_(t.requires_grad) if t.is_floating_point() else m
-            return t
-
-        state = {k: meta(v) for k, v in list(model.named_parameters()) + list(model.named_buffers())}
-        seen: list[tuple[str, int, list[int]]] = []
-
-        class Sizes(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                r = func(*args, **(kwargs or {}))
-                info = op_info(func)
-                ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0]
-                       if isinstance(x, torch.Tensor)]
-                # Factories (no tensor operand) make plain tensors in a real run.
-                if info.kind == "functional" and ins:
-                    outs = sum(x.numel() * x.element_size() for x in tree_flatten(r)[0]
-                               if isinstance(x, torch.Tensor))
-                    seen.append((info.name, outs, ins))
-                return r
-
         try:
-            with Sizes():
-                out = functional_call(model, state, tuple(meta(x) for x in inputs))
-                value = loss(out) if loss is not None else out.float().mean()
-                value.backward()
+            seen = trace_step(model, inputs, loss)
         except Exception as e:  # noqa: BLE001 - the model cannot run on meta tensors
             return {"traced": False, "reason": f"{type(e).__name__}: {e}"}
         worst = max(seen, key=lambda s: s[1], default=("none", 0, []))
         first = next((s for s in seen if s[1] > self.budget), None)
         if self.variant.budget and first is not None:
-            raise BudgetError(_budget_message(first[0], first[2], [first[1]], self.budget, self._fast))
+            raise BudgetError(budget_message(first[0], first[2], [first[1]], self.budget, self._fast))
         return {"traced": True, "ops": len(seen), "largest_op": worst[0], "largest_op_output_bytes": worst[1]}
-
-
-def _budget_message(op: str, inputs: list[int], outputs: list[int], budget: int, device: str) -> str:
-    fmt = ", ".join
-    need = sum(outputs)
-    return (f"op {op}: its outputs need {format_bytes(need)} ({need} bytes) of fast memory but the budget "
-            f"('{device}') is {format_bytes(budget)} ({budget} bytes) (operands: inputs "
-            f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
-            "give the fast device more capacity or use a smaller batch")

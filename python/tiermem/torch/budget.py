@@ -1,0 +1,62 @@
+"""The fast-memory budget of tiered tensors: finding, before training, the op whose
+outputs cannot fit (a training step traced on the meta device), and the error that names it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from .._sizes import format_bytes
+from .ops import op_info
+
+__all__ = ["budget_message", "trace_step"]
+
+
+def trace_step(model: torch.nn.Module, inputs: tuple,
+               loss: Callable[[Any], torch.Tensor] | None) -> list[tuple[str, int, list[int]]]:
+    """``(op, output bytes, [input bytes])`` for every functional op of one training step
+    (forward, ``loss`` — default the output's mean — and backward) of ``model`` on
+    ``inputs``, run on the meta device: no memory is used. Raises whatever the model raises
+    on meta tensors."""
+    from torch.func import functional_call
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def meta(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            m = torch.empty(t.shape, dtype=t.dtype, device="meta")
+            return m.requires_grad_(t.requires_grad) if t.is_floating_point() else m
+        return t
+
+    state = {k: meta(v) for k, v in list(model.named_parameters()) + list(model.named_buffers())}
+    seen: list[tuple[str, int, list[int]]] = []
+
+    class Sizes(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            r = func(*args, **(kwargs or {}))
+            info = op_info(func)
+            ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0]
+                   if isinstance(x, torch.Tensor)]
+            # Factories (no tensor operand) make plain tensors in a real run.
+            if info.kind == "functional" and ins:
+                outs = sum(x.numel() * x.element_size() for x in tree_flatten(r)[0]
+                           if isinstance(x, torch.Tensor))
+                seen.append((info.name, outs, ins))
+            return r
+
+    with Sizes():
+        out = functional_call(model, state, tuple(meta(x) for x in inputs))
+        value = loss(out) if loss is not None else out.float().mean()
+        value.backward()
+    return seen
+
+
+def budget_message(op: str, inputs: list[int], outputs: list[int], budget: int, device: str) -> str:
+    """Why ``op`` cannot run: its operand sizes against the budget of fast ``device``."""
+    fmt = ", ".join
+    need = sum(outputs)
+    return (f"op {op}: its outputs need {format_bytes(need)} ({need} bytes) of fast memory but the budget "
+            f"('{device}') is {format_bytes(budget)} ({budget} bytes) (operands: inputs "
+            f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
+            "give the fast device more capacity or use a smaller batch")
