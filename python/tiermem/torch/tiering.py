@@ -402,19 +402,17 @@ class Tiering:
         outs: list[TensorObject | None] = []
         opened: list[tuple[int, bool]] = []
         try:
-            # Outputs first, so they take fast memory before any input is brought in.
-            pouts: list[torch.Tensor] = []
-            for k, p in enumerate(plan or ()):
-                shape, stride, dtype = p
-                o = self._alloc(span_bytes(shape, stride, itemsize(dtype)),
-                                (self.iteration, pos, k))
-                outs.append(o)
-                addr, _ = self._native.open(o.id, True)
-                opened.append((o.id, True))
-                pouts.append(plain_over(addr, o.nbytes, dtype, shape, stride, 0))
+            # Guards that bring inputs into fast memory (P) open after the outputs are made,
+            # so the outputs take fast memory first; guards that use data where it lives open
+            # first, so making room for the outputs cannot evict this op's own inputs (a
+            # large output evicts a contiguous range, which may hold them).
+            if self.variant.prefetch:
+                pouts = self._make_outputs(plan, pos, outs, opened)
             for op in operands.values():
                 op.addr, _ = self._native.open(op.obj.id, op.write)
                 opened.append((op.obj.id, op.write))
+            if not self.variant.prefetch:
+                pouts = self._make_outputs(plan, pos, outs, opened)
             plains: dict[int, torch.Tensor] = {}
 
             def to_plain(x: Any) -> Any:
@@ -458,6 +456,17 @@ class Tiering:
                     if self._lookahead is not None:
                         self._lookahead.behind(op.obj)
         return result
+
+    def _make_outputs(self, plan: Any, pos: int, outs: list, opened: list) -> list[torch.Tensor]:
+        """Allocate and open op ``pos``'s planned outputs; plain tensors over them."""
+        pouts = []
+        for k, (shape, stride, dtype) in enumerate(plan or ()):
+            o = self._alloc(span_bytes(shape, stride, itemsize(dtype)), (self.iteration, pos, k))
+            outs.append(o)
+            addr, _ = self._native.open(o.id, True)
+            opened.append((o.id, True))
+            pouts.append(plain_over(addr, o.nbytes, dtype, shape, stride, 0))
+        return pouts
 
     def _close(self, opened: list[tuple[int, bool]]) -> None:
         for oid, w in opened:
