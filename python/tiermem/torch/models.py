@@ -5,7 +5,11 @@ GPT-style stack of pre-norm transformer blocks. Inputs are random.
 :data:`WORKLOADS` holds the configurations ``tiermem bench train`` runs: deep, narrow networks
 at a batch size whose one-iteration footprint is a few GB on a small machine (the thesis
 runs ResNet 200, DenseNet 264 and VGG 416 at footprints of 520 GB, Table 4.6; these keep
-the depth-to-footprint shape at a size a 2-core machine trains in seconds).
+the depth-to-footprint shape at a size a 2-core machine trains in seconds). Depth matters: at
+8:1 the fast budget is a ninth of the footprint, and it must hold an op's inputs and outputs.
+VGG is 44 convolutions at batch 128 (its first-stage activations are 64 MiB against a 202
+MiB budget); a 22-layer VGG at batch 256 had 128 MiB activations, so its first-stage ops
+could not fit and wrote their outputs straight to the slow device.
 """
 
 from __future__ import annotations
@@ -190,7 +194,7 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {
     "resnet": Workload("resnet", lambda: ResNet((3, 8, 12, 3), width=16, classes=100), 64, (3, 64, 64), 100),
     "densenet": Workload("densenet", lambda: DenseNet((6, 12, 32, 16), growth=16, classes=100), 24, (3, 64, 64), 100),
-    "vgg": Workload("vgg", lambda: VGG((2, 4, 6, 6, 4), (32, 64, 128, 256, 256), classes=100), 256, (3, 64, 64), 100),
+    "vgg": Workload("vgg", lambda: VGG((4, 8, 12, 12, 8), (32, 64, 128, 256, 256), classes=100), 128, (3, 64, 64), 100),
     "gpt": Workload("gpt", lambda: GPT(layers=8, d=256, heads=8, vocab=4096, seq=512), 12, (512,), 4096),
 }
 
