@@ -160,6 +160,16 @@ def test_unsupported_tensors_and_ops_are_refused_clearly() -> None:
         t.optimizer(opt)
 
 
+def test_operands_of_two_tierings_are_refused() -> None:
+    a, b = tiered("LM"), tiered("LM")
+    x, y = a.tensor(torch.ones(4)), b.tensor(torch.ones(4))
+    with pytest.raises(tiermem.InvalidArgumentError, match="another Tiering"):
+        x + y
+    torch.testing.assert_close((x + x).to_plain(), torch.full((4,), 2.0))
+    a.manager.check()
+    b.manager.check()
+
+
 def test_a_budget_too_small_for_one_op_fails_before_training_and_at_the_op() -> None:
     t = Tiering({"dram": "64 KiB", SLOW: "64 MiB"}, "LM")
     model = small_cnn()

@@ -372,6 +372,10 @@ class Tiering:
             if isinstance(x, TieredTensor):
                 op = operands.get(id(x._obj))
                 if op is None:
+                    if x._obj.tiering is not self:
+                        raise InvalidArgumentError(
+                            f"{info.name}: an operand belongs to another Tiering (its own manager); "
+                            "copy it over with tiering.tensor(t.to_plain()) first")
                     op = operands[id(x._obj)] = _Operand(x._obj)
                 nb = min(span_bytes(x.shape, x.stride(), x.element_size()), x._obj.nbytes)
                 op.read_bytes += nb
