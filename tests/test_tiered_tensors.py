@@ -77,6 +77,21 @@ def test_budget_holds_and_data_moves_to_the_slow_tier() -> None:
     assert t.stats()["out_ops"] > 0
 
 
+@pytest.mark.parametrize("variant", ["L", "LM", "async"])
+def test_making_room_for_an_output_never_evicts_the_ops_own_input(variant: str) -> None:
+    # Fast memory holds four 1 MiB tensors; the op's input is the least recently used, so
+    # making room for its output would evict it first were it not pinned before.
+    t = tiered(variant, fast="4 MiB")
+    n = (1 << 20) // 4
+    a, *rest = [t.tensor(torch.full((n,), float(i))) for i in range(4)]
+    assert [x.tier for x in (a, *rest)] == ["dram"] * 4
+    b = a + 1
+    assert a.tier == "dram" and b.tier == "dram"
+    assert [x.tier for x in rest].count(SLOW) == 1
+    torch.testing.assert_close(b.to_plain(), torch.full((n,), 1.0))
+    t.close()
+
+
 def test_gpt_with_adamw_and_tied_weights_matches_pytorch() -> None:
     def make() -> GPT:
         torch.manual_seed(0)

@@ -115,9 +115,7 @@ impl PyManager {
         run(py, || self.inner.close(id, write))
     }
 
-    /// Copy object `src` into object `dst` (same length) `reps` times with the copy engine;
-    /// returns the best time in seconds, measured in Rust (no Python call overhead).
-    /// `(id, bytes read, bytes written)` per operand of a kernel run outside tiermem.
+    /// Charge a kernel run outside tiermem: `(id, bytes read, bytes written)` per operand.
     fn charge(
         &self,
         py: Python<'_>,
@@ -127,6 +125,8 @@ impl PyManager {
         run(py, || self.inner.charge(&operands, threads))
     }
 
+    /// Copy object `src` into object `dst` (same length) `reps` times with the copy engine;
+    /// returns the best time in seconds, measured in Rust (no Python call overhead).
     #[pyo3(signature = (dst, src, reps = 1))]
     fn copy_objects(&self, py: Python<'_>, dst: u64, src: u64, reps: usize) -> PyResult<f64> {
         run(py, || {
