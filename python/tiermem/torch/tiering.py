@@ -84,6 +84,15 @@ def _round(n: int) -> int:
     return max(_ALIGN, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
 
 
+def _meta(x: Any) -> Any:
+    """A meta tensor standing for ``x`` (same dtype, shape, strides, offset), or ``x``."""
+    if isinstance(x, TieredTensor):
+        return meta_like(x, x._obj.nbytes, x._off)
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
 def _bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     out = {}
     for i, a in enumerate(func._schema.arguments):
@@ -304,11 +313,7 @@ class Tiering:
         for x in flat:
             if isinstance(x, TieredTensor):
                 src = src or x
-                metas.append(meta_like(x, x._obj.nbytes, x._off))
-            elif isinstance(x, torch.Tensor):
-                metas.append(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"))
-            else:
-                metas.append(x)
+            metas.append(_meta(x))
         a, k = rebuild_args(args, kwargs, metas)
         res = func(*a, **k)
         assert src is not None
@@ -325,16 +330,12 @@ class Tiering:
         """Output ``(shape, stride, dtype)`` per return (None where the op returns none),
         from a run on the meta device; cached per op and operand metadata."""
         key_parts: list[Any] = [func, len(args), tuple(kwargs), lens]
-        metas = []
         for x in flat:
             if isinstance(x, torch.Tensor):
                 off = x._off if isinstance(x, TieredTensor) else x.storage_offset() * x.element_size()
                 key_parts.append((tuple(x.shape), x.stride(), x.dtype, off))
-                metas.append(meta_like(x, x._obj.nbytes, x._off) if isinstance(x, TieredTensor)
-                             else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"))
             else:
                 key_parts.append(x)
-                metas.append(x)
         try:
             key = tuple(key_parts)
             hash(key)
@@ -342,6 +343,7 @@ class Tiering:
             key = None
         if key is not None and key in self._plans:
             return self._plans[key]
+        metas = [_meta(x) for x in flat]
         a, k = rebuild_args(args, kwargs, metas)
         try:
             res = func(*a, **k)
