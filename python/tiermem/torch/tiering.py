@@ -482,7 +482,7 @@ class Tiering:
         need = sum(span_bytes(s, st, itemsize(d)) for s, st, d in plan)
         if need > self.budget:
             raise BudgetError(budget_message(info.name, [op.obj.nbytes for op in operands.values()],
-                                              [need], self.budget, self._fast))
+                                             [need], self.budget, self._fast))
 
     def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list, pos: int) -> Any:
         """Wrap an ``.out`` call's results, checking the kernel wrote where it was told."""
