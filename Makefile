@@ -49,10 +49,11 @@ test-py: build $(TORCH_STAMP) ## Python tests
 test: lint test-rs test-py ## everything CI runs: lint, Rust tests, Python tests
 
 .PHONY: demo
-demo: build $(TORCH_STAMP) ## show the devices, then `tiermem demo`: DLRM in every mode, tables 4x the fast budget (results/demo/)
+demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mode, tables 4x the fast budget), a small ResNet trained with tiered tensors at 8:1 (results/demo/)
 	mkdir -p results
 	$(VENV)/bin/tiermem info
 	$(VENV)/bin/tiermem demo --out results/demo --json results/demo.json
+	$(VENV)/bin/tiermem bench train --quick --model resnet --ratio 8:1 --out results/demo/train --json results/demo/train.json
 
 .PHONY: bench-quick
 bench-quick: build $(TORCH_STAMP) ## quick copy, embedding and training benchmarks with JSON and plots into results/

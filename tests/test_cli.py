@@ -77,7 +77,7 @@ def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
-    out = tmp_path / "train.json"
+    out = tmp_path / "not-yet" / "train.json"  # folders are made before the run
     rc = main(["bench", "train", "--quick", "--model", "vgg", "--batch", "2", "--ratio", "8:1",
                "--variants", "all-fast,2lm-model,LM", "--json", str(out), "--out", str(tmp_path / "plots")])
     assert rc == 0
@@ -93,6 +93,15 @@ def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.Capture
     assert runs["LM"]["fast_bytes_peak"] <= runs["LM"]["budget_bytes"]
     assert runs["2lm-model"]["bytes"]["emulated:optane-pmem"]["written"] > 0
     assert (tmp_path / "plots" / "vgg-time-vs-budget.png").exists() and (tmp_path / "plots" / "vgg-bytes.png").exists()
+
+
+def test_an_output_folder_that_cannot_be_made_fails_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["bench", "copy", "--quick", "--json", str(blocker / "sub" / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create the output folder" in err and "sub" in err
 
 
 def test_bench_train_bad_ratio_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

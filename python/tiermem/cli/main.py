@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..exceptions import TiermemError
+from ..exceptions import InvalidArgumentError, TiermemError
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -58,9 +58,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _prepare_outputs(args: argparse.Namespace) -> None:
+    """Create the folders ``--json``, ``--plot`` and ``--out`` write into before any work
+    starts, so a long run cannot end in a missing-folder error and lose its results."""
+    import os
+
+    dirs = [os.path.dirname(p) for p in (getattr(args, "json", None), getattr(args, "plot", None))
+            if isinstance(p, str)]
+    out = getattr(args, "out", None)
+    for d in [*dirs, out if isinstance(out, str) else ""]:
+        if not d:
+            continue
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot create the output folder {d!r}: {e.strerror}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _prepare_outputs(args)
         if args.command == "info":
             from .info import run_info
 
