@@ -152,6 +152,7 @@ def test_batched_matmul_reshapes_without_copying() -> None:
     torch.testing.assert_close((ta @ tb).to_plain(), a @ b)
     after = t.stats()
     assert after["view_ops"] > before["view_ops"]
+    assert after["out_ops"] - before["out_ops"] == 1  # the mm; its reshape copies nothing
     assert after["fallback_ops"] == before["fallback_ops"]
 
 

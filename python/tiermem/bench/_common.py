@@ -28,12 +28,17 @@ def best_pair(a: list[Callable[[], Any]], b: list[Callable[[], Any]]) -> tuple[f
     return ta, tb
 
 
+def write_json(res: dict[str, Any], path: str) -> None:
+    """Write a benchmark's results to ``path`` and say so."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(res, f, indent=1)
+    print(f"wrote {path}")
+
+
 def write_outputs(res: dict[str, Any], args: Any, plot: Callable[[dict[str, Any], str], None]) -> None:
     """``--json FILE`` and ``--plot PNG`` of a benchmark command."""
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
-        print(f"wrote {args.json}")
+        write_json(res, args.json)
     if args.plot:
         plot(res, args.plot)
         print(f"wrote {args.plot}")

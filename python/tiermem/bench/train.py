@@ -13,7 +13,6 @@ its best iteration (timings on a shared 2-core machine swing by 15%).
 from __future__ import annotations
 
 import gc
-import json
 import os
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from .._sizes import format_bytes
 from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
 from ..torch.models import Workload, build
 from ..torch.tiering import VARIANTS, Tiering
+from ._common import write_json
 
 __all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
 
@@ -256,15 +256,11 @@ def run_cli(args: Any) -> int:
                   variants=variants, batch=args.batch, rounds=args.rounds, progress=p)
     print(report(res))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
-        print(f"wrote {args.json}")
-    if args.out:
+        write_json(res, args.json)
+    if args.out:  # the CLI made the folder before the run
         from ..cli.plot import plot_train
 
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "train.json"), "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
+        write_json(res, os.path.join(args.out, "train.json"))
         for path in plot_train(res, args.out):
             print(f"wrote {path}")
     return 0

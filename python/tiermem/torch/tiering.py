@@ -62,9 +62,14 @@ class Variant:
     local: bool = True  # L: new tensors in fast memory (else on the slow device)
     prompt_free: bool = True  # M: free dead tensors at once (else at the end of the iteration)
     softevict: bool = False  # M: soft-evict the inputs of forward ops (Listing 4.6)
-    prefetch: bool = False  # P: guards bring every input into fast memory first
     lookahead: int = 0  # async: ops ahead whose inputs a copy thread prefetches
     budget: bool = True  # whether the fast device's capacity is a budget to check
+
+    @property
+    def prefetch(self) -> bool:
+        """P: the policy's guards bring every input into fast memory first (``lru``; the
+        others use data where it lives)."""
+        return self.policy == "lru"
 
 
 #: Every variant ``tiermem bench train`` runs.
@@ -75,7 +80,7 @@ VARIANTS: dict[str, Variant] = {
     "2lm-model": Variant("2lm_model", budget=False),
     "L": Variant("lru_in_place", prompt_free=False),
     "LM": Variant("lru_in_place", softevict=True),
-    "LMP": Variant("lru", softevict=True, prefetch=True),
+    "LMP": Variant("lru", softevict=True),
     "async": Variant("lru_in_place", softevict=True, lookahead=2),
 }
 
