@@ -39,6 +39,10 @@ def test_view_used_outside_its_guard_raises(two_tier: tiermem.Manager) -> None:
     ):
         with pytest.raises(tiermem.GuardError, match="after its guard closed"):
             use()
+    # Views derived inside the guard (`row`, `col`) hold the array where it is until they go.
+    with pytest.raises(tiermem.PinnedError, match="1 hold"):
+        a.evict()
+    del row, col, use
     a.evict()
     np.testing.assert_array_equal(a.to_numpy(), np.ones((8, 8), "float32"))
 

@@ -20,8 +20,8 @@ def test_tensor_is_zero_copy_and_writes_persist(two_tier: tiermem.Manager) -> No
         with pytest.raises(tiermem.GuardError):
             a.read().__enter__()
     # The tensor pointed at the array's memory: no copy was made.
-    addr, _ = a._manager._native.open(a.id, False)
-    a._manager._native.close(a.id, False)
+    ticket, addr, _ = a._manager._native.open(a.id, False)
+    a._manager._native.close(ticket)
     assert addr == ptr
     a.evict()
     expect = np.tile(np.arange(32, dtype="float32"), (64, 1))

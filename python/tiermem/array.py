@@ -15,6 +15,8 @@ closed, so data that may since have moved is never read or written through it.
 from __future__ import annotations
 
 import math
+import sys
+import weakref
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -184,7 +186,15 @@ class Guard:
     """Context manager returned by :meth:`TieredArray.read` and :meth:`TieredArray.write`.
 
     Entering pins the array (after the policy has placed it, e.g. brought it to fast
-    memory) and yields a view; leaving unpins it and tells the policy it was used.
+    memory) and yields a view; leaving unpins it and tells the policy it was used. A guard
+    closes once.
+
+    A view derived inside the guard may outlive it: a plain ``np.asarray(v)``, a torch
+    view ``t[0:16]``. Such a view points at the array's memory, so when one is alive at
+    close the array is *held* where it is (not moved, evicted or freed; other guards still
+    open) until the last such view is gone: a stale view can read stale bytes of this
+    array, never write into another object's memory. Views that check their guard
+    (:class:`GuardedArray` slices) raise :class:`~tiermem.GuardError` instead.
     """
 
     def __init__(self, array: TieredArray, write: bool, kind: Literal["numpy", "torch"]) -> None:
@@ -194,14 +204,20 @@ class Guard:
         self._write = write
         self._kind = kind
         self._lease: _Lease | None = None
+        self._ticket: int | None = None
+        self._closed = False
         self._tensor: Any = None
+        self._view: Any = None
+        self._root: Any = None
 
     def __enter__(self) -> Any:
+        if self._closed:
+            raise GuardError("this guard was closed already; open a new one with arr.read() / arr.write()")
         if self._lease is not None:
             raise GuardError("this guard is already open; guards are not re-entrant")
         a = self._array
         native = a._manager._native
-        addr, nbytes = native.open(a.id, self._write)
+        ticket, addr, nbytes = native.open(a.id, self._write)
         try:
             self._lease = _Lease(f"array {a.id}")
             if self._kind == "torch":
@@ -210,25 +226,71 @@ class Guard:
                 # A tensor cannot be read-only, so a torch view is always mapped writable;
                 # writing through one from a read guard is not recorded (see the docs).
                 plain = np.asarray(_ArrayInterface(addr, a.shape, a.dtype, False, (native, a)))
+                self._root = plain
                 self._tensor = torch.from_numpy(plain)
+                self._ticket = ticket
                 return self._tensor
             plain = np.asarray(_ArrayInterface(addr, a.shape, a.dtype, not self._write, (native, a)))
             view = plain.view(GuardedArray)
             view._lease = self._lease
+            self._root = plain
+            self._view = view
+            self._ticket = ticket
             return view
         except BaseException:
-            native.close(a.id, self._write)
+            native.close(ticket)
             self._lease = None
+            self._view = self._root = self._tensor = None
             raise
 
+    def _escaped(self) -> Any:
+        """The root array every view derived inside the guard keeps alive, if such a view is
+        alive now (else None).
+
+        Torch: the handed-out tensor is emptied, so the root lives on only through the
+        storage of tensors derived from it. NumPy: a plain array derived from the view has
+        the root as its base (numpy collapses bases of one type), and anything derived from a
+        :class:`GuardedArray` keeps that view alive, so either the root or the view has more
+        references than the guard's own, the caller's ``as v`` name and ``getrefcount``'s
+        argument."""
+        root, view = self._root, self._view
+        self._root = self._view = None
+        if self._kind == "torch":
+            ref = weakref.ref(root)
+            del root
+            return ref()
+        # root: `root` here, getrefcount's argument, the view's base.
+        # view: `view` here, getrefcount's argument, the caller's name.
+        if sys.getrefcount(root) > 3 or sys.getrefcount(view) > 3:
+            return root
+        return None
+
     def __exit__(self, *exc: Any) -> None:
-        assert self._lease is not None
+        if self._closed or self._lease is None:
+            raise GuardError("this guard is not open (a guard closes once)")
         self._lease.live = False
+        self._closed = True
         if self._tensor is not None:
             # Detach the tensor from tiered memory: later use sees an empty tensor.
             self._tensor.set_()
             self._tensor = None
-        self._array._manager._native.close(self._array.id, self._write)
+        native = self._array._manager._native
+        ticket = self._ticket
+        self._ticket = None
+        alive = self._escaped()
+        if alive is None:
+            native.close(ticket)
+            return
+        native.hold(ticket)
+        weakref.finalize(alive, _release, native, ticket)
+
+
+def _release(native: Any, ticket: int) -> None:
+    """Release a hold once the last view derived inside its guard is gone."""
+    try:
+        native.close(ticket)
+    except Exception:  # noqa: BLE001 - the manager may be shutting down; nothing to undo
+        pass
 
 
 class TieredArray:

@@ -16,6 +16,8 @@ core ``Error``             tiermem exception           also catchable as
 ``IndexOutOfRange``        ``IndexOutOfRangeError``    ``IndexError``
 ``Guard``                  ``GuardError``              ``RuntimeError``
 ``Policy``                 ``PolicyError``             ``RuntimeError``
+``LockOrder``              ``LockOrderError``          ``RuntimeError``
+``Poisoned``               ``PoisonedError``           ``RuntimeError``
 =========================  ==========================  ===========================
 
 :class:`BudgetError` is raised by the Python layer alone (tiered tensors, :mod:`tiermem.torch.tiering`).
@@ -35,6 +37,8 @@ __all__ = [
     "IndexOutOfRangeError",
     "GuardError",
     "PolicyError",
+    "LockOrderError",
+    "PoisonedError",
     "BudgetError",
 ]
 
@@ -82,6 +86,16 @@ class GuardError(TiermemError, RuntimeError):
 
 class PolicyError(TiermemError, RuntimeError):
     """A policy failed or broke a manager rule (Python policies: the original error text)."""
+
+
+class LockOrderError(TiermemError, RuntimeError):
+    """A lock was requested where waiting for it could deadlock: on a rayon pool worker, or
+    by a thread holding the GIL (the lock order is in ARCHITECTURE.md)."""
+
+
+class PoisonedError(TiermemError, RuntimeError):
+    """An earlier operation panicked midway; the manager refuses every later call rather
+    than act on state it cannot vouch for."""
 
 
 class BudgetError(TiermemError, MemoryError):

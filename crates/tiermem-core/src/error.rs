@@ -36,12 +36,18 @@ pub enum Error {
     },
 
     /// The operation would move, evict or free an object that a guard holds.
-    #[error("object {object} is pinned by {pins} open guard(s); {action} refused")]
+    #[error(
+        "object {object} is pinned by {pins} open guard(s) and {held} hold(s) (a hold is a view \
+         derived inside a guard that outlived it: drop such views to release the object); \
+         {action} refused"
+    )]
     Pinned {
         /// Object id.
         object: u64,
         /// Number of open guards.
         pins: u32,
+        /// Number of holds (views that outlived their guard).
+        held: u32,
         /// What was refused.
         action: &'static str,
     },
@@ -99,6 +105,15 @@ pub enum Error {
     /// A guard's view was used after the guard closed, or a guard was misused.
     #[error("guard error: {0}")]
     Guard(String),
+
+    /// A lock was requested where waiting for it could deadlock (see `lock_order`).
+    #[error("lock order: {0}")]
+    LockOrder(String),
+
+    /// An earlier operation panicked midway; the manager (or table) refuses every later call
+    /// rather than act on state it cannot vouch for.
+    #[error("{0}")]
+    Poisoned(String),
 
     /// A policy (built-in or user-written) failed or broke a manager rule.
     #[error("policy '{policy}': {message}")]

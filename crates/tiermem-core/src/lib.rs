@@ -21,6 +21,7 @@ pub mod device;
 pub mod embedding;
 mod error;
 pub mod heap;
+pub mod lock_order;
 pub mod manager;
 pub mod measure;
 pub mod policy;

@@ -17,6 +17,7 @@ use tiermem_core::Error;
 
 use crate::error::{run, to_py};
 use crate::manager::PyManager;
+use crate::shared::Shared;
 
 /// A checked, contiguous buffer: kept alive (exported) while the address is used.
 struct View<T: Element> {
@@ -74,7 +75,7 @@ fn tally_dict(t: &Tally) -> HashMap<&'static str, u64> {
 /// An embedding table (see `tiermem.embedding.EmbeddingTable` for the documented facade).
 #[pyclass(name = "Table", module = "tiermem._tiermem", frozen)]
 pub struct PyTable {
-    inner: Arc<Table>,
+    inner: Shared<Table>,
 }
 
 fn state_name(k: StateKind) -> &'static str {
@@ -97,9 +98,11 @@ impl PyTable {
         dtype: &str,
     ) -> PyResult<Self> {
         let dt = DType::parse(dtype).map_err(to_py)?;
-        let m = manager.inner.clone();
+        let m = Arc::clone(&manager.inner);
         let t = run(py, || Table::direct(&m, device, rows, width, dt))?;
-        Ok(PyTable { inner: Arc::new(t) })
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
     }
 
     /// Rows on a 2LM model's slow device, every access through the model.
@@ -113,9 +116,11 @@ impl PyTable {
         dtype: &str,
     ) -> PyResult<Self> {
         let dt = DType::parse(dtype).map_err(to_py)?;
-        let (m, md) = (manager.inner.clone(), model.inner.clone());
+        let (m, md) = (Arc::clone(&manager.inner), Arc::clone(&model.inner));
         let t = run(py, || Table::behind_model(&m, &md, rows, width, dt))?;
-        Ok(PyTable { inner: Arc::new(t) })
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
     }
 
     /// Base rows on device `slow`, a cache of `lower + slack` bytes on device `fast`.
@@ -135,14 +140,16 @@ impl PyTable {
     ) -> PyResult<Self> {
         let dt = DType::parse(dtype).map_err(to_py)?;
         let policy = CachePolicy::parse(policy).map_err(to_py)?;
-        let m = manager.inner.clone();
+        let m = Arc::clone(&manager.inner);
         let cfg = CacheConfig {
             lower,
             slack,
             policy,
         };
         let t = run(py, || Table::cached(&m, slow, fast, rows, width, dt, cfg))?;
-        Ok(PyTable { inner: Arc::new(t) })
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
     }
 
     #[getter]
@@ -196,8 +203,8 @@ impl PyTable {
     }
 
     #[getter]
-    fn metadata_bytes(&self) -> u64 {
-        self.inner.metadata_bytes()
+    fn metadata_bytes(&self, py: Python<'_>) -> PyResult<u64> {
+        run(py, || self.inner.metadata_bytes())
     }
 
     /// Cache state, or None for a direct table.
@@ -254,10 +261,9 @@ impl PyTable {
     }
 
     /// (kind, length, steps) of the fused optimizer's state, or None.
-    fn optimizer_state_info(&self) -> Option<(&'static str, usize, u64)> {
-        self.inner
-            .optimizer_state_info()
-            .map(|(k, n, s)| (state_name(k), n, s))
+    fn optimizer_state_info(&self, py: Python<'_>) -> PyResult<Option<(&'static str, usize, u64)>> {
+        let info = run(py, || self.inner.optimizer_state_info())?;
+        Ok(info.map(|(k, n, s)| (state_name(k), n, s)))
     }
 
     fn read_optimizer_state(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -306,7 +312,7 @@ impl PyTable {
 
 /// The tables of a call, to carry across the GIL release (`PyRef` stays behind).
 fn shared(tables: &[PyRef<'_, PyTable>]) -> Vec<Arc<Table>> {
-    tables.iter().map(|t| t.inner.clone()).collect()
+    tables.iter().map(|t| Arc::clone(&t.inner)).collect()
 }
 
 fn borrowed(tables: &[Arc<Table>]) -> Vec<&Table> {
@@ -495,7 +501,7 @@ pub fn sparse_grad(
     let mode = Mode::parse(mode).map_err(to_py)?;
     let inp = inputs(1, &[values], &[offsets], &[weights])?;
     let g = view::<f32>(grad, "grad (float32)", false)?;
-    let t = table.inner.clone();
+    let t = Arc::clone(&table.inner);
     run(py, || {
         // SAFETY: every view is held for the call and only read.
         let bags = unsafe { inp.bags() }?;

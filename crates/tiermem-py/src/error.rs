@@ -15,6 +15,8 @@ mod exc {
     pyo3::import_exception!(tiermem.exceptions, IndexOutOfRangeError);
     pyo3::import_exception!(tiermem.exceptions, GuardError);
     pyo3::import_exception!(tiermem.exceptions, PolicyError);
+    pyo3::import_exception!(tiermem.exceptions, LockOrderError);
+    pyo3::import_exception!(tiermem.exceptions, PoisonedError);
 }
 
 /// Convert a core error into the matching Python exception.
@@ -33,6 +35,8 @@ pub fn to_py(e: Error) -> PyErr {
         Error::IndexOutOfRange { .. } => exc::IndexOutOfRangeError::new_err(msg),
         Error::Guard(_) => exc::GuardError::new_err(msg),
         Error::Policy { .. } => exc::PolicyError::new_err(msg),
+        Error::LockOrder(_) => exc::LockOrderError::new_err(msg),
+        Error::Poisoned(_) => exc::PoisonedError::new_err(msg),
     }
 }
 

@@ -5,6 +5,7 @@ mod error;
 mod manager;
 mod measure;
 mod policy;
+mod shared;
 mod twolm;
 
 use pyo3::prelude::*;
@@ -13,6 +14,7 @@ use pyo3::prelude::*;
 #[pymodule(gil_used = false)]
 fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    tiermem_core::lock_order::set_blocking_check(shared::holds_gil);
     m.add_class::<manager::PyManager>()?;
     m.add_class::<manager::PyRecorder>()?;
     m.add_class::<policy::DataApi>()?;

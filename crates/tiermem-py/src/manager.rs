@@ -1,7 +1,7 @@
 //! `tiermem._tiermem.Manager`: the core manager behind an `Arc`, every call made with the GIL
 //! released.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -12,6 +12,7 @@ use tiermem_core::policy::{self, Place};
 
 use crate::error::{run, to_py};
 use crate::policy::PyPolicy;
+use crate::shared::Shared;
 
 /// Place codes: -1 fast, -2 slow, -3 auto, N >= 0 a device index.
 fn place(code: i64) -> PyResult<Place> {
@@ -31,7 +32,7 @@ fn place(code: i64) -> PyResult<Place> {
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
 #[pyclass(name = "Manager", module = "tiermem._tiermem", frozen)]
 pub struct PyManager {
-    pub(crate) inner: Arc<Manager>,
+    pub(crate) inner: Shared<Manager>,
 }
 
 #[pymethods]
@@ -56,7 +57,7 @@ impl PyManager {
             Manager::new(devs, pol)
         })?;
         Ok(PyManager {
-            inner: Arc::new(inner),
+            inner: Shared::new(inner),
         })
     }
 
@@ -105,14 +106,24 @@ impl PyManager {
     }
 
     /// Open a guard: returns (address, length). Pair with `close`.
-    fn open(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<(usize, usize)> {
+    /// Open a guard: (ticket, address, length).
+    fn open(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<(u64, usize, usize)> {
         run(py, || {
-            self.inner.open(id, write).map(|(p, n)| (p as usize, n))
+            self.inner
+                .open(id, write)
+                .map(|(t, p, n)| (t, p as usize, n))
         })
     }
 
-    fn close(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<()> {
-        run(py, || self.inner.close(id, write))
+    /// Close the guard with this ticket (once); closing a hold releases it.
+    fn close(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {
+        run(py, || self.inner.close(ticket))
+    }
+
+    /// Close the guard with this ticket but keep its object where it is until the ticket is
+    /// closed again (a view derived inside the guard outlived it).
+    fn hold(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {
+        run(py, || self.inner.hold(ticket))
     }
 
     /// Charge a kernel run outside tiermem: `(id, bytes read, bytes written)` per operand.
@@ -204,10 +215,7 @@ impl PyManager {
     }
 
     fn reset_stats(&self, py: Python<'_>) -> PyResult<()> {
-        run(py, || {
-            self.inner.reset_stats();
-            Ok(())
-        })
+        run(py, || self.inner.reset_stats())
     }
 
     /// (name, bytes used, peak bytes used, capacity) per device.
@@ -215,7 +223,7 @@ impl PyManager {
         run(py, || {
             Ok(self
                 .inner
-                .usage()
+                .usage()?
                 .into_iter()
                 .map(|u| (u.device, u.used, u.peak, u.capacity))
                 .collect())
@@ -233,8 +241,8 @@ impl PyManager {
             .map_err(pyo3::exceptions::PyAssertionError::new_err)
     }
 
-    fn object_count(&self) -> usize {
-        self.inner.object_count()
+    fn object_count(&self, py: Python<'_>) -> PyResult<usize> {
+        run(py, || self.inner.object_count())
     }
 
     fn policy_name(&self) -> String {

@@ -21,8 +21,8 @@ pub fn profiles_json() -> String {
 
 /// This process's DRAM figures (calibrated or measured) as JSON.
 #[pyfunction]
-pub fn dram_figures_json(py: Python<'_>) -> String {
-    py.detach(|| json(baseline::dram_figures()))
+pub fn dram_figures_json(py: Python<'_>) -> PyResult<String> {
+    crate::error::run(py, || baseline::dram_figures().map(json))
 }
 
 /// Measure DRAM now on `bytes`-sized buffers, best of `reps`.

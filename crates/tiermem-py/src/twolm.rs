@@ -7,12 +7,13 @@ use tiermem_core::twolm::TwoLm;
 
 use crate::error::run;
 use crate::manager::PyManager;
+use crate::shared::Shared;
 
 /// A 2LM model: `cache_bytes` of device `fast` as a direct-mapped cache of `line`-byte lines
 /// in front of device `slow`.
 #[pyclass(name = "TwoLmModel", module = "tiermem._tiermem", frozen)]
 pub struct PyTwoLm {
-    pub(crate) inner: Arc<TwoLm>,
+    pub(crate) inner: Shared<TwoLm>,
 }
 
 #[pymethods]
@@ -31,9 +32,11 @@ impl PyTwoLm {
         cache_bytes: u64,
         line: usize,
     ) -> PyResult<Self> {
-        let m = manager.inner.clone();
+        let m = Arc::clone(&manager.inner);
         let t = run(py, || TwoLm::new(&m, slow, fast, cache_bytes, line))?;
-        Ok(PyTwoLm { inner: Arc::new(t) })
+        Ok(PyTwoLm {
+            inner: Shared::new(t),
+        })
     }
 
     #[getter]

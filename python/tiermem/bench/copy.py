@@ -63,6 +63,7 @@ def run(
                     for key, threads in (("memcpy_1t", 1), ("memcpy_mt", cores)):
                         best[key] = min(best[key], _tiermem.memcpy_seconds(pb, pa, size, threads, 1))
                     best["numpy"] = min(best["numpy"], best_time([lambda: np.copyto(nb, na)]))
+                    del na, nb  # plain views must not outlive the guards (they would hold a, b)
             a.free()
             b.free()
             baselines = {k: size / best[k] / 1e9 for k in ("memcpy_1t", "memcpy_mt", "numpy")}

@@ -209,25 +209,25 @@ class Tiering:
         x = x.detach()
         obj = self._alloc(x.numel() * x.element_size(), None)
         stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
-        addr, _ = self._native.open(obj.id, True)
+        ticket, addr, _ = self._native.open(obj.id, True)
         try:
             plain_over(addr, obj.nbytes, x.dtype, x.shape, stride, 0).copy_(x)
             self._native.charge([(obj.id, 0, x.numel() * x.element_size())], 1)
         finally:
-            self._native.close(obj.id, True)
+            self._native.close(ticket)
         rg = x.requires_grad if requires_grad is None else requires_grad
         return TieredTensor(obj, x.shape, stride, 0, x.dtype, requires_grad=rg)
 
     def to_plain(self, t: TieredTensor) -> torch.Tensor:
         """An ordinary contiguous copy of a tiered tensor."""
         obj = t._obj
-        addr, _ = self._native.open(obj.id, False)
+        ticket, addr, _ = self._native.open(obj.id, False)
         try:
             out = plain_over(addr, obj.nbytes, t.dtype, t.shape, t.stride(), t._off).clone(
                 memory_format=torch.contiguous_format)
             self._native.charge([(obj.id, min(obj.nbytes, out.numel() * out.element_size()), 0)], 1)
         finally:
-            self._native.close(obj.id, False)
+            self._native.close(ticket)
         return out
 
     # ------------------------------------------------------------------ wrapping
@@ -411,7 +411,7 @@ class Tiering:
         if self._lookahead is not None:
             self._lookahead.before_op(info.name, pos, operands)
         outs: list[TensorObject | None] = []
-        opened: list[tuple[int, bool]] = []
+        opened: list[int] = []
         try:
             # Guards that bring inputs into fast memory (P) open after the outputs are made,
             # so the outputs take fast memory first; guards that use data where it lives open
@@ -420,8 +420,8 @@ class Tiering:
             if self.variant.prefetch:
                 pouts = self._make_outputs(plan, pos, outs, opened)
             for op in operands.values():
-                op.addr, _ = self._native.open(op.obj.id, op.write)
-                opened.append((op.obj.id, op.write))
+                ticket, op.addr, _ = self._native.open(op.obj.id, op.write)
+                opened.append(ticket)
             if not self.variant.prefetch:
                 pouts = self._make_outputs(plan, pos, outs, opened)
             plains: dict[int, torch.Tensor] = {}
@@ -474,14 +474,14 @@ class Tiering:
         for k, (shape, stride, dtype) in enumerate(plan or ()):
             o = self._alloc(span_bytes(shape, stride, itemsize(dtype)), (self.iteration, pos, k))
             outs.append(o)
-            addr, _ = self._native.open(o.id, True)
-            opened.append((o.id, True))
+            ticket, addr, _ = self._native.open(o.id, True)
+            opened.append(ticket)
             pouts.append(plain_over(addr, o.nbytes, dtype, shape, stride, 0))
         return pouts
 
-    def _close(self, opened: list[tuple[int, bool]]) -> None:
-        for oid, w in opened:
-            self._native.close(oid, w)
+    def _close(self, opened: list[int]) -> None:
+        for ticket in opened:
+            self._native.close(ticket)
 
     def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
         need = sum(span_bytes(s, st, itemsize(d)) for s, st, d in plan)
@@ -520,8 +520,8 @@ class Tiering:
             o = self._alloc(nb, (self.iteration, pos, counter[0]))
             counter[0] += 1
             outs.append(o)
-            addr, _ = self._native.open(o.id, True)
-            opened.append((o.id, True))
+            ticket, addr, _ = self._native.open(o.id, True)
+            opened.append(ticket)
             plain_over(addr, o.nbytes, r.dtype, r.shape, r.stride(), 0).copy_(r)
             self._stats["fallback_bytes"] += nb
             return TieredTensor(o, r.shape, r.stride(), 0, r.dtype)

@@ -40,18 +40,73 @@ pub fn calibration_path() -> PathBuf {
     base.join("tiermem").join("calibration.json")
 }
 
-/// DRAM figures for this process: the calibration file's if it has them, else measured now.
-pub fn dram_figures() -> &'static DramFigures {
-    static FIGS: OnceLock<DramFigures> = OnceLock::new();
-    FIGS.get_or_init(|| load_calibrated().unwrap_or_else(|| measure_dram(64 << 20, 3)))
+/// Physical bounds of a memory's figures: bandwidth in GB/s (a slow NVMe to many HBM
+/// stacks), latency in ns. Figures outside them are a broken file or a broken measurement.
+pub const GBPS_BOUNDS: (f64, f64) = (0.05, 20_000.0);
+/// See [`GBPS_BOUNDS`].
+pub const LATENCY_NS_BOUNDS: (f64, f64) = (1.0, 1_000_000.0);
+
+impl DramFigures {
+    /// Every figure finite and within physical bounds; the error names the field and value.
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |name: &str, v: f64, (lo, hi): (f64, f64), unit: &str| {
+            if v.is_finite() && (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "dram.{name} is {v} {unit}: it must be a finite number from {lo} to {hi} {unit}"
+                ))
+            }
+        };
+        check("read_gbps", self.read_gbps, GBPS_BOUNDS, "GB/s")?;
+        check("write_gbps", self.write_gbps, GBPS_BOUNDS, "GB/s")?;
+        check("copy_gbps", self.copy_gbps, GBPS_BOUNDS, "GB/s")?;
+        check("latency_ns", self.latency_ns, LATENCY_NS_BOUNDS, "ns")
+    }
 }
 
-fn load_calibrated() -> Option<DramFigures> {
-    let text = std::fs::read_to_string(calibration_path()).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let mut f: DramFigures = serde_json::from_value(v.get("dram")?.clone()).ok()?;
-    f.source = "calibrated".into();
-    Some(f)
+/// DRAM figures for this process: the calibration file's if it has them, else measured now.
+/// A calibration file with bad figures (zero, negative, not finite, beyond physical bounds)
+/// is an error naming the file and the figure, every time it is asked for.
+pub fn dram_figures() -> crate::Result<&'static DramFigures> {
+    static FIGS: OnceLock<Result<DramFigures, String>> = OnceLock::new();
+    FIGS.get_or_init(|| match load_calibrated() {
+        Some(r) => r,
+        None => {
+            let f = measure_dram(64 << 20, 3);
+            f.validate()
+                .map(|()| f)
+                .map_err(|e| format!("measuring this machine's DRAM gave unusable figures: {e}"))
+        }
+    })
+    .as_ref()
+    .map_err(|e| crate::Error::InvalidArgument(e.clone()))
+}
+
+/// `None`: no calibration file, or one without DRAM figures. `Some(Err)`: a file whose
+/// figures cannot be used.
+fn load_calibrated() -> Option<Result<DramFigures, String>> {
+    let path = calibration_path();
+    let text = std::fs::read_to_string(&path).ok()?;
+    let bad = |why: String| {
+        format!(
+            "calibration file {}: {why}; run `tiermem calibrate` again or delete the file",
+            path.display()
+        )
+    };
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return Some(Err(bad(format!("not valid JSON ({e})")))),
+    };
+    let dram = v.get("dram")?;
+    Some(
+        serde_json::from_value::<DramFigures>(dram.clone())
+            .map_err(|e| bad(format!("bad 'dram' entry ({e})")))
+            .and_then(|mut f| {
+                f.source = "calibrated".into();
+                f.validate().map(|()| f).map_err(bad)
+            }),
+    )
 }
 
 /// Measure DRAM read, write and copy bandwidth on `bytes`-sized buffers (best of `reps`)

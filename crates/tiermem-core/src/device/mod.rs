@@ -165,7 +165,7 @@ impl Device {
                 )?;
                 let map = Mapping::anonymous(len, true, None).map_err(|e| io("map memory", e))?;
                 let throttle = match &kind {
-                    DeviceKind::Emulated(p) => Some(Throttle::new(p, baseline::dram_figures())),
+                    DeviceKind::Emulated(p) => Some(Throttle::new(p, baseline::dram_figures()?)),
                     _ => None,
                 };
                 (Storage::Memory(map), throttle)

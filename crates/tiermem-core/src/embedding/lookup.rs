@@ -74,7 +74,7 @@ pub(crate) fn check_call(
     for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
         let w = tab.featuresize();
         ensure!(
-            cols[t] + w <= row_stride,
+            cols[t].checked_add(w).is_some_and(|end| end <= row_stride),
             "table {t} (width {w}) at column {} does not fit rows of {row_stride} floats",
             cols[t]
         );
@@ -166,8 +166,11 @@ pub fn lookup(
     prefetch: usize,
 ) -> Result<Tally> {
     let first_row = check_call(tables, bags, mode, out.data.len(), out.row_stride, out.cols)?;
-    // Full dynamic caches make room in parallel (each under its own table's exclusive
-    // lock): dropped rows' write-backs to the slow device are the longest wait of a lookup.
+    // Full dynamic caches make room first, each under its own table's exclusive lock and
+    // never on the rayon pool (a pool worker blocked on a table lock that a lookup in
+    // flight holds shared would deadlock it: the lock order in `locks`). Several full
+    // tables reclaim on scoped threads of their own: dropped rows' write-backs to the slow
+    // device are the longest wait of a lookup.
     let full: Vec<&&Table> = tables
         .iter()
         .filter(|t| {
@@ -179,7 +182,20 @@ pub fn lookup(
             })
         })
         .collect();
-    full.par_iter().try_for_each(|t| t.reclaim().map(|_| ()))?;
+    match full.as_slice() {
+        [] => {}
+        [t] => {
+            t.reclaim()?;
+        }
+        many => std::thread::scope(|s| {
+            let hs: Vec<_> = many.iter().map(|t| s.spawn(|| t.reclaim())).collect();
+            hs.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                    .map(|_| ())
+            })
+        })?,
+    }
     for t in tables {
         if let Some(c) = t.cache() {
             if c.policy == super::CachePolicy::Static && !c.filled() {
@@ -187,7 +203,7 @@ pub fn lookup(
             }
         }
     }
-    let _locks: Vec<_> = tables.iter().map(|t| t.shared()).collect();
+    let _locks = super::locks::shared_all(tables)?;
     let ptr = SharedMut(out.data.as_mut_ptr());
     let mut jobs = Vec::new();
     for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
@@ -381,7 +397,7 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
         tables.len(),
         bags.len()
     );
-    let _locks: Vec<_> = tables.iter().map(|t| t.shared()).collect();
+    let _locks = super::locks::shared_all(tables)?;
     let mut jobs = Vec::new();
     for (t, b) in bags.iter().enumerate() {
         super::bags::check_indices(t, b.values(), tables[t].rows())?;

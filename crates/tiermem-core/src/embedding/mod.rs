@@ -12,6 +12,7 @@ pub mod bags;
 pub mod cache;
 pub(crate) mod elem;
 pub(crate) mod huge;
+pub(crate) mod locks;
 pub mod lookup;
 pub mod reindex;
 pub mod rows;

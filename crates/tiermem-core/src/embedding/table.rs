@@ -17,10 +17,12 @@ use crate::manager::ObjectId;
 use crate::twolm::TwoLm;
 use crate::{ensure, Error, Result};
 
-/// Memory for a table: one manager object, pinned (writer) so nothing moves or frees it.
+/// Memory for a table: one manager object, held in place (`Manager::hold_in_place`) so
+/// nothing moves or frees it while the table lives.
 pub(crate) struct Pinned {
     manager: Arc<Manager>,
     id: ObjectId,
+    ticket: crate::manager::GuardTicket,
     pub(crate) ptr: *mut u8,
     pub(crate) len: usize,
     pub(crate) device: usize,
@@ -52,24 +54,19 @@ impl Pinned {
             dev.capacity
         );
         let id = manager.alloc(bytes.max(1), crate::policy::Place::Device(device))?;
-        let placed = manager.with_data(|m, _| {
-            let r = m.primary(id)?;
-            let d = m.device_of(r)?;
-            let addr = m.address(r)?;
-            if d == device {
-                m.pin(id, true)?;
-            }
-            Ok((d, addr))
-        });
-        match placed {
-            Ok((d, Some(ptr))) if d == device => Ok(Pinned {
+        match manager.hold_in_place(id) {
+            Ok((ticket, d, Some(ptr))) if d == device => Ok(Pinned {
                 manager: manager.clone(),
                 id,
+                ticket,
                 ptr,
                 len: bytes as usize,
                 device,
             }),
             other => {
+                if let Ok((ticket, ..)) = other {
+                    let _ = manager.close(ticket);
+                }
                 let _ = manager.free(id);
                 other?;
                 Err(Error::Policy {
@@ -86,7 +83,7 @@ impl Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        let _ = self.manager.with_data(|m, _| m.unpin(self.id));
+        let _ = self.manager.close(self.ticket);
         let _ = self.manager.free(self.id);
     }
 }
@@ -138,7 +135,8 @@ pub struct Table {
     dtype: DType,
     stride: usize,
     pub(crate) storage: Storage,
-    pub(crate) lock: RwLock<Mutable>,
+    /// Taken only through `super::locks` (the lock order).
+    pub(super) lock: RwLock<Mutable>,
     padding: std::sync::atomic::AtomicI64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -146,6 +144,10 @@ pub struct Table {
     base_flushed: Mutex<(u64, u64)>,
 }
 
+/// The widest row a table takes (elements): 16 Mi, 64 MiB of `f32` per row.
+pub const MAX_WIDTH: usize = 1 << 24;
+
+/// Bytes per row; `width` is at most [`MAX_WIDTH`] (checked by `check_shape`), so no overflow.
 fn stride_of(width: usize, dtype: DType) -> usize {
     (width * dtype.size()).next_multiple_of(4)
 }
@@ -162,10 +164,15 @@ impl Table {
             "{rows} rows: tables hold at most {} rows",
             u32::MAX
         );
+        ensure!(
+            width <= MAX_WIDTH,
+            "row width {width}: rows hold at most {MAX_WIDTH} elements"
+        );
         Ok(())
     }
 
     fn build(rows: usize, width: usize, dtype: DType, storage: Storage) -> Result<Self> {
+        Self::check_shape(rows, width)?;
         let mut slot_of = HugeSlice::zeroed(rows)?;
         slot_of.fill(u32::MAX);
         Ok(Table {
@@ -322,7 +329,7 @@ impl Table {
                 self.rows
             );
         }
-        let _x = self.exclusive();
+        let _x = self.exclusive()?;
         self.padding
             .store(row.map_or(-1, |r| r as i64), Ordering::Relaxed);
         Ok(())
@@ -370,12 +377,12 @@ impl Table {
         }
     }
 
-    pub(crate) fn shared(&self) -> RwLockReadGuard<'_, Mutable> {
-        self.lock.read_recursive()
+    pub(crate) fn shared(&self) -> Result<RwLockReadGuard<'_, Mutable>> {
+        super::locks::shared(self)
     }
 
-    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, Mutable> {
-        self.lock.write()
+    pub(crate) fn exclusive(&self) -> Result<RwLockWriteGuard<'_, Mutable>> {
+        super::locks::exclusive(self)
     }
 
     /// Run `f` with the table's row source: `caching` picks `access_and_cache` for cached
@@ -420,7 +427,7 @@ impl Table {
     /// `flush_dirty` (`write_back`) or `flush_clean`: shrink the cache to `cachelower`.
     /// Waits for lookups in flight (exclusive lock). No-op for direct tables.
     pub fn flush(&self, write_back: bool) -> Result<u64> {
-        let _x = self.exclusive();
+        let _x = self.exclusive()?;
         match self.cache() {
             Some(c) => c.flush(write_back),
             None => Ok(0),
@@ -430,7 +437,7 @@ impl Table {
     /// Make room in a full dynamic cache, keeping rows hit since they were cached (see
     /// `CachedRows::reclaim`); what lookups do when the cache is full. No-op for direct tables.
     pub fn reclaim(&self) -> Result<u64> {
-        let _x = self.exclusive();
+        let _x = self.exclusive()?;
         match self.cache() {
             Some(c) => c.reclaim(),
             None => Ok(0),
@@ -441,7 +448,7 @@ impl Table {
     /// `static` policy's warm-up, and a way to cache every row of a table whose cache can
     /// hold it. Returns rows cached.
     pub fn fill_cache(&self, seed: u64) -> Result<u64> {
-        let _x = self.exclusive();
+        let _x = self.exclusive()?;
         let Some(c) = self.cache() else {
             return Ok(0);
         };
@@ -467,7 +474,7 @@ impl Table {
                 rows: self.rows,
             });
         }
-        let _x = self.exclusive();
+        let _x = self.exclusive()?;
         let Some(c) = self.cache() else {
             return Ok(0);
         };
@@ -484,7 +491,7 @@ impl Table {
     /// and updated rows read their newest value) into `out` (`n * width` floats).
     pub fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
         self.span(start, out.len())?;
-        let _s = self.shared();
+        let _s = self.shared()?;
         self.with_rows(
             false,
             RowCopy {
@@ -501,7 +508,7 @@ impl Table {
     /// to the storage type. Cached copies are updated too.
     pub fn write_rows(&self, start: usize, src: &[f32]) -> Result<()> {
         self.span(start, src.len())?;
-        let _x = self.exclusive();
+        let _x = self.exclusive()?;
         self.with_rows(
             false,
             RowCopy {
@@ -533,24 +540,23 @@ impl Table {
     /// Bytes of DRAM the table keeps outside the manager's devices (huge-page maps): the
     /// reindex scratch, optimizer state and, for cached tables, the pointer table and
     /// back-edges. Fast memory a report should count next to the manager's usage.
-    #[must_use]
-    pub fn metadata_bytes(&self) -> u64 {
-        let s = self.shared();
+    pub fn metadata_bytes(&self) -> Result<u64> {
+        let s = self.shared()?;
         let state = s.state.as_ref().map_or(0, |(_, v)| v.len());
-        4 * (s.slot_of.len() + state) as u64 + self.cache().map_or(0, CachedRows::metadata_bytes)
+        Ok(4 * (s.slot_of.len() + state) as u64
+            + self.cache().map_or(0, CachedRows::metadata_bytes))
     }
 
     /// The fused optimizer's state, if any: its kind, length (`rows * width` for Adagrad,
     /// `rows` for row-wise Adagrad) and the steps taken.
-    #[must_use]
-    pub fn optimizer_state_info(&self) -> Option<(StateKind, usize, u64)> {
-        let s = self.shared();
-        s.state.as_ref().map(|(k, v)| (*k, v.len(), s.steps))
+    pub fn optimizer_state_info(&self) -> Result<Option<(StateKind, usize, u64)>> {
+        let s = self.shared()?;
+        Ok(s.state.as_ref().map(|(k, v)| (*k, v.len(), s.steps)))
     }
 
     /// Copy the optimizer state into `out` (its length from [`Table::optimizer_state_info`]).
     pub fn read_optimizer_state(&self, out: &mut [f32]) -> Result<()> {
-        let s = self.shared();
+        let s = self.shared()?;
         let Some((_, v)) = s.state.as_ref() else {
             crate::bail!("this table has no optimizer state (no stateful update has run)");
         };
@@ -577,7 +583,7 @@ impl Table {
         );
         let mut state = HugeSlice::zeroed(values.len())?;
         state.copy_from_slice(values);
-        let mut x = self.exclusive();
+        let mut x = self.exclusive()?;
         x.state = Some((kind, state));
         x.steps = steps;
         Ok(())

@@ -14,7 +14,7 @@ use super::reindex::{reindex, Csr};
 use super::rows::{RowSource, Tally};
 use super::table::{Mutable, RowFn, StateKind, Table};
 use super::{with_width, DType};
-use crate::{ensure, Result};
+use crate::Result;
 
 /// The optimizer fused into the backward pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -98,19 +98,8 @@ pub fn update(
         grad.row_stride,
         grad.cols,
     )?;
-    let mut order: Vec<usize> = (0..tables.len()).collect();
-    order.sort_by_key(|&t| std::ptr::from_ref(tables[t]) as usize);
-    for w in order.windows(2) {
-        ensure!(
-            !std::ptr::eq(tables[w[0]], tables[w[1]]),
-            "table {} and table {} are the same table: update each table once per call",
-            w[0].min(w[1]),
-            w[0].max(w[1])
-        );
-    }
-    let mut guards: Vec<_> = order.iter().map(|&t| (t, tables[t].exclusive())).collect();
-    guards.sort_by_key(|g| g.0);
-    let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut *g.1).collect();
+    let mut guards = super::locks::exclusive_all(tables)?;
+    let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut **g).collect();
     let csrs = prepare(tables, bags, &mut states)?;
     run(
         tables,
@@ -146,7 +135,7 @@ pub fn sparse_grad(
         w,
         &[0],
     )?;
-    let mut guard = table.exclusive();
+    let mut guard = table.exclusive()?;
     let mut states = vec![&mut *guard];
     let csrs = prepare(&[table], std::slice::from_ref(bags), &mut states)?;
     let rows = csrs[0].rows.clone();

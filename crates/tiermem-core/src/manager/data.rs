@@ -115,6 +115,7 @@ impl DataManager {
                 len,
                 primary: r,
                 pins: 0,
+                held: 0,
                 writer: false,
             },
         );
@@ -146,6 +147,11 @@ impl DataManager {
         if owner != id {
             crate::bail!("region {region} belongs to object {owner}, not {id}");
         }
+        if self.object(id)?.primary != region {
+            // A guard's view points at the primary: switching it would leave the view on
+            // memory the object no longer owns.
+            self.ensure_unpinned(id, "switching its primary region")?;
+        }
         self.object_mut(id)?.primary = region;
         Ok(())
     }
@@ -153,10 +159,10 @@ impl DataManager {
     /// Open a guard on an object: many readers or one writer, like a Rust borrow.
     pub fn pin(&mut self, id: ObjectId, write: bool) -> Result<()> {
         let o = self.object_mut(id)?;
-        if o.writer || (write && o.pins > 0) {
+        if o.writer || (write && o.pins > o.held) {
             return Err(Error::Guard(format!(
                 "object {id} is already open in {} {} guard(s); a write guard needs it alone",
-                o.pins,
+                o.pins - o.held,
                 if o.writer { "write" } else { "read" }
             )));
         }
@@ -165,10 +171,35 @@ impl DataManager {
         Ok(())
     }
 
+    /// Turn one open guard into a hold: the object stays pinned (not moved, evicted or
+    /// freed), but no longer counts as an open guard.
+    pub fn hold(&mut self, id: ObjectId) -> Result<()> {
+        let o = self.object_mut(id)?;
+        if o.pins <= o.held {
+            return Err(Error::Guard(format!(
+                "object {id} has no open guard to turn into a hold"
+            )));
+        }
+        o.held += 1;
+        o.writer = false;
+        Ok(())
+    }
+
+    /// Release a hold made with [`DataManager::hold`].
+    pub fn release(&mut self, id: ObjectId) -> Result<()> {
+        let o = self.object_mut(id)?;
+        if o.held == 0 {
+            return Err(Error::Guard(format!("object {id} has no hold to release")));
+        }
+        o.held -= 1;
+        o.pins -= 1;
+        Ok(())
+    }
+
     /// Close a guard opened with [`DataManager::pin`].
     pub fn unpin(&mut self, id: ObjectId) -> Result<()> {
         let o = self.object_mut(id)?;
-        if o.pins == 0 {
+        if o.pins <= o.held {
             return Err(Error::Guard(format!(
                 "object {id} has no open guard to close"
             )));
@@ -184,7 +215,8 @@ impl DataManager {
         if o.pins > 0 {
             return Err(Error::Pinned {
                 object: id,
-                pins: o.pins,
+                pins: o.pins - o.held,
+                held: o.held,
                 action,
             });
         }
@@ -344,6 +376,10 @@ impl DataManager {
     /// `copyto!(dst, src)`: copy the object's bytes between two of its regions.
     pub fn copy(&self, dst: RegionId, src: RegionId) -> Result<()> {
         let (d, s) = (self.region(dst)?, self.region(src)?);
+        if self.object(d.object)?.primary == dst {
+            // Guards read and write the primary in place: a copy into it would tear.
+            self.ensure_unpinned(d.object, "copying into its primary region")?;
+        }
         let len = self.object(s.object)?.len;
         self.copy.copy(
             &self.devices[s.device],

@@ -1,12 +1,12 @@
 //! Borrow guards: data is reached only while one is alive, and a guarded object is pinned
 //! (never moved, evicted or freed), so the torn write of thesis Listing 6.1 cannot happen.
 
-use super::{Manager, ObjectId};
+use super::{GuardTicket, Manager};
 
 /// Shared access to an object's bytes.
 pub struct ReadGuard<'a> {
     mgr: &'a Manager,
-    id: ObjectId,
+    ticket: GuardTicket,
     ptr: *const u8,
     len: usize,
 }
@@ -14,14 +14,19 @@ pub struct ReadGuard<'a> {
 /// Exclusive access to an object's bytes.
 pub struct WriteGuard<'a> {
     mgr: &'a Manager,
-    id: ObjectId,
+    ticket: GuardTicket,
     ptr: *mut u8,
     len: usize,
 }
 
 impl<'a> ReadGuard<'a> {
-    pub(super) fn new(mgr: &'a Manager, id: ObjectId, ptr: *mut u8, len: usize) -> Self {
-        ReadGuard { mgr, id, ptr, len }
+    pub(super) fn new(mgr: &'a Manager, ticket: GuardTicket, ptr: *mut u8, len: usize) -> Self {
+        ReadGuard {
+            mgr,
+            ticket,
+            ptr,
+            len,
+        }
     }
 
     /// The bytes.
@@ -34,8 +39,13 @@ impl<'a> ReadGuard<'a> {
 }
 
 impl<'a> WriteGuard<'a> {
-    pub(super) fn new(mgr: &'a Manager, id: ObjectId, ptr: *mut u8, len: usize) -> Self {
-        WriteGuard { mgr, id, ptr, len }
+    pub(super) fn new(mgr: &'a Manager, ticket: GuardTicket, ptr: *mut u8, len: usize) -> Self {
+        WriteGuard {
+            mgr,
+            ticket,
+            ptr,
+            len,
+        }
     }
 
     /// The bytes, writable.
@@ -49,12 +59,12 @@ impl<'a> WriteGuard<'a> {
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
-        let _ = self.mgr.close(self.id, false);
+        let _ = self.mgr.close(self.ticket);
     }
 }
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        let _ = self.mgr.close(self.id, true);
+        let _ = self.mgr.close(self.ticket);
     }
 }

@@ -28,11 +28,29 @@ use crate::{Error, Result};
 struct Inner {
     data: DataManager,
     policy: Box<dyn Policy>,
+    /// Open guards by ticket: (object, write). A ticket closes once, so closing a guard
+    /// twice cannot unpin another guard of the same object.
+    guards: std::collections::HashMap<GuardTicket, (ObjectId, Use, usize)>,
+    next_ticket: GuardTicket,
+}
+
+/// Names one open guard (returned by [`Manager::open`], consumed by [`Manager::close`]).
+pub type GuardTicket = u64;
+
+/// What a ticket stands for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Read,
+    Write,
+    /// A closed guard whose object stays pinned ([`Manager::hold`]).
+    Hold,
 }
 
 /// A tiered memory manager.
 pub struct Manager {
     inner: FairMutex<Inner>,
+    /// Set when an operation panicked midway under the lock: what it was doing.
+    poisoned: parking_lot::Mutex<Option<String>>,
     devices: Vec<Arc<Device>>,
     policy_name: String,
 }
@@ -79,7 +97,13 @@ impl Manager {
         let data = DataManager::new(devices.clone(), copy)?;
         let policy_name = policy.name();
         Ok(Manager {
-            inner: FairMutex::new(Inner { data, policy }),
+            inner: FairMutex::new(Inner {
+                data,
+                policy,
+                guards: std::collections::HashMap::new(),
+                next_ticket: 1,
+            }),
+            poisoned: parking_lot::Mutex::new(None),
             devices,
             policy_name,
         })
@@ -87,19 +111,48 @@ impl Manager {
 
     /// The manager lock. Fair: a thread releasing it hands it to the longest waiter, so a
     /// thread looping over manager calls cannot starve one that opens and closes guards.
-    /// (A panic inside a policy does not poison it; the data manager's operations leave it
-    /// consistent at every step that can fail.)
-    fn lock(&self) -> FairMutexGuard<'_, Inner> {
-        self.inner.lock()
+    /// Taken only here, after [`crate::lock_order::may_block`] and the poison check.
+    fn lock(&self) -> Result<FairMutexGuard<'_, Inner>> {
+        crate::lock_order::may_block("the manager lock")?;
+        self.check_poison()?;
+        Ok(self.inner.lock())
     }
 
+    fn check_poison(&self) -> Result<()> {
+        match &*self.poisoned.lock() {
+            None => Ok(()),
+            Some(what) => Err(Error::Poisoned(format!(
+                "this manager is unusable: an earlier operation panicked midway ({what}); \
+                 its objects' state cannot be vouched for, so every call is refused. Create a \
+                 new manager"
+            ))),
+        }
+    }
+
+    /// Run `f` under the manager lock. The data manager's operations leave it consistent at
+    /// every step that can fail; a panic (a bug, or a broken invariant) midway cannot be
+    /// vouched for, so it poisons the manager: the panic becomes an error here and every
+    /// later call is refused with [`Error::Poisoned`].
     fn with<T>(&self, f: impl FnOnce(&mut DataManager, &mut dyn Policy) -> Result<T>) -> Result<T> {
+        self.with_inner(|i| f(&mut i.data, i.policy.as_mut()))
+    }
+
+    fn with_inner<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
         // Declared before the lock guard, so dropped after it: emulated delays are served
         // once the lock is free.
         let _defer = DeferScope::enter();
-        let mut g = self.lock();
-        let Inner { data, policy } = &mut *g;
-        f(data, policy.as_mut())
+        let mut g = self.lock()?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut g))) {
+            Ok(r) => r,
+            Err(p) => {
+                let what = panic_message(&*p);
+                *self.poisoned.lock() = Some(what.clone());
+                Err(Error::Poisoned(format!(
+                    "a manager operation panicked midway: {what}; the manager refuses every \
+                     later call"
+                )))
+            }
+        }
     }
 
     /// The devices, fastest first.
@@ -217,15 +270,17 @@ impl Manager {
     }
 
     /// Open a guard: let the policy place the object, require a byte-addressable primary,
-    /// pin it. Returns the address and length. Pair with [`Manager::close`]. Prefer
-    /// [`Manager::read`] / [`Manager::write`], which pair them for you.
-    pub fn open(&self, id: ObjectId, write: bool) -> Result<(*mut u8, usize)> {
-        self.with(|m, p| {
-            let (pins, writer) = {
+    /// pin it. Returns the guard's ticket, the address and the length. Pair with
+    /// [`Manager::close`]. Prefer [`Manager::read`] / [`Manager::write`], which pair them for
+    /// you.
+    pub fn open(&self, id: ObjectId, write: bool) -> Result<(GuardTicket, *mut u8, usize)> {
+        self.with_inner(|i| {
+            let (m, p) = (&mut i.data, i.policy.as_mut());
+            let (pins, writer, guards) = {
                 let o = m.object(id)?;
-                (o.pins, o.writer)
+                (o.pins, o.writer, o.pins - o.held)
             };
-            if writer || (write && pins > 0) {
+            if writer || (write && guards > 0) {
                 // Fails with a clear error before the policy moves anything.
                 m.pin(id, write)?;
             }
@@ -243,27 +298,93 @@ impl Manager {
             };
             m.pin(id, write)?;
             let len = usize::try_from(m.object(id)?.len).expect("object length fits memory");
-            Ok((addr, len))
+            let ticket = i.next_ticket;
+            i.next_ticket += 1;
+            let use_ = if write { Use::Write } else { Use::Read };
+            i.guards.insert(ticket, (id, use_, addr as usize));
+            Ok((ticket, addr, len))
         })
     }
 
-    /// Close a guard opened with [`Manager::open`]: unpin, record the use (a write marks the
-    /// primary dirty) and let the policy react.
-    pub fn close(&self, id: ObjectId, write: bool) -> Result<()> {
-        self.with(|m, p| {
+    /// Close the guard `ticket` opened with [`Manager::open`]: unpin, record the use (a
+    /// write marks the primary dirty) and let the policy react. A ticket closes once; an
+    /// unknown or already closed one is a [`Error::Guard`] and changes nothing. Closing a
+    /// hold ([`Manager::hold`]) releases it.
+    pub fn close(&self, ticket: GuardTicket) -> Result<()> {
+        self.with_inner(|i| {
+            let (id, use_, _) = Self::take_ticket(i, ticket)?;
+            let (m, p) = (&mut i.data, i.policy.as_mut());
+            if use_ == Use::Hold {
+                return m.release(id);
+            }
             m.unpin(id)?;
-            if write {
-                let r = m.primary(id)?;
-                m.set_dirty(r, true)?;
-                p.write_use(m, id)?;
-            } else {
-                p.read_use(m, id)?;
-            }
-            if m.object(id)?.pins == 0 {
-                p.after_access(m, id, write)?;
-            }
-            Ok(())
+            Self::record_use(m, p, id, use_ == Use::Write)
         })
+    }
+
+    /// Close the guard `ticket` but keep its object pinned where it is until the ticket is
+    /// closed again: for a view derived inside the guard that outlives it (its memory must
+    /// not be handed to another object while the view can still write to it). The use is
+    /// recorded now; the hold blocks moves, evictions and frees, not other guards.
+    pub fn hold(&self, ticket: GuardTicket) -> Result<()> {
+        self.with_inner(|i| {
+            let (id, use_, addr) = Self::take_ticket(i, ticket)?;
+            if use_ == Use::Hold {
+                i.guards.insert(ticket, (id, use_, addr));
+                return Err(Error::Guard(format!("ticket {ticket} is a hold already")));
+            }
+            let (m, p) = (&mut i.data, i.policy.as_mut());
+            m.hold(id)?;
+            i.guards.insert(ticket, (id, Use::Hold, addr));
+            Self::record_use(m, p, id, use_ == Use::Write)
+        })
+    }
+
+    /// Pin object `id` where it is now, as a hold, for as long as the caller keeps the
+    /// ticket (structures that own manager memory for their lifetime, like embedding tables).
+    /// Returns the ticket, the primary's device and its address (`None` if that device is not
+    /// byte-addressable). Release with [`Manager::close`].
+    pub fn hold_in_place(&self, id: ObjectId) -> Result<(GuardTicket, usize, Option<*mut u8>)> {
+        self.with_inner(|i| {
+            let m = &mut i.data;
+            let r = m.primary(id)?;
+            let (device, addr) = (m.device_of(r)?, m.address(r)?);
+            m.pin(id, false)?;
+            m.hold(id)?;
+            let ticket = i.next_ticket;
+            i.next_ticket += 1;
+            let at = addr.map_or(0, |p| p as usize);
+            i.guards.insert(ticket, (id, Use::Hold, at));
+            Ok((ticket, device, addr))
+        })
+    }
+
+    fn take_ticket(i: &mut Inner, ticket: GuardTicket) -> Result<(ObjectId, Use, usize)> {
+        i.guards.remove(&ticket).ok_or_else(|| {
+            Error::Guard(format!(
+                "guard {ticket} is not open (closed already, or never opened): a guard closes \
+                 once"
+            ))
+        })
+    }
+
+    fn record_use(
+        m: &mut DataManager,
+        p: &mut dyn Policy,
+        id: ObjectId,
+        write: bool,
+    ) -> Result<()> {
+        if write {
+            let r = m.primary(id)?;
+            m.set_dirty(r, true)?;
+            p.write_use(m, id)?;
+        } else {
+            p.read_use(m, id)?;
+        }
+        if m.object(id)?.pins == 0 {
+            p.after_access(m, id, write)?;
+        }
+        Ok(())
     }
 
     /// Charge the bytes a kernel outside tiermem read from and wrote to objects, each
@@ -295,14 +416,14 @@ impl Manager {
 
     /// A read guard: shared, immutable access while it lives.
     pub fn read(&self, id: ObjectId) -> Result<ReadGuard<'_>> {
-        let (ptr, len) = self.open(id, false)?;
-        Ok(ReadGuard::new(self, id, ptr, len))
+        let (ticket, ptr, len) = self.open(id, false)?;
+        Ok(ReadGuard::new(self, ticket, ptr, len))
     }
 
     /// A write guard: exclusive, mutable access while it lives.
     pub fn write(&self, id: ObjectId) -> Result<WriteGuard<'_>> {
-        let (ptr, len) = self.open(id, true)?;
-        Ok(WriteGuard::new(self, id, ptr, len))
+        let (ticket, ptr, len) = self.open(id, true)?;
+        Ok(WriteGuard::new(self, ticket, ptr, len))
     }
 
     /// Counters of every device.
@@ -315,40 +436,95 @@ impl Manager {
     }
 
     /// Zero every counter and restart peak-use measurement.
-    pub fn reset_stats(&self) {
+    pub fn reset_stats(&self) -> Result<()> {
         for d in &self.devices {
             d.counters.reset();
         }
-        self.lock().data.reset_peaks();
+        self.with(|m, _| {
+            m.reset_peaks();
+            Ok(())
+        })
     }
 
     /// Use of every device's heap.
-    #[must_use]
-    pub fn usage(&self) -> Vec<Usage> {
-        let g = self.lock();
-        self.devices
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let h = g.data.heap(i);
-                Usage {
-                    device: d.name.clone(),
-                    used: h.used(),
-                    peak: h.peak(),
-                    capacity: h.capacity(),
-                }
-            })
-            .collect()
+    pub fn usage(&self) -> Result<Vec<Usage>> {
+        self.with(|m, _| {
+            Ok(self
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let h = m.heap(i);
+                    Usage {
+                        device: d.name.clone(),
+                        used: h.used(),
+                        peak: h.peak(),
+                        capacity: h.capacity(),
+                    }
+                })
+                .collect())
+        })
     }
 
     /// Live object count.
-    #[must_use]
-    pub fn object_count(&self) -> usize {
-        self.lock().data.object_ids().count()
+    pub fn object_count(&self) -> Result<usize> {
+        self.with(|m, _| Ok(m.object_ids().count()))
     }
 
-    /// Check every invariant of the data manager.
+    /// Check every invariant of the data manager, that every open guard and hold still
+    /// points at its object's primary (nothing moved a pinned object) and agrees with the
+    /// object's pin counts, and that no operation panicked.
     pub fn check(&self) -> Result<(), String> {
-        self.lock().data.check()
+        self.with_inner(|i| Ok(Self::check_inner(i)))
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+    }
+
+    fn check_inner(i: &Inner) -> Result<(), String> {
+        i.data.check()?;
+        let mut counts: std::collections::HashMap<ObjectId, (u32, u32)> = Default::default();
+        for (t, &(id, use_, addr)) in &i.guards {
+            let o = i
+                .data
+                .object(id)
+                .map_err(|_| format!("guard {t} is open on object {id}, which was freed"))?;
+            let now = i
+                .data
+                .address(o.primary)
+                .map_err(|e| e.to_string())?
+                .map_or(0, |p| p as usize);
+            if now != addr {
+                return Err(format!(
+                    "object {id} moved while guard {t} pinned it (view at {addr:#x}, primary \
+                     now at {now:#x})"
+                ));
+            }
+            let c = counts.entry(id).or_default();
+            c.0 += 1;
+            c.1 += u32::from(use_ == Use::Hold);
+        }
+        for id in i.data.object_ids() {
+            let o = i.data.object(id).map_err(|e| e.to_string())?;
+            let (pins, held) = counts.get(&id).copied().unwrap_or_default();
+            if (o.pins, o.held) != (pins, held) {
+                return Err(format!(
+                    "object {id} counts {} pins ({} holds) but {pins} guards ({held} holds) \
+                     are open on it",
+                    o.pins, o.held
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The text of a caught panic's payload.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
     }
 }

@@ -33,8 +33,12 @@ pub struct Object {
     pub len: u64,
     /// Current primary region.
     pub primary: RegionId,
-    /// Open read and write guards.
+    /// Open read and write guards, and holds (`held`).
     pub pins: u32,
+    /// Pins that are holds, not guards: a view derived inside a guard outlived it, so the
+    /// object stays where that view points until the view is gone ([`super::Manager::hold`]).
+    /// Holds keep the object from being moved, evicted or freed, but do not block guards.
+    pub held: u32,
     /// Whether the open guard is a write guard (then it is the only one).
     pub writer: bool,
 }

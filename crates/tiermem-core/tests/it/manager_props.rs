@@ -112,7 +112,7 @@ fn run(policy: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
     for id in ids {
         m.free(id).unwrap();
     }
-    for u in m.usage() {
+    for u in m.usage().unwrap() {
         prop_assert_eq!(u.used, 0, "device {} leaks", u.device);
         prop_assert!(u.peak <= u.capacity);
     }

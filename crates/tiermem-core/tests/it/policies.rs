@@ -37,7 +37,7 @@ fn freed_data_is_never_written_back() {
     m.write(id).unwrap().as_mut_slice().fill(1);
     m.free(id).unwrap();
     assert_eq!(stat(&m, "emulated:cxl").bytes_written, 0);
-    let u = &m.usage()[0];
+    let u = &m.usage().unwrap()[0];
     assert_eq!((u.used, u.peak), (0, 500_032));
 }
 
@@ -134,7 +134,7 @@ fn copies_are_counted_per_device_and_direction() {
     assert_eq!(s["emulated:cxl"].bytes_written, 300_000);
     assert_eq!((s["dram"].moves_out, s["emulated:cxl"].moves_in), (1, 1));
     assert_eq!(s["dram"].evictions, 1);
-    m.reset_stats();
+    m.reset_stats().unwrap();
     assert_eq!(m.stats()["dram"].bytes_read, 0);
 }
 

@@ -1,0 +1,73 @@
+//! The one place embedding-table locks are taken, and the lock order they follow.
+//!
+//! The order is `crate::lock_order`'s: the manager lock before any table lock; table locks
+//! in address order, shared or exclusive alike; none taken on a thread of the rayon pool.
+//! Kernels that run on the pool only touch tables whose locks their caller holds. Every table lock in the crate is taken through [`shared`] / [`exclusive`] (one table) or
+//! [`shared_all`] / [`exclusive_all`] (several, sorted here).
+
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+
+use super::table::{Mutable, Table};
+use crate::Result;
+
+fn not_on_pool(what: &str) -> Result<()> {
+    crate::lock_order::may_block(if what == "shared" {
+        "an embedding table's shared lock"
+    } else {
+        "an embedding table's exclusive lock"
+    })
+}
+
+/// One table, shared (lookups, reads of rows and state).
+pub(crate) fn shared(t: &Table) -> Result<RwLockReadGuard<'_, Mutable>> {
+    not_on_pool("shared")?;
+    Ok(t.lock.read_recursive())
+}
+
+/// One table, exclusive (updates, flushes, fills, writes of rows and state).
+pub(crate) fn exclusive(t: &Table) -> Result<RwLockWriteGuard<'_, Mutable>> {
+    not_on_pool("exclusive")?;
+    Ok(t.lock.write())
+}
+
+/// Indices of `tables` in lock (address) order.
+fn order(tables: &[&Table]) -> Vec<usize> {
+    let mut o: Vec<usize> = (0..tables.len()).collect();
+    o.sort_by_key(|&t| std::ptr::from_ref(tables[t]) as usize);
+    o
+}
+
+/// Shared locks on every table, taken in address order (a table named twice is locked once).
+pub(crate) fn shared_all<'a>(tables: &[&'a Table]) -> Result<Vec<RwLockReadGuard<'a, Mutable>>> {
+    not_on_pool("shared")?;
+    let o = order(tables);
+    let mut out = Vec::with_capacity(o.len());
+    for (k, &t) in o.iter().enumerate() {
+        if k > 0 && std::ptr::eq(tables[o[k - 1]], tables[t]) {
+            continue;
+        }
+        out.push(tables[t].lock.read_recursive());
+    }
+    Ok(out)
+}
+
+/// Exclusive locks on every table, taken in address order and returned in the caller's
+/// order. A table named twice is refused (it would deadlock on itself).
+pub(crate) fn exclusive_all<'a>(
+    tables: &[&'a Table],
+) -> Result<Vec<RwLockWriteGuard<'a, Mutable>>> {
+    not_on_pool("exclusive")?;
+    let o = order(tables);
+    for w in o.windows(2) {
+        crate::ensure!(
+            !std::ptr::eq(tables[w[0]], tables[w[1]]),
+            "table {} and table {} are the same table: update each table once per call",
+            w[0].min(w[1]),
+            w[0].max(w[1])
+        );
+    }
+    let mut got: Vec<(usize, RwLockWriteGuard<'a, Mutable>)> =
+        o.iter().map(|&t| (t, tables[t].lock.write())).collect();
+    got.sort_by_key(|g| g.0);
+    Ok(got.into_iter().map(|g| g.1).collect())
+}
