@@ -3,6 +3,7 @@
 mod bad_input;
 mod embedding;
 mod heap_props;
+mod lock_order;
 mod manager_props;
 mod policies;
 mod torn_write;
