@@ -75,7 +75,8 @@ class Manager:
         self._devices = parsed
         self._copy_threads = {tuple(k): int(v) for k, v in (copy_threads or {}).items()}
         self._python_policy = None if isinstance(policy, str) else policy
-        self.device_names: list[str] = [s for s, _ in parsed]
+        # The core's names: a spec's `?overwrite` option is not part of the device's name.
+        self.device_names: list[str] = [d["name"] for d in json.loads(self._native.devices_json())]
         for (src, dst), n in (copy_threads or {}).items():
             self._native.set_pair_threads(src, dst, int(n))
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use tiermem_core::counters::Recorder;
-use tiermem_core::device::Device;
+use tiermem_core::device;
 use tiermem_core::manager::Manager;
 use tiermem_core::policy::{self, Place};
 
@@ -49,13 +49,7 @@ impl PyManager {
             Ok(name) => policy::builtin(&name).map_err(to_py)?,
             Err(_) => Box::new(PyPolicy::new(policy)?),
         };
-        let inner = run(py, move || {
-            let devs = devices
-                .iter()
-                .map(|(spec, cap)| Device::open(spec, *cap))
-                .collect::<tiermem_core::Result<Vec<_>>>()?;
-            Manager::new(devs, pol)
-        })?;
+        let inner = run(py, move || Manager::new(device::open_all(&devices)?, pol))?;
         Ok(PyManager {
             inner: Shared::new(inner),
         })

@@ -73,7 +73,10 @@ pub fn dram_figures() -> crate::Result<&'static DramFigures> {
     FIGS.get_or_init(|| match load_calibrated() {
         Some(r) => r,
         None => {
-            let f = measure_dram(64 << 20, 3);
+            // Two buffers: large enough to leave the CPU caches, small enough for a container
+            // (at most an eighth of what the process may still take).
+            let room = usize::try_from(super::available_memory().0 / 16).unwrap_or(usize::MAX);
+            let f = measure_dram(room.clamp(8 << 20, 64 << 20), 3);
             f.validate()
                 .map(|()| f)
                 .map_err(|e| format!("measuring this machine's DRAM gave unusable figures: {e}"))

@@ -10,17 +10,18 @@
 //! | `emulated:PROFILE` | DRAM whose tiermem traffic is throttled to a published device |
 
 pub mod baseline;
+pub mod cgroup;
 pub mod discover;
 pub mod emulated;
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::counters::DeviceCounters;
-use crate::sys::direct_io::{self, DirectFile, OpenError};
+use crate::sys::devfile::{self, DevFile, DevFileError};
+use crate::sys::direct_io::{self, DirectFile};
 use crate::sys::mmap::Mapping;
 use crate::{Error, Result};
 pub use emulated::{Profile, Throttle, PROFILES};
@@ -104,6 +105,9 @@ pub struct Device {
     /// Usable bytes.
     pub capacity: u64,
     storage: Storage,
+    /// The locked device file of `block`/`mapped` devices (dropped after `storage`, so the
+    /// map is gone before the file is unlocked and, if tiermem created it, removed).
+    _file: Option<DevFile>,
     /// Throttle for `emulated` devices.
     pub throttle: Option<Throttle>,
     /// Traffic and event counters.
@@ -136,9 +140,18 @@ pub struct DeviceInfo {
 }
 
 impl Device {
-    /// Parse `spec` and reserve `capacity` bytes on it.
+    /// Parse `spec` and reserve `capacity` bytes on it. A `block:PATH` or `mapped:PATH`
+    /// spec may end in `?overwrite` to use an existing non-empty file or a block-device
+    /// node (destroying what it holds); without it those are refused.
     pub fn open(spec: &str, capacity: u64) -> Result<Self> {
+        let (spec, overwrite) = strip_overwrite(spec);
         let kind = DeviceKind::parse(spec)?;
+        if overwrite && !matches!(kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)) {
+            return Err(Error::InvalidArgument(format!(
+                "'{spec}?overwrite': only block: and mapped: devices have files to overwrite"
+            )));
+        }
+        let mut file = None;
         if capacity == 0 {
             return Err(Error::InvalidArgument(format!(
                 "device '{spec}' needs a capacity above zero bytes"
@@ -157,12 +170,8 @@ impl Device {
         let io = |what: &str, e: std::io::Error| Error::io(spec, spec, what, e);
         let (storage, throttle) = match &kind {
             DeviceKind::Dram | DeviceKind::Emulated(_) => {
-                check_fits(
-                    spec,
-                    capacity,
-                    available_memory(),
-                    "memory available on this machine",
-                )?;
+                let (avail, what) = available_memory();
+                check_fits(spec, capacity, avail, &what)?;
                 let map = Mapping::anonymous(len, true, None).map_err(|e| io("map memory", e))?;
                 let throttle = match &kind {
                     DeviceKind::Emulated(p) => Some(Throttle::new(p, baseline::dram_figures()?)),
@@ -193,24 +202,21 @@ impl Device {
                     .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
                 (Storage::Memory(map), None)
             }
-            DeviceKind::Mapped(path) => (Storage::Memory(open_mapped(spec, path, capacity)?), None),
+            DeviceKind::Mapped(path) => {
+                let f = open_file(spec, path, capacity, overwrite, false)?;
+                let map = Mapping::file(&f.file, len)
+                    .map_err(|e| Error::io(spec, &path.display().to_string(), "map", e))?;
+                file = Some(f);
+                (Storage::Memory(map), None)
+            }
             DeviceKind::Block(path) => {
-                let f = DirectFile::create(path, capacity).map_err(|e| match e {
-                    OpenError::Os(what, e) => Error::io(spec, &path.display().to_string(), what, e),
-                    OpenError::MemoryFs(fs) => Error::InvalidArgument(format!(
-                        "'{}' is on {fs}, a memory file system: a block device there would keep \
-                         its data in RAM and direct I/O is not real; use a path on an SSD",
-                        path.display()
-                    )),
-                    OpenError::NoSpace { free } => Error::DeviceFull {
-                        device: spec.to_owned(),
-                        requested: capacity,
-                        free,
-                        largest: free,
-                        capacity,
-                    },
-                })?;
-                (Storage::Block(f), None)
+                let f = open_file(spec, path, capacity, overwrite, true)?;
+                let direct = f
+                    .file
+                    .try_clone()
+                    .map_err(|e| Error::io(spec, &path.display().to_string(), "duplicate", e))?;
+                file = Some(f);
+                (Storage::Block(DirectFile::new(direct)), None)
             }
         };
         Ok(Device {
@@ -218,6 +224,7 @@ impl Device {
             kind,
             capacity,
             storage,
+            _file: file,
             throttle,
             counters: Arc::new(DeviceCounters::default()),
         })
@@ -321,47 +328,108 @@ fn check_fits(spec: &str, capacity: u64, available: u64, what: &str) -> Result<(
     Ok(())
 }
 
-fn available_memory() -> u64 {
-    discover::topology().mem_available
+/// Bytes of memory this process can still take, and what bounds them: the machine's
+/// `MemAvailable`, or its memory cgroup's headroom when that is smaller.
+#[must_use]
+pub fn available_memory() -> (u64, String) {
+    let host = discover::topology().mem_available;
+    match cgroup::cgroup_memory() {
+        Some(cg) if host == 0 || cg.headroom() < host => (
+            cg.headroom(),
+            format!(
+                "left under the memory limit of cgroup {} ({} of {} bytes in use)",
+                cg.path, cg.usage, cg.limit
+            ),
+        ),
+        _ => (host, "memory available on this machine".to_owned()),
+    }
 }
 
-fn open_mapped(spec: &str, path: &Path, capacity: u64) -> Result<Mapping> {
-    let shown = path.display().to_string();
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if let Ok((_, free)) = direct_io::statfs(dir) {
-        if capacity > existing && capacity - existing > free {
-            return Err(Error::DeviceFull {
-                device: spec.to_owned(),
-                requested: capacity,
-                free,
-                largest: free,
-                capacity,
-            });
+/// Open every device of a manager: `(spec, capacity)` pairs, fastest first. Before any
+/// memory is reserved, the anonymous-memory devices (`dram`, `emulated`) are checked
+/// together against the memory this process can take ([`available_memory`]), and `numa:N`
+/// devices together per node: each alone may fit while all of them would not.
+pub fn open_all(specs: &[(String, u64)]) -> Result<Vec<Device>> {
+    let mut anon = 0u64;
+    let mut per_node: std::collections::BTreeMap<u32, u64> = Default::default();
+    for (spec, cap) in specs {
+        match DeviceKind::parse(strip_overwrite(spec).0)? {
+            DeviceKind::Dram | DeviceKind::Emulated(_) => anon = anon.saturating_add(*cap),
+            DeviceKind::Numa(n) => *per_node.entry(n).or_default() += *cap,
+            _ => {}
         }
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Error::io(spec, &shown, "open for read and write", e))?;
-    // Reserve the blocks now: a shared map over a sparse file would fault with SIGBUS when the
-    // file system fills up later.
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-    // SAFETY: fd is an open, writable file descriptor.
-    let rc = unsafe { libc::posix_fallocate(fd, 0, capacity as libc::off_t) };
-    if rc != 0 {
-        return Err(Error::io(
-            spec,
-            &shown,
-            format!("reserve {capacity} bytes"),
-            std::io::Error::from_raw_os_error(rc),
-        ));
+    if specs.len() > 1 {
+        let (avail, what) = available_memory();
+        if avail > 0 && anon > avail {
+            return Err(Error::InvalidArgument(format!(
+                "the memory devices ask for {anon} bytes together, more than the {avail} bytes \
+                 {what}"
+            )));
+        }
+        let topo = discover::topology();
+        for (node, want) in per_node {
+            if let Some(n) = topo.nodes.iter().find(|n| n.id == node) {
+                check_fits(
+                    &format!("numa:{node} (all devices on it)"),
+                    want,
+                    n.free_bytes,
+                    &format!("free on NUMA node {node}"),
+                )?;
+            }
+        }
     }
-    Mapping::file(&file, capacity as usize).map_err(|e| Error::io(spec, &shown, "map", e))
+    specs.iter().map(|(s, c)| Device::open(s, *c)).collect()
+}
+
+/// `spec` without a trailing `?overwrite`, and whether it had one.
+fn strip_overwrite(spec: &str) -> (&str, bool) {
+    match spec.strip_suffix("?overwrite") {
+        Some(s) => (s, true),
+        None => (spec, false),
+    }
+}
+
+/// Open a device file with the rules of [`DevFile`], mapping its errors to the device's.
+fn open_file(
+    spec: &str,
+    path: &Path,
+    capacity: u64,
+    overwrite: bool,
+    block: bool,
+) -> Result<DevFile> {
+    let shown = path.display().to_string();
+    let opts = devfile::Options {
+        len: capacity,
+        overwrite,
+        direct: block,
+        refuse_memory_fs: block,
+    };
+    DevFile::open(path, opts).map_err(|e| match e {
+        DevFileError::Os(what, e) => Error::io(spec, &shown, what, e),
+        DevFileError::MemoryFs(fs) => Error::InvalidArgument(format!(
+            "'{shown}' is on {fs}, a memory file system: a block device there would keep its \
+             data in RAM and direct I/O is not real; use a path on an SSD"
+        )),
+        DevFileError::NoSpace { free } => Error::DeviceFull {
+            device: spec.to_owned(),
+            requested: capacity,
+            free,
+            largest: free,
+            capacity,
+        },
+        DevFileError::Exists { what } => Error::InvalidArgument(format!(
+            "'{shown}' is {what}; tiermem creates its device files itself and does not \
+             overwrite one. Choose a new path, delete it, or write '{spec}?overwrite' to use it \
+             anyway (what it holds is lost)"
+        )),
+        DevFileError::Locked => Error::InvalidArgument(format!(
+            "'{shown}' is in use by another tiermem manager (it is locked): two managers on one \
+             device file would overwrite each other's data; give each its own path (e.g. with \
+             the rank or process id in it)"
+        )),
+        DevFileError::TooSmall { size } => Error::InvalidArgument(format!(
+            "block device '{shown}' holds {size} bytes, less than the {capacity} bytes asked for"
+        )),
+    })
 }

@@ -1,89 +1,25 @@
 //! Direct I/O on a file: aligned, page-cache-bypassing reads and writes for `block` devices.
 
 use std::ffi::CString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Alignment of offsets, lengths and buffers for direct I/O.
 pub const ALIGN: usize = 4096;
 
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-const RAMFS_MAGIC: i64 = 0x8584_58f6;
-
-/// Why a path cannot hold a `block` device.
-#[derive(Debug)]
-pub enum OpenError {
-    /// The OS refused (missing directory, permissions, O_DIRECT unsupported, ...).
-    Os(&'static str, std::io::Error),
-    /// The path is on a memory file system (data would live in RAM, not on a disk).
-    MemoryFs(&'static str),
-    /// The file system has less free space than the device needs (checked up front;
-    /// reserving the space can still fail if the disk fills meanwhile).
-    NoSpace {
-        /// Bytes free on the file system.
-        free: u64,
-    },
-}
-
-/// A file opened with `O_DIRECT`, sized to the device capacity.
+/// A device file opened with `O_DIRECT` (by [`super::devfile::DevFile`], which owns its
+/// lifetime rules), sized to the device capacity.
 #[derive(Debug)]
 pub struct DirectFile {
     file: File,
 }
 
 impl DirectFile {
-    /// Create (or reuse) `path` as a direct-I/O file of `len` bytes. Refuses memory file
-    /// systems and file systems that reject `O_DIRECT`, and checks free space up front.
-    pub fn create(path: &Path, len: u64) -> Result<Self, OpenError> {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let (fs_type, free) = statfs(dir).map_err(|e| OpenError::Os("statfs", e))?;
-        if fs_type == TMPFS_MAGIC {
-            return Err(OpenError::MemoryFs("tmpfs"));
-        }
-        if fs_type == RAMFS_MAGIC {
-            return Err(OpenError::MemoryFs("ramfs"));
-        }
-        let existing = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        if len > existing && len - existing > free {
-            return Err(OpenError::NoSpace { free });
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::EINVAL) {
-                    OpenError::Os("open with O_DIRECT (the file system refuses direct I/O)", e)
-                } else {
-                    OpenError::Os("open", e)
-                }
-            })?;
-        // Reserve the blocks now so a full disk shows up here rather than in a later
-        // write-back; file systems without fallocate get a sparse file of the same length.
-        // SAFETY: fd is an open, writable file descriptor owned by `file`.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
-        match rc {
-            0 => {}
-            libc::EOPNOTSUPP | libc::EINVAL => {
-                file.set_len(len)
-                    .map_err(|e| OpenError::Os("set length", e))?;
-            }
-            e => {
-                return Err(OpenError::Os(
-                    "reserve space",
-                    std::io::Error::from_raw_os_error(e),
-                ))
-            }
-        }
-        Ok(DirectFile { file })
+    /// Wrap a file opened with `O_DIRECT`.
+    #[must_use]
+    pub fn new(file: File) -> Self {
+        DirectFile { file }
     }
 
     /// Read `buf.len()` bytes at `offset`. `buf`, its length and `offset` must be aligned to

@@ -1,6 +1,7 @@
 //! The only module that talks to the operating system with `unsafe` code: memory maps,
 //! NUMA binding and direct I/O. Every `unsafe` block carries a `// SAFETY:` comment.
 
+pub mod devfile;
 pub mod direct_io;
 pub mod mmap;
 pub mod numa;
