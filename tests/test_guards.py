@@ -39,10 +39,11 @@ def test_view_used_outside_its_guard_raises(two_tier: tiermem.Manager) -> None:
     ):
         with pytest.raises(tiermem.GuardError, match="after its guard closed"):
             use()
-    # Views derived inside the guard (`row`, `col`) hold the array where it is until they go.
+    # Views derived inside the guard (`row`, `col`) hold the array where it is until they and
+    # the view they came from are gone.
     with pytest.raises(tiermem.PinnedError, match="1 hold"):
         a.evict()
-    del row, col, use
+    del row, col, use, v
     a.evict()
     np.testing.assert_array_equal(a.to_numpy(), np.ones((8, 8), "float32"))
 

@@ -189,19 +189,23 @@ class Guard:
     memory) and yields a view; leaving unpins it and tells the policy it was used. A guard
     closes once.
 
-    A view derived inside the guard may outlive it: a plain ``np.asarray(v)``, a torch
-    view ``t[0:16]``. Such a view points at the array's memory, so when one is alive at
-    close the array is *held* where it is (not moved, evicted or freed; other guards still
-    open) until the last such view is gone: a stale view can read stale bytes of this
-    array, never write into another object's memory. Views that check their guard
-    (:class:`GuardedArray` slices) raise :class:`~tiermem.GuardError` instead.
+    A view derived inside the guard may outlive it: a plain ``np.asarray(v)``, a slice
+    ``v[2]``, a torch view ``t[0:16]``. Such a view points at the array's memory, so when one
+    is alive at close the array is *held* where it is (not moved, evicted or freed; other
+    guards still open) until it, and for NumPy the guard's view it came from, are gone: a
+    stale view can read stale bytes of this array, never write into another object's memory.
+    Views that check their guard (:class:`GuardedArray` slices) also raise
+    :class:`~tiermem.GuardError` when used. The view of ``with arr.read() as v`` alone does
+    not hold the array.
     """
 
-    def __init__(self, array: TieredArray, write: bool, kind: Literal["numpy", "torch"]) -> None:
+    def __init__(self, array: TieredArray, write: bool, kind: Literal["numpy", "torch"],
+                 overwrite: bool = False) -> None:
         if kind not in ("numpy", "torch"):
             raise InvalidArgumentError(f"kind must be 'numpy' or 'torch', got {kind!r}")
         self._array = array
         self._write = write
+        self._overwrite = overwrite
         self._kind = kind
         self._lease: _Lease | None = None
         self._ticket: int | None = None
@@ -217,7 +221,7 @@ class Guard:
             raise GuardError("this guard is already open; guards are not re-entrant")
         a = self._array
         native = a._manager._native
-        ticket, addr, nbytes = native.open(a.id, self._write)
+        ticket, addr, nbytes = native.open(a.id, self._write, self._overwrite)
         try:
             self._lease = _Lease(f"array {a.id}")
             if self._kind == "torch":
@@ -321,9 +325,12 @@ class TieredArray:
         """A shared read guard yielding a read-only numpy view (or a torch tensor)."""
         return Guard(self, False, kind)
 
-    def write(self, kind: Literal["numpy", "torch"] = "numpy") -> Guard:
-        """An exclusive write guard yielding a writable view; closing it marks the data dirty."""
-        return Guard(self, True, kind)
+    def write(self, kind: Literal["numpy", "torch"] = "numpy", *, overwrite: bool = False) -> Guard:
+        """An exclusive write guard yielding a writable view; closing it marks the data dirty.
+        ``overwrite=True`` promises every byte is written and none read first (the old
+        contents are dead): a cache model such as the ``2lm_model`` policy then charges
+        stores only."""
+        return Guard(self, True, kind, overwrite)
 
     def to_numpy(self) -> np.ndarray:
         """A copy of the data in ordinary memory."""

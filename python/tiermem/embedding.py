@@ -352,11 +352,18 @@ class EmbeddingTable:
             return None
         kind, n, steps = info
         values = np.empty(n, np.float32)
-        self._native.read_optimizer_state(values)
+        self._native.read_optimizer_state(0, values)
         return kind, values, int(steps)
 
-    def set_optimizer_state(self, kind: str, values: Any, steps: int) -> None:
-        self._native.set_optimizer_state(kind, _f32(values, "optimizer state").reshape(-1), int(steps))
+    def read_optimizer_state(self, offset: int, out: np.ndarray) -> None:
+        """Copy optimizer-state values ``offset .. offset + len(out)`` into ``out``
+        (float32), so the state can be streamed in chunks."""
+        self._native.read_optimizer_state(int(offset), out)
+
+    def set_optimizer_state(self, kind: str, values: Any, steps: int, offset: int = 0) -> None:
+        """Write optimizer-state values at ``offset`` (whole, or a chunk of it); state of
+        another kind, or none yet, starts from zeros."""
+        self._native.set_optimizer_state(kind, int(offset), _f32(values, "optimizer state").reshape(-1), int(steps))
 
     def __repr__(self) -> str:
         return (

@@ -150,7 +150,7 @@ class Manager:
         obj = self._native.alloc(nbytes, self._place(where))
         arr = TieredArray(self, obj, tuple(int(s) for s in shp), dt)
         if fill is not None:
-            with arr.write() as v:
+            with arr.write(overwrite=True) as v:
                 v.fill(fill)
         return arr
 

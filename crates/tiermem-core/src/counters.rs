@@ -122,10 +122,40 @@ pub struct Recorder {
     handle: Option<JoinHandle<()>>,
 }
 
+/// Shortest sampling interval (a shorter one would only measure the recorder itself).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+/// Most samples kept: past it, neighbouring samples are merged in pairs and the interval
+/// doubles, so a long recording stays bounded (about 100 MiB at most).
+pub const MAX_SAMPLES: usize = 1 << 18;
+
+/// Merge neighbouring samples in pairs (bytes add up; the later time stays).
+fn halve(v: &mut Vec<Sample>) {
+    let old = std::mem::take(v);
+    let mut it = old.into_iter();
+    while let Some(mut a) = it.next() {
+        if let Some(b) = it.next() {
+            for (k, x) in b.read {
+                *a.read.entry(k).or_default() += x;
+            }
+            for (k, x) in b.written {
+                *a.written.entry(k).or_default() += x;
+            }
+            a.t = b.t;
+        }
+        v.push(a);
+    }
+}
+
 impl Recorder {
-    /// Start sampling `devices` every `interval`.
-    #[must_use]
-    pub fn start(devices: Vec<(String, Arc<DeviceCounters>)>, interval: Duration) -> Self {
+    /// Start sampling `devices` every `interval` (from [`MIN_INTERVAL`] to an hour).
+    pub fn start(
+        devices: Vec<(String, Arc<DeviceCounters>)>,
+        interval: Duration,
+    ) -> crate::Result<Self> {
+        crate::ensure!(
+            (MIN_INTERVAL..=Duration::from_secs(3600)).contains(&interval),
+            "recording interval {interval:?}: it must be from {MIN_INTERVAL:?} to an hour"
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop2, samples2) = (stop.clone(), samples.clone());
@@ -136,6 +166,7 @@ impl Recorder {
         let handle = std::thread::Builder::new()
             .name("tiermem-recorder".into())
             .spawn(move || {
+                let mut interval = interval;
                 let mut next = t0 + interval;
                 loop {
                     let stopping = stop2.load(Relaxed);
@@ -144,7 +175,9 @@ impl Recorder {
                         std::thread::sleep((next - now).min(Duration::from_millis(5)));
                         continue;
                     }
-                    next += interval;
+                    // A late wake-up (a busy machine) skips the ticks it missed rather than
+                    // catching up with a burst of empty samples.
+                    next = (next + interval).max(now);
                     let mut s = Sample {
                         t: now.duration_since(t0).as_secs_f64(),
                         read: BTreeMap::new(),
@@ -160,21 +193,26 @@ impl Recorder {
                         );
                         *prev = cur;
                     }
-                    samples2
+                    let mut all = samples2
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(s);
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    all.push(s);
+                    if all.len() >= MAX_SAMPLES {
+                        halve(&mut all);
+                        interval *= 2;
+                    }
+                    drop(all);
                     if stopping {
                         return;
                     }
                 }
             })
             .expect("spawn recorder thread");
-        Recorder {
+        Ok(Recorder {
             stop,
             samples,
             handle: Some(handle),
-        }
+        })
     }
 
     /// Stop recording and return every sample (the last one covers the partial interval).
@@ -211,7 +249,8 @@ mod tests {
     fn recorder_sees_traffic_right_after_start_and_before_finish() {
         for _ in 0..50 {
             let c = Arc::new(DeviceCounters::default());
-            let rec = Recorder::start(vec![("d".into(), c.clone())], Duration::from_millis(1));
+            let rec =
+                Recorder::start(vec![("d".into(), c.clone())], Duration::from_millis(1)).unwrap();
             c.wrote(100); // before the thread may even run
             std::thread::sleep(Duration::from_millis(3));
             c.read(7);

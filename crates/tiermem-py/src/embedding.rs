@@ -266,12 +266,17 @@ impl PyTable {
         Ok(info.map(|(k, n, s)| (state_name(k), n, s)))
     }
 
-    fn read_optimizer_state(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn read_optimizer_state(
+        &self,
+        py: Python<'_>,
+        offset: usize,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let v = view::<f32>(out, "out", true)?;
         run(py, || {
             // SAFETY: `v` keeps the buffer exported for the call; the caller passed no alias.
             let out = unsafe { v.slice_mut() };
-            self.inner.read_optimizer_state(out)
+            self.inner.read_optimizer_state(offset, out)
         })
     }
 
@@ -279,6 +284,7 @@ impl PyTable {
         &self,
         py: Python<'_>,
         kind: &str,
+        offset: usize,
         src: &Bound<'_, PyAny>,
         steps: u64,
     ) -> PyResult<()> {
@@ -295,7 +301,7 @@ impl PyTable {
         run(py, || {
             // SAFETY: `v` keeps the buffer exported for the call; it is only read.
             let values = unsafe { v.slice() };
-            self.inner.set_optimizer_state(k, values, steps)
+            self.inner.set_optimizer_state(k, offset, values, steps)
         })
     }
 }
@@ -455,7 +461,11 @@ pub fn update_from(
             lr_decay,
             initial_accumulator,
         },
-        "rowwise_adagrad" => Optimizer::RowwiseAdagrad { lr, eps },
+        "rowwise_adagrad" => Optimizer::RowwiseAdagrad {
+            lr,
+            eps,
+            initial_accumulator,
+        },
         _ => {
             return Err(to_py(Error::InvalidArgument(format!(
                 "unknown optimizer '{optimizer}' (known: sgd, adagrad, rowwise_adagrad)"

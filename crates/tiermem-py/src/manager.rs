@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use tiermem_core::counters::Recorder;
 use tiermem_core::device;
 use tiermem_core::manager::Manager;
-use tiermem_core::policy::{self, Place};
+use tiermem_core::policy::{self, GuardUse, Place};
 
 use crate::error::{run, to_py};
 use crate::policy::PyPolicy;
@@ -100,11 +100,24 @@ impl PyManager {
     }
 
     /// Open a guard: returns (address, length). Pair with `close`.
-    /// Open a guard: (ticket, address, length).
-    fn open(&self, py: Python<'_>, id: u64, write: bool) -> PyResult<(u64, usize, usize)> {
+    /// Open a guard: (ticket, address, length). `overwrite`: a write guard whose old
+    /// contents are dead (every byte will be written, none read).
+    #[pyo3(signature = (id, write, overwrite = false))]
+    fn open(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        write: bool,
+        overwrite: bool,
+    ) -> PyResult<(u64, usize, usize)> {
+        let how = match (write, overwrite) {
+            (_, true) => GuardUse::Overwrite,
+            (true, false) => GuardUse::Write,
+            (false, false) => GuardUse::Read,
+        };
         run(py, || {
             self.inner
-                .open(id, write)
+                .open_for(id, how)
                 .map(|(t, p, n)| (t, p as usize, n))
         })
     }
@@ -245,10 +258,10 @@ impl PyManager {
 
     /// Start a recorder sampling bytes per device every `interval` seconds.
     fn record(&self, interval: f64) -> PyResult<PyRecorder> {
-        if !(interval > 0.0 && interval.is_finite()) {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "interval must be a positive number of seconds",
-            ));
+        if !(interval > 0.0 && interval < 1e6) {
+            return Err(to_py(tiermem_core::Error::InvalidArgument(format!(
+                "recording interval {interval}: it must be a positive number of seconds"
+            ))));
         }
         let devs = self
             .inner
@@ -256,11 +269,9 @@ impl PyManager {
             .iter()
             .map(|d| (d.name.clone(), d.counters.clone()))
             .collect();
+        let rec = Recorder::start(devs, Duration::from_secs_f64(interval)).map_err(to_py)?;
         Ok(PyRecorder {
-            rec: Mutex::new(Some(Recorder::start(
-                devs,
-                Duration::from_secs_f64(interval),
-            ))),
+            rec: Mutex::new(Some(rec)),
         })
     }
 }

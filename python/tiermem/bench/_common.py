@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from .._files import write_json_atomic
 
 
 def best(fns: Iterable[Callable[[], Any]]) -> float:
@@ -30,8 +31,7 @@ def best_pair(a: list[Callable[[], Any]], b: list[Callable[[], Any]]) -> tuple[f
 
 def write_json(res: dict[str, Any], path: str) -> None:
     """Write a benchmark's results to ``path`` and say so."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(res, f, indent=1)
+    write_json_atomic(path, res)
     print(f"wrote {path}")
 
 

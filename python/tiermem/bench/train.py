@@ -73,6 +73,7 @@ def _run_variant(w: Workload, variant: str, fast: int, slow: int, slow_spec: str
                  iters: int, seed: int) -> dict[str, Any]:
     t = Tiering({"dram": fast, slow_spec: slow}, variant)
     m = t.manager
+    model = opt = None
     try:
         torch.manual_seed(seed)
         model = t.module(w.make())

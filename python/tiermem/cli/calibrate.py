@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from .. import _tiermem, calibration_path, profiles
+from .._files import write_json_atomic
 from .._sizes import format_bytes, parse_size
 from ..bench._scratch import scratch_dir
 from ..manager import Manager
@@ -77,15 +78,11 @@ def run_calibrate(args: Any) -> int:
           f"copy {d['copy_gbps']:.1f} GB/s, latency {d['latency_ns']:.0f} ns")
     print(f"wrote {path}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
+        write_json_atomic(args.json, result)
         print(f"wrote {args.json}")
     return 0
 
 
 def _write(path: str, data: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, data)

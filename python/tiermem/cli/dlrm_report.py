@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .._files import write_json_atomic
 from .._sizes import format_bytes
 from ._progress import Progress
 from ._table import table
@@ -135,8 +135,7 @@ def write(res: dict[str, Any], out_dir: str | None, json_path: str | None, plot:
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         p = os.path.join(out_dir, "dlrm.json")
-        with open(p, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json_atomic(p, res)
         paths.append(p)
         if plot:
             from .plot import plot_dlrm
@@ -145,7 +144,6 @@ def write(res: dict[str, Any], out_dir: str | None, json_path: str | None, plot:
             plot_dlrm(res, b, lo)
             paths += [b, lo]
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json_atomic(json_path, res)
         paths.append(json_path)
     return paths

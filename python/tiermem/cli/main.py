@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from ..exceptions import InvalidArgumentError, TiermemError
+from ._args import integer
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -43,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="model to train (repeatable; default resnet)")
     tr.add_argument("--ratio", action="append", metavar="SLOW:FAST", help="slow:fast ratio (repeatable; default 1:1 4:1 8:1)")
     tr.add_argument("--variants", help="comma-separated subset of all-fast,all-slow,first-touch,2lm-model,L,LM,LMP,async")
-    tr.add_argument("--iters", type=int, help="timed iterations per run (default 2, 1 with --quick)")
-    tr.add_argument("--rounds", type=int, help="times every run is repeated, all in turn; the best counts (default 2, 1 with --quick)")
-    tr.add_argument("--batch", type=int, help="batch size (default: the model's; small with --quick)")
+    tr.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 2, 1 with --quick)")
+    tr.add_argument("--rounds", type=integer(1, 1000), help="times every run is repeated, all in turn; the best counts (default 2, 1 with --quick)")
+    tr.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the model's; small with --quick)")
     tr.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
     tr.add_argument("--out", metavar="DIR", help="write train.json and the plots (time vs budget, bytes per device) to DIR")
     from .train import add_parser as add_train

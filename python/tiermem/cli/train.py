@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from .._sizes import format_bytes, parse_size
+from ._args import int_list, integer, number
 from ..exceptions import InvalidArgumentError
 
 
@@ -16,28 +17,28 @@ def add_parser(sub: Any) -> None:
     p = tsub.add_parser("dlrm", help="DLRM: reference, all-slow, static, dynamic and 2lm-model modes side by side",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--preset", default="demo", help="small, mlperf, large or demo")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply every table's rows by this")
-    p.add_argument("--dense-scale", type=float, default=1.0, help="multiply the MLP widths by this")
-    p.add_argument("--rows", help="rows per table, comma-separated (overrides the preset's)")
-    p.add_argument("--dim", type=int, help="row width (overrides the preset's)")
-    p.add_argument("--bottom-mlp", help="bottom MLP widths, e.g. 512-256-64 (the last must equal --dim for dot)")
-    p.add_argument("--top-mlp", help="top MLP widths, ending in 1, e.g. 512-256-1")
+    p.add_argument("--scale", type=number(0, 1e6, low_open=True), default=1.0, help="multiply every table's rows by this")
+    p.add_argument("--dense-scale", type=number(0, 1e3, low_open=True), default=1.0, help="multiply the MLP widths by this")
+    p.add_argument("--rows", type=int_list(","), help="rows per table, comma-separated (overrides the preset's)")
+    p.add_argument("--dim", type=integer(1, 1 << 24), help="row width (overrides the preset's)")
+    p.add_argument("--bottom-mlp", type=int_list("-"), help="bottom MLP widths, e.g. 512-256-64 (the last must equal --dim for dot)")
+    p.add_argument("--top-mlp", type=int_list("-"), help="top MLP widths, ending in 1, e.g. 512-256-1")
     p.add_argument("--interaction", choices=("dot", "cat"))
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--bag", type=int, help="lookups per table per sample (synthetic data)")
+    p.add_argument("--batch-size", type=integer(1, 1 << 24))
+    p.add_argument("--bag", type=integer(1, 1 << 16), help="lookups per table per sample (synthetic data)")
     p.add_argument("--modes", default="reference,all-slow,static,dynamic,2lm-model", help="comma-separated")
     p.add_argument("--dist", default="zipf", help="uniform, zipf or both comma-separated (synthetic data)")
-    p.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent")
+    p.add_argument("--alpha", type=number(0, 100, low_open=True), default=1.0, help="Zipf exponent")
     p.add_argument("--criteo", metavar="TSV", help="train on a Criteo-format file instead of synthetic data")
     p.add_argument("--bad-lines", choices=("skip", "error"), default="skip", help="malformed Criteo lines")
-    p.add_argument("--iters", type=int, default=50, help="timed iterations")
-    p.add_argument("--warmup", type=int, default=5, help="iterations before timing (also the static profile)")
+    p.add_argument("--iters", type=integer(1, 10**9), default=50, help="timed iterations")
+    p.add_argument("--warmup", type=integer(0, 10**9), default=5, help="iterations before timing (also the static profile)")
     p.add_argument("--fast-budget", help="fast memory for the tables (default: a quarter of them)")
     p.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (the DLRM reference's default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=number(0, 1e6, low_open=True), default=0.01, help="SGD learning rate (the DLRM reference's default)")
+    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     p.add_argument("--checkpoint", metavar="FILE", help="checkpoint file (one mode only)")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints")
+    p.add_argument("--checkpoint-every", type=integer(0, 10**9), default=0, help="iterations between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--inference", action="store_true", help="forward passes only; report queries per second")
     p.add_argument("--out", metavar="DIR", help="write dlrm.json and plots into DIR")
@@ -49,16 +50,15 @@ def _config(args: Any) -> Any:
     from ..torch.dlrm import DLRMConfig
 
     over: dict[str, Any] = {}
-    widths = lambda s: tuple(int(x) for x in s.split("-"))  # noqa: E731
     if args.rows:
-        over["rows"] = tuple(int(x) for x in args.rows.split(","))
+        over["rows"] = args.rows
     for name in ("dim", "interaction", "batch_size", "bag"):
         if getattr(args, name) is not None:
             over[name] = getattr(args, name)
     if args.bottom_mlp:
-        over["bottom_mlp"] = widths(args.bottom_mlp)
+        over["bottom_mlp"] = args.bottom_mlp
     if args.top_mlp:
-        over["top_mlp"] = widths(args.top_mlp)
+        over["top_mlp"] = args.top_mlp
     if args.criteo:
         over["bag"] = 1
     scale = args.scale * (0.5 if args.quick else 1.0)
@@ -75,6 +75,10 @@ def run_train(args: Any) -> int:
     iters, warmup = (min(args.iters, 10), min(args.warmup, 3)) if args.quick else (args.iters, args.warmup)
     if args.criteo and len(config.rows) != 26:
         raise InvalidArgumentError(f"Criteo data has 26 categorical features; the model has {len(config.rows)} tables")
+    if args.checkpoint:
+        from .._files import check_writable
+
+        check_writable(args.checkpoint, "--checkpoint")  # before any work, not after training
     if args.checkpoint or args.inference:
         if len(modes) != 1 or len(dists) != 1:
             raise InvalidArgumentError("--checkpoint, --resume and --inference take one mode and one distribution")

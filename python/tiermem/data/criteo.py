@@ -10,8 +10,10 @@ time, so memory stays bounded whatever its size; :attr:`CriteoReader.position` i
 offset after the last batch handed out, from which a resumed run continues.
 
 Malformed lines (a wrong column count, a label other than 0/1, an integer or hexadecimal
-field that does not parse) are skipped and counted (``bad_lines="skip"``), or stop the read
-with :class:`CriteoFormatError` naming the line and the reason (``bad_lines="error"``).
+field that does not parse or does not fit 64 bits, a line longer than ``max_line`` bytes) are
+skipped and counted (``bad_lines="skip"``), or stop the read with :class:`CriteoFormatError`
+naming the line and the reason (``bad_lines="error"``). A line is never held whole beyond
+``max_line`` bytes, so memory stays bounded even for a file with no newline at all.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ from .batch import Batch
 INT_FEATURES = 13
 CAT_FEATURES = 26
 COLUMNS = 1 + INT_FEATURES + CAT_FEATURES
+#: Longest line read (bytes); real Criteo lines are a few hundred bytes.
+MAX_LINE = 64 << 10
+#: Longest integer field: an int64 in decimal with its sign.
+_MAX_INT_DIGITS = 20
+#: Longest categorical field: 64 bits in hexadecimal (the data has 32).
+_MAX_HEX_DIGITS = 16
 
 
 class CriteoFormatError(InvalidArgumentError):
@@ -50,6 +58,8 @@ def _parse(line: bytes, rows: Sequence[int]) -> tuple[float, list[float], list[i
         if not c:
             ints.append(0.0)
             continue
+        if len(c) > _MAX_INT_DIGITS:
+            raise ValueError(f"integer feature {k} has {len(c)} digits (more than a 64-bit integer)")
         try:
             v = int(c)
         except ValueError:
@@ -61,6 +71,8 @@ def _parse(line: bytes, rows: Sequence[int]) -> tuple[float, list[float], list[i
         if not c:
             cats.append(0)
             continue
+        if len(c) > _MAX_HEX_DIGITS:
+            raise ValueError(f"categorical feature {k + 1} has {len(c)} hex digits (more than 64 bits)")
         try:
             v = int(c, 16)
         except ValueError:
@@ -81,10 +93,14 @@ class CriteoReader:
             ``keep_last`` (training wants equal batches).
         bad_lines: ``"skip"`` (count them, see :attr:`bad`) or ``"error"``.
         start: byte offset to start from (a checkpoint's :attr:`position`).
+        max_line: longest line in bytes; a longer one is a malformed line.
     """
 
     def __init__(self, path: str | os.PathLike[str], rows: Sequence[int], batch_size: int, *,
-                 bad_lines: str = "skip", start: int = 0, keep_last: bool = False) -> None:
+                 bad_lines: str = "skip", start: int = 0, keep_last: bool = False,
+                 max_line: int = MAX_LINE) -> None:
+        if not isinstance(max_line, int) or not 256 <= max_line <= 1 << 30:
+            raise InvalidArgumentError(f"max_line must be an integer from 256 to 2**30 bytes, got {max_line!r}")
         if len(rows) != CAT_FEATURES:
             raise InvalidArgumentError(f"Criteo has {CAT_FEATURES} categorical features; got {len(rows)} table sizes")
         if any(int(r) < 1 for r in rows):
@@ -103,6 +119,7 @@ class CriteoReader:
         self.batch_size = int(batch_size)
         self.bad_lines = bad_lines
         self.keep_last = keep_last
+        self.max_line = max_line
         #: Byte offset after the last batch handed out.
         self.position = int(start)
         #: Lines read (good and bad) since ``start``.
@@ -121,12 +138,14 @@ class CriteoReader:
         with open(self.path, "rb") as f:
             f.seek(self.position)
             pos = self.position
-            for line in f:
-                pos += len(line)
+            for line, used in _bounded_lines(f, self.max_line):
+                pos += used
                 self.lines += 1
-                if not line.strip():
+                if line is not None and not line.strip():
                     continue
                 try:
+                    if line is None:
+                        raise ValueError(f"line longer than {self.max_line} bytes (max_line)")
                     lab, ints, cs = _parse(line, self.rows)
                 except ValueError as e:
                     if self.bad_lines == "error":
@@ -158,6 +177,25 @@ class CriteoReader:
     def report(self) -> dict[str, Any]:
         """Lines read, malformed lines skipped and examples of them."""
         return {"lines": self.lines, "bad_lines": self.bad, "examples": list(self.bad_examples)}
+
+
+def _bounded_lines(f: Any, limit: int) -> Iterator[tuple[bytes | None, int]]:
+    """``(line, bytes consumed)`` per line, holding at most ``limit + 1`` bytes of one line;
+    a longer line is ``(None, its length)``, its rest read and dropped in chunks."""
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line, len(line)
+            continue
+        used = len(line)
+        while True:
+            rest = f.readline(1 << 20)
+            used += len(rest)
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield None, used
 
 
 def write_criteo(path: str | os.PathLike[str], samples: int, seed: int = 0, missing: float = 0.05) -> None:

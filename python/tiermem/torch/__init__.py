@@ -11,7 +11,9 @@ Importing this module imports torch; ``import tiermem`` alone never does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,7 +117,37 @@ class _FusedOptimizer:
         )
 
 
+_TABLES_ASIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tiermem_tables_aside", default=False)
+
+
+@contextlib.contextmanager
+def tables_aside() -> Iterator[None]:
+    """Within this block, ``state_dict()`` and ``load_state_dict()`` of tiered embedding
+    modules leave their tables out: a checkpoint streams them itself
+    (:mod:`tiermem.checkpoint`), so a table larger than DRAM is never copied whole."""
+    token = _TABLES_ASIDE.set(True)
+    try:
+        yield
+    finally:
+        _TABLES_ASIDE.reset(token)
+
+
+def tiered_tables(module: torch.nn.Module) -> dict[str, EmbeddingTable]:
+    """Every tiered table under ``module``, by its ``state_dict`` key prefix."""
+    out: dict[str, EmbeddingTable] = {}
+    for name, m in module.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(m, TieredEmbeddingBag):
+            out[prefix] = m.table
+        elif isinstance(m, TieredEmbeddingBagCollection):
+            for i, t in enumerate(m.tables):
+                out[f"{prefix}tables.{i}."] = t
+    return out
+
+
 def _save_table(t: EmbeddingTable, destination: dict, key: str, keep_vars: bool) -> None:
+    if _TABLES_ASIDE.get():
+        return
     w = torch.from_numpy(t.to_numpy())
     destination[key + "weight"] = w.to(torch.bfloat16) if t.dtype == "bfloat16" else w
     st = t.optimizer_state()
@@ -127,6 +159,8 @@ def _save_table(t: EmbeddingTable, destination: dict, key: str, keep_vars: bool)
 
 def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool,
                 missing: list, error_msgs: list) -> None:
+    if _TABLES_ASIDE.get():
+        return
     if key + "weight" not in state_dict:
         missing.append(key + "weight")
         return

@@ -209,7 +209,7 @@ class Tiering:
         x = x.detach()
         obj = self._alloc(x.numel() * x.element_size(), None)
         stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
-        ticket, addr, _ = self._native.open(obj.id, True)
+        ticket, addr, _ = self._native.open(obj.id, True, True)  # copied in whole
         try:
             plain_over(addr, obj.nbytes, x.dtype, x.shape, stride, 0).copy_(x)
             self._native.charge([(obj.id, 0, x.numel() * x.element_size())], 1)
@@ -474,7 +474,7 @@ class Tiering:
         for k, (shape, stride, dtype) in enumerate(plan or ()):
             o = self._alloc(span_bytes(shape, stride, itemsize(dtype)), (self.iteration, pos, k))
             outs.append(o)
-            ticket, addr, _ = self._native.open(o.id, True)
+            ticket, addr, _ = self._native.open(o.id, True, True)  # outputs: written whole, not read
             opened.append(ticket)
             pouts.append(plain_over(addr, o.nbytes, dtype, shape, stride, 0))
         return pouts
@@ -520,7 +520,7 @@ class Tiering:
             o = self._alloc(nb, (self.iteration, pos, counter[0]))
             counter[0] += 1
             outs.append(o)
-            ticket, addr, _ = self._native.open(o.id, True)
+            ticket, addr, _ = self._native.open(o.id, True, True)
             opened.append(ticket)
             plain_over(addr, o.nbytes, r.dtype, r.shape, r.stride(), 0).copy_(r)
             self._stats["fallback_bytes"] += nb

@@ -24,12 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import checkpoint
 from .._sizes import format_bytes
 from ..data.batch import Batch
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..twolm import TwoLmModel
+from . import tables_aside, tiered_tables
 from .dlrm import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 
 __all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
@@ -63,6 +65,12 @@ def fit_check(config: DLRMConfig, fast_budget: int = 0) -> None:
             f"({sum(config.rows):,} rows of {config.row_bytes} bytes), plus {format_bytes(fast_budget)} of fast "
             f"budget, but this machine's available memory is {format_bytes(avail)} (90 % of MemAvailable); "
             f"use a smaller scale")
+
+
+def _check_counts(iters: Any, warmup: Any, every: Any) -> None:
+    for name, v, low in (("iters", iters, 1), ("warmup", warmup, 0), ("checkpoint_every", every, 0)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not low <= v <= 10**9:
+            raise InvalidArgumentError(f"{name} must be an integer from {low} to 10**9, got {v!r}")
 
 
 @dataclass
@@ -274,8 +282,10 @@ class Trainer:
 
         ``checkpoint``: a path written every ``checkpoint_every`` iterations, at the end,
         and when interrupted (then the interrupt is raised again)."""
+        _check_counts(iters, warmup, checkpoint_every)
         it: Iterator[Batch] = iter(batches)
         start = len(self.losses)
+        self._seen = 0
         try:
             for k in range(warmup + iters):
                 if k == warmup:
@@ -285,6 +295,7 @@ class Trainer:
                     b = next(it)
                 except StopIteration:
                     break
+                self._seen += 1
                 loss = self.run_iteration(b, timed=k >= warmup, data_seconds=time.perf_counter() - t0)
                 if on_step:
                     on_step(k, loss)
@@ -300,8 +311,10 @@ class Trainer:
 
     def infer(self, batches: Iterable[Batch], iters: int, warmup: int = 1) -> RunResult:
         """Forward passes only; reports queries (samples) per second."""
+        _check_counts(iters, warmup, 0)
         it = iter(batches)
         n = 0
+        self._seen = 0
         with torch.no_grad():
             for k in range(warmup + iters):
                 if k == warmup:
@@ -311,6 +324,7 @@ class Trainer:
                     b = next(it)
                 except StopIteration:
                     break
+                self._seen += 1
                 a = time.perf_counter()
                 emb = self.embeddings(b.indices, b.offsets)
                 c = time.perf_counter()
@@ -328,7 +342,12 @@ class Trainer:
         rows = np.array(getattr(self, "_timed", []), dtype=float).reshape(-1, 4)
         done = len(rows)
         if done == 0:
-            raise InvalidArgumentError("no timed iteration ran: the data ran out during warm-up")
+            seen = getattr(self, "_seen", 0)
+            if seen == 0:
+                raise InvalidArgumentError("no iteration ran: the data gave no batch at all (an empty input, or "
+                                           "one with no valid line or fewer samples than one batch)")
+            raise InvalidArgumentError(f"no timed iteration ran: the data ran out after {seen} batches, "
+                                       "all spent on warm-up iterations (lower --warmup or give more data)")
         med = np.median(rows, axis=0)
         c = self.config
         devices: dict[str, str] = {}
@@ -367,36 +386,47 @@ class Trainer:
 
     # Checkpoints -----------------------------------------------------------------------
     def save(self, path: str, data_state: dict[str, Any] | None = None) -> None:
-        """Write a checkpoint atomically (a temporary file renamed over ``path``)."""
+        """Write a checkpoint (:mod:`tiermem.checkpoint`): atomically, checksummed, tiered
+        tables streamed from their tier to the file."""
+        with tables_aside():
+            model_state = self.model.state_dict()
         state = {
-            "format": "tiermem-dlrm-1",
+            "format": "tiermem-dlrm-2",
             "config": self.config.to_dict(),
             "mode": self.mode,
             "step": self.step,
             "losses": list(self.losses),
             "loss_times": list(self.loss_times),
-            "model": self.model.state_dict(),
+            "model": model_state,
             "dense_optimizer": self.dense_optimizer.state_dict(),
             "data": data_state or {},
             "lr": self.lr,
             "seed": self.seed,
         }
-        tmp = f"{path}.tmp-{os.getpid()}"
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        checkpoint.save(path, state, tiered_tables(self.model))
 
     def load(self, path: str) -> dict[str, Any]:
-        """Restore weights, optimizer state, step and losses; returns the saved data state."""
-        if not os.path.isfile(path):
-            raise InvalidArgumentError(f"checkpoint {path!r} does not exist")
-        state = torch.load(path, weights_only=False)
-        if state.get("format") != "tiermem-dlrm-1":
-            raise InvalidArgumentError(f"{path!r} is not a tiermem DLRM checkpoint")
+        """Restore weights, optimizer state, step and losses; returns the saved data state.
+        Every checksum is checked before anything is restored; a damaged, truncated, foreign
+        or other-model file is a :class:`~tiermem.checkpoint.CheckpointError` naming it."""
+        ck = checkpoint.Checkpoint(path)
+        state = ck.state()
+        if not isinstance(state, dict) or state.get("format") != "tiermem-dlrm-2":
+            raise checkpoint.CheckpointError(f"checkpoint {path!r} is not a tiermem DLRM checkpoint")
         saved = DLRMConfig.from_dict(state["config"])
         if saved != self.config:
-            raise InvalidArgumentError(f"checkpoint {path!r} is of another model ({saved.name}: {saved.num_tables} tables, "
-                                       f"dim {saved.dim}); this run's is {self.config.num_tables} tables, dim {self.config.dim}")
-        self.model.load_state_dict(state["model"])
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path!r} is of another model ({saved.name}: {saved.num_tables} tables, "
+                f"dim {saved.dim}); this run's is {self.config.num_tables} tables, dim {self.config.dim}")
+        tables = tiered_tables(self.model)
+        if sorted(tables) != sorted(ck.tables()):
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path!r} holds tables {sorted(ck.tables())}, this model {sorted(tables)} "
+                f"(saved in mode {state.get('mode')!r}, this run is {self.mode!r})")
+        with tables_aside():
+            self.model.load_state_dict(state["model"])
+        for name, t in tables.items():
+            ck.restore_table(name, t)
         self.dense_optimizer.load_state_dict(state["dense_optimizer"])
         self.step = int(state["step"])
         self.losses = list(state["losses"])

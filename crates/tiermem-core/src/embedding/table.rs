@@ -554,37 +554,53 @@ impl Table {
         Ok(s.state.as_ref().map(|(k, v)| (*k, v.len(), s.steps)))
     }
 
-    /// Copy the optimizer state into `out` (its length from [`Table::optimizer_state_info`]).
-    pub fn read_optimizer_state(&self, out: &mut [f32]) -> Result<()> {
+    /// Copy values `offset..offset + out.len()` of the optimizer state into `out` (its
+    /// length from [`Table::optimizer_state_info`]; chunks let a checkpoint stream it).
+    pub fn read_optimizer_state(&self, offset: usize, out: &mut [f32]) -> Result<()> {
         let s = self.shared()?;
         let Some((_, v)) = s.state.as_ref() else {
             crate::bail!("this table has no optimizer state (no stateful update has run)");
         };
-        ensure!(
-            out.len() == v.len(),
-            "optimizer state has {} values, the buffer {}",
-            v.len(),
-            out.len()
-        );
-        out.copy_from_slice(v);
+        let end = offset.checked_add(out.len()).filter(|e| *e <= v.len());
+        let Some(end) = end else {
+            crate::bail!(
+                "optimizer state values {offset}..{} are outside its {} values",
+                offset.saturating_add(out.len()),
+                v.len()
+            );
+        };
+        out.copy_from_slice(&v[offset..end]);
         Ok(())
     }
 
-    /// Replace the optimizer state (from a checkpoint).
-    pub fn set_optimizer_state(&self, kind: StateKind, values: &[f32], steps: u64) -> Result<()> {
+    /// Write `values` at `offset` into the optimizer state of `kind` (from a checkpoint, in
+    /// one piece or in chunks): state of another kind, or none, is replaced by zeros first.
+    /// `steps` becomes the state's step count.
+    pub fn set_optimizer_state(
+        &self,
+        kind: StateKind,
+        offset: usize,
+        values: &[f32],
+        steps: u64,
+    ) -> Result<()> {
         let want = match kind {
             StateKind::Adagrad => self.rows * self.width,
             StateKind::RowwiseAdagrad => self.rows,
         };
-        ensure!(
-            values.len() == want,
-            "optimizer state of {} values for a table that needs {want}",
-            values.len()
-        );
-        let mut state = HugeSlice::zeroed(values.len())?;
-        state.copy_from_slice(values);
+        let end = offset.checked_add(values.len()).filter(|e| *e <= want);
+        let Some(end) = end else {
+            crate::bail!(
+                "optimizer state values {offset}..{} for a table whose state has {want}",
+                offset.saturating_add(values.len())
+            );
+        };
         let mut x = self.exclusive()?;
-        x.state = Some((kind, state));
+        if x.state.as_ref().is_none_or(|(k, _)| *k != kind) {
+            x.state = Some((kind, HugeSlice::zeroed(want)?));
+        }
+        if let Some((_, v)) = x.state.as_mut() {
+            v[offset..end].copy_from_slice(values);
+        }
         x.steps = steps;
         Ok(())
     }

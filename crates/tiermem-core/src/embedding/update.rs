@@ -43,6 +43,8 @@ pub enum Optimizer {
         lr: f32,
         /// Added to the denominator.
         eps: f32,
+        /// Starting value of `m` (FBGEMM starts at 0).
+        initial_accumulator: f32,
     },
 }
 
@@ -54,7 +56,10 @@ impl Optimizer {
                 initial_accumulator,
                 ..
             } => Some((StateKind::Adagrad, initial_accumulator)),
-            Optimizer::RowwiseAdagrad { .. } => Some((StateKind::RowwiseAdagrad, 0.0)),
+            Optimizer::RowwiseAdagrad {
+                initial_accumulator,
+                ..
+            } => Some((StateKind::RowwiseAdagrad, initial_accumulator)),
         }
     }
 }
@@ -407,7 +412,7 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
                             w[k] += -clr * (g[k] / (s[k].sqrt() + eps));
                         }
                     }
-                    (Optimizer::RowwiseAdagrad { lr, eps }, Some((_, st))) => {
+                    (Optimizer::RowwiseAdagrad { lr, eps, .. }, Some((_, st))) => {
                         let sq: f32 = g.iter().map(|x| x * x).sum::<f32>() / width as f32;
                         // SAFETY: the state has one float per row; row is ours.
                         let m = unsafe { &mut *st.0.add(row) };

@@ -22,7 +22,7 @@ use crate::copy::CopyEngine;
 use crate::counters::Snapshot;
 use crate::device::emulated::DeferScope;
 use crate::device::Device;
-use crate::policy::{Place, Policy};
+use crate::policy::{GuardUse, Place, Policy};
 use crate::{Error, Result};
 
 struct Inner {
@@ -37,12 +37,10 @@ struct Inner {
 /// Names one open guard (returned by [`Manager::open`], consumed by [`Manager::close`]).
 pub type GuardTicket = u64;
 
-/// What a ticket stands for.
+/// What a ticket stands for: an open guard, or a hold ([`Manager::hold`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Use {
-    Read,
-    Write,
-    /// A closed guard whose object stays pinned ([`Manager::hold`]).
+    Guard(GuardUse),
     Hold,
 }
 
@@ -274,6 +272,20 @@ impl Manager {
     /// [`Manager::close`]. Prefer [`Manager::read`] / [`Manager::write`], which pair them for
     /// you.
     pub fn open(&self, id: ObjectId, write: bool) -> Result<(GuardTicket, *mut u8, usize)> {
+        self.open_for(
+            id,
+            if write {
+                GuardUse::Write
+            } else {
+                GuardUse::Read
+            },
+        )
+    }
+
+    /// [`Manager::open`] saying how the guard will use the bytes: an
+    /// [`GuardUse::Overwrite`] guard is a write guard whose old contents are dead.
+    pub fn open_for(&self, id: ObjectId, how: GuardUse) -> Result<(GuardTicket, *mut u8, usize)> {
+        let write = how != GuardUse::Read;
         self.with_inner(|i| {
             let (m, p) = (&mut i.data, i.policy.as_mut());
             let (pins, writer, guards) = {
@@ -300,8 +312,8 @@ impl Manager {
             let len = usize::try_from(m.object(id)?.len).expect("object length fits memory");
             let ticket = i.next_ticket;
             i.next_ticket += 1;
-            let use_ = if write { Use::Write } else { Use::Read };
-            i.guards.insert(ticket, (id, use_, addr as usize));
+            i.guards
+                .insert(ticket, (id, Use::Guard(how), addr as usize));
             Ok((ticket, addr, len))
         })
     }
@@ -314,11 +326,11 @@ impl Manager {
         self.with_inner(|i| {
             let (id, use_, _) = Self::take_ticket(i, ticket)?;
             let (m, p) = (&mut i.data, i.policy.as_mut());
-            if use_ == Use::Hold {
+            let Use::Guard(how) = use_ else {
                 return m.release(id);
-            }
+            };
             m.unpin(id)?;
-            Self::record_use(m, p, id, use_ == Use::Write)
+            Self::record_use(m, p, id, how)
         })
     }
 
@@ -333,10 +345,13 @@ impl Manager {
                 i.guards.insert(ticket, (id, use_, addr));
                 return Err(Error::Guard(format!("ticket {ticket} is a hold already")));
             }
+            let Use::Guard(how) = use_ else {
+                unreachable!("holds were put back above")
+            };
             let (m, p) = (&mut i.data, i.policy.as_mut());
             m.hold(id)?;
             i.guards.insert(ticket, (id, Use::Hold, addr));
-            Self::record_use(m, p, id, use_ == Use::Write)
+            Self::record_use(m, p, id, how)
         })
     }
 
@@ -372,8 +387,10 @@ impl Manager {
         m: &mut DataManager,
         p: &mut dyn Policy,
         id: ObjectId,
-        write: bool,
+        how: GuardUse,
     ) -> Result<()> {
+        let write = how != GuardUse::Read;
+        p.guard_closed(m, id, how)?;
         if write {
             let r = m.primary(id)?;
             m.set_dirty(r, true)?;

@@ -32,6 +32,18 @@ pub enum Place {
     Auto,
 }
 
+/// How a guard used its object's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardUse {
+    /// Read only.
+    Read,
+    /// Read and written (in-place updates with ordinary stores).
+    Write,
+    /// Overwritten whole without being read (an op's output, a copy in): the old contents
+    /// are dead, so a policy need not bring them in, and a cache model sees stores only.
+    Overwrite,
+}
+
 /// The policy API of thesis Table 4.5, plus the two access hooks guards call.
 /// Every method runs under the manager's lock with exclusive access to the data manager.
 pub trait Policy: Send {
@@ -81,7 +93,14 @@ pub trait Policy: Send {
         stage_in(m, id)
     }
 
-    /// Called after a guard closes (the manager has already unpinned it).
+    /// Called when any guard on the object closes (overlapping guards each call it), with how
+    /// the guard used the bytes; before [`Policy::after_access`]. For policies that model
+    /// the memory system per access (the 2LM model).
+    fn guard_closed(&mut self, _m: &mut DataManager, _id: ObjectId, _how: GuardUse) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called after the last open guard closes (the manager has already unpinned it).
     fn after_access(&mut self, _m: &mut DataManager, _id: ObjectId, _write: bool) -> Result<()> {
         Ok(())
     }

@@ -1,16 +1,18 @@
 //! `2lm_model`: the hardware DRAM cache as a policy for tiered arrays. Every object lives on
 //! the slowest device; the fastest device, none of which the policy allocates, serves whole
-//! as the 2LM model's cache (as memory mode uses all of DRAM). When a guard closes, the
-//! object's bytes run through the model — a read guard as reads, a write guard as
-//! read-modify-write (loads then ordinary stores; the model cannot see which bytes the
-//! program touched, so it charges them all) — and their Table 2.2 traffic is counted on both
-//! devices and, on an emulated slow device, waited out after the manager's lock is released.
+//! as the 2LM model's cache (as memory mode uses all of DRAM). When any guard closes
+//! (overlapping guards each count), the object's bytes run through the model — a read guard
+//! as reads, a write guard as read-modify-write (loads then ordinary stores; the model cannot
+//! see which bytes the program touched, so it charges them all), an overwrite guard as
+//! whole-line stores (Table 2.2's write events) — and their Table 2.2 traffic is counted on
+//! both devices and, on an emulated slow device, waited out after the manager's lock is
+//! released.
 //!
 //! `2lm_model:LINE` picks a coarser line (a power of two) for very large arrays.
 
 use std::sync::Arc;
 
-use super::{create_slow, stage_in, Place, Policy};
+use super::{create_slow, stage_in, GuardUse, Place, Policy};
 use crate::manager::{DataManager, ObjectId};
 use crate::twolm::{Access, TwoLm, EVENTS, LINE};
 use crate::{ensure, Result};
@@ -75,7 +77,7 @@ impl Policy for TwoLmPolicy {
         false // every guard's bytes already ran through the model when it closed
     }
 
-    fn after_access(&mut self, m: &mut DataManager, id: ObjectId, write: bool) -> Result<()> {
+    fn guard_closed(&mut self, m: &mut DataManager, id: ObjectId, how: GuardUse) -> Result<()> {
         let model = self.model_for(m)?;
         let r = m.primary(id)?;
         let len = m.object(id)?.len as usize;
@@ -86,10 +88,10 @@ impl Policy for TwoLmPolicy {
             return Ok(()); // placed elsewhere by request (Place::Device): not behind the cache
         }
         let mut ev = [0u64; EVENTS];
-        let how = if write {
-            Access::ReadModifyWrite
-        } else {
-            Access::Read
+        let how = match how {
+            GuardUse::Read => Access::Read,
+            GuardUse::Write => Access::ReadModifyWrite,
+            GuardUse::Overwrite => Access::Write,
         };
         model.access(ptr, len, how, &mut ev);
         // Whole arrays stream: hardware prefetchers hide latency, so bandwidth only.

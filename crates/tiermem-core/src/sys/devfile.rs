@@ -75,6 +75,12 @@ impl DevFile {
             return Err(DevFileError::Locked);
         }
         if let Some(m) = &meta {
+            if m.is_dir() {
+                return Err(DevFileError::Os(
+                    "open (a directory, not a file)",
+                    std::io::Error::from_raw_os_error(libc::EISDIR),
+                ));
+            }
             if !m.is_file() && !block_node {
                 return Err(DevFileError::Exists {
                     what: "something that is neither a regular file nor a block device".into(),

@@ -111,7 +111,11 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
             let grad: Vec<f32> = (0..64 * width).map(|_| rng.f64() as f32 - 0.5).collect();
             let opt = [
                 Optimizer::Sgd { lr: 0.1 },
-                Optimizer::RowwiseAdagrad { lr: 0.1, eps: 1e-8 },
+                Optimizer::RowwiseAdagrad {
+                    lr: 0.1,
+                    eps: 1e-8,
+                    initial_accumulator: 0.0,
+                },
             ][step % 2];
             for t in &ts {
                 update(

@@ -1,0 +1,187 @@
+"""Checkpoint files: one file, written aside and renamed (:mod:`tiermem._files`), every
+section checksummed (SHA-256) and checked before anything is restored, nothing unpickled.
+
+Layout: sections back to back, then a JSON manifest, then a trailer of the manifest's length
+(8 bytes, little-endian), its SHA-256 (32 bytes) and the magic ``TMCKPT02`` (8 bytes).
+Sections are ``state`` (``torch.save`` of tensors and plain data, read back with
+``torch.load(weights_only=True)``, which executes no code) and, per tiered table, its rows
+(``float32``, row-major) and optimizer state (``float32``), streamed in chunks between the
+table's tier and the file: a table larger than DRAM is never copied into DRAM whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+from collections.abc import Iterator
+from typing import IO, Any
+
+import numpy as np
+
+from ._files import atomic_write
+from .embedding import EmbeddingTable
+from .exceptions import InvalidArgumentError
+
+MAGIC = b"TMCKPT02"
+FORMAT = "tiermem-checkpoint-2"
+_TRAILER = struct.Struct("<Q32s8s")
+#: Bytes per streamed chunk.
+CHUNK = 32 << 20
+
+
+class CheckpointError(InvalidArgumentError):
+    """A checkpoint file that cannot be used: missing, truncated, damaged (a checksum does
+    not match), foreign, or of another model. The message names the file and the reason."""
+
+
+def _bad(path: str, why: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {path!r}: {why}")
+
+
+class _Writer:
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.offset = 0
+        self.sections: list[dict[str, Any]] = []
+
+    def section(self, name: str, chunks: Iterator[bytes], **meta: Any) -> None:
+        h = hashlib.sha256()
+        start = self.offset
+        for c in chunks:
+            self.f.write(c)
+            h.update(c)
+            self.offset += len(c)
+        self.sections.append({"name": name, "offset": start, "length": self.offset - start,
+                              "sha256": h.hexdigest(), **meta})
+
+
+def _table_chunks(t: EmbeddingTable) -> Iterator[bytes]:
+    rows = max(1, CHUNK // (4 * t.embedding_dim))
+    buf = np.empty((min(rows, t.num_embeddings), t.embedding_dim), np.float32)
+    for start in range(0, t.num_embeddings, rows):
+        n = min(rows, t.num_embeddings - start)
+        t._native.read_rows(start, buf[:n])
+        yield buf[:n].tobytes()
+
+
+def _state_chunks(t: EmbeddingTable, n: int) -> Iterator[bytes]:
+    step = CHUNK // 4
+    buf = np.empty(min(step, n), np.float32)
+    for start in range(0, n, step):
+        k = min(step, n - start)
+        t.read_optimizer_state(start, buf[:k])
+        yield buf[:k].tobytes()
+
+
+def save(path: str, state: dict[str, Any], tables: dict[str, EmbeddingTable] | None = None) -> None:
+    """Write ``state`` (tensors, numbers, strings, lists and dicts of them) and every table of
+    ``tables`` (by name) to ``path`` atomically."""
+    import torch
+
+    with atomic_write(path) as f:
+        w = _Writer(f)
+        blob = io.BytesIO()
+        torch.save(state, blob)
+        w.section("state", iter([blob.getvalue()]))
+        for name, t in (tables or {}).items():
+            w.section(f"rows:{name}", _table_chunks(t), rows=t.num_embeddings, width=t.embedding_dim)
+            info = t._native.optimizer_state_info()
+            if info is not None:
+                kind, n, steps = info
+                w.section(f"optimizer:{name}", _state_chunks(t, n), kind=kind, values=n, steps=int(steps))
+        manifest = json.dumps({"format": FORMAT, "sections": w.sections}).encode()
+        f.write(manifest)
+        f.write(_TRAILER.pack(len(manifest), hashlib.sha256(manifest).digest(), MAGIC))
+
+
+class Checkpoint:
+    """A checkpoint file, opened and checked: the manifest and every section's checksum are
+    verified here, before anything is restored from it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if not os.path.isfile(path):
+            raise _bad(path, "no such file")
+        size = os.path.getsize(path)
+        if size < _TRAILER.size:
+            raise _bad(path, f"{size} bytes is too short to be a tiermem checkpoint (empty or truncated)")
+        with open(path, "rb") as f:
+            f.seek(size - _TRAILER.size)
+            length, digest, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+            if magic != MAGIC:
+                raise _bad(path, "not a tiermem checkpoint (no tiermem trailer: a foreign, truncated or "
+                                 "older-format file)")
+            if length > size - _TRAILER.size:
+                raise _bad(path, "its manifest length is beyond the file (damaged)")
+            f.seek(size - _TRAILER.size - length)
+            raw = f.read(length)
+            if hashlib.sha256(raw).digest() != digest:
+                raise _bad(path, "its manifest does not match its checksum (damaged)")
+            try:
+                manifest = json.loads(raw)
+            except ValueError:
+                raise _bad(path, "its manifest is not JSON (damaged)") from None
+            if manifest.get("format") != FORMAT:
+                raise _bad(path, f"format {manifest.get('format')!r}, expected {FORMAT!r}")
+            self.sections = {s["name"]: s for s in manifest["sections"]}
+            end = size - _TRAILER.size - length
+            for s in self.sections.values():
+                if s["offset"] < 0 or s["offset"] + s["length"] > end:
+                    raise _bad(path, f"section {s['name']!r} lies outside the file (damaged)")
+                h = hashlib.sha256()
+                f.seek(s["offset"])
+                left = s["length"]
+                while left:
+                    c = f.read(min(CHUNK, left))
+                    if not c:
+                        raise _bad(path, f"section {s['name']!r} is cut short (truncated)")
+                    h.update(c)
+                    left -= len(c)
+                if h.hexdigest() != s["sha256"]:
+                    raise _bad(path, f"section {s['name']!r} does not match its checksum (damaged): "
+                                     "nothing was restored from it")
+
+    def state(self) -> dict[str, Any]:
+        """The ``state`` section, loaded with ``weights_only=True`` (no code runs)."""
+        import torch
+
+        s = self.sections.get("state")
+        if s is None:
+            raise _bad(self.path, "has no state section")
+        with open(self.path, "rb") as f:
+            f.seek(s["offset"])
+            blob = f.read(s["length"])
+        try:
+            return torch.load(io.BytesIO(blob), weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any unpickling refusal is a bad file
+            raise _bad(self.path, f"its state cannot be loaded safely ({type(e).__name__}: {e})") from None
+
+    def tables(self) -> list[str]:
+        """Names of the tables it holds."""
+        return [n.split(":", 1)[1] for n in self.sections if n.startswith("rows:")]
+
+    def restore_table(self, name: str, t: EmbeddingTable) -> None:
+        """Stream table ``name``'s rows (and optimizer state) into ``t``."""
+        s = self.sections.get(f"rows:{name}")
+        if s is None:
+            raise _bad(self.path, f"has no table {name!r} (it has {', '.join(self.tables()) or 'none'})")
+        if (s["rows"], s["width"]) != (t.num_embeddings, t.embedding_dim):
+            raise _bad(self.path, f"table {name!r} is {s['rows']} x {s['width']}, the model's "
+                                  f"{t.num_embeddings} x {t.embedding_dim}")
+        with open(self.path, "rb") as f:
+            f.seek(s["offset"])
+            rows = max(1, CHUNK // (4 * t.embedding_dim))
+            for start in range(0, t.num_embeddings, rows):
+                n = min(rows, t.num_embeddings - start)
+                data = np.frombuffer(f.read(4 * n * t.embedding_dim), np.float32)
+                t.load(data.reshape(n, t.embedding_dim), start)
+            o = self.sections.get(f"optimizer:{name}")
+            if o is not None:
+                f.seek(o["offset"])
+                step = CHUNK // 4
+                for start in range(0, o["values"], step):
+                    k = min(step, o["values"] - start)
+                    t.set_optimizer_state(o["kind"], np.frombuffer(f.read(4 * k), np.float32), o["steps"], start)
