@@ -177,6 +177,18 @@ class Manager:
         """Raise ``AssertionError`` if any manager invariant is broken (for tests)."""
         self._native.check()
 
+    def policy_stats(self) -> dict[str, Any] | None:
+        """What the policy counts itself, or None: for ``2lm_model``, the model's Table 2.2
+        events (``read_hit``, ..., ``write_hit``, ``write_miss_clean``, ``ddo``), traffic and
+        hit rate."""
+        raw = self._native.policy_stats_json()
+        if raw is None:
+            return None
+        s = json.loads(raw)
+        if isinstance(s.get("events"), list):
+            s["events"] = dict(zip(_tiermem.TwoLmModel.EVENT_NAMES, s["events"]))
+        return s
+
     @property
     def object_count(self) -> int:
         """Live objects."""

@@ -252,6 +252,11 @@ impl PyManager {
         run(py, || self.inner.object_count())
     }
 
+    /// The policy's own counters as JSON, or None.
+    fn policy_stats_json(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        run(py, || self.inner.policy_stats_json())
+    }
+
     fn policy_name(&self) -> String {
         self.inner.policy_name().to_owned()
     }

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..embedding import OPTIMIZERS, EmbeddingCollection, EmbeddingTable, as_bags
-from ..exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError, TiermemError
 from ..manager import Manager
 
 __all__ = ["TieredEmbeddingBag", "TieredEmbeddingBagCollection"]
@@ -47,6 +47,33 @@ def _storage(dtype: torch.dtype | None) -> str:
     if dt is None:
         raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
     return dt
+
+
+def _torch_like(e: Exception, *also: type[BaseException]) -> Exception:
+    """``e`` as an instance of a class deriving from its own and from ``also`` (the types
+    ``torch.nn.EmbeddingBag`` raises for the same mistake), so code catching torch's types
+    still catches tiermem's."""
+    bases = tuple(dict.fromkeys((type(e), *also)))
+    cls = _LIKE.get(bases)
+    if cls is None:
+        cls = _LIKE[bases] = type(type(e).__name__, bases, {"__module__": type(e).__module__})
+    return cls(*e.args)
+
+
+_LIKE: dict[tuple[type, ...], type] = {}
+
+
+def _check_psw(w: Any, input: Any, dtype: torch.dtype) -> None:
+    """torch's rules: the same shape as ``input``, and the module's dtype."""
+    if isinstance(w, torch.Tensor) and isinstance(input, torch.Tensor):
+        if tuple(w.shape) != tuple(input.shape):
+            raise _torch_like(InvalidArgumentError(
+                f"per_sample_weights has shape {tuple(w.shape)}, but input has shape {tuple(input.shape)}: "
+                "they must be the same"), RuntimeError)
+        if w.dtype != dtype:
+            raise _torch_like(InvalidArgumentError(
+                f"per_sample_weights are {w.dtype}, the module computes in {dtype}: they must match "
+                "(as torch.nn.EmbeddingBag requires)"), RuntimeError)
 
 
 def _psw(w: Any) -> np.ndarray | None:
@@ -86,7 +113,7 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:  # type: ignore[override]
         g = grad.detach().to(torch.float32).contiguous().numpy()
-        ctx.owner._apply(ctx.bags, g, ctx.weights)
+        ctx.owner._fused_update(ctx.bags, g, ctx.weights)
         return None, None, None, None
 
 
@@ -108,8 +135,39 @@ class _FusedOptimizer:
         # The graph needs a tensor that requires grad to reach backward; it is not a
         # parameter (the tables update themselves) and is not saved.
         self._anchor = torch.zeros((), requires_grad=True)
+        self._frozen = False
+        self._out_dtype = torch.float32
 
-    def _apply(self, bags: Any, grad: np.ndarray, weights: Any) -> None:
+    def requires_grad_(self, requires_grad: bool = True) -> Any:
+        """``requires_grad_(False)`` freezes the rows (backward no longer updates them), as it
+        freezes ``torch.nn.EmbeddingBag.weight``; ``True`` thaws them."""
+        self._frozen = not requires_grad
+        return torch.nn.Module.requires_grad_(self, requires_grad)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        """``.to()``, ``.cpu()``, ``.float()``, ``.double()``, ``.half()`` (on the module or any
+        model holding it): rows stay in their tiers in their storage type; the lookup's output
+        takes the floating dtype asked for. A GPU device is refused: tiered tables run on the
+        CPU."""
+        probe = fn(torch.zeros(1, dtype=torch.float32))
+        if probe.device.type != "cpu":
+            raise _torch_like(InvalidArgumentError(
+                f"{type(self).__name__} cannot move to {probe.device}: tiered tables run on the CPU "
+                "(their rows live in the manager's tiers); keep this module on the CPU"), RuntimeError)
+        if probe.dtype.is_floating_point:
+            self._out_dtype = probe.dtype
+        return torch.nn.Module._apply(self, fn, recurse)
+
+    def _output(self, bags: Any, weights: Any) -> torch.Tensor:
+        if self._frozen or not torch.is_grad_enabled():
+            out = torch.from_numpy(self._collection.lookup(bags, weights, mode=self.mode))
+        else:
+            out = _Lookup.apply(self._anchor, self, bags, weights)
+        return out if self._out_dtype == torch.float32 else out.to(self._out_dtype)
+
+    def _fused_update(self, bags: Any, grad: np.ndarray, weights: Any) -> None:
+        if self._frozen:
+            return
         self._collection.update(
             bags, grad, weights, mode=self.mode, optimizer=self.optimizer, lr=self.lr,
             eps=self.eps, lr_decay=self.lr_decay,
@@ -230,6 +288,9 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
         dt = _storage(dtype)
+        if padding_idx is not None and not -int(num_embeddings) <= padding_idx < int(num_embeddings):
+            raise _torch_like(InvalidArgumentError(
+                f"padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"), AssertionError)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
         self.table = EmbeddingTable(num_embeddings, embedding_dim, dtype=dt, manager=manager, device=where,
@@ -258,10 +319,33 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,
                 per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
         if per_sample_weights is not None and self.mode != "sum":
-            raise InvalidArgumentError("per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)")
-        bags = [_bags(input, offsets, self.include_last_offset)]
-        w = None if per_sample_weights is None else [_psw(per_sample_weights)]
-        return _Lookup.apply(self._anchor, self, bags, w)
+            raise _torch_like(InvalidArgumentError(
+                "per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)"), NotImplementedError)
+        _check_psw(per_sample_weights, input, self._out_dtype)
+        try:
+            bags = [_bags(input, offsets, self.include_last_offset)]
+            w = None if per_sample_weights is None else [_psw(per_sample_weights)]
+            return self._output(bags, w)
+        except TiermemError as e:
+            raise _torch_like(e, RuntimeError) from None
+
+    @classmethod
+    def from_pretrained(cls, embeddings: torch.Tensor, freeze: bool = True, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                        sparse: bool = False, include_last_offset: bool = False, padding_idx: int | None = None,
+                        **tiered: Any) -> TieredEmbeddingBag:
+        """A module whose rows are ``embeddings`` (2-D), as
+        ``torch.nn.EmbeddingBag.from_pretrained``; ``freeze`` (default) keeps them fixed.
+        Keyword arguments of :class:`TieredEmbeddingBag` (``manager``, ``cache``, ...) pass on."""
+        if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
+            raise _torch_like(InvalidArgumentError("Embeddings parameter is expected to be 2-dimensional"),
+                              AssertionError)
+        rows, dim = embeddings.shape
+        m = cls(rows, dim, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq,
+                mode=mode, sparse=sparse, _weight=embeddings, include_last_offset=include_last_offset,
+                padding_idx=padding_idx, **tiered)
+        m.requires_grad_(not freeze)
+        return m
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         _save_table(self.table, destination, prefix, keep_vars)
@@ -359,7 +443,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             o = _np_i64(offsets, "offsets")
             b = (len(o) - 1) // len(self.tables)
             w = [flat[int(o[t * b]):int(o[(t + 1) * b])] for t in range(len(self.tables))]
-        return _Lookup.apply(self._anchor, self, bags, w)
+        return self._output(bags, w)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         for i, t in enumerate(self.tables):

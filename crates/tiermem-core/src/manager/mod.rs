@@ -483,6 +483,11 @@ impl Manager {
         })
     }
 
+    /// The policy's own counters as JSON ([`Policy::stats_json`]), if it keeps any.
+    pub fn policy_stats_json(&self) -> Result<Option<String>> {
+        self.with(|_, p| Ok(p.stats_json()))
+    }
+
     /// Live object count.
     pub fn object_count(&self) -> Result<usize> {
         self.with(|m, _| Ok(m.object_ids().count()))

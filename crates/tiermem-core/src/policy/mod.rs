@@ -100,6 +100,12 @@ pub trait Policy: Send {
         Ok(())
     }
 
+    /// What the policy itself counts, for reports (the 2LM model's events and traffic), as
+    /// JSON; `None` for policies that count nothing of their own.
+    fn stats_json(&self) -> Option<String> {
+        None
+    }
+
     /// Called after the last open guard closes (the manager has already unpinned it).
     fn after_access(&mut self, _m: &mut DataManager, _id: ObjectId, _write: bool) -> Result<()> {
         Ok(())

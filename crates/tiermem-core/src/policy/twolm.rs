@@ -73,6 +73,12 @@ impl Policy for TwoLmPolicy {
         stage_in(m, id)
     }
 
+    fn stats_json(&self) -> Option<String> {
+        self.model
+            .as_ref()
+            .and_then(|m| serde_json::to_string(&m.stats()).ok())
+    }
+
     fn charges_operands(&self) -> bool {
         false // every guard's bytes already ran through the model when it closed
     }
