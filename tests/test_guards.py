@@ -112,39 +112,66 @@ def test_exception_inside_a_guard_unpins(two_tier: tiermem.Manager) -> None:
 
 @pytest.mark.stress
 def test_listing_6_1_no_torn_write_under_concurrent_eviction() -> None:
-    """One thread fills the array with a round's value, another evicts it continuously."""
+    """One thread fills the array with a round's value, another evicts it continuously.
+
+    What must hold whatever the schedule: every round reads back its own value, the manager
+    stays consistent, and an eviction tried while a guard is open is refused. The last is
+    forced by a handshake (the evictor tries exactly while the writer holds its guard), not
+    left to the scheduler; the free-running evictor adds pressure but nothing is asserted of
+    how often it won or lost."""
     m = tiermem.Manager({"dram": "4 MiB", "emulated:cxl": "16 MiB"}, policy="lru")
     a = m.array(1 << 18, "uint32", fill=0)
     stop = threading.Event()
-    outcomes = {"evicted": 0, "refused": 0}
+    errors: list[BaseException] = []
 
     def evictor() -> None:
-        while not stop.is_set():
-            try:
-                a.evict()
-                outcomes["evicted"] += 1
-            except tiermem.PinnedError:
-                outcomes["refused"] += 1
-            a.prefetch(force=True)
+        try:
+            while not stop.is_set():
+                try:
+                    a.evict()
+                except tiermem.PinnedError:
+                    pass
+                a.prefetch(force=True)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
 
     t = threading.Thread(target=evictor, daemon=True)
     t.start()
-    deadline = time.monotonic() + 40
     try:
         for round_ in range(200):
-            assert time.monotonic() < deadline, "stress test hung"
             with a.write() as v:
                 for chunk in range(0, v.shape[0], 1 << 14):
                     v[chunk:chunk + (1 << 14)] = round_
                     time.sleep(0)  # let the evictor run mid-write
+                if round_ % 50 == 0:  # the forced race: an eviction while this guard is open
+                    with pytest.raises(tiermem.PinnedError):
+                        threading_call(a.evict)
             with a.read() as v:
                 assert (v == round_).all(), f"torn write in round {round_}"
     finally:
         stop.set()
-        t.join(10)
-    assert not t.is_alive()
-    assert outcomes["evicted"] > 0 and outcomes["refused"] > 0, outcomes
+        t.join(60)
+    assert not t.is_alive(), "the evictor thread did not stop"
+    assert not errors, errors
     m.check()
+
+
+def threading_call(f):  # noqa: ANN001, ANN201
+    """Run ``f`` on another thread and wait for it; re-raise what it raised."""
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = f()
+        except BaseException as e:  # noqa: BLE001
+            out["error"] = e
+
+    th = threading.Thread(target=run)
+    th.start()
+    th.join()
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out.get("value")
 
 
 def test_the_array_itself_has_no_data_outside_a_guard(two_tier: tiermem.Manager) -> None:

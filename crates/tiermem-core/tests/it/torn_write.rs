@@ -1,5 +1,6 @@
 //! Thesis Listing 6.1: one thread writes an array while another evicts it. With guards,
-//! eviction of a guarded object is refused, so no write is ever torn.
+//! eviction of a guarded object is refused, so no write is ever torn. The tests assert what
+//! must hold whatever the schedule; the race they need is forced, not hoped for.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -21,16 +22,13 @@ fn concurrent_eviction_never_tears_a_write() {
         let (m, stop, start) = (m.clone(), stop.clone(), start.clone());
         std::thread::spawn(move || {
             start.wait();
-            let (mut evicted, mut refused) = (0u32, 0u32);
             while !stop.load(Ordering::Relaxed) {
                 match m.evict(id) {
-                    Ok(()) => evicted += 1,
-                    Err(Error::Pinned { .. }) => refused += 1,
+                    Ok(()) | Err(Error::Pinned { .. }) => {}
                     Err(e) => panic!("evict: {e}"),
                 }
                 let _ = m.prefetch(id, true);
             }
-            (evicted, refused)
         })
     };
     start.wait();
@@ -44,6 +42,13 @@ fn concurrent_eviction_never_tears_a_write() {
                 chunk.fill(v);
                 std::thread::sleep(Duration::from_micros(20)); // widen the window an evictor would need
             }
+            if round % 50 == 0 {
+                // The race forced, not left to the scheduler: an eviction from another thread
+                // while this guard is open is refused.
+                let m2 = m.clone();
+                let r = std::thread::spawn(move || m2.evict(id)).join().unwrap();
+                assert!(matches!(r, Err(Error::Pinned { .. })), "{r:?}");
+            }
         }
         let g = m.read(id).unwrap();
         assert!(
@@ -52,9 +57,7 @@ fn concurrent_eviction_never_tears_a_write() {
         );
     }
     stop.store(true, Ordering::Relaxed);
-    let (evicted, refused) = evictor.join().unwrap();
-    assert!(evicted > 0, "the evictor never ran between writes");
-    assert!(refused > 0, "the evictor never raced a guard");
+    evictor.join().unwrap();
     m.check().unwrap();
 }
 
