@@ -14,6 +14,7 @@ from .._sizes import format_bytes, parse_size
 from ..cli._progress import Progress
 from ..cli._table import table
 from ..manager import Manager
+from ._load import MachineLoad
 from ._common import best as best_time, write_outputs
 from ._scratch import scratch_dir
 
@@ -165,7 +166,9 @@ def run_cli(args: Any) -> int:
         sizes = [s for s in FULL_SIZES if s <= limit] or [limit]
     t0 = time.perf_counter()
     try:
-        res = run(devices, sizes, args.quick)
+        with MachineLoad() as load:
+            res = run(devices, sizes, args.quick)
+        res["load"] = load.summary()
     finally:
         for d in devices:
             if d.startswith("block:"):
@@ -175,6 +178,7 @@ def run_cli(args: Any) -> int:
                     pass
     res["wall_seconds"] = time.perf_counter() - t0
     print(report(res))
+    print(load.line())
     print(f"\n{len(res['rows'])} measurements in {res['wall_seconds']:.1f}s")
     from ..cli.plot import plot_copy
 

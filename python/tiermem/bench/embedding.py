@@ -27,6 +27,7 @@ from ..cli._progress import Progress
 from ..cli._table import table
 from ..embedding import EmbeddingCollection, EmbeddingTable
 from ..manager import Manager
+from ._load import MachineLoad
 from ._common import best, best_pair, write_outputs
 
 SLOW = "emulated:optane-pmem"
@@ -354,9 +355,12 @@ def headline(res: dict[str, Any]) -> list[str]:
 
 def run_cli(args: Any) -> int:
     t0 = time.perf_counter()
-    res = run(args.quick)
+    with MachineLoad() as load:
+        res = run(args.quick)
+    res["load"] = load.summary()
     res["wall_seconds"] = time.perf_counter() - t0
     print(report(res))
+    print(load.line())
     print(f"\n{len(res['cases'])} cases in {res['wall_seconds']:.1f}s")
     from ..cli.plot import plot_embedding
 

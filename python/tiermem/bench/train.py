@@ -24,6 +24,7 @@ from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
 from ..torch.models import Workload, build
 from ..torch.tiering import VARIANTS, Tiering
 from ._common import write_json
+from ._load import MachineLoad
 
 __all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
 
@@ -252,10 +253,12 @@ def run_cli(args: Any) -> int:
     nt = len(TIERED) if variants is None else len([v for v in variants if v in TIERED])
     rounds = args.rounds or (1 if args.quick else 2)
     steps = len(models) * (2 + (1 + nt * len(ratios)) * rounds)
-    with Progress(steps, "bench train") as p:
+    with MachineLoad() as load, Progress(steps, "bench train") as p:
         res = run(models, ratios, quick=args.quick, iters=args.iters, slow_spec=args.slow,
                   variants=variants, batch=args.batch, rounds=args.rounds, progress=p)
+    res["load"] = load.summary()
     print(report(res))
+    print(load.line())
     if args.json:
         write_json(res, args.json)
     if args.out:  # the CLI made the folder before the run

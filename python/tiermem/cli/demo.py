@@ -13,6 +13,7 @@ def run_demo(args: Any) -> int:
 
     from .._sizes import format_bytes
     from ..torch.dlrm import MODES, DLRMConfig
+    from ..bench._load import MachineLoad
     from .dlrm_report import report, run_modes, write
 
     from ..torch.train import available_memory
@@ -33,10 +34,13 @@ def run_demo(args: Any) -> int:
     print(f"tiermem demo: a DLRM with {format_bytes(config.table_bytes)} of embedding tables, "
           f"{format_bytes(budget)} of fast memory (DRAM) for them, the rest on emulated:optane-pmem; "
           f"{len(MODES)} modes x uniform and Zipf(1) inputs", flush=True)
-    res = run_modes(config, MODES, ("uniform", "zipf"), iters=iters, warmup=warmup, fast_budget=budget,
-                    slow="emulated:optane-pmem", lr=0.01, seed=0, label="demo")
+    with MachineLoad() as load:
+        res = run_modes(config, MODES, ("uniform", "zipf"), iters=iters, warmup=warmup, fast_budget=budget,
+                        slow="emulated:optane-pmem", lr=0.01, seed=0, label="demo")
     res["quick"] = quick
+    res["load"] = load.summary()
     print(report(res))
+    print(load.line())
     out = args.out or os.path.join("results", "demo-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     paths = write(res, out, args.json)
     print("wrote " + ", ".join(paths))

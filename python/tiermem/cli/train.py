@@ -88,11 +88,16 @@ def run_train(args: Any) -> int:
     if args.criteo:
         batches = lambda dist: _criteo(args, config, readers)  # noqa: E731
         dists = ["criteo"]
-    res = run_modes(config, modes, dists, iters=iters, warmup=warmup, fast_budget=budget, slow=args.slow,
-                    lr=args.lr, seed=args.seed, alpha=args.alpha, batches=batches)
+    from ..bench._load import MachineLoad
+
+    with MachineLoad() as load:
+        res = run_modes(config, modes, dists, iters=iters, warmup=warmup, fast_budget=budget, slow=args.slow,
+                        lr=args.lr, seed=args.seed, alpha=args.alpha, batches=batches)
+    res["load"] = load.summary()
     if readers:
         res["criteo"] = readers[-1].report()
     print(report(res))
+    print(load.line())
     if readers and readers[-1].bad:
         print(f"skipped {readers[-1].bad} malformed lines of {readers[-1].lines}; first: {readers[-1].bad_examples[:3]}")
     paths = write(res, args.out, args.json)
