@@ -53,7 +53,7 @@ demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mo
 	mkdir -p results
 	$(VENV)/bin/tiermem info
 	$(VENV)/bin/tiermem demo --out results/demo --json results/demo.json
-	$(VENV)/bin/tiermem bench train --quick --model resnet --ratio 8:1 --out results/demo/train --json results/demo/train.json
+	$(VENV)/bin/tiermem bench train --quick --model resnet --ratio 8:1 --iters 3 --rounds 2 --stat median --out results/demo/train --json results/demo/train.json
 
 .PHONY: bench-quick
 bench-quick: build $(TORCH_STAMP) ## quick copy, embedding and training benchmarks with JSON and plots into results/

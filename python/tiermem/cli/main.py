@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--variants", help="comma-separated subset of all-fast,all-slow,first-touch,2lm-model,L,LM,LMP,async")
     tr.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 2, 1 with --quick)")
     tr.add_argument("--rounds", type=integer(1, 1000), help="times every run is repeated, all in turn; the best counts (default 2, 1 with --quick)")
+    tr.add_argument("--stat", choices=("best", "median"), default="best",
+                    help="per run: the best timed iteration over all rounds, or their median (default best)")
     tr.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the model's; small with --quick)")
     tr.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
     tr.add_argument("--out", metavar="DIR", help="write train.json and the plots (time vs budget, bytes per device) to DIR")
