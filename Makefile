@@ -45,8 +45,17 @@ test-rs: ## Rust tests of the core (unit, property, stress, bad input, doc)
 test-py: build $(TORCH_STAMP) ## Python tests
 	$(PY) -m pytest -q
 
+.PHONY: stress
+stress: build $(TORCH_STAMP) ## tiermem stress for STRESS_SECONDS (default 600) on 4 threads
+	mkdir -p results
+	$(VENV)/bin/tiermem stress --seconds $${STRESS_SECONDS:-600} --threads 4 --json results/stress.json
+
+.PHONY: stress-ci
+stress-ci: build $(TORCH_STAMP) ## tiermem stress for 60 s on 4 threads (part of make test)
+	$(VENV)/bin/tiermem stress --seconds 60 --threads 4
+
 .PHONY: test
-test: lint test-rs test-py ## everything CI runs: lint, Rust tests, Python tests
+test: lint test-rs test-py stress-ci ## everything CI runs: lint, Rust tests, Python tests, a minute of stress
 
 .PHONY: demo
 demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mode, tables 4x the fast budget), a small ResNet trained with tiered tensors at 8:1 (results/demo/)

@@ -45,3 +45,14 @@ def test_item16_benchmarks_record_the_load(tmp_path) -> None:
     with MachineLoad() as ml:
         pass
     assert isinstance(ml.disturbed, bool) and "machine load" in ml.line()
+
+
+def test_stress_runs_clean_for_a_few_seconds(tmp_path) -> None:
+    """The stress command itself (CI runs it for a minute; `make stress` for longer)."""
+    from tiermem.cli.main import main
+
+    out = tmp_path / "stress.json"
+    assert main(["stress", "--seconds", "5", "--threads", "4", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["ok"] and rep["total_ops"] > 100 and not rep["failures"]
+    assert {"read", "lookup", "checkpoint", "escape_view", "write_torch"} <= set(rep["ops"]) or rep["seconds"] < 5

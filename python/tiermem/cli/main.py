@@ -1,5 +1,5 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench train``, ``train dlrm``,
-``demo``."""
+``stress``, ``demo``."""
 
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import add_parser as add_train
 
     add_train(sub)
+    st = sub.add_parser("stress", help="random mixes of every operation on several threads, checked "
+                                       "against a shadow model under a watchdog")
+    st.add_argument("--seconds", type=integer(1, 86400), default=60, help="how long (default 60)")
+    st.add_argument("--threads", type=integer(1, 256), default=4, help="worker threads (default 4)")
+    st.add_argument("--seed", type=integer(0, 2**31), default=0)
+    st.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     demo = sub.add_parser("demo", help="train a DLRM 4x larger than its fast memory in every mode and compare")
     demo.add_argument("--quick", action="store_true", help="half-size tables, fewer iterations (under two minutes)")
     demo.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
@@ -106,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
             from .train import run_train
 
             return run_train(args)
+        if args.command == "stress":
+            from ..stress import main_cli as run_stress
+
+            return run_stress(args)
         if args.command == "demo":
             from .demo import run_demo
 
