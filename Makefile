@@ -71,6 +71,12 @@ bench-quick: build $(TORCH_STAMP) ## quick copy, embedding and training benchmar
 	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
 	$(VENV)/bin/tiermem bench train --quick --json results/bench-train.json --out results/bench-train
 
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZ_SECONDS (default 600); installs cargo-fuzz (stable toolchain, RUSTC_BOOTSTRAP)
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && for t in heap_ops manager_ops bags; do \
+		RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; done
+
 .PHONY: lint
 lint: ## rustfmt check and clippy (warnings are errors)
 	cargo fmt --all -- --check
