@@ -5,6 +5,7 @@ mod embedding;
 mod heap_props;
 mod lock_order;
 mod manager_props;
+mod model_check;
 mod policies;
 mod torn_write;
 
