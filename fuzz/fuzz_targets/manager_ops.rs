@@ -26,11 +26,13 @@ fuzz_target!(|data: &[u8]| {
     let mut model: HashMap<u64, u8> = HashMap::new();
     let mut ids: Vec<u64> = Vec::new();
     let mut open: Vec<(GuardTicket, u64, bool)> = Vec::new();
-    let mut closed: Vec<GuardTicket> = Vec::new();
+    // Closed guards: (ticket, object, still a hold). A hold pins its object until closed.
+    let mut closed: Vec<(GuardTicket, u64, bool)> = Vec::new();
     let pick = |ids: &Vec<u64>, k: u16| (!ids.is_empty()).then(|| ids[k as usize % ids.len()]);
     for c in data.chunks_exact(3) {
         let k = u16::from_le_bytes([c[1], c[2]]);
-        let pinned = |id: u64, open: &Vec<(GuardTicket, u64, bool)>| open.iter().any(|g| g.1 == id);
+        let held = |id: u64, closed: &Vec<(GuardTicket, u64, bool)>| closed.iter().any(|g| g.1 == id && g.2);
+        let pinned = |id: u64, open: &Vec<(GuardTicket, u64, bool)>| open.iter().any(|g| g.1 == id) || held(id, &closed);
         match c[0] % 12 {
             0 | 1 => match m.alloc(u64::from(k % 20_000) + 1, if k & 1 == 0 { Place::Fast } else { Place::Slow }) {
                 Ok(id) => {
@@ -93,18 +95,22 @@ fuzz_target!(|data: &[u8]| {
             }
             6 => {
                 if !open.is_empty() {
-                    let (t, _, _) = open.swap_remove(k as usize % open.len());
-                    match if k & 4 == 0 { m.close(t) } else { m.hold(t) } {
-                        Ok(()) => closed.push(t),
-                        Err(Error::Policy { .. }) => closed.push(t),
+                    let (t, id, _) = open.swap_remove(k as usize % open.len());
+                    let hold = k & 4 != 0;
+                    match if hold { m.hold(t) } else { m.close(t) } {
+                        Ok(()) | Err(Error::Policy { .. }) => closed.push((t, id, hold)),
                         Err(e) => panic!("close: {e}"),
                     }
                 }
             }
             7 => {
-                if let Some(&t) = closed.get(k as usize % closed.len().max(1)) {
+                if !closed.is_empty() {
                     // A hold closes once more (releasing it); a closed guard never again.
-                    let _ = m.close(t);
+                    let i = k as usize % closed.len();
+                    let (t, _, hold) = closed[i];
+                    let r = m.close(t);
+                    assert_eq!(r.is_ok(), hold, "closing ticket {t}: {r:?}");
+                    closed[i].2 = false;
                     assert!(matches!(m.close(t), Err(Error::Guard(_))), "closed twice");
                 }
             }
@@ -144,8 +150,10 @@ fuzz_target!(|data: &[u8]| {
     for (t, _, _) in open {
         m.close(t).unwrap();
     }
-    for t in closed {
-        let _ = m.close(t); // outstanding holds
+    for (t, _, hold) in closed {
+        if hold {
+            m.close(t).unwrap(); // outstanding holds
+        }
     }
     for id in ids {
         assert!(m.read(id).unwrap().as_slice().iter().all(|&b| b == model[&id]));
