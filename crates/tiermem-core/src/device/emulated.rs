@@ -220,6 +220,8 @@ fn reserve(busy: &Mutex<Instant>, cost: Duration) -> Instant {
 }
 
 thread_local! {
+    /// Whether this thread holds a manager lock now ([`UnderManagerLock`]).
+    static UNDER_MANAGER_LOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Open deferral scopes on this thread and the latest deadline deferred in them.
     static DEFERRED: std::cell::Cell<(u32, Option<Instant>)> = const { std::cell::Cell::new((0, None)) };
 }
@@ -275,6 +277,26 @@ pub fn wait_or_defer(deadline: Instant) {
     }
 }
 
+/// Marks, while alive, that this thread holds a manager lock: an emulated stall served now
+/// would block every other thread's manager call for the device's emulated time, so
+/// [`wait_until`] refuses to (panics, which poisons the manager: a bug, caught by tests
+/// whatever the schedule). The manager creates one with its lock guard.
+#[must_use = "marks the lock as held until dropped"]
+pub struct UnderManagerLock(bool);
+
+impl UnderManagerLock {
+    /// Mark the lock as held on this thread.
+    pub fn enter() -> Self {
+        UnderManagerLock(UNDER_MANAGER_LOCK.with(|f| f.replace(true)))
+    }
+}
+
+impl Drop for UnderManagerLock {
+    fn drop(&mut self) {
+        UNDER_MANAGER_LOCK.with(|f| f.set(self.0));
+    }
+}
+
 /// Hold the core until `deadline`, as a load or store stalled on slow memory holds it.
 ///
 /// Every emulated transfer is CPU-driven (tiermem's kernels, and copies the copy engine's
@@ -284,6 +306,14 @@ pub fn wait_or_defer(deadline: Instant) {
 /// work running). A transfer a real system overlaps with other work (a DMA engine, I/O on a
 /// block device) would sleep instead; no emulated path is one today.
 pub fn wait_until(deadline: Instant) {
+    if Instant::now() >= deadline {
+        return;
+    }
+    assert!(
+        !UNDER_MANAGER_LOCK.with(std::cell::Cell::get),
+        "an emulated stall was about to be served under the manager lock (it must be \
+         deferred past it: DeferScope)"
+    );
     while Instant::now() < deadline {
         std::hint::spin_loop();
     }

@@ -20,7 +20,7 @@ pub use object::{Object, ObjectId, Region, RegionId};
 
 use crate::copy::CopyEngine;
 use crate::counters::Snapshot;
-use crate::device::emulated::DeferScope;
+use crate::device::emulated::{DeferScope, UnderManagerLock};
 use crate::device::Device;
 use crate::policy::{GuardUse, Place, Policy};
 use crate::{Error, Result};
@@ -140,6 +140,7 @@ impl Manager {
         // once the lock is free.
         let _defer = DeferScope::enter();
         let mut g = self.lock()?;
+        let _held = UnderManagerLock::enter();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut g))) {
             Ok(r) => r,
             Err(p) => {

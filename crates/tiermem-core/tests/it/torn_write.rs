@@ -61,8 +61,11 @@ fn concurrent_eviction_never_tears_a_write() {
     m.check().unwrap();
 }
 
-/// A long move to an emulated device does not hold the manager lock for its emulated time:
-/// another thread opens guards on an unrelated object meanwhile.
+/// A long move to an emulated device does not serve its emulated time under the manager
+/// lock: the stall is deferred past the lock (`DeferScope`), and `wait_until` refuses to stall
+/// while this thread holds a manager lock (a panic, which would poison the manager). What is
+/// asserted holds whatever the schedule: the eviction takes at least the device's time, and
+/// the manager is neither poisoned nor inconsistent after evictions racing guard openings.
 #[test]
 fn emulated_delay_is_served_outside_the_manager_lock() {
     let m = Arc::new(
@@ -83,34 +86,22 @@ fn emulated_delay_is_served_outside_the_manager_lock() {
         .as_ref()
         .unwrap()
         .write_cost(128 << 20, 2);
-    let start = Arc::new(Barrier::new(2));
     let evictor = {
-        let (m, start) = (m.clone(), start.clone());
+        let m = m.clone();
         std::thread::spawn(move || {
-            start.wait();
             let t = Instant::now();
             m.evict(big).unwrap();
             t.elapsed()
         })
     };
-    start.wait();
-    let mut worst = Duration::ZERO;
-    let t0 = Instant::now();
-    while t0.elapsed() < expected {
-        let t = Instant::now();
+    for _ in 0..1000 {
         drop(m.read(small).unwrap());
-        worst = worst.max(t.elapsed());
     }
     let evict_time = evictor.join().unwrap();
     assert!(
         evict_time >= expected,
         "{evict_time:?} < emulated {expected:?}"
     );
-    // The lock is held only for the real (DRAM-speed) copy, about a third of the emulated
-    // time here; held for all of it, a guard would wait as long as the eviction.
-    assert!(
-        worst < evict_time * 9 / 10,
-        "a guard waited {worst:?} during a {evict_time:?} eviction"
-    );
+    assert_eq!(m.read(big).unwrap().as_slice()[0], 1);
     m.check().unwrap();
 }
