@@ -112,8 +112,11 @@ impl Manager {
     /// Taken only here, after [`crate::lock_order::may_block`] and the poison check.
     fn lock(&self) -> Result<FairMutexGuard<'_, Inner>> {
         crate::lock_order::may_block("the manager lock")?;
+        let g = self.inner.lock();
+        // After acquiring: a thread that waited while another poisoned the manager under
+        // this lock sees it here.
         self.check_poison()?;
-        Ok(self.inner.lock())
+        Ok(g)
     }
 
     fn check_poison(&self) -> Result<()> {
