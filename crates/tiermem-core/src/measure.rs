@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::copy::kernels;
-use crate::device::emulated::wait_until;
+use crate::device::emulated::wait_until_measuring as wait_until;
 use crate::device::Device;
 use crate::sys::direct_io::{AlignedBuf, ALIGN};
 use crate::{Error, Result};

@@ -314,6 +314,16 @@ pub fn wait_until(deadline: Instant) {
         "an emulated stall was about to be served under the manager lock (it must be \
          deferred past it: DeferScope)"
     );
+    spin_until(deadline);
+}
+
+/// [`wait_until`] for calibration, which measures a device alone and holds the manager lock
+/// on purpose while it does (`Manager::with_data` around `measure::device_figures`).
+pub fn wait_until_measuring(deadline: Instant) {
+    spin_until(deadline);
+}
+
+fn spin_until(deadline: Instant) {
     while Instant::now() < deadline {
         std::hint::spin_loop();
     }
