@@ -68,20 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _prepare_outputs(args: argparse.Namespace) -> None:
-    """Create the folders ``--json``, ``--plot`` and ``--out`` write into before any work
-    starts, so a long run cannot end in a missing-folder error and lose its results."""
+    """Create the folders ``--json``, ``--plot`` and ``--out`` write into, and check that the
+    files can be written, before any work starts, so a long run cannot end in a missing-folder
+    or unwritable-file error and lose its results."""
     import os
 
-    dirs = [os.path.dirname(p) for p in (getattr(args, "json", None), getattr(args, "plot", None))
-            if isinstance(p, str)]
+    from .._files import check_writable
+
+    files = [(opt, p) for opt in ("json", "plot") if isinstance(p := getattr(args, opt, None), str)]
     out = getattr(args, "out", None)
-    for d in [*dirs, out if isinstance(out, str) else ""]:
+    for d in [*(os.path.dirname(p) for _, p in files), out if isinstance(out, str) else ""]:
         if not d:
             continue
         try:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
             raise InvalidArgumentError(f"cannot create the output folder {d!r}: {e.strerror}") from None
+    for opt, p in files:
+        check_writable(p, f"--{opt}")
 
 
 def main(argv: list[str] | None = None) -> int:
