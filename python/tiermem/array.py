@@ -30,13 +30,21 @@ __all__ = ["TieredArray", "Guard", "GuardedArray"]
 
 
 class _Lease:
-    """Liveness shared by a guard and every array derived from its view."""
+    """Liveness shared by a guard and every array derived from its view; ``derived`` holds
+    (weakly) the checked views derived from it, so the guard can tell at close whether any
+    outlives it."""
 
-    __slots__ = ("live", "what")
+    __slots__ = ("live", "what", "derived")
 
     def __init__(self, what: str) -> None:
         self.live = True
         self.what = what
+        self.derived: dict[int, weakref.ref[Any]] = {}
+
+    def add(self, view: Any) -> None:
+        """Track a checked view derived while the guard is open (until it dies)."""
+        key = id(view)
+        self.derived[key] = weakref.ref(view, lambda _, d=self.derived, k=key: d.pop(k, None))
 
     def check(self) -> None:
         if not self.live:
@@ -78,6 +86,8 @@ class GuardedArray(np.ndarray):
 
     def __array_finalize__(self, obj: Any) -> None:
         self._lease = getattr(obj, "_lease", None)
+        if self._lease is not None and self._lease.live:
+            self._lease.add(self)
 
     def _check(self) -> None:
         if self._lease is not None:
@@ -195,8 +205,9 @@ class Guard:
     guards still open) until it, and for NumPy the guard's view it came from, are gone: a
     stale view can read stale bytes of this array, never write into another object's memory.
     Views that check their guard (:class:`GuardedArray` slices) also raise
-    :class:`~tiermem.GuardError` when used. The view of ``with arr.read() as v`` alone does
-    not hold the array.
+    :class:`~tiermem.GuardError` when used, and hold the array while they live, since a plain
+    array can be derived from them. The view of ``with arr.read() as v`` alone does not hold
+    the array.
     """
 
     def __init__(self, array: TieredArray, write: bool, kind: Literal["numpy", "torch"],
@@ -253,19 +264,20 @@ class Guard:
 
         Torch: the handed-out tensor is emptied, so the root lives on only through the
         storage of tensors derived from it. NumPy: a plain array derived from the view has
-        the root as its base (numpy collapses bases of one type), and anything derived from a
-        :class:`GuardedArray` keeps that view alive, so either the root or the view has more
-        references than the guard's own, the caller's ``as v`` name and ``getrefcount``'s
-        argument."""
-        root, view = self._root, self._view
+        the root as its base (numpy collapses bases of one type), so the root has more
+        references than the guard's own, getrefcount's argument and the view's base; every
+        checked view derived from the view is in the lease's ``derived`` set (and a plain
+        array derived from one keeps it alive). The view the caller named alone holds
+        nothing."""
+        root = self._root
         self._root = self._view = None
         if self._kind == "torch":
             ref = weakref.ref(root)
             del root
             return ref()
-        # root: `root` here, getrefcount's argument, the view's base.
-        # view: `view` here, getrefcount's argument, the caller's name.
-        if sys.getrefcount(root) > 3 or sys.getrefcount(view) > 3:
+        # root: `root` here, getrefcount's argument, the view's base (the view is alive: the
+        # caller's name or a derived view keeps it, or it is gone and so is that reference).
+        if sys.getrefcount(root) > 3 or len(self._lease.derived) > 0:
             return root
         return None
 
