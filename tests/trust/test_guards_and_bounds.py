@@ -164,3 +164,17 @@ def test_item8_python_policies_cannot_move_or_free_pinned_objects() -> None:
     g.__exit__(None, None, None)
     m.check()
     np.testing.assert_array_equal(a.to_numpy(), np.ones(1000))
+
+
+def test_item6_a_plain_array_from_a_slice_holds_even_when_the_view_is_gone() -> None:
+    m = tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "8 MiB"}, policy="lru")
+    a = m.array(1000, "float64", fill=1.0)
+    with a.write() as v:
+        w = np.asarray(v[0:3])
+        del v
+    assert a.placement["pins"] == 1
+    with pytest.raises(tiermem.PinnedError, match="hold"):
+        a.evict()
+    del w
+    assert a.placement["pins"] == 0
+    a.evict()
