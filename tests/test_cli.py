@@ -15,7 +15,7 @@ from tiermem.cli.main import main
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tiermem.cli.main", *args], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})})
+                          text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
 def test_info_report_and_json() -> None:

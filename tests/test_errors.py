@@ -169,7 +169,7 @@ FULL_DISK = textwrap.dedent("""
 def test_full_disk_while_writing_a_block_region(disk_dir: Path) -> None:
     """A write-back that fails on the disk leaves the object in DRAM with its data."""
     out = subprocess.run([sys.executable, "-c", FULL_DISK, str(disk_dir / "slow.bin")],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")
     assert "ERR 27 True" in lines  # EFBIG, the device named in the message
