@@ -55,7 +55,7 @@ stress-ci: build $(TORCH_STAMP) ## tiermem stress for 60 s on 4 threads (part of
 	$(VENV)/bin/tiermem stress --seconds 60 --threads 4
 
 .PHONY: test
-test: lint test-rs test-py stress-ci ## everything CI runs: lint, Rust tests, Python tests, a minute of stress
+test: lint test-rs stress-ci test-py ## everything CI runs: lint, Rust tests, a minute of stress, Python tests (pytest closes the run)
 
 .PHONY: demo
 demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mode, tables 4x the fast budget), a small ResNet trained with tiered tensors at 8:1 (results/demo/)
