@@ -269,17 +269,17 @@ class Guard:
         checked view derived from the view is in the lease's ``derived`` set (and a plain
         array derived from one keeps it alive). The view the caller named alone holds
         nothing."""
-        root = self._root
+        root, view = self._root, self._view
         self._root = self._view = None
         if self._kind == "torch":
             ref = weakref.ref(root)
             del root
             return ref()
-        # root: `root` here, getrefcount's argument, the view's base (the view is alive: the
-        # caller's name or a derived view keeps it, or it is gone and so is that reference).
-        if sys.getrefcount(root) > 3 or len(self._lease.derived) > 0:
-            return root
-        return None
+        # root: `root` here, getrefcount's argument and the base of `view` (held here, so the
+        # count does not depend on whether the caller still names it).
+        escaped = sys.getrefcount(root) > 3 or len(self._lease.derived) > 0
+        del view
+        return root if escaped else None
 
     def __exit__(self, *exc: Any) -> None:
         if self._closed or self._lease is None:

@@ -178,3 +178,14 @@ def test_item6_a_plain_array_from_a_slice_holds_even_when_the_view_is_gone() -> 
     del w
     assert a.placement["pins"] == 0
     a.evict()
+
+
+def test_item6_a_plain_array_from_the_view_holds_when_the_view_name_is_deleted() -> None:
+    m = tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "8 MiB"}, policy="lru")
+    a = m.array(1000, "float64", fill=1.0)
+    with a.read() as v:
+        w = np.asarray(v)
+        del v
+    assert a.placement["pins"] == 1
+    del w
+    assert a.placement["pins"] == 0

@@ -49,6 +49,9 @@ def _storage(dtype: torch.dtype | None) -> str:
     return dt
 
 
+_LIKE: dict[tuple[type, ...], type] = {}
+
+
 def _torch_like(e: Exception, *also: type[BaseException]) -> Exception:
     """``e`` as an instance of a class deriving from its own and from ``also`` (the types
     ``torch.nn.EmbeddingBag`` raises for the same mistake), so code catching torch's types
@@ -60,7 +63,13 @@ def _torch_like(e: Exception, *also: type[BaseException]) -> Exception:
     return cls(*e.args)
 
 
-_LIKE: dict[tuple[type, ...], type] = {}
+def _check_psw_mode(w: Any, mode: str) -> None:
+    """Per-sample weights only with ``mode="sum"``; torch raises ``NotImplementedError``
+    for the other modes, so this error derives from it too (it is not a missing feature of
+    tiermem's: torch's ``EmbeddingBag`` has no weighted mean either)."""
+    if w is not None and mode != "sum":
+        raise _torch_like(InvalidArgumentError(
+            "per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)"), NotImplementedError)
 
 
 def _check_psw(w: Any, input: Any, dtype: torch.dtype) -> None:
@@ -318,9 +327,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
 
     def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,
                 per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
-        if per_sample_weights is not None and self.mode != "sum":
-            raise _torch_like(InvalidArgumentError(
-                "per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)"), NotImplementedError)
+        _check_psw_mode(per_sample_weights, self.mode)
         _check_psw(per_sample_weights, input, self._out_dtype)
         try:
             bags = [_bags(input, offsets, self.include_last_offset)]
@@ -436,9 +443,8 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
                 per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
         bags = self.split(indices, offsets)
         w = None
+        _check_psw_mode(per_sample_weights, self.mode)
         if per_sample_weights is not None:
-            if self.mode != "sum":
-                raise InvalidArgumentError("per_sample_weights need mode='sum'")
             flat = _psw(per_sample_weights)
             o = _np_i64(offsets, "offsets")
             b = (len(o) - 1) // len(self.tables)

@@ -2,7 +2,8 @@
 //!
 //! The order is `crate::lock_order`'s: the manager lock before any table lock; table locks
 //! in address order, shared or exclusive alike; none taken on a thread of the rayon pool.
-//! Kernels that run on the pool only touch tables whose locks their caller holds. Every table lock in the crate is taken through [`shared`] / [`exclusive`] (one table) or
+//! Kernels that run on the pool only touch tables whose locks their caller holds. Every
+//! table lock in the crate is taken through [`shared`] / [`exclusive`] (one table) or
 //! [`shared_all`] / [`exclusive_all`] (several, sorted here).
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
@@ -10,23 +11,20 @@ use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use super::table::{Mutable, Table};
 use crate::Result;
 
-fn not_on_pool(what: &str) -> Result<()> {
-    crate::lock_order::may_block(if what == "shared" {
-        "an embedding table's shared lock"
-    } else {
-        "an embedding table's exclusive lock"
-    })
-}
+use crate::lock_order::may_block;
+
+const SHARED: &str = "an embedding table's shared lock";
+const EXCLUSIVE: &str = "an embedding table's exclusive lock";
 
 /// One table, shared (lookups, reads of rows and state).
 pub(crate) fn shared(t: &Table) -> Result<RwLockReadGuard<'_, Mutable>> {
-    not_on_pool("shared")?;
+    may_block(SHARED)?;
     Ok(t.lock.read_recursive())
 }
 
 /// One table, exclusive (updates, flushes, fills, writes of rows and state).
 pub(crate) fn exclusive(t: &Table) -> Result<RwLockWriteGuard<'_, Mutable>> {
-    not_on_pool("exclusive")?;
+    may_block(EXCLUSIVE)?;
     Ok(t.lock.write())
 }
 
@@ -39,7 +37,7 @@ fn order(tables: &[&Table]) -> Vec<usize> {
 
 /// Shared locks on every table, taken in address order (a table named twice is locked once).
 pub(crate) fn shared_all<'a>(tables: &[&'a Table]) -> Result<Vec<RwLockReadGuard<'a, Mutable>>> {
-    not_on_pool("shared")?;
+    may_block(SHARED)?;
     let o = order(tables);
     let mut out = Vec::with_capacity(o.len());
     for (k, &t) in o.iter().enumerate() {
@@ -56,7 +54,7 @@ pub(crate) fn shared_all<'a>(tables: &[&'a Table]) -> Result<Vec<RwLockReadGuard
 pub(crate) fn exclusive_all<'a>(
     tables: &[&'a Table],
 ) -> Result<Vec<RwLockWriteGuard<'a, Mutable>>> {
-    not_on_pool("exclusive")?;
+    may_block(EXCLUSIVE)?;
     let o = order(tables);
     for w in o.windows(2) {
         crate::ensure!(
