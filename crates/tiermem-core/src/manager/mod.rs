@@ -34,6 +34,16 @@ struct Inner {
     next_ticket: GuardTicket,
 }
 
+impl Inner {
+    /// A new ticket for a guard or hold on `id` whose view is at `addr`.
+    fn issue(&mut self, id: ObjectId, use_: Use, addr: usize) -> GuardTicket {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.guards.insert(ticket, (id, use_, addr));
+        ticket
+    }
+}
+
 /// Names one open guard (returned by [`Manager::open`], consumed by [`Manager::close`]).
 pub type GuardTicket = u64;
 
@@ -314,11 +324,7 @@ impl Manager {
             };
             m.pin(id, write)?;
             let len = usize::try_from(m.object(id)?.len).expect("object length fits memory");
-            let ticket = i.next_ticket;
-            i.next_ticket += 1;
-            i.guards
-                .insert(ticket, (id, Use::Guard(how), addr as usize));
-            Ok((ticket, addr, len))
+            Ok((i.issue(id, Use::Guard(how), addr as usize), addr, len))
         })
     }
 
@@ -370,10 +376,7 @@ impl Manager {
             let (device, addr) = (m.device_of(r)?, m.address(r)?);
             m.pin(id, false)?;
             m.hold(id)?;
-            let ticket = i.next_ticket;
-            i.next_ticket += 1;
-            let at = addr.map_or(0, |p| p as usize);
-            i.guards.insert(ticket, (id, Use::Hold, at));
+            let ticket = i.issue(id, Use::Hold, addr.map_or(0, |p| p as usize));
             Ok((ticket, device, addr))
         })
     }
