@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use tiermem_core::device::Device;
-use tiermem_core::embedding::bags::Bags;
-use tiermem_core::embedding::{lookup, DType, LookupOut, Mode, Table};
+use tiermem_embed::bags::Bags;
+use tiermem_embed::{lookup, DType, LookupOut, Mode, Table};
 use tiermem_core::manager::Manager;
 use tiermem_core::policy;
 

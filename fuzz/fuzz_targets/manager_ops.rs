@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use libfuzzer_sys::fuzz_target;
 use tiermem_core::device::Device;
 use tiermem_core::manager::{GuardTicket, Manager};
-use tiermem_core::policy::{self, Place};
+use tiermem_core::mechanism::Place;
+use tiermem_core::policy;
 use tiermem_core::Error;
 
 const POLICIES: [&str; 4] = ["lru", "lru_in_place", "first_touch", "all_slow"];

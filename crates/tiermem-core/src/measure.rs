@@ -8,7 +8,8 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::copy::kernels;
+use crate::arch::copy as kernels;
+use crate::calib::probe::rng;
 use crate::device::emulated::wait_until_measuring as wait_until;
 use crate::device::Device;
 use crate::sys::direct_io::{AlignedBuf, ALIGN};
@@ -43,16 +44,6 @@ pub fn best(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
         t = t.min(s.elapsed().as_secs_f64());
     }
     Ok(t)
-}
-
-fn rng(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed | 1;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
 }
 
 /// Measure the device over `[offset, offset + len)` of its heap (a region the caller owns).
@@ -147,7 +138,7 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
         Ok(())
     })?;
     // SAFETY: [base, base + len) is the caller's region.
-    let latency = unsafe { latency_ns(base, len.min(256 << 20), 200_000) };
+    let latency = unsafe { crate::calib::probe::latency_ns(base, len.min(256 << 20), 200_000) };
     let latency = t.map_or(latency, |t| latency.max(t.latency_ns));
     let rgb = (per_thread * threads * row) as f64 / 1e9;
     Ok(DeviceFigures {
@@ -158,34 +149,6 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
         random_bytes: row as u64,
         latency_ns: latency,
     })
-}
-
-/// Pointer chase along a random cycle through the cache lines of `len` bytes at `base`
-/// (overwriting them): average ns per dependent load.
-///
-/// # Safety
-/// `base` must be valid for `len` writes, 8-byte aligned, and owned by the caller.
-pub unsafe fn latency_ns(base: *mut u8, len: usize, steps: usize) -> f64 {
-    let lines = len / 64;
-    let mut order: Vec<usize> = (0..lines).collect();
-    let mut r = rng(0x5EED);
-    for i in (1..lines).rev() {
-        order.swap(i, r() as usize % i);
-    }
-    let p = base.cast::<u64>();
-    for w in 0..lines {
-        let (a, b) = (order[w], order[(w + 1) % lines]);
-        // SAFETY: a < lines, so the word is inside the region.
-        unsafe { p.add(a * 8).write(b as u64) };
-    }
-    let mut cur = order[0];
-    let t = Instant::now();
-    for _ in 0..steps {
-        // SAFETY: every stored value is a line index < lines.
-        cur = unsafe { p.add(cur * 8).read_volatile() } as usize;
-    }
-    std::hint::black_box(cur);
-    t.elapsed().as_secs_f64() * 1e9 / steps as f64
 }
 
 fn block_figures(dev: &Device, offset: u64, len: usize, reps: usize) -> Result<DeviceFigures> {

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::prelude::*;
-use tiermem_core::embedding::bags::Bags;
-use tiermem_core::embedding::rows::Tally;
-use tiermem_core::embedding::table::StateKind;
-use tiermem_core::embedding::update::{self, GradIn, Optimizer};
-use tiermem_core::embedding::workload::{self, Dist};
-use tiermem_core::embedding::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
 use tiermem_core::Error;
+use tiermem_embed::bags::Bags;
+use tiermem_embed::rows::Tally;
+use tiermem_embed::table::StateKind;
+use tiermem_embed::update::{self, GradIn, Optimizer};
+use tiermem_embed::workload::{self, Dist};
+use tiermem_embed::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
 
 use crate::error::{run, to_py};
 use crate::manager::PyManager;
@@ -307,7 +307,7 @@ impl PyTable {
 }
 
 impl PyTable {
-    fn cache(&self) -> PyResult<&tiermem_core::embedding::cache::CachedRows> {
+    fn cache(&self) -> PyResult<&tiermem_embed::cache::CachedRows> {
         self.inner.cache().ok_or_else(|| {
             to_py(Error::InvalidArgument(
                 "this table has no cache (it is a direct table)".into(),
@@ -537,7 +537,7 @@ pub fn gather(
         let refs = borrowed(&ts);
         // SAFETY: the views are held for the call and only read.
         let bags = unsafe { inp.bags() }?;
-        tiermem_core::embedding::lookup::gather(&refs, &bags, prefetch)
+        tiermem_embed::lookup::gather(&refs, &bags, prefetch)
     })
 }
 

@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 use tiermem_core::counters::Recorder;
 use tiermem_core::device;
 use tiermem_core::manager::Manager;
-use tiermem_core::policy::{self, GuardUse, Place};
+use tiermem_core::mechanism::{self, GuardUse, Place};
+use tiermem_core::policy;
 
 use crate::error::{run, to_py};
 use crate::policy::PyPolicy;
@@ -203,7 +204,7 @@ impl PyManager {
                 );
                 let id = m
                     .create_object(index, nbytes)?
-                    .ok_or_else(|| policy::full(m, index, nbytes))?;
+                    .ok_or_else(|| mechanism::full(m, index, nbytes))?;
                 let r = m.region(m.primary(id)?)?.clone();
                 let out = tiermem_core::measure::device_figures(
                     &m.devices()[index],

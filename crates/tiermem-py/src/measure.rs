@@ -1,7 +1,9 @@
 //! Topology, profiles and measurement functions for `tiermem info`, `calibrate` and `bench`.
 
 use pyo3::prelude::*;
-use tiermem_core::device::{baseline, discover, PROFILES};
+use tiermem_core::calib as baseline;
+use tiermem_core::device::PROFILES;
+use tiermem_core::sys::discover;
 
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("plain data serialises")
@@ -63,5 +65,5 @@ pub fn calibration_path() -> String {
 /// Which copy kernels run here (`Avx512`, `Avx2`, `Scalar`).
 #[pyfunction]
 pub fn kernel_isa() -> String {
-    format!("{:?}", tiermem_core::copy::kernels::isa())
+    format!("{:?}", tiermem_core::arch::isa())
 }

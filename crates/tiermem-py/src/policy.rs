@@ -6,8 +6,8 @@ use std::cell::Cell;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyTuple};
-use tiermem_core::manager::{DataManager, ObjectId};
-use tiermem_core::policy::{self, Place, Policy};
+use tiermem_core::mechanism::{self, DataManager, ObjectId, Place};
+use tiermem_core::policy::Policy;
 use tiermem_core::{Error, Result};
 
 use crate::error::{to_py, IN_POLICY};
@@ -162,18 +162,18 @@ impl Policy for PyPolicy {
 
     fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, force: bool) -> Result<()> {
         self.flag_hook(m, "prefetch", id, force, |m, id| {
-            policy::prefetch_object(m, id, 0, force, None).map(|_| ())
+            mechanism::prefetch_object(m, id, 0, force, None).map(|_| ())
         })
     }
 
-    hook!(evict, policy::evict_object);
+    hook!(evict, mechanism::evict_object);
     hook!(softevict, |_m: &mut DataManager, _id| Ok(()));
     hook!(read_use, |_m: &mut DataManager, _id| Ok(()));
     hook!(write_use, |_m: &mut DataManager, _id| Ok(()));
     hook!(unsafe_free, |m: &mut DataManager, id| m.destroy_object(id));
 
     fn before_access(&mut self, m: &mut DataManager, id: ObjectId, write: bool) -> Result<()> {
-        self.flag_hook(m, "before_access", id, write, policy::stage_in)
+        self.flag_hook(m, "before_access", id, write, mechanism::stage_in)
     }
 
     fn after_access(&mut self, m: &mut DataManager, id: ObjectId, write: bool) -> Result<()> {
@@ -273,13 +273,14 @@ impl DataApi {
     }
     /// Listing 4.1: move the object to the nearest slower device.
     fn evict_object(&self, id: u64) -> PyResult<()> {
-        self.with(|m| policy::evict_object(m, id))
+        self.with(|m| mechanism::evict_object(m, id))
     }
     /// Listing 4.2: bring the object to `device`; True if it is there now.
     #[pyo3(signature = (id, device = 0, force = false))]
     fn prefetch_object(&self, id: u64, device: usize, force: bool) -> PyResult<bool> {
         self.with(|m| {
-            Ok(policy::prefetch_object(m, id, device, force, None)? == policy::Prefetched::Done)
+            Ok(mechanism::prefetch_object(m, id, device, force, None)?
+                == mechanism::Prefetched::Done)
         })
     }
     /// Fig. 4.3: walk `device` from byte `start`, calling `callback(region)` for each occupied

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use tiermem_core::twolm::TwoLm;
+use tiermem_core::manager::{reserve_model, Reservation};
+use tiermem_core::model::{TwoLm, EVENTS, EVENT_NAMES};
 
 use crate::error::run;
 use crate::manager::PyManager;
@@ -14,14 +15,15 @@ use crate::shared::Shared;
 #[pyclass(name = "TwoLmModel", module = "tiermem._tiermem", frozen)]
 pub struct PyTwoLm {
     pub(crate) inner: Shared<TwoLm>,
+    /// The cache's bytes, taken from the fast device as the hardware's DRAM would be.
+    _cache: Shared<Reservation>,
 }
 
 #[pymethods]
 impl PyTwoLm {
     /// Line event names, in the order `stats_json`'s `events` lists them.
     #[classattr]
-    const EVENT_NAMES: [&'static str; tiermem_core::twolm::EVENTS] =
-        tiermem_core::twolm::EVENT_NAMES;
+    const EVENT_NAMES: [&'static str; EVENTS] = EVENT_NAMES;
 
     #[new]
     fn new(
@@ -33,9 +35,10 @@ impl PyTwoLm {
         line: usize,
     ) -> PyResult<Self> {
         let m = Arc::clone(&manager.inner);
-        let t = run(py, || TwoLm::new(&m, slow, fast, cache_bytes, line))?;
+        let (t, cache) = run(py, || reserve_model(&m, slow, fast, cache_bytes, line))?;
         Ok(PyTwoLm {
             inner: Shared::new(t),
+            _cache: Shared::new(cache),
         })
     }
 

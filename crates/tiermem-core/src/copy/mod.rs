@@ -5,8 +5,6 @@
 //! configurable. Every copy is charged to the devices' counters and, for `emulated`
 //! devices, to their throttles.
 
-pub mod kernels;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -199,9 +197,9 @@ impl CopyEngine {
     /// The caller guarantees both ranges are valid for `len` bytes and disjoint.
     fn copy_memory(&self, dst: *mut u8, src: *const u8, len: usize, threads: usize, nt: bool) {
         let kernel = if nt {
-            kernels::copy_nt
+            crate::arch::copy::copy_nt
         } else {
-            kernels::copy_cached
+            crate::arch::copy::copy_cached
         };
         if threads <= 1 || len < MIN_PARALLEL {
             // SAFETY: the caller guarantees both ranges are valid and disjoint.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::baseline::DramFigures;
+use crate::calib::DramFigures;
 use crate::{Error, Result};
 
 /// A published slow-memory device, as ratios of DRAM figures measured on the same machine.

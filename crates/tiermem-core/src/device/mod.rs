@@ -9,9 +9,6 @@
 //! | `block:PATH` | a file on an SSD, read and written with direct I/O in aligned blocks |
 //! | `emulated:PROFILE` | DRAM whose tiermem traffic is throttled to a published device |
 
-pub mod baseline;
-pub mod cgroup;
-pub mod discover;
 pub mod emulated;
 
 use std::path::{Path, PathBuf};
@@ -170,17 +167,19 @@ impl Device {
         let io = |what: &str, e: std::io::Error| Error::io(spec, spec, what, e);
         let (storage, throttle) = match &kind {
             DeviceKind::Dram | DeviceKind::Emulated(_) => {
-                let (avail, what) = available_memory();
+                let (avail, what) = crate::sys::cgroup::available_memory();
                 check_fits(spec, capacity, avail, &what)?;
                 let map = Mapping::anonymous(len, true, None).map_err(|e| io("map memory", e))?;
                 let throttle = match &kind {
-                    DeviceKind::Emulated(p) => Some(Throttle::new(p, baseline::dram_figures()?)),
+                    DeviceKind::Emulated(p) => {
+                        Some(Throttle::new(p, crate::calib::dram_figures()?))
+                    }
                     _ => None,
                 };
                 (Storage::Memory(map), throttle)
             }
             DeviceKind::Numa(node) => {
-                let topo = discover::topology();
+                let topo = crate::sys::discover::topology();
                 let Some(n) = topo.nodes.iter().find(|n| n.id == *node) else {
                     let have: Vec<String> = topo.nodes.iter().map(|n| n.id.to_string()).collect();
                     return Err(Error::UnknownDevice(format!(
@@ -328,26 +327,9 @@ fn check_fits(spec: &str, capacity: u64, available: u64, what: &str) -> Result<(
     Ok(())
 }
 
-/// Bytes of memory this process can still take, and what bounds them: the machine's
-/// `MemAvailable`, or its memory cgroup's headroom when that is smaller.
-#[must_use]
-pub fn available_memory() -> (u64, String) {
-    let host = discover::topology().mem_available;
-    match cgroup::cgroup_memory() {
-        Some(cg) if host == 0 || cg.headroom() < host => (
-            cg.headroom(),
-            format!(
-                "left under the memory limit of cgroup {} ({} of {} bytes in use)",
-                cg.path, cg.usage, cg.limit
-            ),
-        ),
-        _ => (host, "memory available on this machine".to_owned()),
-    }
-}
-
 /// Open every device of a manager: `(spec, capacity)` pairs, fastest first. Before any
 /// memory is reserved, the anonymous-memory devices (`dram`, `emulated`) are checked
-/// together against the memory this process can take ([`available_memory`]), and `numa:N`
+/// together against the memory this process can take ([`crate::sys::cgroup::available_memory`]), and `numa:N`
 /// devices together per node: each alone may fit while all of them would not.
 pub fn open_all(specs: &[(String, u64)]) -> Result<Vec<Device>> {
     let mut anon = 0u64;
@@ -360,14 +342,14 @@ pub fn open_all(specs: &[(String, u64)]) -> Result<Vec<Device>> {
         }
     }
     if specs.len() > 1 {
-        let (avail, what) = available_memory();
+        let (avail, what) = crate::sys::cgroup::available_memory();
         if avail > 0 && anon > avail {
             return Err(Error::InvalidArgument(format!(
                 "the memory devices ask for {anon} bytes together, more than the {avail} bytes \
                  {what}"
             )));
         }
-        let topo = discover::topology();
+        let topo = crate::sys::discover::topology();
         for (node, want) in per_node {
             if let Some(n) = topo.nodes.iter().find(|n| n.id == node) {
                 check_fits(

@@ -6,23 +6,22 @@
 //! served after the lock is released; a guard holds no lock while it is open, only a pin
 //! that keeps its object from being moved, evicted or freed.
 
-mod data;
 mod guard;
-mod object;
+mod reservation;
 
 use std::sync::Arc;
 
 use parking_lot::{FairMutex, FairMutexGuard};
 
-pub use data::DataManager;
 pub use guard::{ReadGuard, WriteGuard};
-pub use object::{Object, ObjectId, Region, RegionId};
+pub use reservation::{reserve_model, Reservation};
 
 use crate::copy::CopyEngine;
 use crate::counters::Snapshot;
 use crate::device::emulated::{DeferScope, UnderManagerLock};
 use crate::device::Device;
-use crate::policy::{GuardUse, Place, Policy};
+use crate::mechanism::{DataManager, GuardUse, ObjectId, Place};
+use crate::policy::Policy;
 use crate::{Error, Result};
 
 struct Inner {
@@ -209,7 +208,7 @@ impl Manager {
     }
 
     /// Write a dirty object to a slower sibling now, leaving it where it is (see
-    /// [`crate::policy::writeback_object`]). Returns whether anything was copied.
+    /// [`crate::mechanism::writeback_object`]). Returns whether anything was copied.
     pub fn writeback(&self, id: ObjectId) -> Result<bool> {
         self.with(|m, p| p.writeback(m, id))
     }

@@ -1,8 +1,8 @@
 //! `all_fast`: every object in fast memory (device 0); nothing ever moves. The upper bound
 //! baseline: allocation fails when fast memory is full.
 
-use super::{create_on, device_for, Place, Policy};
-use crate::manager::{DataManager, ObjectId};
+use super::Policy;
+use crate::mechanism::{create_on, device_for, DataManager, ObjectId, Place};
 use crate::Result;
 
 /// The all-fast baseline.

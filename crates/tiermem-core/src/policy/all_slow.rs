@@ -2,8 +2,8 @@
 //! is staged into memory for the length of a guard and written back (if modified) when the
 //! guard closes — the cost of using the slow tier directly.
 
-use super::{create_slow, stage_in, stage_out, Place, Policy};
-use crate::manager::{DataManager, ObjectId};
+use super::Policy;
+use crate::mechanism::{create_slow, stage_in, stage_out, DataManager, ObjectId, Place};
 use crate::Result;
 
 /// The all-slow baseline.

@@ -2,8 +2,10 @@
 //! anything — the NUMA first-touch baseline of thesis §3.5.3. Block-resident data is staged
 //! for the length of a guard like `all_slow` does.
 
-use super::{create_first_fit, device_for, stage_in, stage_out, Place, Policy};
-use crate::manager::{DataManager, ObjectId};
+use super::Policy;
+use crate::mechanism::{
+    create_first_fit, device_for, stage_in, stage_out, DataManager, ObjectId, Place,
+};
 use crate::Result;
 
 /// The first-touch baseline.

@@ -10,11 +10,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{
+use super::Policy;
+use crate::mechanism::{
     create_first_fit, create_on, device_for, evict_object, make_room, prefetch_object, stage_in,
-    Place, Policy,
+    DataManager, ObjectId, Place,
 };
-use crate::manager::{DataManager, ObjectId};
 use crate::{Error, Result};
 
 /// Stamps of softevicted objects start here, below every use's stamp (uses count up from 0).

@@ -1,7 +1,7 @@
 //! Policies (thesis Table 4.5): the API applications call, implemented on the data
-//! manager's mechanism. A policy decides; the [`DataManager`] acts. The moves every policy
-//! shares — evict (Listing 4.1), prefetch (Listing 4.2) and staging block-resident data
-//! through memory — live here once.
+//! manager's mechanism. A policy decides; the mechanism ([`crate::mechanism`]: the
+//! [`DataManager`] and the moves every policy shares) acts. One file per policy; [`builtin`]
+//! is the registry, and [`BUILTIN`] names every entry once for the layers above.
 
 mod all_fast;
 mod all_slow;
@@ -15,34 +15,10 @@ pub use first_touch::FirstTouch;
 pub use lru::Lru;
 pub use twolm::TwoLmPolicy;
 
-use crate::counters::DeviceCounters;
-use crate::manager::{DataManager, ObjectId, RegionId};
+use crate::mechanism::{
+    evict_object, stage_in, writeback_object, DataManager, GuardUse, ObjectId, Place,
+};
 use crate::{Error, Result};
-
-/// Where a new object should go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// Fast memory (`alloc_fast`): device 0.
-    Fast,
-    /// Slow memory (`alloc_slow`): the last device.
-    Slow,
-    /// A particular device index.
-    Device(usize),
-    /// Wherever the policy prefers.
-    Auto,
-}
-
-/// How a guard used its object's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GuardUse {
-    /// Read only.
-    Read,
-    /// Read and written (in-place updates with ordinary stores).
-    Write,
-    /// Overwritten whole without being read (an op's output, a copy in): the old contents
-    /// are dead, so a policy need not bring them in, and a cache model sees stores only.
-    Overwrite,
-}
 
 /// The policy API of thesis Table 4.5, plus the two access hooks guards call.
 /// Every method runs under the manager's lock with exclusive access to the data manager.
@@ -119,6 +95,17 @@ pub trait Policy: Send {
     }
 }
 
+/// The built-in policies' names ([`builtin`] also takes `2lm_model:LINE`), exported to the
+/// layers above so that none of them lists them again.
+pub const BUILTIN: &[&str] = &[
+    "lru",
+    "lru_in_place",
+    "all_fast",
+    "all_slow",
+    "first_touch",
+    "2lm_model",
+];
+
 /// A built-in policy by name: `lru`, `lru_in_place`, `all_fast`, `all_slow`, `first_touch`,
 /// `2lm_model` (`2lm_model:LINE` for coarser lines).
 pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
@@ -130,7 +117,7 @@ pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
             ))
         })?;
         crate::ensure!(
-            line >= crate::twolm::LINE && line.is_power_of_two(),
+            line >= crate::model::LINE && line.is_power_of_two(),
             "policy '{name}': the line must be a power of two of at least 64 bytes"
         );
         return Ok(Box::new(TwoLmPolicy::new(line)));
@@ -138,340 +125,15 @@ pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
     Ok(match name.as_str() {
         "lru" => Box::new(Lru::default()),
         "lru_in_place" => Box::new(Lru::in_place()),
-        "2lm_model" => Box::new(TwoLmPolicy::new(crate::twolm::LINE)),
+        "2lm_model" => Box::new(TwoLmPolicy::new(crate::model::LINE)),
         "all_fast" => Box::new(AllFast),
         "all_slow" => Box::new(AllSlow),
         "first_touch" => Box::new(FirstTouch),
         _ => {
             return Err(Error::InvalidArgument(format!(
-                "unknown policy '{name}' (built-ins: lru, lru_in_place, all_fast, all_slow, first_touch, 2lm_model[:LINE])"
+                "unknown policy '{name}' (built-ins: {}, and 2lm_model:LINE)",
+                BUILTIN.join(", ")
             )))
         }
     })
-}
-
-/// Resolve a [`Place`] to a device index.
-pub fn device_for(m: &DataManager, place: Place) -> Result<usize> {
-    let n = m.devices().len();
-    match place {
-        Place::Fast | Place::Auto => Ok(0),
-        Place::Slow => Ok(n - 1),
-        Place::Device(d) if d < n => Ok(d),
-        Place::Device(d) => Err(Error::InvalidArgument(format!(
-            "device index {d} out of range: the manager has {n} devices"
-        ))),
-    }
-}
-
-/// Allocate on the device `place` names, or on the slowest device for any other place
-/// (the policies that keep everything slow).
-pub fn create_slow(m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId> {
-    let d = match place {
-        Place::Device(_) => device_for(m, place)?,
-        _ => m.devices().len() - 1,
-    };
-    create_on(m, d, bytes)
-}
-
-/// The error for an allocation nothing could satisfy.
-pub fn full(m: &DataManager, d: usize, bytes: u64) -> Error {
-    let h = m.heap(d);
-    Error::DeviceFull {
-        device: m.devices()[d].name.clone(),
-        requested: bytes,
-        free: h.free_bytes(),
-        largest: h.largest_free(),
-        capacity: h.capacity(),
-    }
-}
-
-/// Create an object on device `d` or fail with [`Error::DeviceFull`].
-pub fn create_on(m: &mut DataManager, d: usize, bytes: u64) -> Result<ObjectId> {
-    m.create_object(d, bytes)?.ok_or_else(|| full(m, d, bytes))
-}
-
-/// Create an object on the first device from `d` on, in speed order, that has room.
-pub fn create_first_fit(m: &mut DataManager, d: usize, bytes: u64) -> Result<ObjectId> {
-    for k in d..m.devices().len() {
-        if let Some(id) = m.create_object(k, bytes)? {
-            return Ok(id);
-        }
-    }
-    Err(full(m, m.devices().len() - 1, bytes))
-}
-
-/// Link a new region to the primary and every sibling of the object (links are symmetric
-/// among all regions of an object).
-fn link_all(m: &mut DataManager, primary: RegionId, new: RegionId) -> Result<()> {
-    let siblings = m.region(primary)?.links.clone();
-    m.link(primary, new)?;
-    for s in siblings {
-        m.link(s, new)?;
-    }
-    Ok(())
-}
-
-/// Free the secondaries of `primary` except `keep` (they are stale once it is dirty).
-fn drop_stale(m: &mut DataManager, primary: RegionId, keep: Option<RegionId>) -> Result<()> {
-    for s in m.region(primary)?.links.clone() {
-        if Some(s) != keep {
-            m.free(s)?;
-        }
-    }
-    Ok(())
-}
-
-/// `evict!` (thesis Listing 4.1), generalised to N devices: move the object's primary to
-/// the nearest slower device, reusing a linked slower region when there is one (and copying
-/// nothing when the primary is clean), else allocating on the first slower device with room.
-/// On failure the object is left where it was.
-pub fn evict_object(m: &mut DataManager, id: ObjectId) -> Result<()> {
-    let x = m.primary(id)?;
-    let d = m.device_of(x)?;
-    let n = m.devices().len();
-    if d + 1 >= n {
-        return Ok(());
-    }
-    m.ensure_unpinned(id, "evict")?;
-    let len = m.object(id)?.len;
-    let mut y = None;
-    for k in d + 1..n {
-        if let Some(r) = m.getlinked(x, k)? {
-            y = Some(r);
-            break;
-        }
-    }
-    let allocated = y.is_none();
-    if y.is_none() {
-        for k in d + 1..n {
-            if let Some(r) = m.allocate(k, len, id)? {
-                y = Some(r);
-                break;
-            }
-        }
-    }
-    let Some(y) = y else {
-        return Err(full(m, n - 1, len));
-    };
-    let dirty = m.region(x)?.dirty;
-    let counters = m.devices()[d].counters.clone();
-    if dirty || allocated {
-        if let Err(e) = m.copy(y, x) {
-            if allocated {
-                m.free(y)?;
-            }
-            return Err(e);
-        }
-        DeviceCounters::bump(&counters.dirty_writebacks);
-    } else {
-        DeviceCounters::bump(&counters.writebacks_elided);
-    }
-    if dirty {
-        drop_stale(m, x, Some(y))?;
-    }
-    for s in m.region(x)?.links.clone() {
-        if s != y {
-            m.link(y, s)?;
-        }
-    }
-    m.set_primary(id, y)?;
-    m.set_dirty(y, false)?;
-    m.free(x)?;
-    DeviceCounters::bump(&counters.evictions);
-    Ok(())
-}
-
-/// Clean ahead (write-behind): copy a dirty primary to a sibling on the nearest slower
-/// device (reusing a linked one, else allocating on the first slower device with room) and
-/// mark the primary clean; the primary stays put, so data stays where it is used and a
-/// later [`evict_object`] copies nothing. Returns whether it copied. An object being written
-/// (a write guard open) is skipped, as is one already clean or on the slowest device; no
-/// room on a slower device leaves it dirty (and is not an error).
-pub fn writeback_object(m: &mut DataManager, id: ObjectId) -> Result<bool> {
-    let x = m.primary(id)?;
-    let d = m.device_of(x)?;
-    let n = m.devices().len();
-    if d + 1 >= n || !m.region(x)?.dirty || m.object(id)?.writer {
-        return Ok(false);
-    }
-    let len = m.object(id)?.len;
-    let mut y = None;
-    for k in d + 1..n {
-        if let Some(r) = m.getlinked(x, k)? {
-            y = Some((r, false));
-            break;
-        }
-    }
-    if y.is_none() {
-        for k in d + 1..n {
-            if let Some(r) = m.allocate(k, len, id)? {
-                y = Some((r, true));
-                break;
-            }
-        }
-    }
-    let Some((y, allocated)) = y else {
-        return Ok(false);
-    };
-    if let Err(e) = m.copy(y, x) {
-        if allocated {
-            m.free(y)?;
-        }
-        return Err(e);
-    }
-    drop_stale(m, x, Some(y))?;
-    if allocated {
-        link_all(m, x, y)?;
-    }
-    m.set_dirty(x, false)?;
-    DeviceCounters::bump(&m.devices()[d].counters.dirty_writebacks);
-    Ok(true)
-}
-
-/// What [`prefetch_object`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prefetched {
-    /// The primary is now on the target device (or a faster one).
-    Done,
-    /// Nothing moved: no room and not forced, or the object is pinned.
-    Skipped,
-}
-
-/// `prefetch!` (thesis Listing 4.2): copy the object to `target`, keep the old region linked
-/// as a clean sibling, and make the new region primary. When `force` is set and the target
-/// is full, walk its heap from `start` (the policy's eviction choice) evicting what is in
-/// the way with [`evict_object`]. Fails with [`Error::AllPinned`] when only pinned data
-/// could make room.
-pub fn prefetch_object(
-    m: &mut DataManager,
-    id: ObjectId,
-    target: usize,
-    force: bool,
-    start: Option<u64>,
-) -> Result<Prefetched> {
-    let x = m.primary(id)?;
-    if m.device_of(x)? <= target {
-        return Ok(Prefetched::Done);
-    }
-    if m.object(id)?.pins > 0 {
-        return Ok(Prefetched::Skipped);
-    }
-    let len = m.object(id)?.len;
-    let mut y = m.allocate(target, len, id)?;
-    if y.is_none() && force {
-        make_room(m, target, len, start.unwrap_or(0), Some(id))?;
-        y = m.allocate(target, len, id)?;
-    }
-    let Some(y) = y else {
-        return Ok(Prefetched::Skipped);
-    };
-    if let Err(e) = m.copy(y, x) {
-        m.free(y)?;
-        return Err(e);
-    }
-    if m.region(x)?.dirty {
-        drop_stale(m, x, None)?;
-        m.set_dirty(x, false)?;
-    }
-    link_all(m, x, y)?;
-    m.set_primary(id, y)?;
-    Ok(Prefetched::Done)
-}
-
-/// Make `bytes` contiguous bytes free on device `d` by walking its heap from `start`
-/// (thesis Fig. 4.3) and evicting every unpinned object in the way (except `keep`) with
-/// [`evict_object`]. Fails with [`Error::AllPinned`] when pinned data blocks every span,
-/// and with [`Error::DeviceFull`] when the request exceeds the device.
-pub fn make_room(
-    m: &mut DataManager,
-    d: usize,
-    bytes: u64,
-    start: u64,
-    keep: Option<ObjectId>,
-) -> Result<()> {
-    let cap = m.heap(d).capacity();
-    if m.heap(d).round(bytes).is_none_or(|r| r > cap) {
-        return Err(full(m, d, bytes));
-    }
-    let walked = m.evict_from(d, start, bytes, &mut |m, region| {
-        let owner = m.parent(region)?;
-        if Some(owner) == keep || m.object(owner)?.pins > 0 {
-            return Ok(());
-        }
-        if m.primary(owner)? == region {
-            evict_object(m, owner)
-        } else {
-            m.free(region)
-        }
-    })?;
-    if walked.is_none() {
-        return Err(Error::AllPinned {
-            device: m.devices()[d].name.clone(),
-            requested: bytes,
-            pinned_bytes: pinned_bytes(m, d),
-            capacity: cap,
-        });
-    }
-    Ok(())
-}
-
-fn pinned_bytes(m: &DataManager, d: usize) -> u64 {
-    m.heap(d)
-        .iter()
-        .filter_map(|(_, b)| b.owner)
-        .filter(|&r| {
-            m.parent(r)
-                .and_then(|o| m.object(o).map(|o| o.pins > 0))
-                .unwrap_or(false)
-        })
-        .map(|r| m.region(r).map_or(0, |r| r.size))
-        .sum()
-}
-
-/// If the object's primary is not byte-addressable, copy it into the fastest memory device
-/// with room (evicting nothing). Fails with a guard error naming the numbers if none has room.
-pub fn stage_in(m: &mut DataManager, id: ObjectId) -> Result<()> {
-    let x = m.primary(id)?;
-    if m.devices()[m.device_of(x)?].byte_addressable() {
-        return Ok(());
-    }
-    let len = m.object(id)?.len;
-    for k in 0..m.devices().len() {
-        if m.devices()[k].byte_addressable()
-            && m.fits(k, len)
-            && prefetch_object(m, id, k, false, None)? == Prefetched::Done
-        {
-            return Ok(());
-        }
-    }
-    Err(Error::Guard(format!(
-        "object {id} ({len} bytes) lives on block device '{}', which is not byte-addressable, \
-         and no memory device has {len} contiguous bytes free to stage it; evict something \
-         or use a policy that evicts (lru)",
-        m.devices()[m.device_of(x)?].name
-    )))
-}
-
-/// Undo [`stage_in`]: if the object has a block-device sibling, evict back to it (writing
-/// back only if the staged copy was modified).
-pub fn stage_out(m: &mut DataManager, id: ObjectId) -> Result<()> {
-    let x = m.primary(id)?;
-    let has_block_home = m.region(x)?.links.iter().any(|l| {
-        m.region(*l)
-            .is_ok_and(|r| !m.devices()[r.device].byte_addressable())
-    });
-    if !has_block_home {
-        return Ok(());
-    }
-    while m.object(id)?.pins == 0 {
-        let p = m.primary(id)?;
-        if !m.devices()[m.device_of(p)?].byte_addressable() {
-            break;
-        }
-        evict_object(m, id)?;
-        if m.primary(id)? == p {
-            break;
-        }
-    }
-    Ok(())
 }

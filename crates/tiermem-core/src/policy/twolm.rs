@@ -12,9 +12,9 @@
 
 use std::sync::Arc;
 
-use super::{create_slow, stage_in, GuardUse, Place, Policy};
-use crate::manager::{DataManager, ObjectId};
-use crate::twolm::{Access, TwoLm, EVENTS, LINE};
+use super::Policy;
+use crate::mechanism::{create_slow, stage_in, DataManager, GuardUse, ObjectId, Place};
+use crate::model::{Access, TwoLm, EVENTS, LINE};
 use crate::{ensure, Result};
 
 /// The 2LM-model baseline for arrays.

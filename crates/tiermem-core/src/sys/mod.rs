@@ -1,8 +1,12 @@
 //! The only module that talks to the operating system with `unsafe` code: memory maps,
-//! NUMA binding and direct I/O. Every `unsafe` block carries a `// SAFETY:` comment.
+//! NUMA binding, direct I/O, huge-page arrays, and what the machine reports (topology,
+//! memory cgroups). Every `unsafe` block carries a `// SAFETY:` comment.
 
+pub mod cgroup;
 pub mod devfile;
 pub mod direct_io;
+pub mod discover;
+pub mod huge;
 pub mod mmap;
 pub mod numa;
 

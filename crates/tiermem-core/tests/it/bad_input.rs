@@ -1,6 +1,7 @@
 use tiermem_core::device::Device;
 use tiermem_core::manager::Manager;
-use tiermem_core::policy::{self, Place};
+use tiermem_core::mechanism::Place;
+use tiermem_core::policy;
 use tiermem_core::Error;
 
 use crate::{scratch, two_tier};

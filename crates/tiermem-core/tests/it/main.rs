@@ -1,10 +1,10 @@
 //! Integration tests of the core: property tests, stress tests, bad input.
 
 mod bad_input;
-mod embedding;
 mod heap_props;
 mod lock_order;
 mod manager_props;
+mod model;
 mod model_check;
 mod policies;
 mod torn_write;

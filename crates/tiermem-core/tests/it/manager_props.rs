@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use tiermem_core::policy::Place;
+use tiermem_core::mechanism::Place;
 use tiermem_core::Error;
 
 use crate::two_tier;

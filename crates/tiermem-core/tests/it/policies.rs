@@ -1,4 +1,4 @@
-use tiermem_core::policy::Place;
+use tiermem_core::mechanism::Place;
 use tiermem_core::Error;
 
 use crate::two_tier;

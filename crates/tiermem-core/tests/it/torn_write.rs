@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use tiermem_core::policy::Place;
+use tiermem_core::mechanism::Place;
 use tiermem_core::Error;
 
 use crate::two_tier;

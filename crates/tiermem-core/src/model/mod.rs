@@ -23,9 +23,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::device::Device;
-use crate::embedding::huge::HugeSlice;
-use crate::embedding::table::Pinned;
-use crate::manager::Manager;
+use crate::sys::huge::HugeSlice;
 use crate::{ensure, Result};
 
 /// The hardware's line size.
@@ -133,39 +131,13 @@ pub struct TwoLm {
     slow_index: usize,
     fast_index: usize,
     counters: [AtomicU64; EVENTS],
-    _reserved: Option<Pinned>,
 }
 
 impl TwoLm {
-    /// A model whose cache is `cache_bytes` of manager device `fast` (reserved there, so it
-    /// shows in the manager's usage as the hardware's DRAM would be taken) in front of device
-    /// `slow`, with `line`-byte lines (a power of two, at least 64).
-    pub fn new(
-        manager: &Arc<Manager>,
-        slow: usize,
-        fast: usize,
-        cache_bytes: u64,
-        line: usize,
-    ) -> Result<Self> {
-        let n = manager.devices().len();
-        ensure!(
-            slow < n && fast < n && slow != fast,
-            "a 2LM model needs two different devices below {n}, got fast {fast} and slow {slow}"
-        );
-        let devs = manager.devices();
-        let mut model = Self::over(
-            (devs[slow].clone(), slow),
-            (devs[fast].clone(), fast),
-            cache_bytes,
-            line,
-        )?;
-        model._reserved = Some(Pinned::new(manager, fast, model.cache_bytes())?);
-        Ok(model)
-    }
-
-    /// A model over two devices (with their manager indices) that reserves nothing: for a
-    /// policy that never places data on the fast device, so all of it serves as the cache,
-    /// as all of DRAM does in memory mode.
+    /// A model over two devices (with their manager indices). It reserves nothing: the
+    /// `2lm_model` policy never places data on the fast device, so all of it serves as the
+    /// cache, as all of DRAM does in memory mode; a table behind the model takes its cache's
+    /// bytes with [`crate::manager::reserve_model`].
     pub fn over(
         slow: (Arc<Device>, usize),
         fast: (Arc<Device>, usize),
@@ -210,7 +182,6 @@ impl TwoLm {
             slow_index: slow.1,
             fast_index: fast.1,
             counters: Default::default(),
-            _reserved: None,
         })
     }
 
@@ -250,7 +221,7 @@ impl TwoLm {
     pub fn prefetch(&self, ptr: *const u8) {
         let line = ((ptr as usize).wrapping_sub(self.base) >> self.line_shift) as u64;
         let set = (line % self.sets) as usize;
-        crate::embedding::elem::prefetch(self.tags.as_ptr().wrapping_add(set).cast(), 4);
+        crate::arch::hints::prefetch(self.tags.as_ptr().wrapping_add(set).cast(), 4);
     }
 
     /// Run the lines of `[ptr, ptr + len)` through the cache; returns whether every line hit.
@@ -405,122 +376,4 @@ impl TwoLm {
 /// Demand accesses: one per line looked up plus one per DDO write-back.
 fn demand_lines(ev: &Events) -> u64 {
     ev.iter().sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::Device;
-    use crate::policy;
-
-    fn manager() -> Arc<Manager> {
-        Arc::new(
-            Manager::new(
-                vec![
-                    Device::open("dram", 1 << 20).unwrap(),
-                    Device::open("emulated:optane-pmem", 4 << 20).unwrap(),
-                ],
-                policy::builtin("all_slow").unwrap(),
-            )
-            .unwrap(),
-        )
-    }
-
-    fn model(cache: u64, line: usize) -> (Arc<Manager>, TwoLm) {
-        let m = manager();
-        let t = TwoLm::new(&m, 1, 0, cache, line).unwrap();
-        (m, t)
-    }
-
-    #[test]
-    fn amplification_row_matches_table_2_2() {
-        let sums: Vec<u64> = ACCESSES.iter().map(|a| a.iter().sum()).collect();
-        assert_eq!(sums, vec![1, 3, 4, 2, 4, 5, 1]);
-    }
-
-    #[test]
-    fn events_follow_figure_2_3() {
-        let (m, t) = model(4096, 64);
-        let base = m.devices()[1].addr(0).unwrap();
-        let at = |off: usize| base.wrapping_add(off).cast_const();
-        let mut ev = [0; EVENTS];
-        // Cold read: clean miss; again: hit.
-        assert!(!t.access(at(0), 64, Access::Read, &mut ev));
-        assert!(t.access(at(0), 64, Access::Read, &mut ev));
-        // Write hit dirties the line; an aliasing read (same set, 4096 bytes on) is a dirty miss.
-        assert!(t.access(at(0), 64, Access::Write, &mut ev));
-        assert!(!t.access(at(4096), 64, Access::Read, &mut ev));
-        // Read-modify-write of that clean line: hit + DDO; now dirty, so a write miss to the
-        // first address evicts it dirty.
-        assert!(t.access(at(4096), 64, Access::ReadModifyWrite, &mut ev));
-        assert!(!t.access(at(0), 64, Access::Write, &mut ev));
-        // A write miss over a clean set.
-        assert!(!t.access(at(64), 64, Access::Write, &mut ev));
-        assert_eq!(ev, [2, 1, 1, 1, 1, 1, 1]);
-        let tr = t.traffic(&ev);
-        assert_eq!(tr.slow_read, 4 * 64);
-        assert_eq!(tr.slow_written, 2 * 64);
-        t.charge(&ev, 1);
-        let s = t.stats();
-        assert_eq!(s.events, ev);
-        // 2*1 + 3 + 4 + 2 + 4 + 5 + 1 accesses over 8 demand accesses.
-        assert!((s.amplification - 21.0 / 8.0).abs() < 1e-12);
-        assert_eq!(m.devices()[1].counters.snapshot().bytes_read, 4 * 64);
-    }
-
-    #[test]
-    fn ranges_span_lines_and_coarse_lines_count_whole() {
-        let (m, t) = model(1 << 16, 256);
-        let base = m.devices()[1].addr(0).unwrap().cast_const();
-        let mut ev = [0; EVENTS];
-        // 100 bytes from offset 200 touch lines 0 and 1 of 256 bytes.
-        t.access(base.wrapping_add(200), 100, Access::Read, &mut ev);
-        assert_eq!(ev[Event::ReadMissClean as usize], 2);
-        assert_eq!(t.traffic(&ev).slow_read, 512);
-    }
-
-    #[test]
-    fn bad_configurations_are_refused() {
-        let m = manager();
-        for (cache, line, slow) in [(4096, 32, 1), (4096, 96, 1), (32, 64, 1), (4096, 64, 0)] {
-            let e = TwoLm::new(&m, slow, 0, cache, line).err().unwrap();
-            assert!(e.to_string().contains("2LM model"), "{e}");
-        }
-        // A cache larger than the fast device.
-        assert!(TwoLm::new(&m, 1, 0, 2 << 20, 64).is_err());
-    }
-
-    #[test]
-    fn the_policy_charges_guards_on_both_devices() {
-        let m = Manager::new(
-            vec![
-                Device::open("dram", 64 << 10).unwrap(),
-                Device::open("emulated:optane-pmem", 1 << 20).unwrap(),
-            ],
-            policy::builtin("2lm_model").unwrap(),
-        )
-        .unwrap();
-        let id = m.alloc(256 << 10, policy::Place::Fast).unwrap();
-        let before = m.devices()[1].counters.snapshot();
-        m.write(id).unwrap().as_mut_slice().fill(3);
-        let dram = m.devices()[0].counters.snapshot();
-        let slow = m.devices()[1].counters.snapshot();
-        // 4096 lines through 1024 sets, each read then written back (DDO): every line
-        // misses; the first 1024 over empty sets, the other 3072 evict lines this pass
-        // dirtied, which go back to the slow device.
-        assert_eq!(dram.bytes_read, 256 << 10);
-        assert_eq!(dram.bytes_written, 2 * (256 << 10));
-        assert_eq!(slow.bytes_read - before.bytes_read, 256 << 10);
-        assert_eq!(slow.bytes_written - before.bytes_written, 3 * (64 << 10));
-        // Reading it back misses on every line again; only the first 1024 victims (the
-        // last lines written) are dirty, and no dead data is known to the model.
-        assert_eq!(m.read(id).unwrap().as_slice()[7], 3);
-        let slow2 = m.devices()[1].counters.snapshot();
-        assert_eq!(slow2.bytes_read - slow.bytes_read, 256 << 10);
-        assert_eq!(slow2.bytes_written - slow.bytes_written, 64 << 10);
-        assert!(policy::builtin("2lm_model:4096").is_ok());
-        for bad in ["2lm_model:100", "2lm_model:x", "2lm_model:32"] {
-            assert!(policy::builtin(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -1,40 +1,7 @@
 //! Copy, fill and read kernels: a scalar reference plus AVX-512 / AVX2 non-temporal
-//! variants, picked once at run time. `TIERMEM_DISABLE_AVX512=1` and
-//! `TIERMEM_DISABLE_NT=1` turn the faster paths off.
+//! variants, picked once at run time ([`super::isa`]).
 
-use std::sync::OnceLock;
-
-/// Which instruction set the non-temporal kernels use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isa {
-    /// AVX-512F streaming stores (64 bytes).
-    Avx512,
-    /// AVX streaming stores (32 bytes).
-    Avx2,
-    /// No streaming stores: plain `memcpy`.
-    Scalar,
-}
-
-/// The kernel set chosen for this process.
-pub fn isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        let off = |v: &str| std::env::var(v).is_ok_and(|s| s == "1");
-        if off("TIERMEM_DISABLE_NT") {
-            return Isa::Scalar;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            if !off("TIERMEM_DISABLE_AVX512") && std::arch::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Scalar
-    })
-}
+use super::{isa, Isa};
 
 /// Copy `len` bytes from `src` to `dst` with non-temporal stores where the CPU has them
 /// (bypassing the cache: right for copies larger than the last-level cache).

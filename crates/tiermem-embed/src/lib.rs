@@ -11,7 +11,6 @@
 pub mod bags;
 pub mod cache;
 pub(crate) mod elem;
-pub(crate) mod huge;
 pub(crate) mod locks;
 pub mod lookup;
 pub mod reindex;
@@ -26,7 +25,7 @@ pub use lookup::{lookup, LookupOut, Mode};
 pub use table::{Table, TableStats};
 pub use update::{update, Optimizer};
 
-use crate::{bail, Result};
+use tiermem_core::{bail, Result};
 
 /// Storage type of a table's elements. Kernels accumulate and update in `f32` whatever the
 /// storage type; outputs are `f32`.
@@ -109,13 +108,13 @@ pub(crate) use with_width;
 macro_rules! isa_dispatch {
     ($ret:ty) => {
         fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> $ret {
-            match $crate::copy::kernels::isa() {
+            match ::tiermem_core::arch::isa() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX-512F was detected at run time; `body`'s contract is the caller's.
-                $crate::copy::kernels::Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
+                ::tiermem_core::arch::Isa::Avx512 => unsafe { body_avx512::<E, R, W>(j, rows) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX2 was detected at run time; as above.
-                $crate::copy::kernels::Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
+                ::tiermem_core::arch::Isa::Avx2 => unsafe { body_avx2::<E, R, W>(j, rows) },
                 // SAFETY: `body`'s contract is the caller's.
                 _ => unsafe { body::<E, R, W>(j, rows) },
             }

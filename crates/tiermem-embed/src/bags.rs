@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use crate::{ensure, Error, Result};
+use tiermem_core::{ensure, Error, Result};
 
 /// Validated bags for one table.
 #[derive(Debug, Clone, Copy)]

@@ -9,89 +9,17 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::cache::{CacheConfig, CachedRows, MAX_ROWS};
-use super::huge::HugeSlice;
 use super::rows::{DirectRows, ModelRows, RowSource, Tally};
 use super::DType;
-use crate::manager::Manager;
-use crate::manager::ObjectId;
-use crate::twolm::TwoLm;
-use crate::{ensure, Error, Result};
-
-/// Memory for a table: one manager object, held in place (`Manager::hold_in_place`) so
-/// nothing moves or frees it while the table lives.
-pub(crate) struct Pinned {
-    manager: Arc<Manager>,
-    id: ObjectId,
-    ticket: crate::manager::GuardTicket,
-    pub(crate) ptr: *mut u8,
-    pub(crate) len: usize,
-    pub(crate) device: usize,
-}
-
-// SAFETY: the pointer is to manager memory pinned for this value's lifetime; access to the
-// bytes is governed by the owning table's lock.
-unsafe impl Send for Pinned {}
-// SAFETY: as above.
-unsafe impl Sync for Pinned {}
-
-impl Pinned {
-    pub(crate) fn new(manager: &Arc<Manager>, device: usize, bytes: u64) -> Result<Self> {
-        let dev = manager.devices().get(device).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "device index {device} out of range: the manager has {} devices",
-                manager.devices().len()
-            ))
-        })?;
-        ensure!(
-            dev.byte_addressable(),
-            "embedding rows need a byte-addressable device, and '{}' is a block device",
-            dev.name
-        );
-        ensure!(
-            bytes <= dev.capacity,
-            "{bytes} bytes of embedding rows do not fit device '{}' ({} bytes capacity)",
-            dev.name,
-            dev.capacity
-        );
-        let id = manager.alloc(bytes.max(1), crate::policy::Place::Device(device))?;
-        match manager.hold_in_place(id) {
-            Ok((ticket, d, Some(ptr))) if d == device => Ok(Pinned {
-                manager: manager.clone(),
-                id,
-                ticket,
-                ptr,
-                len: bytes as usize,
-                device,
-            }),
-            other => {
-                if let Ok((ticket, ..)) = other {
-                    let _ = manager.close(ticket);
-                }
-                let _ = manager.free(id);
-                other?;
-                Err(Error::Policy {
-                    policy: manager.policy_name().to_owned(),
-                    message: format!(
-                        "asked to place {bytes} bytes on '{}' but put them elsewhere",
-                        manager.devices()[device].name
-                    ),
-                })
-            }
-        }
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        let _ = self.manager.close(self.ticket);
-        let _ = self.manager.free(self.id);
-    }
-}
+use tiermem_core::manager::{Manager, Reservation};
+use tiermem_core::model::TwoLm;
+use tiermem_core::sys::huge::HugeSlice;
+use tiermem_core::{ensure, Error, Result};
 
 pub(crate) enum Storage {
-    Direct(DirectRows, Pinned),
-    Cached(Box<CachedRows>, Pinned, Pinned),
-    Model(ModelRows, Pinned),
+    Direct(DirectRows, Reservation),
+    Cached(Box<CachedRows>, Reservation, Reservation),
+    Model(ModelRows, Reservation),
 }
 
 /// Per-table optimizer state and reindex scratch; lives under the exclusive lock.
@@ -207,7 +135,7 @@ impl Table {
         let bytes = (rows as u64).checked_mul(stride as u64).ok_or_else(|| {
             Error::InvalidArgument(format!("{rows} rows of {stride} bytes overflow"))
         })?;
-        let mem = Pinned::new(manager, device, bytes)?;
+        let mem = Reservation::new(manager, device, bytes)?;
         // SAFETY: mem is valid for `bytes` writes and ours alone.
         unsafe { std::ptr::write_bytes(mem.ptr, 0, mem.len) };
         let direct = DirectRows {
@@ -281,8 +209,8 @@ impl Table {
             fast_dev.name,
             fast_dev.capacity
         );
-        let home = Pinned::new(manager, slow, table_bytes)?;
-        let cache = Pinned::new(manager, fast, cache_bytes)?;
+        let home = Reservation::new(manager, slow, table_bytes)?;
+        let cache = Reservation::new(manager, fast, cache_bytes)?;
         // SAFETY: home is valid for table_bytes writes and ours alone.
         unsafe { std::ptr::write_bytes(home.ptr, 0, home.len) };
         let config = CacheConfig {
@@ -559,11 +487,11 @@ impl Table {
     pub fn read_optimizer_state(&self, offset: usize, out: &mut [f32]) -> Result<()> {
         let s = self.shared()?;
         let Some((_, v)) = s.state.as_ref() else {
-            crate::bail!("this table has no optimizer state (no stateful update has run)");
+            tiermem_core::bail!("this table has no optimizer state (no stateful update has run)");
         };
         let end = offset.checked_add(out.len()).filter(|e| *e <= v.len());
         let Some(end) = end else {
-            crate::bail!(
+            tiermem_core::bail!(
                 "optimizer state values {offset}..{} are outside its {} values",
                 offset.saturating_add(out.len()),
                 v.len()
@@ -589,7 +517,7 @@ impl Table {
         };
         let end = offset.checked_add(values.len()).filter(|e| *e <= want);
         let Some(end) = end else {
-            crate::bail!(
+            tiermem_core::bail!(
                 "optimizer state values {offset}..{} for a table whose state has {want}",
                 offset.saturating_add(values.len())
             );

@@ -9,8 +9,8 @@ use super::elem::{add_row, load_row, sum_row, Bf16, Elem};
 use super::rows::{RowSource, Tally};
 use super::table::{RowFn, Table};
 use super::{with_width, DType};
-use crate::copy::kernels::{isa, Isa};
-use crate::{bail, ensure, Error, Result};
+use tiermem_core::arch::{isa, Isa};
+use tiermem_core::{bail, ensure, Error, Result};
 
 /// How a bag's rows combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

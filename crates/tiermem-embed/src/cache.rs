@@ -19,11 +19,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::elem::prefetch;
-use super::huge::HugeSlice;
 use super::rows::{charge, RowSource, Tally};
-use crate::device::Device;
-use crate::{bail, ensure, Result};
+use tiermem_core::arch::hints::prefetch;
+use tiermem_core::device::Device;
+use tiermem_core::sys::huge::HugeSlice;
+use tiermem_core::{bail, ensure, Result};
 
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;

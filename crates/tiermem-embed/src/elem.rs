@@ -84,27 +84,9 @@ pub(crate) unsafe fn load_row<E: Elem>(out: &mut [f32], row: *const E) {
     }
 }
 
-/// Hint the CPU to bring `bytes` starting at `p` into the cache. Never faults.
-#[inline(always)]
-pub(crate) fn prefetch(p: *const u8, bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let mut off = 0;
-        while off < bytes {
-            // SAFETY: prefetch is a hint; it never dereferences in a way that can fault, and
-            // wrapping_add keeps the pointer arithmetic defined.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, bytes);
-}
-
 /// Store `vals` into `dst`, with non-temporal (streaming) stores when `nt` is set and the
 /// row is `f32`, 16-byte aligned and a multiple of 16 bytes; ordinary stores otherwise.
-/// Streaming stores need an [`sfence`] before other threads read the data.
+/// Streaming stores need an [`tiermem_core::arch::hints::sfence`] before other threads read the data.
 ///
 /// # Safety
 /// `dst` must be valid for `vals.len()` writes.
@@ -129,16 +111,6 @@ pub(crate) unsafe fn store_row<E: Elem>(dst: *mut E, vals: &[f32], nt: bool) {
     for (k, v) in vals.iter().enumerate() {
         // SAFETY: k < len, inside the caller's row.
         unsafe { dst.add(k).write(E::from_f32(*v)) };
-    }
-}
-
-/// Order earlier streaming stores before later stores (no-op where there are none).
-#[inline]
-pub(crate) fn sfence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a fence has no memory-safety preconditions.
-    unsafe {
-        std::arch::x86_64::_mm_sfence();
     }
 }
 

@@ -7,14 +7,15 @@
 use rayon::prelude::*;
 
 use super::bags::{check_indices, Bags};
-use super::elem::{sfence, store_row, Bf16, Elem};
-use super::huge::HugeSlice;
+use super::elem::{store_row, Bf16, Elem};
 use super::lookup::{check_call, chunk_size, Mode};
 use super::reindex::{reindex, Csr};
 use super::rows::{RowSource, Tally};
 use super::table::{Mutable, RowFn, StateKind, Table};
 use super::{with_width, DType};
-use crate::Result;
+use tiermem_core::arch::hints::sfence;
+use tiermem_core::sys::huge::HugeSlice;
+use tiermem_core::Result;
 
 /// The optimizer fused into the backward pass.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -101,6 +101,23 @@ fn read_u64(p: &Path) -> Option<u64> {
     fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
+/// Bytes of memory this process can still take, and what bounds them: the machine's
+/// `MemAvailable`, or its memory cgroup's headroom when that is smaller.
+#[must_use]
+pub fn available_memory() -> (u64, String) {
+    let host = super::discover::topology().mem_available;
+    match cgroup_memory() {
+        Some(cg) if host == 0 || cg.headroom() < host => (
+            cg.headroom(),
+            format!(
+                "left under the memory limit of cgroup {} ({} of {} bytes in use)",
+                cg.path, cg.usage, cg.limit
+            ),
+        ),
+        _ => (host, "memory available on this machine".to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

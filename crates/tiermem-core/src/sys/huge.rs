@@ -14,7 +14,7 @@ use crate::{Error, Result};
 ///
 /// # Safety
 /// Implement only for such types.
-pub(crate) unsafe trait Zeroable {}
+pub unsafe trait Zeroable {}
 // SAFETY: zero is a valid u32.
 unsafe impl Zeroable for u32 {}
 // SAFETY: all-zero bytes are 0.0.
@@ -23,7 +23,7 @@ unsafe impl Zeroable for f32 {}
 unsafe impl Zeroable for AtomicU32 {}
 
 /// A fixed-length array of `T`, zeroed, in its own huge-page mapping.
-pub(crate) struct HugeSlice<T: Zeroable> {
+pub struct HugeSlice<T: Zeroable> {
     map: Option<Mapping>,
     len: usize,
     _t: PhantomData<T>,
@@ -31,7 +31,7 @@ pub(crate) struct HugeSlice<T: Zeroable> {
 
 impl<T: Zeroable> HugeSlice<T> {
     /// `len` zeroed elements.
-    pub(crate) fn zeroed(len: usize) -> Result<Self> {
+    pub fn zeroed(len: usize) -> Result<Self> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow")))?;

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use tiermem_core::embedding::bags::Bags;
-use tiermem_core::embedding::update::{update, GradIn, Optimizer};
-use tiermem_core::embedding::workload::Rng;
-use tiermem_core::embedding::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
 use tiermem_core::Error;
+use tiermem_embed::bags::Bags;
+use tiermem_embed::update::{update, GradIn, Optimizer};
+use tiermem_embed::workload::Rng;
+use tiermem_embed::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
 
 use super::two_tier;
 

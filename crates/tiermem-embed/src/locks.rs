@@ -9,9 +9,9 @@
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
 use super::table::{Mutable, Table};
-use crate::Result;
+use tiermem_core::Result;
 
-use crate::lock_order::may_block;
+use tiermem_core::lock_order::may_block;
 
 const SHARED: &str = "an embedding table's shared lock";
 const EXCLUSIVE: &str = "an embedding table's exclusive lock";
@@ -57,7 +57,7 @@ pub(crate) fn exclusive_all<'a>(
     may_block(EXCLUSIVE)?;
     let o = order(tables);
     for w in o.windows(2) {
-        crate::ensure!(
+        tiermem_core::ensure!(
             !std::ptr::eq(tables[w[0]], tables[w[1]]),
             "table {} and table {} are the same table: update each table once per call",
             w[0].min(w[1]),

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use crate::{ensure, Result};
+use tiermem_core::{ensure, Result};
 
 /// Feedback masks of maximum-length Galois LFSRs, indexed by register width (2..=32 bits).
 const TAPS: [u32; 33] = [

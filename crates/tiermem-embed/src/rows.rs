@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::elem::prefetch;
-use crate::device::Device;
-use crate::twolm::{Access, Events, TwoLm};
+use tiermem_core::arch::hints::prefetch;
+use tiermem_core::device::Device;
+use tiermem_core::model::{Access, Events, TwoLm};
 
 /// Per-thread tallies a kernel keeps while it works and hands to [`RowSource::charge`] at
 /// the end of each chunk: cache behaviour and bytes per tier.

@@ -8,7 +8,9 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::copy::kernels;
+pub mod probe;
+
+use crate::arch::copy as kernels;
 use crate::sys::mmap::Mapping;
 
 /// DRAM bandwidth and latency on this machine.
@@ -75,7 +77,8 @@ pub fn dram_figures() -> crate::Result<&'static DramFigures> {
         None => {
             // Two buffers: large enough to leave the CPU caches, small enough for a container
             // (at most an eighth of what the process may still take).
-            let room = usize::try_from(super::available_memory().0 / 16).unwrap_or(usize::MAX);
+            let room = usize::try_from(crate::sys::cgroup::available_memory().0 / 16)
+                .unwrap_or(usize::MAX);
             let f = measure_dram(room.clamp(8 << 20, 64 << 20), 3);
             f.validate()
                 .map(|()| f)
@@ -164,7 +167,7 @@ pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
         write_gbps: gb / write,
         copy_gbps: gb / copy,
         // SAFETY: map `a` is ours, writable, page-aligned and `bytes` long.
-        latency_ns: unsafe { crate::measure::latency_ns(a.as_ptr(), bytes, 400_000) },
+        latency_ns: unsafe { probe::latency_ns(a.as_ptr(), bytes, 400_000) },
         source: "measured".into(),
     }
 }

@@ -1,0 +1,39 @@
+//! The mechanism floor: the data manager (objects, regions, links, the heaps of every
+//! device and the copy engine), where a new object goes ([`Place`]), how a guard used its
+//! bytes ([`GuardUse`]), and the moves ([`moves`]). No decisions here: policies make them.
+
+mod data;
+pub mod moves;
+mod object;
+
+pub use data::DataManager;
+pub use moves::{
+    create_first_fit, create_on, create_slow, device_for, evict_object, full, make_room,
+    prefetch_object, stage_in, stage_out, writeback_object, Prefetched,
+};
+pub use object::{Object, ObjectId, Region, RegionId};
+
+/// Where a new object should go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Fast memory (`alloc_fast`): device 0.
+    Fast,
+    /// Slow memory (`alloc_slow`): the last device.
+    Slow,
+    /// A particular device index.
+    Device(usize),
+    /// Wherever the policy prefers.
+    Auto,
+}
+
+/// How a guard used its object's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardUse {
+    /// Read only.
+    Read,
+    /// Read and written (in-place updates with ordinary stores).
+    Write,
+    /// Overwritten whole without being read (an op's output, a copy in): the old contents
+    /// are dead, so a policy need not bring them in, and a cache model sees stores only.
+    Overwrite,
+}
