@@ -311,7 +311,7 @@ def _final_checks(w: _World, rep: Report) -> None:
 def main_cli(args: Any) -> int:
     """``tiermem stress``."""
     from ._files import write_json_atomic
-    from .cli._progress import Progress
+    from .report.progress import Progress
 
     steps = max(1, int(args.seconds))
     with Progress(steps, f"stress ({args.threads} threads)") as p:

@@ -15,19 +15,9 @@ use crate::error::{run, to_py};
 use crate::policy::PyPolicy;
 use crate::shared::Shared;
 
-/// Place codes: -1 fast, -2 slow, -3 auto, N >= 0 a device index.
+/// A place from its code ([`Place::CODES`], exported as `PLACES`).
 fn place(code: i64) -> PyResult<Place> {
-    Ok(match code {
-        -1 => Place::Fast,
-        -2 => Place::Slow,
-        -3 => Place::Auto,
-        n if n >= 0 => Place::Device(n as usize),
-        _ => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "bad place code {code}"
-            )))
-        }
-    })
+    Place::from_code(code).map_err(to_py)
 }
 
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
@@ -126,6 +116,43 @@ impl PyManager {
     /// Close the guard with this ticket (once); closing a hold releases it.
     fn close(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {
         run(py, || self.inner.close(ticket))
+    }
+
+    /// Open one op: a guard per input `(id, write)`, then (or first, with `outputs_first`)
+    /// a new object of each `outputs` size at `place_code` with an overwrite guard. Returns
+    /// `(tickets, addresses, output ids)`, inputs' tickets first. All or nothing.
+    fn op_open(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<(u64, bool)>,
+        outputs: Vec<u64>,
+        place_code: i64,
+        outputs_first: bool,
+    ) -> PyResult<(Vec<u64>, Vec<usize>, Vec<u64>)> {
+        let p = place(place_code)?;
+        let inputs: Vec<(u64, GuardUse)> = inputs
+            .into_iter()
+            .map(|(id, w)| (id, if w { GuardUse::Write } else { GuardUse::Read }))
+            .collect();
+        let o = run(py, || {
+            self.inner.op_open(&inputs, &outputs, p, outputs_first)
+        })?;
+        Ok((o.tickets, o.addrs, o.outputs))
+    }
+
+    /// Close one op: charge `(id, bytes read, bytes written)` per operand on `threads`
+    /// threads, close every ticket, soft-evict `softevict`. Every ticket closes.
+    fn op_close(
+        &self,
+        py: Python<'_>,
+        tickets: Vec<u64>,
+        charges: Vec<(u64, u64, u64)>,
+        threads: usize,
+        softevict: Vec<u64>,
+    ) -> PyResult<()> {
+        run(py, || {
+            self.inner.op_close(&tickets, &charges, threads, &softevict)
+        })
     }
 
     /// Close the guard with this ticket but keep its object where it is until the ticket is

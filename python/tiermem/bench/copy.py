@@ -11,11 +11,12 @@ import numpy as np
 
 from .. import _tiermem, dram_figures
 from .._sizes import format_bytes, parse_size
-from ..cli._progress import Progress
-from ..cli._table import table
+from ..report.progress import Progress
+from ..report.table import table
 from ..manager import Manager
-from ._load import MachineLoad
-from ._common import best as best_time, write_outputs
+from ..report.load import MachineLoad
+from ..report.output import write_outputs
+from .timing import best as best_time
 from ._scratch import scratch_dir
 
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
@@ -112,7 +113,7 @@ def run(
 
 def report(res: dict[str, Any]) -> str:
     """The readable table, largest-size summary and emulation check."""
-    from ..cli.plot import short_name
+    from ..report.plot import short_name
 
     label = {n: short_name(n, k) for n, k in res["devices"].items()}
     sizes = sorted({r["size"] for r in res["rows"]})
@@ -180,7 +181,7 @@ def run_cli(args: Any) -> int:
     print(report(res))
     print(load.line())
     print(f"\n{len(res['rows'])} measurements in {res['wall_seconds']:.1f}s")
-    from ..cli.plot import plot_copy
+    from ..report.plot import plot_copy
 
     write_outputs(res, args, plot_copy)
     return 0

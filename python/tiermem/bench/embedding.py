@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from .. import workloads
-from ..cli._progress import Progress
-from ..cli._table import table
+from ..report.progress import Progress
+from ..report.table import table
 from ..embedding import EmbeddingCollection, EmbeddingTable
 from ..manager import Manager
-from ._load import MachineLoad
-from ._common import best, best_pair, write_outputs
+from ..report.load import MachineLoad
+from ..report.output import write_outputs
+from .timing import best, best_pair
 
 SLOW = "emulated:optane-pmem"
 CACHE_PCTS = (10, 25, 50, 100)
@@ -362,7 +363,7 @@ def run_cli(args: Any) -> int:
     print(report(res))
     print(load.line())
     print(f"\n{len(res['cases'])} cases in {res['wall_seconds']:.1f}s")
-    from ..cli.plot import plot_embedding
+    from ..report.plot import plot_embedding
 
     write_outputs(res, args, plot_embedding)
     return 0

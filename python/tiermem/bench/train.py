@@ -25,8 +25,8 @@ from .._sizes import format_bytes
 from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
 from ..torch.models import Workload, build
 from ..torch.tiering import VARIANTS, Tiering
-from ._common import write_json
-from ._load import MachineLoad
+from ..report.output import write_json
+from ..report.load import MachineLoad
 
 __all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
 
@@ -207,7 +207,7 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
 
 def report(res: dict[str, Any]) -> str:
     """The results as tables, one per model and ratio, with the figures the issue asks."""
-    from ..cli._table import table
+    from ..report.table import table
 
     slow = res["slow_device"]
     lines = [f"slow device: {res['slow_device']}" + (" (emulated)" if res["emulated"] else "")
@@ -255,7 +255,7 @@ def _verdict(runs: list[dict[str, Any]], slow: str) -> list[str]:
 
 
 def run_cli(args: Any) -> int:
-    from ..cli._progress import Progress
+    from ..report.progress import Progress
 
     models = args.model or ["resnet"]
     ratios = args.ratio or list(RATIOS)
@@ -272,7 +272,7 @@ def run_cli(args: Any) -> int:
     if args.json:
         write_json(res, args.json)
     if args.out:  # the CLI made the folder before the run
-        from ..cli.plot import plot_train
+        from ..report.plot import plot_train
 
         write_json(res, os.path.join(args.out, "train.json"))
         for path in plot_train(res, args.out):

@@ -11,10 +11,10 @@ from typing import Any
 from .. import _tiermem, calibration_path, profiles
 from .._files import write_json_atomic
 from .._sizes import format_bytes, parse_size
-from ..bench._scratch import scratch_dir
+from ..report.scratch import scratch_dir
 from ..manager import Manager
-from ._progress import Progress
-from ._table import table
+from ..report.progress import Progress
+from ..report.table import table
 
 
 def run_calibrate(args: Any) -> int:

@@ -13,7 +13,7 @@ def run_demo(args: Any) -> int:
 
     from .._sizes import format_bytes
     from ..torch.dlrm import MODES, DLRMConfig
-    from ..bench._load import MachineLoad
+    from ..report.load import MachineLoad
     from .dlrm_report import report, run_modes, write
 
     from ..torch.train import available_memory

@@ -9,8 +9,8 @@ from typing import Any
 
 from .._files import write_json_atomic
 from .._sizes import format_bytes
-from ._progress import Progress
-from ._table import table
+from ..report.progress import Progress
+from ..report.table import table
 
 
 def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters: int, warmup: int,
@@ -138,7 +138,7 @@ def write(res: dict[str, Any], out_dir: str | None, json_path: str | None, plot:
         write_json_atomic(p, res)
         paths.append(p)
         if plot:
-            from .plot import plot_dlrm
+            from ..report.plot import plot_dlrm
 
             b, lo = os.path.join(out_dir, "dlrm-breakdown.png"), os.path.join(out_dir, "dlrm-loss.png")
             plot_dlrm(res, b, lo)

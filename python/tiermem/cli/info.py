@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _tiermem, calibration_path, dram_figures, profiles, topology
 from .._sizes import format_bytes
-from ._table import table
+from ..report.table import table
 
 
 def gather() -> dict[str, Any]:

@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
     _add_output(emb)
     emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
+    dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
+    _add_output(dis)
     tr = bsub.add_parser("train", help="train a model with tiered tensors: every variant vs all-fast and the 2LM model")
     _add_output(tr)
     tr.add_argument("--model", action="append", choices=["resnet", "densenet", "vgg", "gpt"],
@@ -108,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.embedding import run_cli as run_embedding
 
             return run_embedding(args)
+        if args.command == "bench" and args.bench == "dispatch":
+            from ..bench.dispatch import run_cli as run_dispatch
+
+            return run_dispatch(args)
         if args.command == "bench" and args.bench == "train":
             from ..bench.train import run_cli as run_train_bench
 

@@ -88,7 +88,7 @@ def run_train(args: Any) -> int:
     if args.criteo:
         batches = lambda dist: _criteo(args, config, readers)  # noqa: E731
         dists = ["criteo"]
-    from ..bench._load import MachineLoad
+    from ..report.load import MachineLoad
 
     with MachineLoad() as load:
         res = run_modes(config, modes, dists, iters=iters, warmup=warmup, fast_budget=budget, slow=args.slow,
@@ -118,7 +118,7 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
     """One mode with checkpoints, resume or inference."""
     from ..data import SyntheticData
     from ..torch.train import Trainer
-    from ._progress import Progress
+    from ..report.progress import Progress
 
     readers: list[Any] = []
     synth = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag, dist=dist,

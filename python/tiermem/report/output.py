@@ -1,32 +1,11 @@
-"""What every benchmark shares: best-of timing and writing results (JSON, plot)."""
+"""Writing a command's results: ``--json FILE`` and ``--plot PNG``."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from .._files import write_json_atomic
-
-
-def best(fns: Iterable[Callable[[], Any]]) -> float:
-    """Run each call once, in order; the fastest time in seconds."""
-    out = float("inf")
-    for fn in fns:
-        t = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t)
-    return out
-
-
-def best_pair(a: list[Callable[[], Any]], b: list[Callable[[], Any]]) -> tuple[float, float]:
-    """Best times of two sets of calls run alternately (a0 b0 a1 b1 ...), so both see the
-    same machine state."""
-    ta, tb = float("inf"), float("inf")
-    for fa, fb in zip(a, b):
-        ta = min(ta, best([fa]))
-        tb = min(tb, best([fb]))
-    return ta, tb
 
 
 def write_json(res: dict[str, Any], path: str) -> None:

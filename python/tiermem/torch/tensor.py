@@ -116,6 +116,11 @@ class TieredTensor(torch.Tensor):
 
     _obj: TensorObject
     _off: int
+    #: ``(size, stride, dtype, byte offset)``: what a plain view over the object needs, and
+    #: the dispatch caches' key (a tiered tensor's metadata never changes).
+    _key: tuple[tuple[int, ...], tuple[int, ...], torch.dtype, int]
+    #: Bytes of the object the view can reach.
+    _span: int
 
     @staticmethod
     def __new__(cls, obj: TensorObject, size: Any, stride: Any, offset: int, dtype: torch.dtype,
@@ -127,6 +132,9 @@ class TieredTensor(torch.Tensor):
         )
         r._obj = obj
         r._off = offset
+        key = (tuple(size), tuple(stride), dtype, offset)
+        r._key = key
+        r._span = min(span_bytes(key[0], key[1], isz), obj.nbytes)
         return r
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: D107 - all in __new__

@@ -89,6 +89,24 @@ def _round(n: int) -> int:
     return max(_ALIGN, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
 
 
+#: Plain views kept for reuse (see :func:`_view_over`); the cache is emptied when full.
+_MAX_VIEWS = 4096
+
+
+def _view_over(views: dict, key: tuple, cache: bool = True) -> torch.Tensor:
+    """A plain tensor over ``key = (address, object bytes, (size, stride, dtype, offset))``,
+    kept in ``views`` for the next op that finds the same object at the same address with
+    the same view. A plain view owns no memory (device memory lives as long as the manager)
+    and is used only while the object is pinned at that address."""
+    addr, nbytes, (size, stride, dtype, off) = key
+    p = plain_over(addr, nbytes, dtype, size, stride, off)
+    if cache:
+        if len(views) >= _MAX_VIEWS:
+            views.clear()
+        views[key] = p
+    return p
+
+
 def _meta(x: Any) -> Any:
     """A meta tensor standing for ``x`` (same dtype, shape, strides, offset), or ``x``."""
     if isinstance(x, TieredTensor):
@@ -160,6 +178,7 @@ class Tiering:
         self._pending_lock = threading.Lock()
         self._closed = False
         self._plans: dict[Any, Any] = {}
+        self._views: dict[tuple, torch.Tensor] = {}
         self._stats = {"ops": 0, "view_ops": 0, "out_ops": 0, "fallback_ops": 0, "fallback_bytes": 0,
                        "inplace_ops": 0, "freed_at_once": 0, "freed_late": 0}
         self.fallbacks: dict[str, int] = {}
@@ -332,13 +351,14 @@ class Tiering:
         return type(res)(wrap(r) for r in res) if isinstance(res, (list, tuple)) else wrap(res)
 
     def _plan(self, func: Any, args: tuple, kwargs: dict, flat: list, lens: tuple) -> Any:
-        """Output ``(shape, stride, dtype)`` per return (None where the op returns none),
-        from a run on the meta device; cached per op and operand metadata."""
+        """Output ``(shape, stride, dtype, object bytes)`` per return (None where the op
+        returns none), from a run on the meta device; cached per op and operand metadata."""
         key_parts: list[Any] = [func, len(args), tuple(kwargs), lens]
         for x in flat:
-            if isinstance(x, torch.Tensor):
-                off = x._off if isinstance(x, TieredTensor) else x.storage_offset() * x.element_size()
-                key_parts.append((tuple(x.shape), x.stride(), x.dtype, off))
+            if isinstance(x, TieredTensor):
+                key_parts.append(x._key)
+            elif isinstance(x, torch.Tensor):
+                key_parts.append((tuple(x.shape), x.stride(), x.dtype, x.storage_offset() * x.element_size()))
             else:
                 key_parts.append(x)
         try:
@@ -359,36 +379,30 @@ class Tiering:
             # An undefined result (e.g. a gradient convolution_backward was told to skip)
             # cannot be passed as an .out argument: such calls run the plain op.
             plan = None if any(r is None for r in rs) else tuple(
-                (tuple(r.shape), r.stride(), r.dtype) for r in rs)
+                (tuple(r.shape), r.stride(), r.dtype, _round(span_bytes(r.shape, r.stride(), r.element_size())))
+                for r in rs)
         if key is not None:
             self._plans[key] = plan
         return plan
 
     def _run(self, func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         flat, lens = flat_args(args, kwargs)
-        written = set()
-        if info.written:
-            bound = _bind(func, args, kwargs)
-            for name in info.written:
-                v = bound.get(name)
-                for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                    if isinstance(t, TieredTensor):
-                        written.add(id(t))
+        written = self._written(func, info, args, kwargs) if info.written else ()
         operands: dict[int, _Operand] = {}
         for x in flat:
             if isinstance(x, TieredTensor):
-                op = operands.get(id(x._obj))
+                obj = x._obj
+                op = operands.get(id(obj))
                 if op is None:
-                    if x._obj.tiering is not self:
+                    if obj.tiering is not self:
                         raise InvalidArgumentError(
                             f"{info.name}: an operand belongs to another Tiering (its own manager); "
                             "copy it over with tiering.tensor(t.to_plain()) first")
-                    op = operands[id(x._obj)] = _Operand(x._obj)
-                nb = min(span_bytes(x.shape, x.stride(), x.element_size()), x._obj.nbytes)
-                op.read_bytes += nb
-                if id(x) in written:
+                    op = operands[id(obj)] = _Operand(obj)
+                op.read_bytes += x._span
+                if written and id(x) in written:
                     op.write = True
-                    op.written_bytes += nb
+                    op.written_bytes += x._span
         plan = None
         skipped: tuple[int, ...] = ()
         if info.kind == "functional" and info.out is not None:
@@ -410,34 +424,30 @@ class Tiering:
             self._check_budget(info, plan, operands)
         if self._lookahead is not None:
             self._lookahead.before_op(info.name, pos, operands)
-        outs: list[TensorObject | None] = []
-        opened: list[int] = []
+        # One crossing opens the op: every operand's guard and every planned output (made
+        # first when guards bring inputs into fast memory (P), so outputs take fast memory
+        # first; else after, so making room for them cannot evict this op's own inputs).
+        tickets, outs, pouts = self._open_op(operands, plan, pos)
         try:
-            # Guards that bring inputs into fast memory (P) open after the outputs are made,
-            # so the outputs take fast memory first; guards that use data where it lives open
-            # first, so making room for the outputs cannot evict this op's own inputs (a
-            # large output evicts a contiguous range, which may hold them).
-            if self.variant.prefetch:
-                pouts = self._make_outputs(plan, pos, outs, opened)
-            for op in operands.values():
-                ticket, op.addr, _ = self._native.open(op.obj.id, op.write)
-                opened.append(ticket)
-            if not self.variant.prefetch:
-                pouts = self._make_outputs(plan, pos, outs, opened)
-            plains: dict[int, torch.Tensor] = {}
+            plains: dict[int, Any] = {}
+            views = self._views
 
             def to_plain(x: Any) -> Any:
                 if isinstance(x, TieredTensor):
-                    p = plain_over(operands[id(x._obj)].addr, x._obj.nbytes, x.dtype, x.shape, x.stride(), x._off)
+                    key = (operands[id(x._obj)].addr, x._obj.nbytes, x._key)
+                    p = views.get(key)
+                    if p is None or plains.get(id(p), x) is not x:
+                        # Two tiered tensors with the same view of one object: each gets its
+                        # own plain tensor, so results map back to the right one.
+                        p = _view_over(views, key, cache=p is None)
                     plains[id(p)] = x
                     return p
                 return x
 
             a, k = rebuild_args(args, kwargs, [to_plain(x) for x in flat])
             if plan is not None:
-                outk = dict(zip(info.out_names, pouts))
-                res = info.out(*a, **k, **outk)
-                result = self._adopt_out(info, res, pouts, outs, pos)
+                res = info.out(*a, **k, **dict(zip(info.out_names, pouts)))
+                result = self._adopt_out(info, res, pouts, outs)
                 if skipped:
                     result = tuple(None if i in skipped else r for i, r in enumerate(result))
                 self._stats["out_ops"] += 1
@@ -445,56 +455,81 @@ class Tiering:
                 res = func(*a, **k)
                 if info.kind == "inplace":
                     self._stats["inplace_ops"] += 1
-                result = self._adopt(info, res, plains, operands, outs, opened, pos)
-            charges = [(op.obj.id, op.read_bytes, op.written_bytes) for op in operands.values()]
-            charges += [(o.id, 0, o.nbytes) for o in outs if o is not None]
-            self._native.charge(charges, self.threads)
+                result = self._adopt(info, res, plains, operands, outs, tickets, pos)
         except BaseException:
-            self._close(opened)
-            opened = []
+            self._native.op_close(tickets, [], self.threads, [])
             for o in outs:  # what this op allocated is dead: free it now, whatever the variant
-                if o is not None:
-                    o.tiering = None  # type: ignore[assignment]
-                    self._free(o.id)
+                o.tiering = None  # type: ignore[assignment]
+                self._free(o.id)
             raise
-        finally:
-            self._close(opened)
+        charges = [(op.obj.id, op.read_bytes, op.written_bytes) for op in operands.values()]
+        charges += [(o.id, 0, o.nbytes) for o in outs]
+        evict: list[int] = []
         if (self.variant.softevict and torch.is_grad_enabled()
                 and torch._C._current_autograd_node() is None):
+            evict = [op.obj.id for op in operands.values() if not op.write]
+        # One crossing closes it: charges, every guard, soft-evictions.
+        self._native.op_close(tickets, charges, self.threads, evict)
+        if evict and self._lookahead is not None:
             for op in operands.values():
                 if not op.write:
-                    self._native.softevict(op.obj.id)
-                    if self._lookahead is not None:
-                        self._lookahead.behind(op.obj)
+                    self._lookahead.behind(op.obj)
         return result
 
-    def _make_outputs(self, plan: Any, pos: int, outs: list, opened: list) -> list[torch.Tensor]:
-        """Allocate and open op ``pos``'s planned outputs; plain tensors over them."""
-        pouts = []
-        for k, (shape, stride, dtype) in enumerate(plan or ()):
-            o = self._alloc(span_bytes(shape, stride, itemsize(dtype)), (self.iteration, pos, k))
-            outs.append(o)
-            ticket, addr, _ = self._native.open(o.id, True, True)  # outputs: written whole, not read
-            opened.append(ticket)
-            pouts.append(plain_over(addr, o.nbytes, dtype, shape, stride, 0))
-        return pouts
+    @staticmethod
+    def _written(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> set[int]:
+        """Ids of the tiered tensors the op writes (its schema's ``(a!)`` arguments)."""
+        written = set()
+        bound = _bind(func, args, kwargs)
+        for name in info.written:
+            v = bound.get(name)
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, TieredTensor):
+                    written.add(id(t))
+        return written
 
-    def _close(self, opened: list[int]) -> None:
-        for ticket in opened:
-            self._native.close(ticket)
+    def _open_op(self, operands: dict[int, _Operand], plan: Any,
+                 pos: int) -> tuple[list[int], list[TensorObject], list[torch.Tensor]]:
+        """Open every operand's guard and make and open the planned outputs, in one call.
+        Returns the tickets, the outputs' objects and plain tensors over them."""
+        inputs = [(op.obj.id, op.write) for op in operands.values()]
+        sizes = [nb for _, _, _, nb in plan or ()]
+        where = _FAST if self.variant.local else _SLOW
+        try:
+            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch)
+        except DeviceFullError:
+            # Without prompt freeing, dead tensors wait for the end of the iteration, like
+            # garbage waiting for a collector; when memory runs out, collect now (as the
+            # thesis's runtime ran the GC when its heap filled).
+            if not self._collect():
+                raise
+            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch)
+        for op, addr in zip(operands.values(), addrs):
+            op.addr = addr
+        outs, pouts = [], []
+        views = self._views
+        n_in = len(inputs)
+        for k, (oid, (shape, stride, dtype, nb)) in enumerate(zip(ids, plan or ())):
+            if self._lookahead is not None:
+                self._lookahead.note_made(pos, k, oid)
+            outs.append(TensorObject(self, oid, nb, (self.iteration, pos, k)))
+            key = (addrs[n_in + k], nb, (shape, stride, dtype, 0))
+            p = views.get(key)
+            pouts.append(p if p is not None else _view_over(views, key))
+        return tickets, outs, pouts
 
     def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
-        need = sum(span_bytes(s, st, itemsize(d)) for s, st, d in plan)
+        need = sum(span_bytes(s, st, itemsize(d)) for s, st, d, _ in plan)
         if need > self.budget:
             raise BudgetError(budget_message(info.name, [op.obj.nbytes for op in operands.values()],
                                              [need], self.budget, self._fast))
 
-    def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list, pos: int) -> Any:
+    def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list) -> Any:
         """Wrap an ``.out`` call's results, checking the kernel wrote where it was told."""
         rs = res if isinstance(res, (tuple, list)) else (res,)
         wrapped = []
         for r, p, o in zip(rs, pouts, outs):
-            if r.data_ptr() != p.data_ptr() or r.shape != p.shape or r.stride() != p.stride():
+            if (r is not p and (r.data_ptr() != p.data_ptr() or r.stride() != p.stride())) or r.shape != p.shape:
                 raise InvalidArgumentError(
                     f"{info.name}: the .out kernel resized its output ({tuple(p.shape)} -> {tuple(r.shape)}); "
                     "this op cannot run on tiered tensors")

@@ -7,6 +7,7 @@
 //! that keeps its object from being moved, evicted or freed.
 
 mod guard;
+mod ops;
 mod reservation;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use parking_lot::{FairMutex, FairMutexGuard};
 
 pub use guard::{ReadGuard, WriteGuard};
+pub use ops::OpenOp;
 pub use reservation::{reserve_model, Reservation};
 
 use crate::copy::CopyEngine;
@@ -298,32 +300,10 @@ impl Manager {
     /// [`Manager::open`] saying how the guard will use the bytes: an
     /// [`GuardUse::Overwrite`] guard is a write guard whose old contents are dead.
     pub fn open_for(&self, id: ObjectId, how: GuardUse) -> Result<(GuardTicket, *mut u8, usize)> {
-        let write = how != GuardUse::Read;
         self.with_inner(|i| {
-            let (m, p) = (&mut i.data, i.policy.as_mut());
-            let (pins, writer, guards) = {
-                let o = m.object(id)?;
-                (o.pins, o.writer, o.pins - o.held)
-            };
-            if writer || (write && guards > 0) {
-                // Fails with a clear error before the policy moves anything.
-                m.pin(id, write)?;
-            }
-            if pins == 0 {
-                p.before_access(m, id, write)?;
-            }
-            let r = m.primary(id)?;
-            let Some(addr) = m.address(r)? else {
-                return Err(Error::Guard(format!(
-                    "object {id} is on '{}', which is not byte-addressable, and policy '{}' did \
-                     not bring it to memory",
-                    m.devices()[m.device_of(r)?].name,
-                    p.name()
-                )));
-            };
-            m.pin(id, write)?;
-            let len = usize::try_from(m.object(id)?.len).expect("object length fits memory");
-            Ok((i.issue(id, Use::Guard(how), addr as usize), addr, len))
+            let (ticket, addr) = Self::open_inner(i, id, how)?;
+            let len = usize::try_from(i.data.object(id)?.len).expect("object length fits memory");
+            Ok((ticket, addr, len))
         })
     }
 
@@ -332,15 +312,7 @@ impl Manager {
     /// unknown or already closed one is a [`Error::Guard`] and changes nothing. Closing a
     /// hold ([`Manager::hold`]) releases it.
     pub fn close(&self, ticket: GuardTicket) -> Result<()> {
-        self.with_inner(|i| {
-            let (id, use_, _) = Self::take_ticket(i, ticket)?;
-            let (m, p) = (&mut i.data, i.policy.as_mut());
-            let Use::Guard(how) = use_ else {
-                return m.release(id);
-            };
-            m.unpin(id)?;
-            Self::record_use(m, p, id, how)
-        })
+        self.with_inner(|i| Self::close_inner(i, ticket))
     }
 
     /// Close the guard `ticket` but keep its object pinned where it is until the ticket is
@@ -428,13 +400,18 @@ impl Manager {
             Ok(p.charges_operands())
         })?;
         if charges {
-            for (d, (read, written)) in self.devices.iter().zip(per_device) {
-                if read > 0 || written > 0 {
-                    d.charge_kernel((read, 0), (written, threads.max(1)));
-                }
-            }
+            self.charge_devices(&per_device, threads);
         }
         Ok(())
+    }
+
+    /// Charge `(bytes read, bytes written)` per device (outside the manager lock).
+    fn charge_devices(&self, per_device: &[(u64, u64)], threads: usize) {
+        for (d, &(read, written)) in self.devices.iter().zip(per_device) {
+            if read > 0 || written > 0 {
+                d.charge_kernel((read, 0), (written, threads.max(1)));
+            }
+        }
     }
 
     /// A read guard: shared, immutable access while it lives.

@@ -26,6 +26,26 @@ pub enum Place {
     Auto,
 }
 
+impl Place {
+    /// The codes the layers above pass places by, named once here: a device index is its
+    /// own code (`>= 0`); these are the negative ones.
+    pub const CODES: [(&'static str, i64); 3] = [("fast", -1), ("slow", -2), ("auto", -3)];
+
+    /// The place a code names (see [`Place::CODES`]).
+    pub fn from_code(code: i64) -> crate::Result<Place> {
+        Ok(match code {
+            -1 => Place::Fast,
+            -2 => Place::Slow,
+            -3 => Place::Auto,
+            n if n >= 0 => Place::Device(n as usize),
+            _ => crate::bail!(
+                "bad place code {code}: a device index (0 or more) or one of {:?}",
+                Place::CODES
+            ),
+        })
+    }
+}
+
 /// How a guard used its object's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GuardUse {

@@ -1,0 +1,183 @@
+//! Batched entry points for one kernel run outside tiermem (a tiered-tensor op): one call
+//! opens every guard and allocates every output, one call charges, closes and soft-evicts.
+//! Each takes the manager lock once, so an op crosses into the core twice, whatever its
+//! operand count.
+
+use super::{GuardTicket, Manager, Use};
+use crate::mechanism::{GuardUse, ObjectId, Place};
+use crate::{Error, Result};
+
+/// What [`Manager::op_open`] opened: guards on the inputs, in the order given, then on the
+/// new outputs. Pair with [`Manager::op_close`] (every ticket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenOp {
+    /// A ticket per input, then per output.
+    pub tickets: Vec<GuardTicket>,
+    /// The address of each guard's bytes, in the same order.
+    pub addrs: Vec<usize>,
+    /// The new outputs' object ids.
+    pub outputs: Vec<ObjectId>,
+}
+
+impl Manager {
+    /// Open a guard on every input (`(object, how the op uses it)`) and allocate every
+    /// output (`bytes` each, where `place` says) and open an overwrite guard on it. With
+    /// `outputs_first` the outputs are made before the inputs' guards open (a policy that
+    /// brings inputs into fast memory then cannot evict the outputs to make room), else after
+    /// (making room for outputs cannot evict this op's pinned inputs). All or nothing: on
+    /// failure every guard opened here is closed and every output freed, and the error is
+    /// returned.
+    pub fn op_open(
+        &self,
+        inputs: &[(ObjectId, GuardUse)],
+        outputs: &[u64],
+        place: Place,
+        outputs_first: bool,
+    ) -> Result<OpenOp> {
+        if let Some(&b) = outputs.iter().find(|&&b| b == 0) {
+            crate::bail!("cannot allocate an op output of {b} bytes");
+        }
+        self.with_inner(|i| {
+            let mut open = OpenOp {
+                tickets: Vec::with_capacity(inputs.len() + outputs.len()),
+                addrs: Vec::with_capacity(inputs.len() + outputs.len()),
+                outputs: Vec::with_capacity(outputs.len()),
+            };
+            let mut in_open = Vec::with_capacity(inputs.len());
+            let mut out_open = Vec::with_capacity(outputs.len());
+            let r = (|| {
+                if outputs_first {
+                    Self::make_outputs(i, outputs, place, &mut open.outputs, &mut out_open)?;
+                }
+                for &(id, how) in inputs {
+                    in_open.push(Self::open_inner(i, id, how)?);
+                }
+                if !outputs_first {
+                    Self::make_outputs(i, outputs, place, &mut open.outputs, &mut out_open)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                for &(t, _) in in_open.iter().chain(&out_open) {
+                    // Rollback of what this call opened: each ticket is open and ours.
+                    let _ = Self::close_inner(i, t);
+                }
+                for &id in &open.outputs {
+                    let _ = i.policy.unsafe_free(&mut i.data, id);
+                }
+                return Err(e);
+            }
+            for (t, a) in in_open.into_iter().chain(out_open) {
+                open.tickets.push(t);
+                open.addrs.push(a as usize);
+            }
+            Ok(open)
+        })
+    }
+
+    fn make_outputs(
+        i: &mut super::Inner,
+        outputs: &[u64],
+        place: Place,
+        made: &mut Vec<ObjectId>,
+        opened: &mut Vec<(GuardTicket, *mut u8)>,
+    ) -> Result<()> {
+        for &bytes in outputs {
+            let id = i.policy.alloc(&mut i.data, bytes, place)?;
+            made.push(id);
+            opened.push(Self::open_inner(i, id, GuardUse::Overwrite)?);
+        }
+        Ok(())
+    }
+
+    /// Charge the op's operands (as [`Manager::charge`]), close every ticket (as
+    /// [`Manager::close`]) and soft-evict `softevict` (as [`Manager::softevict`]), under one
+    /// lock. Every ticket is closed even if an earlier one fails; the first error is
+    /// returned. The emulated time charged is waited out after the lock is released.
+    pub fn op_close(
+        &self,
+        tickets: &[GuardTicket],
+        charges: &[(ObjectId, u64, u64)],
+        threads: usize,
+        softevict: &[ObjectId],
+    ) -> Result<()> {
+        let mut per_device = vec![(0u64, 0u64); self.devices.len()];
+        let (charges_operands, result) = self.with_inner(|i| {
+            let mut first: Option<Error> = None;
+            let charges_operands = i.policy.charges_operands();
+            if charges_operands {
+                for &(id, read, written) in charges {
+                    match i.data.primary(id).and_then(|r| i.data.device_of(r)) {
+                        Ok(d) => {
+                            per_device[d].0 += read;
+                            per_device[d].1 += written;
+                        }
+                        Err(e) => {
+                            first.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            for &t in tickets {
+                if let Err(e) = Self::close_inner(i, t) {
+                    first.get_or_insert(e);
+                }
+            }
+            if first.is_none() {
+                for &id in softevict {
+                    if let Err(e) = i.policy.softevict(&mut i.data, id) {
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            Ok((charges_operands, first.map_or(Ok(()), Err)))
+        })?;
+        if charges_operands {
+            self.charge_devices(&per_device, threads);
+        }
+        result
+    }
+
+    /// One guard opened under the lock (the body of [`Manager::open_for`]).
+    pub(super) fn open_inner(
+        i: &mut super::Inner,
+        id: ObjectId,
+        how: GuardUse,
+    ) -> Result<(GuardTicket, *mut u8)> {
+        let write = how != GuardUse::Read;
+        let (m, p) = (&mut i.data, i.policy.as_mut());
+        let (pins, writer, guards) = {
+            let o = m.object(id)?;
+            (o.pins, o.writer, o.pins - o.held)
+        };
+        if writer || (write && guards > 0) {
+            // Fails with a clear error before the policy moves anything.
+            m.pin(id, write)?;
+        }
+        if pins == 0 {
+            p.before_access(m, id, write)?;
+        }
+        let r = m.primary(id)?;
+        let Some(addr) = m.address(r)? else {
+            return Err(Error::Guard(format!(
+                "object {id} is on '{}', which is not byte-addressable, and policy '{}' did \
+                 not bring it to memory",
+                m.devices()[m.device_of(r)?].name,
+                p.name()
+            )));
+        };
+        m.pin(id, write)?;
+        Ok((i.issue(id, Use::Guard(how), addr as usize), addr))
+    }
+
+    /// One ticket closed under the lock (the body of [`Manager::close`]).
+    pub(super) fn close_inner(i: &mut super::Inner, ticket: GuardTicket) -> Result<()> {
+        let (id, use_, _) = Self::take_ticket(i, ticket)?;
+        let (m, p) = (&mut i.data, i.policy.as_mut());
+        let Use::Guard(how) = use_ else {
+            return m.release(id);
+        };
+        m.unpin(id)?;
+        Self::record_use(m, p, id, how)
+    }
+}
