@@ -3,7 +3,7 @@
 import sys
 
 import tiermem
-from tiermem.cli.plot import plot_trace
+from tiermem.report.plot import plot_trace
 
 out = sys.argv[1] if len(sys.argv) > 1 else "trace.png"
 m = tiermem.Manager({"dram": "16 MiB", "emulated:optane-pmem": "128 MiB"}, policy="lru")

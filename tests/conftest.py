@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tiermem
-from tiermem.bench._scratch import scratch_dir
+from tiermem.report.scratch import scratch_dir
 
 
 @pytest.fixture

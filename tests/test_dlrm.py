@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch")
 
 import tiermem  # noqa: E402
 from tiermem.cli.main import main  # noqa: E402
-from tiermem.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
+from tiermem.dlrm.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
 from tiermem.embedding import EmbeddingTable  # noqa: E402
-from tiermem.torch.dlrm import MODES, DLRMConfig  # noqa: E402
-from tiermem.torch.train import Trainer  # noqa: E402
+from tiermem.dlrm.model import MODES, DLRMConfig  # noqa: E402
+from tiermem.dlrm.trainer import Trainer  # noqa: E402
 from tiermem.twolm import TwoLmModel  # noqa: E402
 
 SMALL = DLRMConfig(rows=(3000, 2000, 5000), dim=16, bottom_mlp=(32, 16), top_mlp=(16, 1), bag=4, batch_size=128)
@@ -216,7 +216,7 @@ def test_train_cli_checkpoint_resume_and_inference(tmp_path, capsys) -> None:
 
 
 def test_demo_writes_the_issue_schema_results_and_plots(tmp_path, monkeypatch, capsys) -> None:
-    from tiermem.torch import dlrm
+    from tiermem.dlrm import model as dlrm
 
     tiny = DLRMConfig(rows=(4000,) * 3, dim=16, bottom_mlp=(16,), top_mlp=(8, 1), bag=4, batch_size=64, name="demo")
     monkeypatch.setitem(dlrm.PRESETS, "demo", tiny)

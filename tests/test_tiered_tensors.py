@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tiermem  # noqa: E402
-from tiermem.torch.models import GPT, WORKLOADS, build  # noqa: E402
-from tiermem.torch.tiering import VARIANTS, Tiering, TieredTensor  # noqa: E402
+from tiermem.bench.models import GPT, WORKLOADS, build  # noqa: E402
+from tiermem.torch.tensors import VARIANTS, Tiering, TieredTensor  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
 

@@ -20,7 +20,7 @@ core ``Error``             tiermem exception           also catchable as
 ``Poisoned``               ``PoisonedError``           ``RuntimeError``
 =========================  ==========================  ===========================
 
-:class:`BudgetError` is raised by the Python layer alone (tiered tensors, :mod:`tiermem.torch.tiering`).
+:class:`BudgetError` is raised by the Python layer alone (tiered tensors, :mod:`tiermem.torch.tensors.tiering`).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ torch = pytest.importorskip("torch")
 import tiermem  # noqa: E402
 from tiermem import checkpoint  # noqa: E402
 from tiermem.cli.main import main  # noqa: E402
-from tiermem.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
-from tiermem.torch.dlrm import DLRMConfig  # noqa: E402
-from tiermem.torch.train import Trainer  # noqa: E402
+from tiermem.dlrm.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
+from tiermem.dlrm.model import DLRMConfig  # noqa: E402
+from tiermem.dlrm.trainer import Trainer  # noqa: E402
 
 SMALL = DLRMConfig(rows=(3000, 2000), dim=16, bottom_mlp=(32, 16), top_mlp=(16, 1), bag=4, batch_size=64)
 

@@ -7,7 +7,7 @@ import json
 import time
 
 import tiermem
-from tiermem.bench._load import MachineLoad
+from tiermem.report.load import MachineLoad
 
 
 def test_item16_an_emulated_stall_is_busy_time_not_sleep() -> None:

@@ -17,7 +17,7 @@ from ..manager import Manager
 from ..report.load import MachineLoad
 from ..report.output import write_outputs
 from .timing import best as best_time
-from ._scratch import scratch_dir
+from ..report.scratch import scratch_dir
 
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 QUICK_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]

@@ -92,7 +92,7 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
     import torch
 
     from ..report.progress import Progress
-    from ..torch.tiering import Tiering
+    from ..torch.tensors import Tiering
 
     rounds, calls = (5, 200) if quick else (15, 1000)
     torch.set_num_threads(1)

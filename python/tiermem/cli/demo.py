@@ -12,11 +12,11 @@ def run_demo(args: Any) -> int:
     import torch
 
     from .._sizes import format_bytes
-    from ..torch.dlrm import MODES, DLRMConfig
+    from ..dlrm.model import MODES, DLRMConfig
     from ..report.load import MachineLoad
-    from .dlrm_report import report, run_modes, write
+    from ..dlrm.report import report, run_modes, write
 
-    from ..torch.train import available_memory
+    from ..dlrm.trainer import available_memory
 
     quick = bool(args.quick)
     scale = 0.5 if quick else 1.0

@@ -1,5 +1,5 @@
-"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench train``, ``train dlrm``,
-``stress``, ``demo``."""
+"""``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
+``bench tensors`` (alias ``bench train``), ``train dlrm``, ``stress``, ``demo``."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
-    tr = bsub.add_parser("train", help="train a model with tiered tensors: every variant vs all-fast and the 2LM model")
+    tr = bsub.add_parser("tensors", aliases=["train"],
+                         help="train a model with tiered tensors: every variant vs all-fast and the 2LM model "
+                              "(alias: train)")
     _add_output(tr)
     tr.add_argument("--model", action="append", choices=["resnet", "densenet", "vgg", "gpt"],
                     help="model to train (repeatable; default resnet)")
@@ -114,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.dispatch import run_cli as run_dispatch
 
             return run_dispatch(args)
-        if args.command == "bench" and args.bench == "train":
-            from ..bench.train import run_cli as run_train_bench
+        if args.command == "bench" and args.bench in ("tensors", "train"):
+            from ..bench.tensors import run_cli as run_train_bench
 
             return run_train_bench(args)
         if args.command == "train":

@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _config(args: Any) -> Any:
-    from ..torch.dlrm import DLRMConfig
+    from ..dlrm.model import DLRMConfig
 
     over: dict[str, Any] = {}
     if args.rows:
@@ -66,7 +66,7 @@ def _config(args: Any) -> Any:
 
 
 def run_train(args: Any) -> int:
-    from .dlrm_report import report, run_modes, write
+    from ..dlrm.report import report, run_modes, write
 
     config = _config(args)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -107,7 +107,7 @@ def run_train(args: Any) -> int:
 
 
 def _criteo(args: Any, config: Any, readers: list[Any], start: int = 0) -> Any:
-    from ..data import CriteoReader
+    from ..dlrm.data import CriteoReader
 
     r = CriteoReader(args.criteo, config.rows, config.batch_size, bad_lines=args.bad_lines, start=start)
     readers.append(r)
@@ -116,8 +116,8 @@ def _criteo(args: Any, config: Any, readers: list[Any], start: int = 0) -> Any:
 
 def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: int, warmup: int) -> int:
     """One mode with checkpoints, resume or inference."""
-    from ..data import SyntheticData
-    from ..torch.train import Trainer
+    from ..dlrm.data import SyntheticData
+    from ..dlrm.trainer import Trainer
     from ..report.progress import Progress
 
     readers: list[Any] = []
@@ -160,7 +160,7 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
     res = {"config": config.to_dict(), "fast_budget": budget, "table_bytes": config.table_bytes, "iters": r.iters,
            "warmup": warmup, "runs": [r.to_json()], "devices": r.devices}
     paths = []
-    from .dlrm_report import write
+    from ..dlrm.report import write
 
     paths = write(res, args.out, args.json, plot=not args.inference)
     if paths:

@@ -46,6 +46,11 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, what=what[:40])
 
+    def note(self, what: str) -> None:
+        """Say what is running now, without finishing a step."""
+        if self._bar is not None:
+            self._bar.update(self._task, what=what[:40])
+
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.stop()

@@ -22,8 +22,8 @@ def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters:
     initial weights), then each iteration's batch is made once and fed to every mode in turn,
     the order rotating, so a noisy stretch of the machine falls on all modes alike.
     ``batches(dist)`` overrides the synthetic data."""
-    from ..data import SyntheticData
-    from ..torch.train import Trainer
+    from .data import SyntheticData
+    from .trainer import Trainer
 
     runs: list[dict[str, Any]] = []
     devices: dict[str, str] = {}
@@ -38,7 +38,7 @@ def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters:
             first = list(_take(source, max(1, warmup)))
             trainers = {}
             for mode in modes:
-                p._draw(f"{dist}: placing the {mode} tables")
+                p.note(f"{dist}: placing the {mode} tables")
                 trainers[mode] = Trainer(config, mode, fast_budget=fast_budget, slow=slow, lr=lr, seed=seed,
                                          dist=dist, profile=first if mode == "static" else None)
             stream = iter(first)

@@ -24,7 +24,7 @@ Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
   into fast memory before it runs), ``async`` (``LM`` + a copy thread that, while the current op
   runs, writes soft-evicted forward inputs behind to the slow device so their eviction copies
   nothing, and prefetches the inputs of the next ops, found in the previous iteration's op
-  trace; see :mod:`tiermem.torch.lookahead`).
+  trace; see :mod:`tiermem.torch.tensors.lookahead`).
   Baselines: ``all-fast``, ``all-slow``, ``first-touch``, ``2lm-model``.
 * The fast device's capacity is the budget; nothing tiered exceeds it. An op whose outputs
   alone exceed it raises :class:`~tiermem.BudgetError`; :meth:`Tiering.check` finds such ops
@@ -40,8 +40,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
-from ..exceptions import BudgetError, DeviceFullError, InvalidArgumentError
-from ..manager import DeviceList, Manager
+from ...exceptions import BudgetError, DeviceFullError, InvalidArgumentError
+from ...manager import DeviceList, Manager
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .ops import OpInfo, meta_like, op_info

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..exceptions import InvalidArgumentError
-from ..workloads import batch as sparse_batch
+from ...exceptions import InvalidArgumentError
+from ...workloads import batch as sparse_batch
 from .batch import Batch
 
 DISTS = ("uniform", "zipf")

@@ -3,7 +3,7 @@
 A :class:`TieredTensor` is a wrapper subclass: it carries shape, strides, dtype and an
 offset into one tiermem object (:class:`TensorObject`), and no storage of its own. Views of
 it (``t()``, ``view``, slicing, ``detach``) share the object. Every ATen op on it goes
-through :meth:`TieredTensor.__torch_dispatch__` to its :class:`~tiermem.torch.tiering.Tiering`,
+through :meth:`TieredTensor.__torch_dispatch__` to its :class:`~tiermem.torch.tensors.tiering.Tiering`,
 which pins the operands for the length of the op (see that module).
 
 The object is freed when the last tensor over it is garbage (CPython frees promptly), or,
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..array import _ArrayInterface
-from ..exceptions import InvalidArgumentError
+from ...array import _ArrayInterface
+from ...exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tiering import Tiering
@@ -149,7 +149,7 @@ class TieredTensor(torch.Tensor):
 
     @property
     def tiering(self) -> Tiering:
-        """The :class:`~tiermem.torch.tiering.Tiering` that manages this tensor."""
+        """The :class:`~tiermem.torch.tensors.tiering.Tiering` that manages this tensor."""
         return self._obj.tiering
 
     @property

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .._sizes import format_bytes
+from ..._sizes import format_bytes
 from .ops import op_info
 
 __all__ = ["budget_message", "trace_step"]

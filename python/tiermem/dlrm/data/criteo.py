@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..exceptions import InvalidArgumentError
+from ...exceptions import InvalidArgumentError
 from .batch import Batch
 
 INT_FEATURES = 13

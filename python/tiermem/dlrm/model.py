@@ -32,7 +32,7 @@ import torch
 
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
-from . import TieredEmbeddingBagCollection
+from ..torch.embedding import TieredEmbeddingBagCollection
 
 __all__ = ["DLRMConfig", "DLRM", "PRESETS", "MODES", "ReferenceEmbeddings", "KAGGLE_ROWS", "TERABYTE_ROWS"]
 
@@ -250,7 +250,7 @@ class TieredEmbeddings(torch.nn.Module):
         self.tables[table].load(values, start)
 
     def forward(self, indices: Sequence[torch.Tensor], offsets: Sequence[torch.Tensor]) -> torch.Tensor:
-        from . import _Lookup
+        from ..torch.embedding import _Lookup
 
         bags = [(i.numpy(), o.numpy()) for i, o in zip(indices, offsets)]
         return _Lookup.apply(self.collection._anchor, self.collection, bags, None)

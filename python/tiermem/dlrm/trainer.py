@@ -1,4 +1,4 @@
-"""Training and inference of a :class:`~tiermem.torch.dlrm.DLRM` in one placement mode,
+"""Training and inference of a :class:`~tiermem.dlrm.model.DLRM` in one placement mode,
 timed per phase (thesis Fig. 5.12): embedding lookup, embedding update, dense compute.
 
 Each iteration runs the lookup, then the dense forward and backward on a detached copy of
@@ -26,13 +26,13 @@ import torch
 
 from .. import checkpoint
 from .._sizes import format_bytes
-from ..data.batch import Batch
+from .data.batch import Batch
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..twolm import TwoLmModel
-from . import tables_aside, tiered_tables
-from .dlrm import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
+from ..torch.embedding import tables_aside, tiered_tables
+from .model import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 
 __all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
 

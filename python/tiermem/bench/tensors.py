@@ -23,8 +23,8 @@ import torch
 
 from .._sizes import format_bytes
 from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
-from ..torch.models import Workload, build
-from ..torch.tiering import VARIANTS, Tiering
+from .models import Workload, build
+from ..torch.tensors import VARIANTS, Tiering
 from ..report.output import write_json
 from ..report.load import MachineLoad
 

@@ -1,0 +1,461 @@
+"""PyTorch modules over tiered embedding tables.
+
+:class:`TieredEmbeddingBag` takes ``torch.nn.EmbeddingBag``'s constructor arguments and
+forward signature, plus where its rows live and which cache policy runs. Its optimizer is
+fused into backward (as FBGEMM's table-batched embeddings do): ``loss.backward()`` updates
+the rows in place, so the table is not in ``parameters()`` and needs no ``optimizer.step()``.
+:class:`TieredEmbeddingBagCollection` looks up many tables in one kernel call.
+
+Importing this module imports torch; ``import tiermem`` alone never does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..embedding import OPTIMIZERS, EmbeddingCollection, EmbeddingTable, as_bags
+from ..exceptions import InvalidArgumentError, TiermemError
+from ..manager import Manager
+
+__all__ = ["TieredEmbeddingBag", "TieredEmbeddingBagCollection"]
+
+
+def _np_i64(t: Any, what: str) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        if t.dtype not in (torch.int64, torch.int32):
+            raise InvalidArgumentError(f"{what} must be int64 or int32, not {t.dtype}")
+        return t.detach().to(torch.int64).contiguous().numpy()
+    arr = np.asarray(t)
+    if arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"{what} must be integers, not {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _bags(input: Any, offsets: Any, include_last_offset: bool) -> tuple[np.ndarray, np.ndarray]:
+    return as_bags(_np_i64(input, "input"), None if offsets is None else _np_i64(offsets, "offsets"),
+                   include_last_offset)
+
+
+def _storage(dtype: torch.dtype | None) -> str:
+    dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
+    if dt is None:
+        raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+    return dt
+
+
+_LIKE: dict[tuple[type, ...], type] = {}
+
+
+def _torch_like(e: Exception, *also: type[BaseException]) -> Exception:
+    """``e`` as an instance of a class deriving from its own and from ``also`` (the types
+    ``torch.nn.EmbeddingBag`` raises for the same mistake), so code catching torch's types
+    still catches tiermem's."""
+    bases = tuple(dict.fromkeys((type(e), *also)))
+    cls = _LIKE.get(bases)
+    if cls is None:
+        cls = _LIKE[bases] = type(type(e).__name__, bases, {"__module__": type(e).__module__})
+    return cls(*e.args)
+
+
+def _check_psw_mode(w: Any, mode: str) -> None:
+    """Per-sample weights only with ``mode="sum"``; torch raises ``NotImplementedError``
+    for the other modes, so this error derives from it too (it is not a missing feature of
+    tiermem's: torch's ``EmbeddingBag`` has no weighted mean either)."""
+    if w is not None and mode != "sum":
+        raise _torch_like(InvalidArgumentError(
+            "per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)"), NotImplementedError)
+
+
+def _check_psw(w: Any, input: Any, dtype: torch.dtype) -> None:
+    """torch's rules: the same shape as ``input``, and the module's dtype."""
+    if isinstance(w, torch.Tensor) and isinstance(input, torch.Tensor):
+        if tuple(w.shape) != tuple(input.shape):
+            raise _torch_like(InvalidArgumentError(
+                f"per_sample_weights has shape {tuple(w.shape)}, but input has shape {tuple(input.shape)}: "
+                "they must be the same"), RuntimeError)
+        if w.dtype != dtype:
+            raise _torch_like(InvalidArgumentError(
+                f"per_sample_weights are {w.dtype}, the module computes in {dtype}: they must match "
+                "(as torch.nn.EmbeddingBag requires)"), RuntimeError)
+
+
+def _psw(w: Any) -> np.ndarray | None:
+    if w is None:
+        return None
+    if isinstance(w, torch.Tensor):
+        if w.requires_grad:
+            raise InvalidArgumentError(
+                "per_sample_weights that require grad are not supported (the optimizer is fused "
+                "into backward and returns no gradient for them); pass them detached"
+            )
+        w = w.detach().to(torch.float32).contiguous().numpy()
+    return np.ascontiguousarray(w, np.float32).reshape(-1)
+
+
+def _randn_rows(t: EmbeddingTable, seed: int | None, g: Any = None) -> None:
+    """Fill a table from ``N(0, 1)`` in 64 MiB chunks; zero its padding row."""
+    if g is None and seed is not None:
+        g = torch.Generator().manual_seed(seed)
+    chunk = max(1, (64 << 20) // (4 * t.embedding_dim))
+    for start in range(0, t.num_embeddings, chunk):
+        n = min(chunk, t.num_embeddings - start)
+        t.load(torch.randn(n, t.embedding_dim, generator=g).numpy(), start)
+    if t.padding_idx is not None:
+        t.load(np.zeros((1, t.embedding_dim), np.float32), t.padding_idx)
+
+
+class _Lookup(torch.autograd.Function):
+    """Forward: ensemble lookup. Backward: the fused update (returns no gradients)."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, owner: Any, bags: Any, weights: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.owner, ctx.bags, ctx.weights = owner, bags, weights
+        out = owner._collection.lookup(bags, weights, mode=owner.mode)
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:  # type: ignore[override]
+        g = grad.detach().to(torch.float32).contiguous().numpy()
+        ctx.owner._fused_update(ctx.bags, g, ctx.weights)
+        return None, None, None, None
+
+
+class _FusedOptimizer:
+    """Optimizer settings shared by the modules."""
+
+    def _init_optimizer(self, optimizer: str, lr: float, eps: float | None, lr_decay: float,
+                        initial_accumulator_value: float, nt_stores: bool) -> None:
+        if optimizer not in OPTIMIZERS:
+            raise InvalidArgumentError(f"optimizer {optimizer!r}: known are {', '.join(OPTIMIZERS)}")
+        if lr < 0:
+            raise InvalidArgumentError(f"lr must be >= 0, got {lr}")
+        self.optimizer = optimizer
+        self.lr = float(lr)
+        self.eps = eps
+        self.lr_decay = float(lr_decay)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.nt_stores = bool(nt_stores)
+        # The graph needs a tensor that requires grad to reach backward; it is not a
+        # parameter (the tables update themselves) and is not saved.
+        self._anchor = torch.zeros((), requires_grad=True)
+        self._frozen = False
+        self._out_dtype = torch.float32
+
+    def requires_grad_(self, requires_grad: bool = True) -> Any:
+        """``requires_grad_(False)`` freezes the rows (backward no longer updates them), as it
+        freezes ``torch.nn.EmbeddingBag.weight``; ``True`` thaws them."""
+        self._frozen = not requires_grad
+        return torch.nn.Module.requires_grad_(self, requires_grad)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        """``.to()``, ``.cpu()``, ``.float()``, ``.double()``, ``.half()`` (on the module or any
+        model holding it): rows stay in their tiers in their storage type; the lookup's output
+        takes the floating dtype asked for. A GPU device is refused: tiered tables run on the
+        CPU."""
+        probe = fn(torch.zeros(1, dtype=torch.float32))
+        if probe.device.type != "cpu":
+            raise _torch_like(InvalidArgumentError(
+                f"{type(self).__name__} cannot move to {probe.device}: tiered tables run on the CPU "
+                "(their rows live in the manager's tiers); keep this module on the CPU"), RuntimeError)
+        if probe.dtype.is_floating_point:
+            self._out_dtype = probe.dtype
+        return torch.nn.Module._apply(self, fn, recurse)
+
+    def _output(self, bags: Any, weights: Any) -> torch.Tensor:
+        if self._frozen or not torch.is_grad_enabled():
+            out = torch.from_numpy(self._collection.lookup(bags, weights, mode=self.mode))
+        else:
+            out = _Lookup.apply(self._anchor, self, bags, weights)
+        return out if self._out_dtype == torch.float32 else out.to(self._out_dtype)
+
+    def _fused_update(self, bags: Any, grad: np.ndarray, weights: Any) -> None:
+        if self._frozen:
+            return
+        self._collection.update(
+            bags, grad, weights, mode=self.mode, optimizer=self.optimizer, lr=self.lr,
+            eps=self.eps, lr_decay=self.lr_decay,
+            initial_accumulator_value=self.initial_accumulator_value, nt_stores=self.nt_stores,
+        )
+
+
+_TABLES_ASIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tiermem_tables_aside", default=False)
+
+
+@contextlib.contextmanager
+def tables_aside() -> Iterator[None]:
+    """Within this block, ``state_dict()`` and ``load_state_dict()`` of tiered embedding
+    modules leave their tables out: a checkpoint streams them itself
+    (:mod:`tiermem.checkpoint`), so a table larger than DRAM is never copied whole."""
+    token = _TABLES_ASIDE.set(True)
+    try:
+        yield
+    finally:
+        _TABLES_ASIDE.reset(token)
+
+
+def tiered_tables(module: torch.nn.Module) -> dict[str, EmbeddingTable]:
+    """Every tiered table under ``module``, by its ``state_dict`` key prefix."""
+    out: dict[str, EmbeddingTable] = {}
+    for name, m in module.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(m, TieredEmbeddingBag):
+            out[prefix] = m.table
+        elif isinstance(m, TieredEmbeddingBagCollection):
+            for i, t in enumerate(m.tables):
+                out[f"{prefix}tables.{i}."] = t
+    return out
+
+
+def _save_table(t: EmbeddingTable, destination: dict, key: str, keep_vars: bool) -> None:
+    if _TABLES_ASIDE.get():
+        return
+    w = torch.from_numpy(t.to_numpy())
+    destination[key + "weight"] = w.to(torch.bfloat16) if t.dtype == "bfloat16" else w
+    st = t.optimizer_state()
+    if st is not None:
+        kind, values, steps = st
+        destination[key + "optimizer_state"] = torch.from_numpy(values)
+        destination[key + "optimizer_meta"] = {"kind": kind, "steps": steps}
+
+
+def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool,
+                missing: list, error_msgs: list) -> None:
+    if _TABLES_ASIDE.get():
+        return
+    if key + "weight" not in state_dict:
+        missing.append(key + "weight")
+        return
+    w = state_dict[key + "weight"]
+    shape = (t.num_embeddings, t.embedding_dim)
+    if tuple(w.shape) != shape:
+        error_msgs.append(f"size mismatch for {key}weight: checkpoint {tuple(w.shape)}, table {shape}")
+        return
+    t.load(w.detach().to(torch.float32).cpu().numpy())
+    if key + "optimizer_state" in state_dict:
+        meta = state_dict.get(key + "optimizer_meta", {})
+        t.set_optimizer_state(meta.get("kind", "adagrad"), state_dict[key + "optimizer_state"].numpy(),
+                              int(meta.get("steps", 0)))
+
+
+class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
+    """``torch.nn.EmbeddingBag`` over a tiered table, with the optimizer fused into backward.
+
+    Takes ``torch.nn.EmbeddingBag``'s arguments (``max_norm``, ``scale_grad_by_freq`` and
+    ``mode="max"`` are refused with a clear error; ``sparse`` is accepted and ignored:
+    gradients never materialise), plus:
+
+    Args:
+        manager, where, cache, cacheslack, policy: where the rows live, as for
+            :class:`tiermem.embedding.EmbeddingTable` (``where`` is its ``device``).
+        optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward.
+        lr, eps, lr_decay, initial_accumulator_value: optimizer settings (as
+            ``torch.optim.SGD`` / ``torch.optim.Adagrad`` name them).
+        nt_stores: write updated rows with non-temporal stores.
+        seed: seed of the ``N(0, 1)`` initialisation (``torch.nn.EmbeddingBag``'s).
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight: torch.Tensor | None = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        device: Any = None,
+        dtype: torch.dtype | None = None,
+        *,
+        manager: Manager | None = None,
+        where: str | int | None = None,
+        cache: float | None = None,
+        cacheslack: float = 0.05,
+        policy: str = "dynamic",
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        eps: float | None = None,
+        lr_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        nt_stores: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        torch.nn.Module.__init__(self)
+        for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq)):
+            if bad:
+                raise InvalidArgumentError(f"{name} is not supported by TieredEmbeddingBag")
+        if mode not in ("sum", "mean"):
+            raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum' and 'mean'")
+        if device is not None and torch.device(device).type != "cpu":
+            raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
+        dt = _storage(dtype)
+        if padding_idx is not None and not -int(num_embeddings) <= padding_idx < int(num_embeddings):
+            raise _torch_like(InvalidArgumentError(
+                f"padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"), AssertionError)
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
+        self.table = EmbeddingTable(num_embeddings, embedding_dim, dtype=dt, manager=manager, device=where,
+                                    cache=cache, cacheslack=cacheslack, policy=policy, padding_idx=padding_idx)
+        self.padding_idx = self.table.padding_idx
+        self._collection = EmbeddingCollection([self.table])
+        self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
+        if _weight is not None:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise InvalidArgumentError(f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}")
+            self.table.load(_weight.detach().to(torch.float32).numpy())
+        else:
+            self.reset_parameters(seed)
+
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """Rows from ``N(0, 1)`` and a zero padding row, as ``torch.nn.EmbeddingBag``
+        initialises them (written in chunks, so the table need not fit in memory twice)."""
+        _randn_rows(self.table, seed)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """A float32 copy of the rows (writes to it do not reach the table; use
+        :meth:`load_state_dict` or ``self.table.load``)."""
+        return torch.from_numpy(self.table.to_numpy())
+
+    def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,
+                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        _check_psw_mode(per_sample_weights, self.mode)
+        _check_psw(per_sample_weights, input, self._out_dtype)
+        try:
+            bags = [_bags(input, offsets, self.include_last_offset)]
+            w = None if per_sample_weights is None else [_psw(per_sample_weights)]
+            return self._output(bags, w)
+        except TiermemError as e:
+            raise _torch_like(e, RuntimeError) from None
+
+    @classmethod
+    def from_pretrained(cls, embeddings: torch.Tensor, freeze: bool = True, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                        sparse: bool = False, include_last_offset: bool = False, padding_idx: int | None = None,
+                        **tiered: Any) -> TieredEmbeddingBag:
+        """A module whose rows are ``embeddings`` (2-D), as
+        ``torch.nn.EmbeddingBag.from_pretrained``; ``freeze`` (default) keeps them fixed.
+        Keyword arguments of :class:`TieredEmbeddingBag` (``manager``, ``cache``, ...) pass on."""
+        if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
+            raise _torch_like(InvalidArgumentError("Embeddings parameter is expected to be 2-dimensional"),
+                              AssertionError)
+        rows, dim = embeddings.shape
+        m = cls(rows, dim, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq,
+                mode=mode, sparse=sparse, _weight=embeddings, include_last_offset=include_last_offset,
+                padding_idx=padding_idx, **tiered)
+        m.requires_grad_(not freeze)
+        return m
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        _save_table(self.table, destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        _load_table(self.table, state_dict, prefix, strict, missing_keys, error_msgs)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}, "
+                f"placement={self.table.placement!r}, policy={self.table.policy!r}, optimizer={self.optimizer!r}")
+
+
+class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
+    """Many tiered tables in one kernel call (FBGEMM's table-batched layout).
+
+    Args:
+        tables: ``(num_embeddings, embedding_dim)`` per table, or ready
+            :class:`~tiermem.embedding.EmbeddingTable` objects.
+        mode: ``"sum"`` or ``"mean"``.
+        Other arguments as :class:`TieredEmbeddingBag` (applied to every table made here).
+
+    ``forward(indices, offsets, per_sample_weights=None)``: ``offsets`` has ``T * B + 1``
+    entries over the concatenated indices of all tables (table-major, as FBGEMM takes
+    them). Returns ``(B, sum of widths)``.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[tuple[int, int] | EmbeddingTable],
+        mode: str = "sum",
+        *,
+        dtype: torch.dtype | None = None,
+        manager: Manager | None = None,
+        where: str | int | None = None,
+        cache: float | None = None,
+        cacheslack: float = 0.05,
+        policy: str = "dynamic",
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        eps: float | None = None,
+        lr_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        nt_stores: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        torch.nn.Module.__init__(self)
+        if mode not in ("sum", "mean"):
+            raise InvalidArgumentError(f"mode {mode!r}: supported are 'sum' and 'mean'")
+        if not tables:
+            raise InvalidArgumentError("a collection needs at least one table")
+        dt = _storage(dtype)
+        self.mode = mode
+        made: list[EmbeddingTable] = []
+        g = torch.Generator().manual_seed(seed) if seed is not None else None
+        for spec in tables:
+            if isinstance(spec, EmbeddingTable):
+                made.append(spec)
+                continue
+            rows, dim = spec
+            t = EmbeddingTable(rows, dim, dtype=dt, manager=manager, device=where, cache=cache,
+                               cacheslack=cacheslack, policy=policy)
+            _randn_rows(t, None, g)
+            made.append(t)
+        self.tables = made
+        self._collection = EmbeddingCollection(made)
+        self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
+
+    def split(self, indices: Any, offsets: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Split FBGEMM-layout ``indices``/``offsets`` into per-table ``(values, offsets)``."""
+        v = _np_i64(indices, "indices")
+        o = _np_i64(offsets, "offsets")
+        n = len(self.tables)
+        if o.ndim != 1 or (len(o) - 1) % n != 0 or len(o) < 1:
+            raise InvalidArgumentError(f"offsets must have T * B + 1 entries for T = {n} tables, got {len(o)}")
+        b = (len(o) - 1) // n
+        if o[-1] != len(v):
+            raise InvalidArgumentError(f"the last offset is {o[-1]} but there are {len(v)} indices")
+        out = []
+        for t in range(n):
+            lo, hi = int(o[t * b]), int(o[(t + 1) * b])
+            if not 0 <= lo <= hi <= len(v):
+                raise InvalidArgumentError(f"offsets of table {t} run from {lo} to {hi}, outside 0..{len(v)}")
+            out.append((v[lo:hi], o[t * b:(t + 1) * b + 1] - lo))
+        return out
+
+    def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
+                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        bags = self.split(indices, offsets)
+        w = None
+        _check_psw_mode(per_sample_weights, self.mode)
+        if per_sample_weights is not None:
+            flat = _psw(per_sample_weights)
+            o = _np_i64(offsets, "offsets")
+            b = (len(o) - 1) // len(self.tables)
+            w = [flat[int(o[t * b]):int(o[(t + 1) * b])] for t in range(len(self.tables))]
+        return self._output(bags, w)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        for i, t in enumerate(self.tables):
+            _save_table(t, destination, f"{prefix}tables.{i}.", keep_vars)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
+                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+        for i, t in enumerate(self.tables):
+            _load_table(t, state_dict, f"{prefix}tables.{i}.", strict, missing_keys, error_msgs)
