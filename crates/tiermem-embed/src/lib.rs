@@ -13,6 +13,7 @@ pub mod cache;
 pub(crate) mod elem;
 pub(crate) mod locks;
 pub mod lookup;
+pub mod optim;
 pub mod reindex;
 pub mod rows;
 pub mod table;
@@ -20,10 +21,11 @@ pub mod update;
 pub mod workload;
 
 pub use bags::Bags;
-pub use cache::{CacheConfig, CachePolicy};
+pub use cache::{CacheConfig, CachePolicy, PolicyRef};
 pub use lookup::{lookup, LookupOut, Mode};
+pub use optim::{Optimizer, OptimizerConfig, RowOptimizer};
 pub use table::{Table, TableStats};
-pub use update::{update, Optimizer};
+pub use update::update;
 
 use tiermem_core::{bail, Result};
 

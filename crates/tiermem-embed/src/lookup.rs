@@ -155,8 +155,8 @@ struct Job<'a> {
 }
 
 /// Look up an ensemble: for each table `t`, every bag of `bags[t]` reduced by `mode` into
-/// `out`. Dynamic cached tables first flush if their cache is full, then cache what they
-/// touch; static ones fill their cache on first use. `prefetch` is the software prefetch distance in indices (0: none). Returns the
+/// `out`. Cached tables whose policy says so first make room if their cache is full, then
+/// cache what they touch, or fill their cache on first use. `prefetch` is the software prefetch distance in indices (0: none). Returns the
 /// tally of hits, misses and bytes.
 pub fn lookup(
     tables: &[&Table],
@@ -174,12 +174,8 @@ pub fn lookup(
     let full: Vec<&&Table> = tables
         .iter()
         .filter(|t| {
-            t.cache().is_some_and(|c| {
-                matches!(
-                    c.policy,
-                    super::CachePolicy::Dynamic | super::CachePolicy::Admit
-                ) && c.isfull()
-            })
+            t.cache()
+                .is_some_and(|c| c.policy.reclaims_when_full() && c.isfull())
         })
         .collect();
     match full.as_slice() {
@@ -198,7 +194,7 @@ pub fn lookup(
     }
     for t in tables {
         if let Some(c) = t.cache() {
-            if c.policy == super::CachePolicy::Static && !c.filled() {
+            if c.policy.fills_on_first_use() && !c.filled() {
                 t.fill_cache(0)?;
             }
         }

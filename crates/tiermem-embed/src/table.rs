@@ -26,19 +26,11 @@ pub(crate) enum Storage {
 pub(crate) struct Mutable {
     /// Row -> unique slot during reindexing (`u32::MAX` when unseen).
     pub(crate) slot_of: HugeSlice<u32>,
-    /// Adagrad sum of squares (rows x width) or row-wise Adagrad momentum (rows).
-    pub(crate) state: Option<(StateKind, HugeSlice<f32>)>,
+    /// The fused optimizer's state: its name and `rows x state_len` floats (Adagrad's sums of
+    /// squares, row-wise Adagrad's accumulators), for optimizers that keep any.
+    pub(crate) state: Option<(&'static str, HugeSlice<f32>)>,
     /// Optimizer steps taken (Adagrad learning-rate decay).
     pub(crate) steps: u64,
-}
-
-/// Which optimizer state a table holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateKind {
-    /// Per-element sum of squared gradients (`torch.optim.Adagrad`).
-    Adagrad,
-    /// Per-row mean of squared gradients (FBGEMM's row-wise Adagrad).
-    RowwiseAdagrad,
 }
 
 /// Hit/miss counters of a table since creation or the last reset.
@@ -475,9 +467,9 @@ impl Table {
             + self.cache().map_or(0, CachedRows::metadata_bytes))
     }
 
-    /// The fused optimizer's state, if any: its kind, length (`rows * width` for Adagrad,
-    /// `rows` for row-wise Adagrad) and the steps taken.
-    pub fn optimizer_state_info(&self) -> Result<Option<(StateKind, usize, u64)>> {
+    /// The fused optimizer's state, if any: the optimizer's name, the state's length
+    /// (`rows * width` for Adagrad, `rows` for row-wise Adagrad) and the steps taken.
+    pub fn optimizer_state_info(&self) -> Result<Option<(&'static str, usize, u64)>> {
         let s = self.shared()?;
         Ok(s.state.as_ref().map(|(k, v)| (*k, v.len(), s.steps)))
     }
@@ -501,20 +493,22 @@ impl Table {
         Ok(())
     }
 
-    /// Write `values` at `offset` into the optimizer state of `kind` (from a checkpoint, in
-    /// one piece or in chunks): state of another kind, or none, is replaced by zeros first.
-    /// `steps` becomes the state's step count.
+    /// Write `values` at `offset` into the state of optimizer `kind` (from a checkpoint, in
+    /// one piece or in chunks): state of another optimizer, or none, is replaced by zeros
+    /// first. `steps` becomes the state's step count.
     pub fn set_optimizer_state(
         &self,
-        kind: StateKind,
+        kind: &str,
         offset: usize,
         values: &[f32],
         steps: u64,
     ) -> Result<()> {
-        let want = match kind {
-            StateKind::Adagrad => self.rows * self.width,
-            StateKind::RowwiseAdagrad => self.rows,
-        };
+        let (kind, per_row) = super::optim::state_of(kind, self.width)?;
+        ensure!(
+            per_row > 0,
+            "optimizer '{kind}' keeps no state, so there is none to restore"
+        );
+        let want = self.rows * per_row;
         let end = offset.checked_add(values.len()).filter(|e| *e <= want);
         let Some(end) = end else {
             tiermem_core::bail!(

@@ -9,61 +9,14 @@ use rayon::prelude::*;
 use super::bags::{check_indices, Bags};
 use super::elem::{store_row, Bf16, Elem};
 use super::lookup::{check_call, chunk_size, Mode};
+use super::optim::Optimizer;
 use super::reindex::{reindex, Csr};
 use super::rows::{RowSource, Tally};
-use super::table::{Mutable, RowFn, StateKind, Table};
+use super::table::{Mutable, RowFn, Table};
 use super::{with_width, DType};
 use tiermem_core::arch::hints::sfence;
 use tiermem_core::sys::huge::HugeSlice;
 use tiermem_core::Result;
-
-/// The optimizer fused into the backward pass.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Optimizer {
-    /// `w -= lr * g` (`torch.optim.SGD` without momentum).
-    Sgd {
-        /// Learning rate.
-        lr: f32,
-    },
-    /// `torch.optim.Adagrad`: `s += g²; w -= clr * g / (sqrt(s) + eps)`, with
-    /// `clr = lr / (1 + (step - 1) * lr_decay)`.
-    Adagrad {
-        /// Learning rate.
-        lr: f32,
-        /// Added to the denominator.
-        eps: f32,
-        /// Learning-rate decay per step.
-        lr_decay: f32,
-        /// Starting value of `s`.
-        initial_accumulator: f32,
-    },
-    /// FBGEMM's row-wise Adagrad: one accumulator per row, `m += mean(g²);
-    /// w -= lr * g / (sqrt(m) + eps)`.
-    RowwiseAdagrad {
-        /// Learning rate.
-        lr: f32,
-        /// Added to the denominator.
-        eps: f32,
-        /// Starting value of `m` (FBGEMM starts at 0).
-        initial_accumulator: f32,
-    },
-}
-
-impl Optimizer {
-    fn state(&self) -> Option<(StateKind, f32)> {
-        match *self {
-            Optimizer::Sgd { .. } => None,
-            Optimizer::Adagrad {
-                initial_accumulator,
-                ..
-            } => Some((StateKind::Adagrad, initial_accumulator)),
-            Optimizer::RowwiseAdagrad {
-                initial_accumulator,
-                ..
-            } => Some((StateKind::RowwiseAdagrad, initial_accumulator)),
-        }
-    }
-}
 
 /// The incoming gradient of an ensemble lookup's output: the same layout as
 /// [`super::LookupOut`].
@@ -175,8 +128,10 @@ struct Plan<'a> {
     pad: u32,
     /// Per bag, 1 / (indices that are not padding), for mean bags.
     inv_len: Vec<f32>,
-    state: Option<(StateKind, super::lookup::SharedMut)>,
-    clr: f32,
+    /// Optimizer state floats per row and the state, if the optimizer keeps any.
+    state: Option<(usize, super::lookup::SharedMut)>,
+    /// The sink, with the optimizer as it runs at this table's step.
+    sink: Sink,
 }
 
 fn run(
@@ -190,31 +145,25 @@ fn run(
 ) -> Result<Tally> {
     let mut plans = Vec::with_capacity(tables.len());
     for (((tab, b), m), csr) in tables.iter().zip(bags).zip(states.iter_mut()).zip(csrs) {
-        let mut clr = 0.0;
-        let state = match sink {
-            Sink::Apply(opt, _) => {
+        let (sink, state) = match sink {
+            Sink::Apply(opt, nt) => {
                 m.steps += 1;
-                if let Optimizer::Adagrad { lr, lr_decay, .. } = opt {
-                    clr = lr / (1.0 + (m.steps - 1) as f32 * lr_decay);
-                }
-                match opt.state() {
-                    None => None,
-                    Some((kind, init)) => {
-                        if m.state.as_ref().is_none_or(|(k, _)| *k != kind) {
-                            let n = match kind {
-                                StateKind::Adagrad => tab.rows() * tab.featuresize(),
-                                StateKind::RowwiseAdagrad => tab.rows(),
-                            };
-                            let mut v = HugeSlice::zeroed(n)?;
-                            v.fill(init);
-                            m.state = Some((kind, v));
-                        }
-                        let v = &mut m.state.as_mut().expect("just set").1;
-                        Some((kind, super::lookup::SharedMut(v.as_mut_ptr())))
+                let opt = opt.at_step(m.steps);
+                let per_row = opt.state_len(tab.featuresize());
+                let state = if per_row == 0 {
+                    None
+                } else {
+                    if m.state.as_ref().is_none_or(|(k, _)| *k != opt.name()) {
+                        let mut v = HugeSlice::zeroed(tab.rows() * per_row)?;
+                        v.fill(opt.initial_state());
+                        m.state = Some((opt.name(), v));
                     }
-                }
+                    let v = &mut m.state.as_mut().expect("just set").1;
+                    Some((per_row, super::lookup::SharedMut(v.as_mut_ptr())))
+                };
+                (Sink::Apply(opt, nt), state)
             }
-            Sink::Collect(_) => None,
+            Sink::Collect(_) => (sink, None),
         };
         let bag_of = if mode == Mode::None {
             Vec::new()
@@ -254,7 +203,7 @@ fn run(
             pad,
             inv_len,
             state,
-            clr,
+            sink,
         });
     }
     let mut jobs = Vec::new();
@@ -274,7 +223,7 @@ fn run(
                 mode,
                 grad,
                 col: grad.cols[t],
-                sink,
+                sink: p.sink,
                 first,
                 last,
             };
@@ -379,52 +328,33 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
                 }
             }
             Sink::Apply(..) if p.csr.rows[u] == p.pad => {}
-            Sink::Apply(Optimizer::Sgd { lr }, false) => {
-                // In place, element by element: no row-sized copies to and from a buffer
-                // (which compile to memcpy calls that dominated this loop).
-                let dst = src.write(row, &mut tally).cast::<E>();
-                for (k, gk) in g.iter().enumerate() {
-                    // SAFETY: the row source gives `width` valid elements; exclusive lock.
-                    unsafe {
-                        let p = dst.add(k);
-                        p.write(E::from_f32(p.read().to_f32() - lr * gk));
-                    }
-                }
-            }
             Sink::Apply(opt, nt) => {
                 let dst = src.write(row, &mut tally).cast::<E>();
+                // SAFETY (both closures): the row source gives `width` valid elements; the
+                // exclusive lock is held and no other job handles this row.
+                let in_place = !nt
+                    && opt.elementwise(
+                        g,
+                        |k| unsafe { dst.add(k).read() }.to_f32(),
+                        |k, v| unsafe { dst.add(k).write(E::from_f32(v)) },
+                    );
+                if in_place {
+                    // Updated element by element: no row-sized copies to and from a buffer
+                    // (which compile to memcpy calls that dominated this loop).
+                    continue;
+                }
                 for (k, x) in w.iter_mut().enumerate() {
                     // SAFETY: the row source gives `width` valid elements; exclusive lock.
                     *x = unsafe { dst.add(k).read() }.to_f32();
                 }
-                match (opt, p.state) {
-                    (Optimizer::Sgd { lr }, _) => {
-                        for k in 0..width {
-                            w[k] -= lr * g[k];
-                        }
-                    }
-                    (Optimizer::Adagrad { eps, .. }, Some((_, st))) => {
-                        // SAFETY: the state has rows x width floats; row is ours.
-                        let s =
-                            unsafe { std::slice::from_raw_parts_mut(st.0.add(row * width), width) };
-                        let clr = p.clr;
-                        for k in 0..width {
-                            s[k] += g[k] * g[k];
-                            w[k] += -clr * (g[k] / (s[k].sqrt() + eps));
-                        }
-                    }
-                    (Optimizer::RowwiseAdagrad { lr, eps, .. }, Some((_, st))) => {
-                        let sq: f32 = g.iter().map(|x| x * x).sum::<f32>() / width as f32;
-                        // SAFETY: the state has one float per row; row is ours.
-                        let m = unsafe { &mut *st.0.add(row) };
-                        *m += sq;
-                        let mult = lr / (m.sqrt() + eps);
-                        for k in 0..width {
-                            w[k] -= mult * g[k];
-                        }
-                    }
-                    _ => unreachable!("state allocated for every stateful optimizer"),
-                }
+                let s: &mut [f32] = match p.state {
+                    // SAFETY: the state has `per_row` floats for each row; this row is ours.
+                    Some((per_row, st)) => unsafe {
+                        std::slice::from_raw_parts_mut(st.0.add(row * per_row), per_row)
+                    },
+                    None => &mut [],
+                };
+                opt.apply(w, g, s);
                 // SAFETY: as above.
                 unsafe { store_row::<E>(dst, w, nt) };
             }

@@ -10,10 +10,10 @@ use pyo3::prelude::*;
 use tiermem_core::Error;
 use tiermem_embed::bags::Bags;
 use tiermem_embed::rows::Tally;
-use tiermem_embed::table::StateKind;
-use tiermem_embed::update::{self, GradIn, Optimizer};
+use tiermem_embed::update::{self, GradIn};
 use tiermem_embed::workload::{self, Dist};
-use tiermem_embed::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
+use tiermem_embed::{lookup, CacheConfig, DType, LookupOut, Mode, Table};
+use tiermem_embed::{Optimizer, OptimizerConfig};
 
 use crate::error::{run, to_py};
 use crate::manager::PyManager;
@@ -78,13 +78,6 @@ pub struct PyTable {
     inner: Shared<Table>,
 }
 
-fn state_name(k: StateKind) -> &'static str {
-    match k {
-        StateKind::Adagrad => "adagrad",
-        StateKind::RowwiseAdagrad => "rowwise_adagrad",
-    }
-}
-
 #[pymethods]
 impl PyTable {
     /// Rows directly on manager device `device`.
@@ -139,7 +132,7 @@ impl PyTable {
         policy: &str,
     ) -> PyResult<Self> {
         let dt = DType::parse(dtype).map_err(to_py)?;
-        let policy = CachePolicy::parse(policy).map_err(to_py)?;
+        let policy = tiermem_embed::cache::policy::by_name(policy).map_err(to_py)?;
         let m = Arc::clone(&manager.inner);
         let cfg = CacheConfig {
             lower,
@@ -263,7 +256,7 @@ impl PyTable {
     /// (kind, length, steps) of the fused optimizer's state, or None.
     fn optimizer_state_info(&self, py: Python<'_>) -> PyResult<Option<(&'static str, usize, u64)>> {
         let info = run(py, || self.inner.optimizer_state_info())?;
-        Ok(info.map(|(k, n, s)| (state_name(k), n, s)))
+        Ok(info)
     }
 
     fn read_optimizer_state(
@@ -288,20 +281,11 @@ impl PyTable {
         src: &Bound<'_, PyAny>,
         steps: u64,
     ) -> PyResult<()> {
-        let k = match kind {
-            "adagrad" => StateKind::Adagrad,
-            "rowwise_adagrad" => StateKind::RowwiseAdagrad,
-            _ => {
-                return Err(to_py(Error::InvalidArgument(format!(
-                    "unknown optimizer state '{kind}' (known: adagrad, rowwise_adagrad)"
-                ))))
-            }
-        };
         let v = view::<f32>(src, "state", false)?;
         run(py, || {
             // SAFETY: `v` keeps the buffer exported for the call; it is only read.
             let values = unsafe { v.slice() };
-            self.inner.set_optimizer_state(k, offset, values, steps)
+            self.inner.set_optimizer_state(kind, offset, values, steps)
         })
     }
 }
@@ -453,25 +437,16 @@ pub fn update_from(
     nt: bool,
 ) -> PyResult<HashMap<&'static str, u64>> {
     let mode = Mode::parse(mode).map_err(to_py)?;
-    let opt = match optimizer {
-        "sgd" => Optimizer::Sgd { lr },
-        "adagrad" => Optimizer::Adagrad {
+    let opt = Optimizer::new(
+        optimizer,
+        &OptimizerConfig {
             lr,
             eps,
             lr_decay,
             initial_accumulator,
         },
-        "rowwise_adagrad" => Optimizer::RowwiseAdagrad {
-            lr,
-            eps,
-            initial_accumulator,
-        },
-        _ => {
-            return Err(to_py(Error::InvalidArgument(format!(
-                "unknown optimizer '{optimizer}' (known: sgd, adagrad, rowwise_adagrad)"
-            ))))
-        }
-    };
+    )
+    .map_err(to_py)?;
     let inp = inputs(tables.len(), &values, &offsets, &weights)?;
     let g = view::<f32>(grad, "grad (float32)", false)?;
     let ts = shared(&tables);

@@ -5,9 +5,12 @@ use std::sync::Arc;
 
 use tiermem_core::Error;
 use tiermem_embed::bags::Bags;
-use tiermem_embed::update::{update, GradIn, Optimizer};
+use tiermem_embed::cache::policy::{Admit, Dynamic, Static};
+use tiermem_embed::optim::{RowwiseAdagrad, Sgd};
+use tiermem_embed::update::{update, GradIn};
 use tiermem_embed::workload::Rng;
-use tiermem_embed::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
+use tiermem_embed::Optimizer;
+use tiermem_embed::{lookup, CacheConfig, DType, LookupOut, Mode, PolicyRef, Table};
 
 use super::two_tier;
 
@@ -24,11 +27,11 @@ fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -
         Table::direct(m, 1, ROWS, width, dtype).unwrap(),
     ];
     for (pct, policy) in [
-        (10, CachePolicy::Dynamic),
-        (50, CachePolicy::Dynamic),
-        (100, CachePolicy::Dynamic),
-        (25, CachePolicy::Static),
-        (20, CachePolicy::Admit),
+        (10, &Dynamic as PolicyRef),
+        (50, &Dynamic),
+        (100, &Dynamic),
+        (25, &Static),
+        (20, &Admit),
     ] {
         let cfg = CacheConfig {
             lower: bytes(pct) * 3 / 4,
@@ -42,7 +45,7 @@ fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -
     let init: Vec<f32> = (0..ROWS * width).map(|_| rng.f64() as f32 - 0.5).collect();
     for t in &v {
         t.write_rows(0, &init).unwrap();
-        if t.cache().is_some_and(|c| c.policy() == CachePolicy::Static) {
+        if t.cache().is_some_and(|c| c.policy().name() == "static") {
             assert!(t.fill_cache(9).unwrap() > 0);
         }
     }
@@ -110,12 +113,12 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
             }
             let grad: Vec<f32> = (0..64 * width).map(|_| rng.f64() as f32 - 0.5).collect();
             let opt = [
-                Optimizer::Sgd { lr: 0.1 },
-                Optimizer::RowwiseAdagrad {
+                Optimizer::Sgd(Sgd { lr: 0.1 }),
+                Optimizer::RowwiseAdagrad(RowwiseAdagrad {
                     lr: 0.1,
                     eps: 1e-8,
                     initial_accumulator: 0.0,
-                },
+                }),
             ][step % 2];
             for t in &ts {
                 update(
@@ -179,12 +182,12 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
 
 #[test]
 fn flushes_never_tear_rows_read_by_concurrent_lookups() {
-    for policy in [CachePolicy::Dynamic, CachePolicy::Admit] {
+    for policy in [&Dynamic as PolicyRef, &Admit] {
         flush_stress(policy);
     }
 }
 
-fn flush_stress(policy: CachePolicy) {
+fn flush_stress(policy: PolicyRef) {
     let m = manager();
     let width = 32;
     let stride_bytes = (ROWS * width * 4) as u64;
@@ -270,7 +273,7 @@ fn flush_stress(policy: CachePolicy) {
                 row_stride: width,
                 cols: &[0],
             },
-            Optimizer::Sgd { lr: 0.0 },
+            Optimizer::Sgd(Sgd { lr: 0.0 }),
             false,
         )
         .unwrap();
@@ -328,7 +331,7 @@ fn bad_input_is_refused_before_anything_changes() {
             row_stride: 16,
             cols: &[0],
         },
-        Optimizer::Sgd { lr: 1.0 },
+        Optimizer::Sgd(Sgd { lr: 1.0 }),
         false,
     )
     .unwrap_err();
@@ -377,7 +380,7 @@ fn bad_input_is_refused_before_anything_changes() {
             row_stride: 32,
             cols: &[0, 16]
         },
-        Optimizer::Sgd { lr: 1.0 },
+        Optimizer::Sgd(Sgd { lr: 1.0 }),
         false
     )
     .unwrap_err()
@@ -410,7 +413,7 @@ fn bad_input_is_refused_before_anything_changes() {
         CacheConfig {
             lower: 200 << 20,
             slack: 0,
-            policy: CachePolicy::Dynamic,
+            policy: &Dynamic,
         },
     );
     assert!(e.is_err());
@@ -425,7 +428,7 @@ fn bad_input_is_refused_before_anything_changes() {
         CacheConfig {
             lower: 0,
             slack: 640,
-            policy: CachePolicy::Dynamic,
+            policy: &Dynamic,
         },
     )
     .unwrap();
@@ -451,7 +454,7 @@ fn bad_input_is_refused_before_anything_changes() {
             row_stride: 16,
             cols: &[0],
         },
-        Optimizer::Sgd { lr: 1.0 },
+        Optimizer::Sgd(Sgd { lr: 1.0 }),
         false,
     )
     .unwrap();
@@ -469,7 +472,7 @@ fn reclaim_keeps_rows_hit_since_cached_and_matches_direct() {
     let cfg = CacheConfig {
         lower: 100 * 64,
         slack: 20 * 64,
-        policy: CachePolicy::Dynamic,
+        policy: &Dynamic,
     };
     let t = Table::cached(&m, 1, 0, 2000, width, DType::F32, cfg).unwrap();
     let d = Table::direct(&m, 1, 2000, width, DType::F32).unwrap();
@@ -505,7 +508,7 @@ fn reclaim_keeps_rows_hit_since_cached_and_matches_direct() {
                     &[bags],
                     Mode::Sum,
                     gi,
-                    Optimizer::Sgd { lr: 0.1 },
+                    Optimizer::Sgd(Sgd { lr: 0.1 }),
                     false,
                 )
                 .unwrap();

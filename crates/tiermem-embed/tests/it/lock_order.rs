@@ -10,8 +10,11 @@ use tiermem_core::manager::Manager;
 use tiermem_core::mechanism::Place;
 use tiermem_core::Error;
 use tiermem_embed::bags::Bags;
-use tiermem_embed::update::{update, GradIn, Optimizer};
-use tiermem_embed::{lookup, CacheConfig, CachePolicy, DType, LookupOut, Mode, Table};
+use tiermem_embed::cache::policy::Dynamic;
+use tiermem_embed::optim::Sgd;
+use tiermem_embed::update::{update, GradIn};
+use tiermem_embed::Optimizer;
+use tiermem_embed::{lookup, CacheConfig, DType, LookupOut, Mode, PolicyRef, Table};
 
 use super::two_tier;
 
@@ -38,7 +41,7 @@ fn watched(f: impl FnOnce()) {
     watcher.join().unwrap();
 }
 
-fn cached(m: &Arc<Manager>, rows: usize, policy: CachePolicy, frac: u64) -> Table {
+fn cached(m: &Arc<Manager>, rows: usize, policy: PolicyRef, frac: u64) -> Table {
     let bytes = (rows * 16 * 4) as u64 * frac / 100;
     let cfg = CacheConfig {
         lower: bytes,
@@ -46,7 +49,7 @@ fn cached(m: &Arc<Manager>, rows: usize, policy: CachePolicy, frac: u64) -> Tabl
         policy,
     };
     let t = Table::cached(m, 1, 0, rows, 16, DType::F32, cfg).unwrap();
-    if policy == CachePolicy::Static {
+    if policy.name() == "static" {
         t.fill_cache(1).unwrap();
     }
     t
@@ -55,10 +58,7 @@ fn cached(m: &Arc<Manager>, rows: usize, policy: CachePolicy, frac: u64) -> Tabl
 #[test]
 fn lookups_and_updates_in_opposite_table_orders_never_deadlock() {
     let m = Arc::new(two_tier(16 << 20, 64 << 20, "lru"));
-    let (a, b) = (
-        cached(&m, 4000, CachePolicy::Dynamic, 2),
-        cached(&m, 4000, CachePolicy::Dynamic, 2),
-    );
+    let (a, b) = (cached(&m, 4000, &Dynamic, 2), cached(&m, 4000, &Dynamic, 2));
     let values: Vec<i64> = (0..512).map(|i| (i * 37) % 4000).collect();
     let offsets: Vec<i64> = (0..=64).map(|i| i * 8).collect();
     let bags = Bags::new(0, &values, &offsets, None).unwrap();
@@ -85,7 +85,7 @@ fn lookups_and_updates_in_opposite_table_orders_never_deadlock() {
                                 row_stride: 32,
                                 cols: &[0, 16],
                             };
-                            let opt = Optimizer::Sgd { lr: 0.0 };
+                            let opt = Optimizer::Sgd(Sgd { lr: 0.0 });
                             update(&tabs, &[bags, bags], Mode::Sum, g, opt, false).unwrap();
                         }
                     }

@@ -8,6 +8,9 @@
 //! update already reads saves touching the slot's back-edge. The thesis stores full pointers with the same two low bits; a slot number is
 //! half the size, so twice as much of the pointer table stays in the CPU caches.
 //!
+//! This is the mechanism; what it does with misses, when it fills and whether it makes room
+//! is a [`CachePolicy`]'s to say ([`policy`]).
+//!
 //! Concurrency: lookups run under the table's shared lock and cache rows concurrently (a
 //! row's owner is whoever wins the compare-and-swap on its entry; losers read the home row,
 //! which stays valid until the owner publishes the slot). Updates and flushes run under the
@@ -19,16 +22,20 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+pub mod policy;
+
+pub use policy::{Admission, CachePolicy, PolicyRef};
+
 use super::rows::{charge, RowSource, Tally};
 use tiermem_core::arch::hints::prefetch;
 use tiermem_core::device::Device;
 use tiermem_core::sys::huge::HugeSlice;
-use tiermem_core::{bail, ensure, Result};
+use tiermem_core::{ensure, Result};
 
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;
 const DIRTY: u32 = 1 << 31;
-/// On an entry that is not cached: the row missed once recently (`admit` policy).
+/// On an entry that is not cached: the row missed once recently ([`Admission::SecondMiss`]).
 const SEEN: u32 = 4;
 /// On a back-edge: the row was hit since it was cached or last kept by a reclaim (dynamic
 /// policies' second chance). Back-edges hold `row + 1 < 2^29`, so the top bit is free.
@@ -44,44 +51,7 @@ const NONE: usize = usize::MAX;
 /// Most rows a cached table may have (slot numbers share a `u32` with three flag bits).
 pub const MAX_ROWS: usize = 1 << 29;
 
-/// How a cached table uses its cache (thesis §5.6.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CachePolicy {
-    /// Fill the cache once (on the first lookup, or by `fill_cache`) with rows in a
-    /// scrambled order, then only read through it.
-    Static,
-    /// Cache rows as lookups touch them; updates of cached rows stay in fast memory; when
-    /// the cache is full, the oldest pages are flushed before the next lookup.
-    Dynamic,
-    /// `dynamic` with admission control: a row is cached on its second miss within a
-    /// window (a "seen" bit in its entry, cleared for a quarter of the table at every flush),
-    /// so rows used once do not push out rows that are reused.
-    Admit,
-}
-
-impl CachePolicy {
-    /// Parse `static` or `dynamic`.
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "static" => Ok(CachePolicy::Static),
-            "dynamic" => Ok(CachePolicy::Dynamic),
-            "admit" => Ok(CachePolicy::Admit),
-            _ => bail!("unknown cache policy '{s}' (known: static, dynamic, admit; 'simple' is a direct table on the slow device)"),
-        }
-    }
-
-    /// Name.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            CachePolicy::Static => "static",
-            CachePolicy::Dynamic => "dynamic",
-            CachePolicy::Admit => "admit",
-        }
-    }
-}
-
-/// Cache sizes in bytes (thesis `cachelower` / `cacheslack`).
+/// Cache sizes in bytes (thesis `cachelower` / `cacheslack`) and the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Flushes shrink the cache to at most this many bytes.
@@ -89,7 +59,7 @@ pub struct CacheConfig {
     /// The cache may grow this far beyond `lower` before it is full.
     pub slack: u64,
     /// Policy.
-    pub policy: CachePolicy,
+    pub policy: PolicyRef,
 }
 
 /// Counters of one cached table since creation (or the last reset).
@@ -132,9 +102,9 @@ pub struct CachedRows {
     marks: AtomicBool,
     /// Whether the `static` policy's one fill has run.
     filled: AtomicBool,
-    /// Next row whose `SEEN` bit ages (`admit` policy).
+    /// Next row whose `SEEN` bit ages ([`CachedRows::age_seen`]).
     sweep: AtomicUsize,
-    pub(crate) policy: CachePolicy,
+    pub(crate) policy: PolicyRef,
     counters: Mutex<CacheCounters>,
     home_dev: Arc<Device>,
     cache_dev: Arc<Device>,
@@ -341,21 +311,21 @@ impl CachedRows {
         }
     }
 
-    /// Whether caching goes through admission control.
+    /// Whether caching admits a row on its second miss only (the policy's admission).
     #[must_use]
     pub fn admits(&self) -> bool {
-        self.policy == CachePolicy::Admit
+        self.policy.admission() == Admission::SecondMiss
     }
 
-    /// Whether lookups cache rows.
+    /// Whether lookups cache rows (the policy says).
     #[must_use]
     pub fn caches_on_lookup(&self) -> bool {
-        matches!(self.policy, CachePolicy::Dynamic | CachePolicy::Admit)
+        self.policy.caches_on_lookup()
     }
 
     /// `access_and_cache` (or `access` when `caching` is false): where row `i` is now.
-    /// With `admit`, a row is cached only if it missed before (its `SEEN` bit is set);
-    /// otherwise the miss sets the bit.
+    /// With `admit` ([`Admission::SecondMiss`]), a row is cached only if it missed before
+    /// (its `SEEN` bit is set); otherwise the miss sets the bit.
     #[inline(always)]
     fn locate(&self, i: usize, caching: bool, admit: bool, t: &mut Tally) -> *const u8 {
         let e = self.entry(i).load(Ordering::Acquire);
@@ -411,7 +381,7 @@ impl CachedRows {
         dst
     }
 
-    /// Cache rows in the given order until the cache is full (the `static` policy's fill).
+    /// Cache rows in the given order until the cache is full (a policy's fill on first use).
     /// Call with the table's exclusive lock held.
     pub(crate) fn fill(&self, order: impl Iterator<Item = usize>) -> Tally {
         self.filled.store(true, Ordering::Relaxed);
@@ -489,12 +459,10 @@ impl CachedRows {
         Ok(rows)
     }
 
-    /// After a flush or reclaim (pages lock released): age admission marks, clear `full`,
+    /// After a flush or reclaim (pages lock released): tell the policy, clear `full`,
     /// charge the traffic and count freed pages and written-back rows.
     fn after_room_made(&self, t: &Tally, pages_freed: u64, written: u64) {
-        if self.admits() {
-            self.age_seen();
-        }
+        self.policy.after_room_made(self);
         self.full.store(false, Ordering::Relaxed);
         charge(&self.home_dev, Some(&self.cache_dev), t);
         let mut c = self.counters.lock();
@@ -518,7 +486,7 @@ impl CachedRows {
         dirty
     }
 
-    /// Make room in a full dynamic cache, second-chance style (CLOCK at page granularity):
+    /// Make room in a full cache, second-chance style (CLOCK at page granularity):
     /// walk the oldest pages; a row hit since it was cached (or last kept) stays, packed
     /// towards the front of the walked pages with its mark cleared; the others leave (dirty
     /// ones written back first). Stops once the walked pages hold a slack's worth of free
@@ -598,7 +566,7 @@ impl CachedRows {
 
     /// Clear the `SEEN` bit of the next quarter of the table's uncached rows (round robin),
     /// so "missed before" means "missed within the last few flushes". Exclusive lock held.
-    fn age_seen(&self) {
+    pub fn age_seen(&self) {
         let n = self.rows.div_ceil(4);
         let start = self.sweep.load(Ordering::Relaxed) % self.rows;
         for k in 0..n {
@@ -637,10 +605,11 @@ impl CachedRows {
         CachedView {
             rows: self,
             caching,
+            admit: self.admits(),
         }
     }
 
-    /// Whether the cache has been filled once (the `static` policy fills on first use).
+    /// Whether the cache has been filled once (a policy may fill on first use).
     #[must_use]
     pub fn filled(&self) -> bool {
         self.filled.load(Ordering::Relaxed)
@@ -648,7 +617,7 @@ impl CachedRows {
 
     /// The policy.
     #[must_use]
-    pub fn policy(&self) -> CachePolicy {
+    pub fn policy(&self) -> PolicyRef {
         self.policy
     }
 
@@ -663,6 +632,8 @@ impl CachedRows {
 pub struct CachedView<'a> {
     rows: &'a CachedRows,
     caching: bool,
+    /// The policy's admission, read once per view (no virtual call per row).
+    admit: bool,
 }
 
 // SAFETY: slot and home pointers stay inside their pinned regions for every i < rows; rows
@@ -675,7 +646,7 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        self.rows.locate(i, self.caching, self.rows.admits(), t)
+        self.rows.locate(i, self.caching, self.admit, t)
     }
 
     #[inline(always)]
