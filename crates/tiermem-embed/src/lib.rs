@@ -11,9 +11,11 @@
 pub mod bags;
 pub mod cache;
 pub(crate) mod elem;
+pub mod home;
 pub(crate) mod locks;
 pub mod lookup;
 pub mod optim;
+pub mod reference;
 pub mod reindex;
 pub mod rows;
 pub mod table;

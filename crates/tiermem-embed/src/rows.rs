@@ -1,12 +1,9 @@
-//! Where a kernel finds row `i` (thesis Table 5.2's `rowpointer`): directly at
-//! `base + i * stride`, or through a cached table's pointer table. Kernels are generic over
+//! Where a kernel finds row `i` (thesis Table 5.2's `rowpointer`): in its home
+//! ([`crate::home`]) or through a cached table's pointer table. Kernels are generic over
 //! [`RowSource`], so the direct path has no indirection at all.
 
-use std::sync::Arc;
-
-use tiermem_core::arch::hints::prefetch;
 use tiermem_core::device::Device;
-use tiermem_core::model::{Access, Events, TwoLm};
+use tiermem_core::model::Events;
 
 /// Per-thread tallies a kernel keeps while it works and hands to [`RowSource::charge`] at
 /// the end of each chunk: cache behaviour and bytes per tier.
@@ -91,116 +88,4 @@ pub unsafe trait RowSource: Sync {
     fn prefetch_far(&self, _i: usize) {}
     /// Charge a tally to the devices behind the rows.
     fn charge(&self, t: &Tally);
-}
-
-/// Rows stored contiguously on one device.
-pub struct DirectRows {
-    pub(crate) base: *mut u8,
-    pub(crate) stride: usize,
-    /// Whether the device is the manager's fastest (reads count as hits, else misses).
-    pub(crate) fast: bool,
-    pub(crate) device: Arc<Device>,
-}
-
-// SAFETY: the rows are plain memory owned by the table (pinned in the manager for its
-// lifetime); concurrent access is governed by the table's lock, as RowSource requires.
-unsafe impl Send for DirectRows {}
-// SAFETY: as above.
-unsafe impl Sync for DirectRows {}
-
-// SAFETY: base + i * stride stays inside the table's pinned region for every i < rows.
-unsafe impl RowSource for DirectRows {
-    #[inline(always)]
-    fn stride(&self) -> usize {
-        self.stride
-    }
-
-    #[inline(always)]
-    fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        if self.fast {
-            t.hits += 1;
-        } else {
-            t.misses += 1;
-        }
-        t.home_read += self.stride as u64;
-        t.home_rows += 1;
-        self.base.wrapping_add(i * self.stride)
-    }
-
-    #[inline(always)]
-    fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
-        t.home_read += self.stride as u64;
-        t.home_rows += 1;
-        t.home_written += self.stride as u64;
-        self.base.wrapping_add(i * self.stride)
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, i: usize) {
-        prefetch(self.base.wrapping_add(i * self.stride), self.stride);
-    }
-
-    fn charge(&self, t: &Tally) {
-        charge(&self.device, None, t);
-    }
-}
-
-/// Rows stored contiguously on a slow device behind the 2LM model: every row a kernel reads
-/// or updates runs through the model's tags, which charge the hardware cache's traffic.
-pub struct ModelRows {
-    pub(crate) direct: DirectRows,
-    pub(crate) model: Arc<TwoLm>,
-}
-
-// SAFETY: the same rows as DirectRows; the model only looks at their addresses.
-unsafe impl RowSource for ModelRows {
-    #[inline(always)]
-    fn stride(&self) -> usize {
-        self.direct.stride
-    }
-
-    #[inline(always)]
-    fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        let p = self.direct.base.wrapping_add(i * self.direct.stride);
-        if self
-            .model
-            .access(p, self.direct.stride, Access::Read, &mut t.events)
-        {
-            t.hits += 1;
-        } else {
-            t.misses += 1;
-            t.home_rows += 1;
-        }
-        p
-    }
-
-    #[inline(always)]
-    fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
-        let p = self.direct.base.wrapping_add(i * self.direct.stride);
-        if !self.model.access(
-            p,
-            self.direct.stride,
-            Access::ReadModifyWrite,
-            &mut t.events,
-        ) {
-            t.home_rows += 1;
-        }
-        p
-    }
-
-    #[inline(always)]
-    fn prefetch(&self, i: usize) {
-        self.direct.prefetch(i);
-    }
-
-    #[inline(always)]
-    fn prefetch_far(&self, i: usize) {
-        self.model
-            .prefetch(self.direct.base.wrapping_add(i * self.direct.stride));
-    }
-
-    fn charge(&self, t: &Tally) {
-        self.model
-            .charge(&t.events, t.home_rows.div_ceil(MEMORY_PARALLELISM));
-    }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::cache::{CacheConfig, CachedRows, MAX_ROWS};
-use super::rows::{DirectRows, ModelRows, RowSource, Tally};
+use super::home::{Home, MemoryHome, ModelHome};
+use super::rows::{RowSource, Tally};
 use super::DType;
 use tiermem_core::manager::{Manager, Reservation};
 use tiermem_core::model::TwoLm;
@@ -17,9 +18,10 @@ use tiermem_core::sys::huge::HugeSlice;
 use tiermem_core::{ensure, Error, Result};
 
 pub(crate) enum Storage {
-    Direct(DirectRows, Reservation),
-    Cached(Box<CachedRows>, Reservation, Reservation),
-    Model(ModelRows, Reservation),
+    /// Kernels read and update rows in their home.
+    Direct(Home),
+    /// Through a cache in fast memory in front of the home.
+    Cached(Box<CachedRows>),
 }
 
 /// Per-table optimizer state and reindex scratch; lives under the exclusive lock.
@@ -123,20 +125,8 @@ impl Table {
         dtype: DType,
     ) -> Result<Self> {
         Self::check_shape(rows, width)?;
-        let stride = stride_of(width, dtype);
-        let bytes = (rows as u64).checked_mul(stride as u64).ok_or_else(|| {
-            Error::InvalidArgument(format!("{rows} rows of {stride} bytes overflow"))
-        })?;
-        let mem = Reservation::new(manager, device, bytes)?;
-        // SAFETY: mem is valid for `bytes` writes and ours alone.
-        unsafe { std::ptr::write_bytes(mem.ptr, 0, mem.len) };
-        let direct = DirectRows {
-            base: mem.ptr,
-            stride,
-            fast: device == 0,
-            device: manager.devices()[device].clone(),
-        };
-        Self::build(rows, width, dtype, Storage::Direct(direct, mem))
+        let home = MemoryHome::new(manager, device, rows, stride_of(width, dtype))?;
+        Self::build(rows, width, dtype, Storage::Direct(home.into()))
     }
 
     /// A table whose rows live on the 2LM model's slow device, every access running through
@@ -148,20 +138,9 @@ impl Table {
         width: usize,
         dtype: DType,
     ) -> Result<Self> {
-        let (slow, _) = model.devices();
-        let t = Self::direct(manager, slow, rows, width, dtype)?;
-        let Storage::Direct(direct, mem) = t.storage else {
-            unreachable!("Table::direct builds direct storage")
-        };
-        ensure!(
-            model.covers(mem.ptr, mem.len),
-            "the table's rows are not on the 2LM model's slow device (was the model built for another manager?)"
-        );
-        let rows_impl = ModelRows {
-            direct,
-            model: model.clone(),
-        };
-        Self::build(rows, width, dtype, Storage::Model(rows_impl, mem))
+        Self::check_shape(rows, width)?;
+        let home = ModelHome::new(manager, model, rows, stride_of(width, dtype))?;
+        Self::build(rows, width, dtype, Storage::Direct(home.into()))
     }
 
     /// A cached table: base rows on device `slow`, cache pages for `cachelower + cacheslack`
@@ -201,10 +180,8 @@ impl Table {
             fast_dev.name,
             fast_dev.capacity
         );
-        let home = Reservation::new(manager, slow, table_bytes)?;
+        let home = MemoryHome::new(manager, slow, rows, stride)?;
         let cache = Reservation::new(manager, fast, cache_bytes)?;
-        // SAFETY: home is valid for table_bytes writes and ours alone.
-        unsafe { std::ptr::write_bytes(home.ptr, 0, home.len) };
         let config = CacheConfig {
             lower: config.lower.min(cache_bytes),
             slack: config
@@ -212,25 +189,20 @@ impl Table {
                 .min(cache_bytes - config.lower.min(cache_bytes)),
             ..config
         };
-        // SAFETY: home covers rows * stride bytes, cache frames * frame_rows * stride; both
-        // stay pinned as long as the table (they are stored next to the rows in Storage).
+        // SAFETY: the home holds rows * stride bytes, the cache frames * frame_rows * stride;
+        // the cached rows own both.
         let rows_impl = unsafe {
             CachedRows::new(
                 rows,
                 stride,
-                (home.ptr, manager.devices()[slow].clone()),
-                (cache.ptr, manager.devices()[fast].clone()),
+                home.into(),
+                (cache, manager.devices()[fast].clone()),
                 frame_rows,
                 frames,
                 config,
             )
         }?;
-        Self::build(
-            rows,
-            width,
-            dtype,
-            Storage::Cached(Box::new(rows_impl), home, cache),
-        )
+        Self::build(rows, width, dtype, Storage::Cached(Box::new(rows_impl)))
     }
 
     /// The padding row (`torch.nn.EmbeddingBag`'s `padding_idx`): its indices are left out
@@ -283,8 +255,17 @@ impl Table {
     #[must_use]
     pub fn cache(&self) -> Option<&CachedRows> {
         match &self.storage {
-            Storage::Cached(c, ..) => Some(c),
-            Storage::Direct(..) | Storage::Model(..) => None,
+            Storage::Cached(c) => Some(c),
+            Storage::Direct(_) => None,
+        }
+    }
+
+    /// Where the rows live when not cached.
+    #[must_use]
+    pub fn home(&self) -> &Home {
+        match &self.storage {
+            Storage::Direct(h) => h,
+            Storage::Cached(c) => c.home(),
         }
     }
 
@@ -292,8 +273,8 @@ impl Table {
     #[must_use]
     pub fn devices(&self) -> (usize, Option<usize>) {
         match &self.storage {
-            Storage::Direct(_, m) | Storage::Model(_, m) => (m.device, None),
-            Storage::Cached(_, h, c) => (h.device, Some(c.device)),
+            Storage::Direct(h) => (h.device_index(), None),
+            Storage::Cached(c) => (c.home().device_index(), Some(c.cache_device())),
         }
     }
 
@@ -309,9 +290,8 @@ impl Table {
     /// tables under the dynamic policy.
     pub(crate) fn with_rows<T>(&self, caching: bool, f: impl RowFn<T>) -> T {
         match &self.storage {
-            Storage::Direct(d, _) => f.call(d),
-            Storage::Model(r, _) => f.call(r),
-            Storage::Cached(c, ..) => f.call(&c.view(caching && c.caches_on_lookup())),
+            Storage::Direct(h) => h.with(f),
+            Storage::Cached(c) => f.call(&c.view(caching && c.caches_on_lookup())),
         }
     }
 

@@ -330,12 +330,13 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> T
             Sink::Apply(..) if p.csr.rows[u] == p.pad => {}
             Sink::Apply(opt, nt) => {
                 let dst = src.write(row, &mut tally).cast::<E>();
-                // SAFETY (both closures): the row source gives `width` valid elements; the
-                // exclusive lock is held and no other job handles this row.
                 let in_place = !nt
                     && opt.elementwise(
                         g,
+                        // SAFETY: the row source gives `width` valid elements and k < width;
+                        // the exclusive lock is held and no other job handles this row.
                         |k| unsafe { dst.add(k).read() }.to_f32(),
+                        // SAFETY: as above.
                         |k, v| unsafe { dst.add(k).write(E::from_f32(v)) },
                     );
                 if in_place {

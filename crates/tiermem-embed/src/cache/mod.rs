@@ -26,9 +26,11 @@ pub mod policy;
 
 pub use policy::{Admission, CachePolicy, PolicyRef};
 
+use super::home::Home;
 use super::rows::{charge, RowSource, Tally};
 use tiermem_core::arch::hints::prefetch;
 use tiermem_core::device::Device;
+use tiermem_core::manager::Reservation;
 use tiermem_core::sys::huge::HugeSlice;
 use tiermem_core::{ensure, Result};
 
@@ -83,6 +85,7 @@ struct Pages {
 pub struct CachedRows {
     rows: usize,
     stride: usize,
+    /// The home's rows in memory ([`Home::memory`]): misses read there, dirty rows go back.
     home: *mut u8,
     cache: *mut u8,
     entries: HugeSlice<AtomicU32>,
@@ -106,8 +109,11 @@ pub struct CachedRows {
     sweep: AtomicUsize,
     pub(crate) policy: PolicyRef,
     counters: Mutex<CacheCounters>,
-    home_dev: Arc<Device>,
+    /// Where the rows live when not cached (owned: released with the table).
+    home_rows: Home,
     cache_dev: Arc<Device>,
+    /// The cache pages' bytes in the manager.
+    _cache_mem: Reservation,
 }
 
 // SAFETY: home and cache are plain memory pinned for the table's lifetime; every shared
@@ -125,28 +131,36 @@ impl CachedRows {
         ((2usize << 20) / stride).min(cache_rows.div_ceil(8)).max(1)
     }
 
-    /// Build over `home` (the base rows) and `cache` (`frames * frame_rows` slots).
+    /// Build over `home` (the base rows, which must be in memory: [`Home::memory`]) and the
+    /// reservation `cache` on device `cache_dev` (`frames * frame_rows` slots).
     ///
     /// # Safety
-    /// `home` must be valid for `rows * stride` bytes and `cache` for `frames * frame_rows *
-    /// stride` bytes, both for the lifetime of the returned value, used by nothing else.
+    /// `home` must hold `rows * stride` bytes of rows and `cache` at least `frames *
+    /// frame_rows * stride` bytes.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn new(
         rows: usize,
         stride: usize,
-        home: (*mut u8, Arc<Device>),
-        cache: (*mut u8, Arc<Device>),
+        home: Home,
+        cache: (Reservation, Arc<Device>),
         frame_rows: usize,
         frames: usize,
         config: CacheConfig,
     ) -> Result<Self> {
+        let Some(home_base) = home.memory() else {
+            tiermem_core::bail!(
+                "a cache in front of a '{}' home is not supported: its rows are not in memory \
+                 the cache can read in place",
+                home.kind()
+            );
+        };
         let slots = frame_rows * frames;
         let entries = HugeSlice::<AtomicU32>::zeroed(rows)?;
         let c = CachedRows {
             rows,
             stride,
-            home: home.0,
-            cache: cache.0,
+            home: home_base,
+            cache: cache.0.ptr,
             entries_ptr: entries.as_ptr(),
             entries,
             back: HugeSlice::zeroed(slots)?,
@@ -166,8 +180,9 @@ impl CachedRows {
             sweep: AtomicUsize::new(0),
             policy: config.policy,
             counters: Mutex::new(CacheCounters::default()),
-            home_dev: home.1,
+            home_rows: home,
             cache_dev: cache.1,
+            _cache_mem: cache.0,
         };
         c.update_marks();
         Ok(c)
@@ -392,7 +407,7 @@ impl CachedRows {
             }
             self.locate(i, true, false, &mut t);
         }
-        charge(&self.home_dev, Some(&self.cache_dev), &t);
+        charge(self.home_rows.device(), Some(&self.cache_dev), &t);
         t
     }
 
@@ -464,7 +479,7 @@ impl CachedRows {
     fn after_room_made(&self, t: &Tally, pages_freed: u64, written: u64) {
         self.policy.after_room_made(self);
         self.full.store(false, Ordering::Relaxed);
-        charge(&self.home_dev, Some(&self.cache_dev), t);
+        charge(self.home_rows.device(), Some(&self.cache_dev), t);
         let mut c = self.counters.lock();
         c.pages_flushed += pages_freed;
         c.rows_written_back += written;
@@ -626,6 +641,18 @@ impl CachedRows {
     pub fn rows(&self) -> usize {
         self.rows
     }
+
+    /// Where the rows live when not cached.
+    #[must_use]
+    pub fn home(&self) -> &Home {
+        &self.home_rows
+    }
+
+    /// Manager index of the cache's device.
+    #[must_use]
+    pub fn cache_device(&self) -> usize {
+        self._cache_mem.device
+    }
 }
 
 /// A cached table seen by one kernel call.
@@ -689,6 +716,6 @@ unsafe impl RowSource for CachedView<'_> {
     }
 
     fn charge(&self, t: &Tally) {
-        charge(&self.rows.home_dev, Some(&self.rows.cache_dev), t);
+        charge(self.rows.home_rows.device(), Some(&self.rows.cache_dev), t);
     }
 }

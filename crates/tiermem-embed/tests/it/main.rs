@@ -2,6 +2,7 @@
 //! and the lock order, bad input.
 
 mod embedding;
+mod kernels;
 mod lock_order;
 
 use tiermem_core::device::Device;
