@@ -21,6 +21,8 @@ def _stub_names() -> dict[str, set[str]]:
             out[""].add(node.name)
         elif isinstance(node, ast.FunctionDef):
             out[""].add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and not node.target.id.startswith("_"):
+            out[""].add(node.target.id)  # the exported vocabularies
     return out
 
 

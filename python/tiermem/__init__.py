@@ -15,7 +15,6 @@ Importing tiermem never imports torch or matplotlib.
 
 from __future__ import annotations
 
-import json as _json
 from typing import Any
 
 from . import _tiermem
@@ -42,22 +41,23 @@ from .manager import Manager
 
 __version__: str = _tiermem.__version__
 
-BUILTIN_POLICIES = ("lru", "lru_in_place", "all_fast", "all_slow", "first_touch", "2lm_model")
+#: The built-in policies' names (the core's registry; ``2lm_model:LINE`` is also accepted).
+BUILTIN_POLICIES: tuple[str, ...] = tuple(_tiermem.POLICIES)
 
 
 def topology() -> dict[str, Any]:
     """NUMA nodes (sizes, CPUs, distances, kernel memory tiers), available memory, THP mode."""
-    return _json.loads(_tiermem.topology_json())
+    return _tiermem.topology()
 
 
 def profiles() -> list[dict[str, Any]]:
     """The emulated device profiles, as ratios of this machine's DRAM, with their sources."""
-    return _json.loads(_tiermem.profiles_json())
+    return _tiermem.profiles()
 
 
 def dram_figures() -> dict[str, Any]:
     """This machine's DRAM bandwidth and latency (from ``tiermem calibrate``, else measured)."""
-    return _json.loads(_tiermem.dram_figures_json())
+    return _tiermem.dram_figures()
 
 
 def calibration_path() -> str:

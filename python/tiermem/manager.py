@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
@@ -21,7 +20,8 @@ __all__ = ["Manager", "DeviceList"]
 #: list of ``(spec, capacity)`` pairs or ``"spec=capacity"`` strings.
 DeviceList = Union[Mapping[str, Union[int, str]], Iterable[Union[tuple[str, Union[int, str]], str]]]
 
-_PLACES = {"fast": -1, "slow": -2, "auto": -3}
+#: Place names and the codes the core takes them by (the core's ``Place::CODES``).
+_PLACES: dict[str, int] = dict(_tiermem.PLACES)
 
 
 def _parse_devices(devices: DeviceList) -> list[tuple[str, int]]:
@@ -76,7 +76,7 @@ class Manager:
         self._copy_threads = {tuple(k): int(v) for k, v in (copy_threads or {}).items()}
         self._python_policy = None if isinstance(policy, str) else policy
         # The core's names: a spec's `?overwrite` option is not part of the device's name.
-        self.device_names: list[str] = [d["name"] for d in json.loads(self._native.devices_json())]
+        self.device_names: list[str] = [d["name"] for d in self._native.devices()]
         for (src, dst), n in (copy_threads or {}).items():
             self._native.set_pair_threads(src, dst, int(n))
 
@@ -157,7 +157,7 @@ class Manager:
     def stats(self) -> dict[str, dict[str, int]]:
         """Counters per device: bytes read and written (copy engine and kernels), moves in
         and out, evictions, dirty write-backs, write-backs elided, allocation failures."""
-        return json.loads(self._native.stats_json())
+        return self._native.stats()
 
     def reset_stats(self) -> None:
         """Zero every counter and restart peak-use measurement."""
@@ -171,7 +171,7 @@ class Manager:
     @property
     def devices(self) -> list[dict[str, Any]]:
         """Device descriptions (kind, capacity, byte-addressable, real or emulated, figures)."""
-        return json.loads(self._native.devices_json())
+        return self._native.devices()
 
     def check(self) -> None:
         """Raise ``AssertionError`` if any manager invariant is broken (for tests)."""
@@ -181,10 +181,9 @@ class Manager:
         """What the policy counts itself, or None: for ``2lm_model``, the model's Table 2.2
         events (``read_hit``, ..., ``write_hit``, ``write_miss_clean``, ``ddo``), traffic and
         hit rate."""
-        raw = self._native.policy_stats_json()
-        if raw is None:
+        s = self._native.policy_stats()
+        if s is None:
             return None
-        s = json.loads(raw)
         if isinstance(s.get("events"), list):
             s["events"] = dict(zip(_tiermem.TwoLmModel.EVENT_NAMES, s["events"]))
         return s
@@ -207,7 +206,7 @@ class Manager:
         try:
             yield samples
         finally:
-            samples.extend(json.loads(rec.finish()))
+            samples.extend(rec.finish())
 
     def __repr__(self) -> str:
         devs = ", ".join(f"{n}: {u['used']}/{u['capacity']}" for n, u in self.usage().items())

@@ -18,18 +18,20 @@ Listing 4.2; before_access: stage block-resident data into memory).
 ``evict_from(device, start, nbytes, callback)``. It is valid only during the call it is
 passed to. Every call runs under the manager's lock.
 
-``place`` is ``-1`` (fast), ``-2`` (slow), ``-3`` (auto) or a device index.
+``place`` is :data:`FAST`, :data:`SLOW`, :data:`AUTO` (negative codes) or a device index.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ._tiermem import PLACES as _PLACES
 from ._tiermem import DataApi
 
 __all__ = ["PolicyProtocol", "DataApi", "FAST", "SLOW", "AUTO", "FifoPolicy"]
 
-FAST, SLOW, AUTO = -1, -2, -3
+#: Place codes (the core's ``Place::CODES``, exported by the binding).
+FAST, SLOW, AUTO = _PLACES["fast"], _PLACES["slow"], _PLACES["auto"]
 
 
 class PolicyProtocol(Protocol):

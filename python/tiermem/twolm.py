@@ -19,7 +19,6 @@ reports call it "2LM model"::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from . import _tiermem
@@ -82,7 +81,7 @@ class TwoLmModel:
     def stats(self) -> dict[str, Any]:
         """``events`` (name -> lines), ``traffic`` (bytes: fast_read, fast_written, slow_read,
         slow_written), ``amplification`` (memory accesses per demand access) and ``hit_rate``."""
-        s = json.loads(self._native.stats_json())
+        s = self._native.stats()
         s["events"] = dict(zip(EVENTS, s["events"]))
         return s
 

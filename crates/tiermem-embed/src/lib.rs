@@ -42,6 +42,10 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every storage type's name as NumPy and PyTorch spell it ([`DType::parse`] also
+    /// takes `f32` and `bf16`).
+    pub const NAMES: &'static [&'static str] = &["float32", "bfloat16"];
+
     /// Parse `"f32"`/`"float32"` or `"bf16"`/`"bfloat16"`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {

@@ -24,6 +24,9 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode's name, as [`Mode::parse`] takes them.
+    pub const NAMES: &'static [&'static str] = &["sum", "mean", "none"];
+
     /// Parse `sum`, `mean` or `none`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {

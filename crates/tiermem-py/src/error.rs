@@ -19,25 +19,119 @@ mod exc {
     pyo3::import_exception!(tiermem.exceptions, PoisonedError);
 }
 
-/// Convert a core error into the matching Python exception.
+/// Convert a core error into the matching Python exception, with the error's fields as
+/// attributes of the exception (`device`, `requested`, `free`, `largest`, `capacity`,
+/// `object`, `pins`, `held`, `action`, `pinned_bytes`, `path`, `what`, `table`, `position`,
+/// `value`, `rows`, `policy`; documented on the classes in `tiermem/exceptions.py`).
 pub fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
-    match e {
-        Error::InvalidArgument(_) => exc::InvalidArgumentError::new_err(msg),
-        Error::UnknownDevice(_) => exc::UnknownDeviceError::new_err(msg),
-        Error::DeviceFull { .. } => exc::DeviceFullError::new_err(msg),
-        Error::Pinned { .. } => exc::PinnedError::new_err(msg),
-        Error::AllPinned { .. } => exc::AllPinnedError::new_err(msg),
-        Error::NoSuchObject(_) => exc::NoSuchObjectError::new_err(msg),
-        Error::Io { source, .. } => {
-            exc::DeviceIOError::new_err((source.raw_os_error().unwrap_or(0), msg))
-        }
-        Error::IndexOutOfRange { .. } => exc::IndexOutOfRangeError::new_err(msg),
-        Error::Guard(_) => exc::GuardError::new_err(msg),
-        Error::Policy { .. } => exc::PolicyError::new_err(msg),
-        Error::LockOrder(_) => exc::LockOrderError::new_err(msg),
-        Error::Poisoned(_) => exc::PoisonedError::new_err(msg),
+    let (err, fields): (PyErr, Vec<(&str, Field)>) = match e {
+        Error::InvalidArgument(_) => (exc::InvalidArgumentError::new_err(msg), vec![]),
+        Error::UnknownDevice(_) => (exc::UnknownDeviceError::new_err(msg), vec![]),
+        Error::DeviceFull {
+            device,
+            requested,
+            free,
+            largest,
+            capacity,
+        } => (
+            exc::DeviceFullError::new_err(msg),
+            vec![
+                ("device", Field::Str(device)),
+                ("requested", Field::Int(requested)),
+                ("free", Field::Int(free)),
+                ("largest", Field::Int(largest)),
+                ("capacity", Field::Int(capacity)),
+            ],
+        ),
+        Error::Pinned {
+            object,
+            pins,
+            held,
+            action,
+        } => (
+            exc::PinnedError::new_err(msg),
+            vec![
+                ("object", Field::Int(object)),
+                ("pins", Field::Int(pins.into())),
+                ("held", Field::Int(held.into())),
+                ("action", Field::Str(action.to_owned())),
+            ],
+        ),
+        Error::AllPinned {
+            device,
+            requested,
+            pinned_bytes,
+            capacity,
+        } => (
+            exc::AllPinnedError::new_err(msg),
+            vec![
+                ("device", Field::Str(device)),
+                ("requested", Field::Int(requested)),
+                ("pinned_bytes", Field::Int(pinned_bytes)),
+                ("capacity", Field::Int(capacity)),
+            ],
+        ),
+        Error::NoSuchObject(id) => (
+            exc::NoSuchObjectError::new_err(msg),
+            vec![("object", Field::Int(id))],
+        ),
+        Error::Io {
+            device,
+            path,
+            what,
+            source,
+        } => (
+            exc::DeviceIOError::new_err((source.raw_os_error().unwrap_or(0), msg)),
+            vec![
+                ("device", Field::Str(device)),
+                ("path", Field::Str(path)),
+                ("what", Field::Str(what)),
+            ],
+        ),
+        Error::IndexOutOfRange {
+            table,
+            position,
+            value,
+            rows,
+        } => (
+            exc::IndexOutOfRangeError::new_err(msg),
+            vec![
+                ("table", Field::Int(table as u64)),
+                ("position", Field::Int(position as u64)),
+                ("value", Field::Signed(value)),
+                ("rows", Field::Int(rows as u64)),
+            ],
+        ),
+        Error::Guard(_) => (exc::GuardError::new_err(msg), vec![]),
+        Error::Policy { policy, .. } => (
+            exc::PolicyError::new_err(msg),
+            vec![("policy", Field::Str(policy))],
+        ),
+        Error::LockOrder(_) => (exc::LockOrderError::new_err(msg), vec![]),
+        Error::Poisoned(_) => (exc::PoisonedError::new_err(msg), vec![]),
+    };
+    if !fields.is_empty() {
+        Python::attach(|py| {
+            let v = err.value(py);
+            for (name, f) in fields {
+                // An attribute that cannot be set leaves the message, which says it all.
+                let _ = match f {
+                    Field::Str(s) => v.setattr(name, s),
+                    Field::Int(i) => v.setattr(name, i),
+                    Field::Signed(i) => v.setattr(name, i),
+                };
+            }
+        });
     }
+    err
+}
+
+/// One field of an error, as a Python attribute.
+enum Field {
+    Str(String),
+    Int(u64),
+    Signed(i64),
 }
 
 thread_local! {

@@ -1,38 +1,42 @@
-//! Python binding of tiermem-core: conversions, GIL release and error mapping only.
+//! Python binding of tiermem-core and tiermem-embed: conversions, GIL release and error
+//! mapping only. Files mirror the crates (`core/` and `embed/`, one file per core module
+//! bound); the names Python validates against are exported from the crates' registries
+//! (`vocab.rs`), never copied.
 
-mod embedding;
+mod buffer;
+mod convert;
+mod core;
+mod embed;
 mod error;
-mod manager;
-mod measure;
-mod policy;
 mod shared;
-mod twolm;
+mod vocab;
 
 use pyo3::prelude::*;
 
-/// The native part of the `tiermem` package.
+/// The native module `tiermem._tiermem`.
 #[pymodule(gil_used = false)]
 fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     tiermem_core::lock_order::set_blocking_check(shared::holds_gil);
-    m.add_class::<manager::PyManager>()?;
-    m.add_class::<manager::PyRecorder>()?;
-    m.add_class::<policy::DataApi>()?;
-    m.add_class::<embedding::PyTable>()?;
-    m.add_class::<twolm::PyTwoLm>()?;
-    m.add_function(wrap_pyfunction!(embedding::lookup_into, m)?)?;
-    m.add_function(wrap_pyfunction!(embedding::update_from, m)?)?;
-    m.add_function(wrap_pyfunction!(embedding::sparse_grad, m)?)?;
-    m.add_function(wrap_pyfunction!(embedding::gather, m)?)?;
-    m.add_function(wrap_pyfunction!(embedding::generate_into, m)?)?;
-    m.add_function(wrap_pyfunction!(embedding::uniform_into, m)?)?;
-    m.add_function(wrap_pyfunction!(embedding::reuse_histogram, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::topology_json, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::profiles_json, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::dram_figures_json, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::measure_dram_json, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::memcpy_seconds, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::calibration_path, m)?)?;
-    m.add_function(wrap_pyfunction!(measure::kernel_isa, m)?)?;
+    vocab::add(m)?;
+    m.add_class::<core::manager::PyManager>()?;
+    m.add_class::<core::manager::PyRecorder>()?;
+    m.add_class::<core::policy::DataApi>()?;
+    m.add_class::<core::model::PyTwoLm>()?;
+    m.add_class::<embed::table::PyTable>()?;
+    m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::kernels::update_from, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::kernels::sparse_grad, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::kernels::gather, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::workload::generate_into, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::workload::uniform_into, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::workload::reuse_histogram, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::topology, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::profiles, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::dram_figures, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::measure_dram, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::memcpy_seconds, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::calibration_path, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::kernel_isa, m)?)?;
     Ok(())
 }

@@ -24,7 +24,7 @@ def run_calibrate(args: Any) -> int:
     reps = 2 if args.quick else 5
     block = scratch_dir(args.dir) / f"tiermem-calibrate-{os.getpid()}.bin"
     specs = ["dram", *[f"emulated:{p['name']}" for p in profiles()], f"block:{block}"]
-    specs += [f"numa:{n['id']}" for n in json.loads(_tiermem.topology_json())["nodes"]]
+    specs += [f"numa:{n['id']}" for n in _tiermem.topology()["nodes"]]
     path = calibration_path()
     result: dict[str, Any] = {
         "version": 1,
@@ -37,14 +37,14 @@ def run_calibrate(args: Any) -> int:
         with Progress(steps, "calibrate") as bar:
             # DRAM first: emulated devices scale their profile to these figures, so they
             # must be on disk before any emulated device is created.
-            result["dram"] = json.loads(_tiermem.measure_dram_json(max(size, 64 << 20), reps))
+            result["dram"] = _tiermem.measure_dram(max(size, 64 << 20), reps)
             result["dram"]["source"] = "calibrated"
             _write(path, result)
             bar.step("dram")
             m = Manager({s: 2 * size + (8 << 20) for s in specs}, policy="first_touch")
             result["devices"] = {}
             for i, s in enumerate(specs):
-                result["devices"][s] = json.loads(m._native.measure_device(i, size, reps))
+                result["devices"][s] = m._native.measure_device(i, size, reps)
                 bar.step(s)
             result["copy"] = []
             for i, s in enumerate(specs):

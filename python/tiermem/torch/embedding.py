@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..embedding import OPTIMIZERS, EmbeddingCollection, EmbeddingTable, as_bags
+from ..embedding import EmbeddingCollection, EmbeddingTable, OptimizerConfig, as_bags
 from ..exceptions import InvalidArgumentError, TiermemError
 from ..manager import Manager
 
@@ -126,21 +126,28 @@ class _Lookup(torch.autograd.Function):
         return None, None, None, None
 
 
+def _settings(lr: float, eps: float | None, lr_decay: float, initial_accumulator_value: float,
+              nt_stores: bool) -> dict[str, Any]:
+    """The optimizer keywords that differ from :class:`OptimizerConfig`'s defaults (so a
+    module given a config and no keywords passes none)."""
+    given = {"lr": lr, "eps": eps, "lr_decay": lr_decay,
+             "initial_accumulator_value": initial_accumulator_value, "nt_stores": nt_stores}
+    default = OptimizerConfig()
+    return {k: v for k, v in given.items() if v != getattr(default, k)}
+
+
 class _FusedOptimizer:
     """Optimizer settings shared by the modules."""
 
-    def _init_optimizer(self, optimizer: str, lr: float, eps: float | None, lr_decay: float,
-                        initial_accumulator_value: float, nt_stores: bool) -> None:
-        if optimizer not in OPTIMIZERS:
-            raise InvalidArgumentError(f"optimizer {optimizer!r}: known are {', '.join(OPTIMIZERS)}")
-        if lr < 0:
-            raise InvalidArgumentError(f"lr must be >= 0, got {lr}")
-        self.optimizer = optimizer
-        self.lr = float(lr)
-        self.eps = eps
-        self.lr_decay = float(lr_decay)
-        self.initial_accumulator_value = float(initial_accumulator_value)
-        self.nt_stores = bool(nt_stores)
+    def _init_optimizer(self, optimizer: str | OptimizerConfig, **settings: Any) -> None:
+        #: The fused optimizer (validated once, here).
+        self.optim = OptimizerConfig.of(optimizer, **settings)
+        self.optimizer = self.optim.name
+        self.lr = self.optim.lr
+        self.eps = self.optim.eps
+        self.lr_decay = self.optim.lr_decay
+        self.initial_accumulator_value = self.optim.initial_accumulator_value
+        self.nt_stores = self.optim.nt_stores
         # The graph needs a tensor that requires grad to reach backward; it is not a
         # parameter (the tables update themselves) and is not saved.
         self._anchor = torch.zeros((), requires_grad=True)
@@ -177,11 +184,7 @@ class _FusedOptimizer:
     def _fused_update(self, bags: Any, grad: np.ndarray, weights: Any) -> None:
         if self._frozen:
             return
-        self._collection.update(
-            bags, grad, weights, mode=self.mode, optimizer=self.optimizer, lr=self.lr,
-            eps=self.eps, lr_decay=self.lr_decay,
-            initial_accumulator_value=self.initial_accumulator_value, nt_stores=self.nt_stores,
-        )
+        self._collection.update(bags, grad, weights, mode=self.mode, optimizer=self.optim)
 
 
 _TABLES_ASIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tiermem_tables_aside", default=False)
@@ -253,7 +256,9 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     Args:
         manager, where, cache, cacheslack, policy: where the rows live, as for
             :class:`tiermem.embedding.EmbeddingTable` (``where`` is its ``device``).
-        optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward.
+        optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward, or
+            an :class:`~tiermem.embedding.OptimizerConfig` (then leave the settings below at
+            their defaults).
         lr, eps, lr_decay, initial_accumulator_value: optimizer settings (as
             ``torch.optim.SGD`` / ``torch.optim.Adagrad`` name them).
         nt_stores: write updated rows with non-temporal stores.
@@ -280,7 +285,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         cache: float | None = None,
         cacheslack: float = 0.05,
         policy: str = "dynamic",
-        optimizer: str = "sgd",
+        optimizer: str | OptimizerConfig = "sgd",
         lr: float = 0.01,
         eps: float | None = None,
         lr_decay: float = 0.0,
@@ -306,7 +311,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
                                     cache=cache, cacheslack=cacheslack, policy=policy, padding_idx=padding_idx)
         self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
-        self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
+        self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
         if _weight is not None:
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):
                 raise InvalidArgumentError(f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}")
@@ -391,7 +396,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         cache: float | None = None,
         cacheslack: float = 0.05,
         policy: str = "dynamic",
-        optimizer: str = "sgd",
+        optimizer: str | OptimizerConfig = "sgd",
         lr: float = 0.01,
         eps: float | None = None,
         lr_decay: float = 0.0,
@@ -419,7 +424,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             made.append(t)
         self.tables = made
         self._collection = EmbeddingCollection(made)
-        self._init_optimizer(optimizer, lr, eps, lr_decay, initial_accumulator_value, nt_stores)
+        self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
 
     def split(self, indices: Any, offsets: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         """Split FBGEMM-layout ``indices``/``offsets`` into per-table ``(values, offsets)``."""

@@ -6,8 +6,9 @@ use pyo3::prelude::*;
 use tiermem_core::manager::{reserve_model, Reservation};
 use tiermem_core::model::{TwoLm, EVENTS, EVENT_NAMES};
 
+use crate::convert::to_object;
 use crate::error::run;
-use crate::manager::PyManager;
+use super::manager::PyManager;
 use crate::shared::Shared;
 
 /// A 2LM model: `cache_bytes` of device `fast` as a direct-mapped cache of `line`-byte lines
@@ -21,7 +22,7 @@ pub struct PyTwoLm {
 
 #[pymethods]
 impl PyTwoLm {
-    /// Line event names, in the order `stats_json`'s `events` lists them.
+    /// Line event names, in the order `stats()`'s `events` lists them.
     #[classattr]
     const EVENT_NAMES: [&'static str; EVENTS] = EVENT_NAMES;
 
@@ -63,9 +64,9 @@ impl PyTwoLm {
         self.inner.devices()
     }
 
-    /// Events, traffic, amplification and hit rate as JSON.
-    fn stats_json(&self) -> String {
-        serde_json::to_string(&self.inner.stats()).expect("serialise")
+    /// Events, traffic, amplification and hit rate.
+    fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        to_object(py, &self.inner.stats())
     }
 
     fn reset_stats(&self) {

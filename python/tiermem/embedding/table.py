@@ -1,22 +1,4 @@
-"""Tiered embedding tables (NumPy level; the PyTorch modules are in :mod:`tiermem.torch`).
-
-A table's rows live directly on one device, or are *cached*: base rows on a slow
-byte-addressable device, hot rows in cache pages in fast memory (thesis §5.4)::
-
-    import tiermem
-    from tiermem.embedding import EmbeddingTable
-    m = tiermem.Manager({"dram": "64 MiB", "emulated:optane-pmem": "1 GiB"})
-    t = EmbeddingTable(1_000_000, 64, manager=m, cache=0.25, policy="dynamic")
-    out = t.lookup(indices, offsets, mode="sum")         # (bags, 64) float32
-    t.update(indices, offsets, grad_out, optimizer="sgd", lr=0.01)
-
-Bags use the ``torch.nn.EmbeddingBag`` layout: ``offsets`` has one entry per bag (the
-start of each bag) or, with ``include_last_offset=True``, one more (the end). Cache policies
-(thesis §5.6.1): ``dynamic`` caches rows as lookups touch them and, when the cache is full,
-reclaims room second-chance style (rows hit since they were cached stay, the others leave); ``static`` fills the cache once (at the first lookup, after
-the rows are loaded) with rows in a scrambled order and then only reads through it; ``simple`` (``cache=None`` on a slow device) keeps every row
-on the slow device without indirection.
-"""
+"""An embedding table in tiered memory, and the NumPy-level normalisation of bags."""
 
 from __future__ import annotations
 
@@ -25,18 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _tiermem
-from .exceptions import IndexOutOfRangeError, InvalidArgumentError
-from .manager import Manager
+from .. import _tiermem
+from ..exceptions import IndexOutOfRangeError, InvalidArgumentError
+from ..manager import Manager
+from .config import Placement
 
-__all__ = ["EmbeddingTable", "EmbeddingCollection", "as_bags", "OPTIMIZERS", "CACHE_POLICIES"]
-
-OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
-CACHE_POLICIES = ("dynamic", "admit", "static", "simple")
-MODES = ("sum", "mean", "none")
-_DTYPES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
-#: Default software prefetch distance, in indices.
-PREFETCH = 8
+__all__ = ["EmbeddingTable", "as_bags"]
 
 
 def _i64(a: Any, what: str) -> np.ndarray:
@@ -128,17 +104,8 @@ class EmbeddingTable:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
-        dt = _DTYPES.get(str(dtype).replace("torch.", ""))
-        if dt is None:
-            raise InvalidArgumentError(f"dtype {dtype!r}: supported are float32 and bfloat16")
-        if policy not in CACHE_POLICIES:
-            raise InvalidArgumentError(f"policy {policy!r}: known are {', '.join(CACHE_POLICIES)}")
-        if cache is not None and policy == "simple":
-            raise InvalidArgumentError("policy 'simple' keeps every row on the slow device: pass cache=None")
-        if cache is not None and not 0 < cache <= 1:
-            raise InvalidArgumentError(f"cache must be a fraction of the table in (0, 1], got {cache!r}")
-        if not 0 <= cacheslack <= 1:
-            raise InvalidArgumentError(f"cacheslack must be a fraction in [0, 1], got {cacheslack!r}")
+        place = Placement(device=device, cache=cache, cacheslack=cacheslack, policy=policy, dtype=dtype).validate()
+        dt = place.storage_dtype
         if model is not None:
             if cache is not None or device is not None:
                 raise InvalidArgumentError("a table behind the 2LM model lives on the model's slow device: leave cache and device out")
@@ -249,6 +216,8 @@ class EmbeddingTable:
         out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Reduce each bag (``sum``/``mean``; ``none`` gives one row per index)."""
+        from .collection import EmbeddingCollection
+
         return EmbeddingCollection([self]).lookup(
             [as_bags(indices, offsets, include_last_offset) if mode != "none" else _plain(indices)],
             None if per_sample_weights is None else [per_sample_weights],
@@ -268,6 +237,8 @@ class EmbeddingTable:
     ) -> dict[str, int]:
         """Apply the backward pass of :meth:`lookup` with the optimizer fused in (see
         :meth:`EmbeddingCollection.update` for the optimizer arguments)."""
+        from .collection import EmbeddingCollection
+
         return EmbeddingCollection([self]).update(
             [as_bags(indices, offsets, include_last_offset) if mode != "none" else _plain(indices)],
             grad,
@@ -375,97 +346,3 @@ class EmbeddingTable:
 def _plain(indices: Any) -> tuple[np.ndarray, np.ndarray]:
     v = _i64(indices, "indices").reshape(-1)
     return v, np.arange(len(v) + 1, dtype=np.int64)
-
-
-class EmbeddingCollection:
-    """Many tables looked up (and updated) in one kernel call, outputs concatenated along
-    columns: ``(bags, sum of widths)``."""
-
-    def __init__(self, tables: Sequence[EmbeddingTable]) -> None:
-        if not tables:
-            raise InvalidArgumentError("an EmbeddingCollection needs at least one table")
-        self.tables = list(tables)
-        self.cols = np.cumsum([0] + [t.embedding_dim for t in self.tables])[:-1].tolist()
-        self.width = sum(t.embedding_dim for t in self.tables)
-
-    def _weights(self, per_sample_weights: Sequence[Any] | None, bags: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray | None]:
-        if per_sample_weights is None:
-            return [None] * len(bags)
-        if len(per_sample_weights) != len(bags):
-            raise InvalidArgumentError(f"{len(per_sample_weights)} per-sample weight arrays for {len(bags)} tables")
-        return [None if w is None else _f32(w, f"per_sample_weights[{t}]").reshape(-1) for t, w in enumerate(per_sample_weights)]
-
-    def _check(self, bags: Sequence[tuple[np.ndarray, np.ndarray]], mode: str) -> None:
-        if mode not in MODES:
-            raise InvalidArgumentError(f"mode {mode!r}: supported are {', '.join(MODES)}")
-        if len(bags) != len(self.tables):
-            raise InvalidArgumentError(f"{len(bags)} sets of bags for {len(self.tables)} tables")
-
-    def _rows(self, bags: Sequence[tuple[np.ndarray, np.ndarray]], mode: str) -> int:
-        if mode == "none":
-            return sum(len(v) for v, _ in bags)
-        return len(bags[0][1]) - 1
-
-    def lookup(
-        self,
-        bags: Sequence[tuple[Any, Any]],
-        per_sample_weights: Sequence[Any] | None = None,
-        mode: str = "sum",
-        out: np.ndarray | None = None,
-        prefetch: int = PREFETCH,
-    ) -> np.ndarray:
-        """``bags[t] = (values, offsets)`` with ``len(offsets) == bags + 1`` (see
-        :func:`as_bags`). Returns (or fills ``out``) a float32 ``(bags, width)`` matrix."""
-        self._check(bags, mode)
-        bs = [(_i64(v, "values"), _i64(o, "offsets")) for v, o in bags]
-        n = self._rows(bs, mode)
-        stride = self.width if mode != "none" else max(t.embedding_dim for t in self.tables)
-        if out is None:
-            # Non-reducing lookups of tables of different widths leave the narrower tables'
-            # extra columns untouched: start from zeros then.
-            mixed = mode == "none" and any(t.embedding_dim != stride for t in self.tables)
-            out = (np.zeros if mixed else np.empty)((n, stride), np.float32)
-        elif out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (n, stride):
-            raise InvalidArgumentError(f"out must be a C-contiguous float32 array of shape {(n, stride)}")
-        cols = self.cols if mode != "none" else [0] * len(self.tables)
-        _tiermem.lookup_into(
-            [t._native for t in self.tables], [v for v, _ in bs], [o for _, o in bs],
-            self._weights(per_sample_weights, bs), mode, out, stride, cols, int(prefetch),
-        )
-        return out
-
-    def update(
-        self,
-        bags: Sequence[tuple[Any, Any]],
-        grad: Any,
-        per_sample_weights: Sequence[Any] | None = None,
-        mode: str = "sum",
-        *,
-        optimizer: str = "sgd",
-        lr: float = 0.01,
-        eps: float | None = None,
-        lr_decay: float = 0.0,
-        initial_accumulator_value: float = 0.0,
-        nt_stores: bool = False,
-    ) -> dict[str, int]:
-        """Backward of :meth:`lookup` fused with the optimizer: ``sgd``
-        (``torch.optim.SGD``), ``adagrad`` (``torch.optim.Adagrad``; ``eps`` default 1e-10)
-        or ``rowwise_adagrad`` (FBGEMM's; ``eps`` default 1e-8). ``grad`` has the lookup
-        output's shape. ``nt_stores`` writes updated rows with non-temporal stores."""
-        self._check(bags, mode)
-        if optimizer not in OPTIMIZERS:
-            raise InvalidArgumentError(f"optimizer {optimizer!r}: known are {', '.join(OPTIMIZERS)}")
-        bs = [(_i64(v, "values"), _i64(o, "offsets")) for v, o in bags]
-        n = self._rows(bs, mode)
-        stride = self.width if mode != "none" else max(t.embedding_dim for t in self.tables)
-        g = _f32(grad, "grad")
-        if g.shape != (n, stride):
-            raise InvalidArgumentError(f"grad must have shape {(n, stride)} (the lookup output's), got {g.shape}")
-        if eps is None:
-            eps = 1e-10 if optimizer == "adagrad" else 1e-8
-        cols = self.cols if mode != "none" else [0] * len(self.tables)
-        return dict(_tiermem.update_from(
-            [t._native for t in self.tables], [v for v, _ in bs], [o for _, o in bs],
-            self._weights(per_sample_weights, bs), mode, g, stride, cols,
-            optimizer, float(lr), float(eps), float(lr_decay), float(initial_accumulator_value), bool(nt_stores),
-        ))

@@ -11,8 +11,9 @@ use tiermem_core::manager::Manager;
 use tiermem_core::mechanism::{self, GuardUse, Place};
 use tiermem_core::policy;
 
+use crate::convert::{json_to_object, to_object};
 use crate::error::{run, to_py};
-use crate::policy::PyPolicy;
+use super::policy::PyPolicy;
 use crate::shared::Shared;
 
 /// A place from its code ([`Place::CODES`], exported as `PLACES`).
@@ -222,7 +223,7 @@ impl PyManager {
         index: usize,
         nbytes: u64,
         reps: usize,
-    ) -> PyResult<String> {
+    ) -> PyResult<Py<PyAny>> {
         run(py, || {
             self.inner.with_data(|m, _| {
                 tiermem_core::ensure!(
@@ -240,13 +241,15 @@ impl PyManager {
                     reps,
                 );
                 m.destroy_object(id)?;
-                Ok(serde_json::to_string(&out?).expect("serialise"))
+                out
             })
         })
+        .and_then(|f| to_object(py, &f))
     }
 
-    fn stats_json(&self) -> String {
-        serde_json::to_string(&self.inner.stats()).expect("serialise")
+    /// Counters of every device, by device name.
+    fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        to_object(py, &self.inner.stats())
     }
 
     fn reset_stats(&self, py: Python<'_>) -> PyResult<()> {
@@ -265,9 +268,10 @@ impl PyManager {
         })
     }
 
-    fn devices_json(&self) -> String {
+    /// What every device is: name, kind, capacity, figures.
+    fn devices(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let infos: Vec<_> = self.inner.devices().iter().map(|d| d.info()).collect();
-        serde_json::to_string(&infos).expect("serialise")
+        to_object(py, &infos)
     }
 
     /// Check the manager's invariants; raises on the first violation.
@@ -281,8 +285,10 @@ impl PyManager {
     }
 
     /// The policy's own counters as JSON, or None.
-    fn policy_stats_json(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        run(py, || self.inner.policy_stats_json())
+    /// The policy's own counters, if it keeps any.
+    fn policy_stats(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let text = run(py, || self.inner.policy_stats_json())?;
+        text.map(|t| json_to_object(py, &t)).transpose()
     }
 
     fn policy_name(&self) -> String {
@@ -318,7 +324,7 @@ pub struct PyRecorder {
 #[pymethods]
 impl PyRecorder {
     /// Stop and return the samples as JSON (`[{"t", "read": {...}, "written": {...}}]`).
-    fn finish(&self, py: Python<'_>) -> PyResult<String> {
+    fn finish(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let rec = self
             .rec
             .lock()
@@ -329,6 +335,7 @@ impl PyRecorder {
                 "recorder already finished",
             ));
         };
-        Ok(py.detach(|| serde_json::to_string(&rec.finish()).expect("serialise")))
+        let samples = py.detach(|| rec.finish());
+        to_object(py, &samples)
     }
 }

@@ -1,36 +1,38 @@
-//! Topology, profiles and measurement functions for `tiermem info`, `calibrate` and `bench`.
+//! `tiermem_core::calib` and the machine facts next to it: topology, emulated profiles, DRAM
+//! figures and measurements for `tiermem info`, `calibrate` and `bench`.
 
 use pyo3::prelude::*;
-use tiermem_core::calib as baseline;
+
+use crate::convert::to_object;
+use tiermem_core::calib;
 use tiermem_core::device::PROFILES;
 use tiermem_core::sys::discover;
 
-fn json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).expect("plain data serialises")
+/// The machine's topology (nodes, distances, memory, THP).
+#[pyfunction]
+pub fn topology(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let t = py.detach(discover::topology);
+    to_object(py, &t)
 }
 
-/// The machine's topology as JSON.
+/// The emulated device profiles.
 #[pyfunction]
-pub fn topology_json(py: Python<'_>) -> String {
-    py.detach(|| json(&discover::topology()))
+pub fn profiles(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    to_object(py, &PROFILES)
 }
 
-/// The emulated profiles as JSON.
+/// This process's DRAM figures (calibrated or measured).
 #[pyfunction]
-pub fn profiles_json() -> String {
-    json(&PROFILES)
-}
-
-/// This process's DRAM figures (calibrated or measured) as JSON.
-#[pyfunction]
-pub fn dram_figures_json(py: Python<'_>) -> PyResult<String> {
-    crate::error::run(py, || baseline::dram_figures().map(json))
+pub fn dram_figures(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let f = crate::error::run(py, || calib::dram_figures().cloned())?;
+    to_object(py, &f)
 }
 
 /// Measure DRAM now on `bytes`-sized buffers, best of `reps`.
 #[pyfunction]
-pub fn measure_dram_json(py: Python<'_>, bytes: usize, reps: usize) -> String {
-    py.detach(|| json(&baseline::measure_dram(bytes, reps)))
+pub fn measure_dram(py: Python<'_>, bytes: usize, reps: usize) -> PyResult<Py<PyAny>> {
+    let f = py.detach(|| calib::measure_dram(bytes, reps));
+    to_object(py, &f)
 }
 
 /// Seconds (best of `reps`) for `memcpy` of `len` bytes between two addresses on `threads`
@@ -59,7 +61,7 @@ pub fn memcpy_seconds(
 /// Where calibration results are kept.
 #[pyfunction]
 pub fn calibration_path() -> String {
-    baseline::calibration_path().display().to_string()
+    calib::calibration_path().display().to_string()
 }
 
 /// Which copy kernels run here (`Avx512`, `Avx2`, `Scalar`).

@@ -1,0 +1,242 @@
+//! `tiermem._tiermem.Table`: an embedding table of `tiermem-embed` (rows in a home,
+//! optionally cached), its statistics, cache controls and optimizer state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use tiermem_core::Error;
+use tiermem_embed::{CacheConfig, DType, Table};
+
+use crate::buffer::view;
+use crate::core::manager::PyManager;
+use crate::error::{run, to_py};
+use crate::shared::Shared;
+
+/// An embedding table (see `tiermem.embedding.EmbeddingTable` for the documented facade).
+#[pyclass(name = "Table", module = "tiermem._tiermem", frozen)]
+pub struct PyTable {
+    pub(crate) inner: Shared<Table>,
+}
+
+#[pymethods]
+impl PyTable {
+    /// Rows directly on manager device `device`.
+    #[staticmethod]
+    fn direct(
+        py: Python<'_>,
+        manager: &PyManager,
+        device: usize,
+        rows: usize,
+        width: usize,
+        dtype: &str,
+    ) -> PyResult<Self> {
+        let dt = DType::parse(dtype).map_err(to_py)?;
+        let m = Arc::clone(&manager.inner);
+        let t = run(py, || Table::direct(&m, device, rows, width, dt))?;
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
+    }
+
+    /// Rows on a 2LM model's slow device, every access through the model.
+    #[staticmethod]
+    fn behind_model(
+        py: Python<'_>,
+        manager: &PyManager,
+        model: &crate::core::model::PyTwoLm,
+        rows: usize,
+        width: usize,
+        dtype: &str,
+    ) -> PyResult<Self> {
+        let dt = DType::parse(dtype).map_err(to_py)?;
+        let (m, md) = (Arc::clone(&manager.inner), Arc::clone(&model.inner));
+        let t = run(py, || Table::behind_model(&m, &md, rows, width, dt))?;
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
+    }
+
+    /// Base rows on device `slow`, a cache of `lower + slack` bytes on device `fast`.
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn cached(
+        py: Python<'_>,
+        manager: &PyManager,
+        slow: usize,
+        fast: usize,
+        rows: usize,
+        width: usize,
+        dtype: &str,
+        lower: u64,
+        slack: u64,
+        policy: &str,
+    ) -> PyResult<Self> {
+        let dt = DType::parse(dtype).map_err(to_py)?;
+        let policy = tiermem_embed::cache::policy::by_name(policy).map_err(to_py)?;
+        let m = Arc::clone(&manager.inner);
+        let cfg = CacheConfig {
+            lower,
+            slack,
+            policy,
+        };
+        let t = run(py, || Table::cached(&m, slow, fast, rows, width, dt, cfg))?;
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
+    }
+
+    #[getter]
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+
+    #[getter]
+    fn width(&self) -> usize {
+        self.inner.featuresize()
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.dtype().name()
+    }
+
+    #[getter]
+    fn stride(&self) -> usize {
+        self.inner.stride()
+    }
+
+    /// (home device index, cache device index or None).
+    #[getter]
+    fn devices(&self) -> (usize, Option<usize>) {
+        self.inner.devices()
+    }
+
+    #[getter]
+    fn padding_idx(&self) -> Option<usize> {
+        self.inner.padding_idx()
+    }
+
+    fn set_padding_idx(&self, py: Python<'_>, row: Option<usize>) -> PyResult<()> {
+        run(py, || self.inner.set_padding_idx(row))
+    }
+
+    fn stats(&self) -> HashMap<&'static str, u64> {
+        let s = self.inner.stats();
+        HashMap::from([
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("rows_cached", s.rows_cached),
+            ("pages_flushed", s.pages_flushed),
+            ("rows_written_back", s.rows_written_back),
+        ])
+    }
+
+    fn reset_stats(&self) {
+        self.inner.reset_stats();
+    }
+
+    #[getter]
+    fn metadata_bytes(&self, py: Python<'_>) -> PyResult<u64> {
+        run(py, || self.inner.metadata_bytes())
+    }
+
+    /// Cache state, or None for a direct table.
+    fn cache_info(&self) -> Option<HashMap<&'static str, u64>> {
+        self.inner.cache().map(|c| {
+            HashMap::from([
+                ("capacity", c.capacity()),
+                ("size", c.size()),
+                ("cachelower", c.cachelower()),
+                ("cacheslack", c.cacheslack()),
+                ("isfull", u64::from(c.isfull())),
+                ("cached_rows", c.cached_rows() as u64),
+            ])
+        })
+    }
+
+    fn cache_policy(&self) -> Option<&'static str> {
+        self.inner.cache().map(|c| c.policy().name())
+    }
+
+    fn set_cachelower(&self, bytes: u64) -> PyResult<()> {
+        self.cache()?.set_cachelower(bytes).map_err(to_py)
+    }
+
+    fn set_cacheslack(&self, bytes: u64) -> PyResult<()> {
+        self.cache()?.set_cacheslack(bytes).map_err(to_py)
+    }
+
+    fn flush(&self, py: Python<'_>, write_back: bool) -> PyResult<u64> {
+        run(py, || self.inner.flush(write_back))
+    }
+
+    /// Fill the cache with these rows (hottest first) until full.
+    fn fill_cache_rows(&self, py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let v = view::<u64>(rows, "rows", false)?;
+        // SAFETY: `v` keeps the buffer exported for the call.
+        run(py, || self.inner.fill_cache_rows(unsafe { v.slice() }))
+    }
+
+    fn fill_cache(&self, py: Python<'_>, seed: u64) -> PyResult<u64> {
+        run(py, || self.inner.fill_cache(seed))
+    }
+
+    fn read_rows(&self, py: Python<'_>, start: usize, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = view::<f32>(out, "out", true)?;
+        // SAFETY: `v` keeps the buffer exported for the call; the caller passed no alias.
+        run(py, || self.inner.read_rows(start, unsafe { v.slice_mut() }))
+    }
+
+    fn write_rows(&self, py: Python<'_>, start: usize, src: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = view::<f32>(src, "rows", false)?;
+        // SAFETY: as above.
+        run(py, || self.inner.write_rows(start, unsafe { v.slice() }))
+    }
+
+    /// (kind, length, steps) of the fused optimizer's state, or None.
+    fn optimizer_state_info(&self, py: Python<'_>) -> PyResult<Option<(&'static str, usize, u64)>> {
+        let info = run(py, || self.inner.optimizer_state_info())?;
+        Ok(info)
+    }
+
+    fn read_optimizer_state(
+        &self,
+        py: Python<'_>,
+        offset: usize,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let v = view::<f32>(out, "out", true)?;
+        run(py, || {
+            // SAFETY: `v` keeps the buffer exported for the call; the caller passed no alias.
+            let out = unsafe { v.slice_mut() };
+            self.inner.read_optimizer_state(offset, out)
+        })
+    }
+
+    fn set_optimizer_state(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        offset: usize,
+        src: &Bound<'_, PyAny>,
+        steps: u64,
+    ) -> PyResult<()> {
+        let v = view::<f32>(src, "state", false)?;
+        run(py, || {
+            // SAFETY: `v` keeps the buffer exported for the call; it is only read.
+            let values = unsafe { v.slice() };
+            self.inner.set_optimizer_state(kind, offset, values, steps)
+        })
+    }
+}
+
+impl PyTable {
+    fn cache(&self) -> PyResult<&tiermem_embed::cache::CachedRows> {
+        self.inner.cache().ok_or_else(|| {
+            to_py(Error::InvalidArgument(
+                "this table has no cache (it is a direct table)".into(),
+            ))
+        })
+    }
+}

@@ -1,0 +1,30 @@
+//! The names Python validates against, exported from the crates' own registries so that no
+//! layer above keeps a copy: policies, places, optimizers, cache policies, lookup modes,
+//! storage types, row-home kinds and instruction sets.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tiermem_core::mechanism::Place;
+
+/// Add every vocabulary to the module.
+pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("POLICIES", tiermem_core::policy::BUILTIN.to_vec())?;
+    let places = PyDict::new(m.py());
+    for (name, code) in Place::CODES {
+        places.set_item(name, code)?;
+    }
+    m.add("PLACES", places)?;
+    m.add("OPTIMIZERS", tiermem_embed::optim::NAMES.to_vec())?;
+    m.add("CACHE_POLICIES", tiermem_embed::cache::policy::NAMES.to_vec())?;
+    m.add("MODES", tiermem_embed::lookup::Mode::NAMES.to_vec())?;
+    m.add("DTYPES", tiermem_embed::DType::NAMES.to_vec())?;
+    m.add("HOME_KINDS", tiermem_embed::home::KINDS.to_vec())?;
+    m.add(
+        "ISAS",
+        tiermem_core::arch::available()
+            .iter()
+            .map(|i| format!("{i:?}").to_lowercase())
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,131 @@
+"""Settings of tables and their fused optimizers as frozen dataclasses, validated in one
+place, and the vocabularies they are checked against, read from the native module (the
+crates' registries) rather than copied."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .. import _tiermem
+from ..exceptions import InvalidArgumentError
+
+__all__ = ["OptimizerConfig", "Placement", "OPTIMIZERS", "CACHE_POLICIES", "MODES", "DTYPES", "PREFETCH"]
+
+#: Optimizers the fused update runs (``tiermem-embed``'s registry).
+OPTIMIZERS: tuple[str, ...] = tuple(_tiermem.OPTIMIZERS)
+#: Cache policies of cached tables (``tiermem-embed``'s registry), plus ``simple``: no cache,
+#: every row on the slow device.
+CACHE_POLICIES: tuple[str, ...] = (*_tiermem.CACHE_POLICIES, "simple")
+#: Lookup modes.
+MODES: tuple[str, ...] = tuple(_tiermem.MODES)
+#: Storage types, with the short names also accepted.
+DTYPES: dict[str, str] = {**{d: d for d in _tiermem.DTYPES}, "f32": "float32", "bf16": "bfloat16"}
+#: Default software prefetch distance, in indices.
+PREFETCH = 8
+
+#: ``eps`` when none is given: ``torch.optim.Adagrad``'s for ``adagrad``, FBGEMM's otherwise.
+_DEFAULT_EPS = {"adagrad": 1e-10}
+
+
+def _number(what: str, v: Any, low: float = 0.0) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{what} must be a number, got {v!r}") from None
+    if not math.isfinite(x) or x < low:
+        raise InvalidArgumentError(f"{what} must be a finite number of at least {low}, got {v!r}")
+    return x
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The optimizer a table's backward applies (as ``torch.optim`` names the settings).
+
+    Attributes:
+        name: one of :data:`OPTIMIZERS`: ``sgd`` (``torch.optim.SGD``), ``adagrad``
+            (``torch.optim.Adagrad``), ``rowwise_adagrad`` (FBGEMM's).
+        lr: learning rate (>= 0).
+        eps: added to denominators; ``None`` for the optimizer's usual default (1e-10 for
+            ``adagrad``, 1e-8 otherwise).
+        lr_decay: ``adagrad``'s learning-rate decay per step.
+        initial_accumulator_value: starting value of the optimizer's state.
+        nt_stores: write updated rows with non-temporal stores.
+    """
+
+    name: str = "sgd"
+    lr: float = 0.01
+    eps: float | None = None
+    lr_decay: float = 0.0
+    initial_accumulator_value: float = 0.0
+    nt_stores: bool = False
+
+    def validate(self) -> OptimizerConfig:
+        """This config with numbers as floats, or :class:`~tiermem.InvalidArgumentError`
+        naming the setting and why."""
+        if self.name not in OPTIMIZERS:
+            raise InvalidArgumentError(f"optimizer {self.name!r}: known are {', '.join(OPTIMIZERS)}")
+        return OptimizerConfig(
+            self.name, _number("lr", self.lr), None if self.eps is None else _number("eps", self.eps),
+            _number("lr_decay", self.lr_decay), _number("initial_accumulator_value", self.initial_accumulator_value),
+            bool(self.nt_stores))
+
+    @property
+    def effective_eps(self) -> float:
+        """``eps``, or the optimizer's default."""
+        return self.eps if self.eps is not None else _DEFAULT_EPS.get(self.name, 1e-8)
+
+    @classmethod
+    def of(cls, optimizer: str | OptimizerConfig = "sgd", **settings: Any) -> OptimizerConfig:
+        """A validated config from a config or a name plus keyword settings; unknown keywords
+        are refused by name."""
+        if isinstance(optimizer, OptimizerConfig):
+            if settings:
+                raise InvalidArgumentError(f"pass settings in the OptimizerConfig, not also as {sorted(settings)}")
+            return optimizer.validate()
+        known = {f.name for f in fields(cls)} - {"name"}
+        unknown = set(settings) - known
+        if unknown:
+            raise InvalidArgumentError(f"unknown optimizer settings {sorted(unknown)}; known are {sorted(known)}")
+        return cls(str(optimizer), **settings).validate()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a table's rows live.
+
+    Attributes:
+        device: the base rows' device: a name or index of the manager, or (without a
+            manager) a device spec; ``None`` for the default.
+        cache: ``None`` for a direct table, or ``cachelower`` as a fraction of the table
+            (0 < cache <= 1) for a cached one.
+        cacheslack: how far the cache may grow beyond ``cachelower`` (a fraction in [0, 1]).
+        policy: one of :data:`CACHE_POLICIES`.
+        dtype: storage type, one of :data:`DTYPES` (``torch.`` prefixes are accepted).
+    """
+
+    device: str | int | None = None
+    cache: float | None = None
+    cacheslack: float = 0.05
+    policy: str = "dynamic"
+    dtype: Any = "float32"
+
+    def validate(self) -> Placement:
+        """This placement, or :class:`~tiermem.InvalidArgumentError` naming what and why."""
+        if self.storage_dtype is None:
+            raise InvalidArgumentError(f"dtype {self.dtype!r}: supported are float32 and bfloat16")
+        if self.policy not in CACHE_POLICIES:
+            raise InvalidArgumentError(f"policy {self.policy!r}: known are {', '.join(CACHE_POLICIES)}")
+        if self.cache is not None and self.policy == "simple":
+            raise InvalidArgumentError("policy 'simple' keeps every row on the slow device: pass cache=None")
+        if self.cache is not None and not 0 < self.cache <= 1:
+            raise InvalidArgumentError(f"cache must be a fraction of the table in (0, 1], got {self.cache!r}")
+        if not 0 <= self.cacheslack <= 1:
+            raise InvalidArgumentError(f"cacheslack must be a fraction in [0, 1], got {self.cacheslack!r}")
+        return self
+
+    @property
+    def storage_dtype(self) -> str | None:
+        """The storage type's canonical name, or ``None`` if unknown."""
+        return DTYPES.get(str(self.dtype).replace("torch.", ""))
