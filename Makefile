@@ -17,7 +17,8 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "matplotlib>=3.8"
+	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "rich>=13" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "matplotlib>=3.8" \
+		"ruff==0.17.*" "mypy==2.4.*" "import-linter==2.16.*"
 	touch $@
 
 $(TORCH_STAMP): $(STAMP)
@@ -78,9 +79,21 @@ fuzz: ## run each fuzz target for FUZZ_SECONDS (default 600); installs cargo-fuz
 		RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; done
 
 .PHONY: lint
-lint: ## rustfmt check and clippy (warnings are errors)
+lint: lint-rs lint-py ## every static check: Rust and Python
+
+.PHONY: lint-rs
+lint-rs: ## rustfmt, clippy (warnings are errors), the core's floors and the crates' boundaries
 	cargo fmt --all -- --check
 	cargo clippy --workspace --release --all-targets -- -D warnings
+	python3 scripts/check_layers.py
+
+.PHONY: lint-py
+lint-py: build $(TORCH_STAMP) ## ruff (lint and format), mypy, import-linter's contracts, stubtest of the built module
+	$(VENV)/bin/ruff check python tests examples
+	$(VENV)/bin/ruff format --check python tests examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) -m mypy.stubtest --ignore-disjoint-bases tiermem._tiermem
 
 .PHONY: clean
 clean: ## remove build outputs and the virtual environment

@@ -22,8 +22,7 @@ weights = np.random.default_rng(0).standard_normal((ROWS, WIDTH)).astype(np.floa
 slow.load(weights)
 cached.load(weights)
 offsets = np.arange(0, BATCH * BAG, BAG)
-print(f"table {table_mb:.0f} MiB; DRAM cache {cached.cache_info['capacity'] / 2**20:.0f} MiB "
-      f"(emulated:optane-pmem is EMULATED)")
+print(f"table {table_mb:.0f} MiB; DRAM cache {cached.cache_info['capacity'] / 2**20:.0f} MiB (emulated:optane-pmem is EMULATED)")
 for dist in ("zipf", "uniform"):
     batches = [workloads.batch(dist, [ROWS], BATCH, BAG, seed=1, step=s)[0] for s in range(8)]
     times = {}
@@ -36,8 +35,7 @@ for dist in ("zipf", "uniform"):
             t.update(idx, offsets, np.ones_like(out), lr=1e-3)
         times[name] = (time.perf_counter() - start) / (len(batches) - 1)
         hr = t.hit_rate if t.cache_info else None
-        print(f"  {dist:8s} {name:24s} {times[name] * 1e3:7.1f} ms/batch"
-              + (f"  hit rate {hr:.2f}" if hr is not None else ""))
+        print(f"  {dist:8s} {name:24s} {times[name] * 1e3:7.1f} ms/batch" + (f"  hit rate {hr:.2f}" if hr is not None else ""))
     np.testing.assert_array_equal(slow.to_numpy(), cached.to_numpy())
 print("bit-identical weights either way; cache stats:", cached.stats())
 print("Zipf indices reuse rows, so the cache pays; uniform ones barely do, and copying rows in")

@@ -18,8 +18,7 @@ class LargestFirst:
         return api.device_of(api.primary(obj)) == 0
 
     def _make_room(self, api, nbytes):
-        fast = sorted((o for o in self.sizes if self._in_fast(api, o) and api.pins(o) == 0),
-                      key=lambda o: -self.sizes[o])
+        fast = sorted((o for o in self.sizes if self._in_fast(api, o) and api.pins(o) == 0), key=lambda o: -self.sizes[o])
         while fast and (len(fast) >= self.limit or not api.fits(0, nbytes)):
             api.evict_object(fast.pop(0))  # Listing 4.1: write back if dirty, else just drop
 

@@ -150,8 +150,9 @@ def test_numa_device_on_an_existing_node() -> None:
 def test_config_round_trips_through_json() -> None:
     import json
 
-    m = tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "3000000"}, policy="first_touch",
-                        copy_threads={("dram", "emulated:cxl"): 1})
+    m = tiermem.Manager(
+        {"dram": "1 MiB", "emulated:cxl": "3000000"}, policy="first_touch", copy_threads={("dram", "emulated:cxl"): 1}
+    )
     cfg = json.loads(json.dumps(m.config))
     assert cfg["devices"] == [["dram", 1 << 20], ["emulated:cxl", 3_000_000]]
     again = tiermem.Manager.from_config(cfg)

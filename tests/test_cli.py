@@ -14,8 +14,13 @@ from tiermem.cli.main import main
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiermem.cli.main", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tiermem.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_info_report_and_json() -> None:
@@ -32,8 +37,19 @@ def test_info_report_and_json() -> None:
 
 def test_bench_copy_json_schema(tmp_path: Path, disk_dir: Path) -> None:
     f = tmp_path / "copy.json"
-    out = run("bench", "copy", "--quick", "--max-size", "1 MiB", "--json", str(f),
-              "--devices", "dram", "emulated:cxl", f"block:{disk_dir}/b.bin")
+    out = run(
+        "bench",
+        "copy",
+        "--quick",
+        "--max-size",
+        "1 MiB",
+        "--json",
+        str(f),
+        "--devices",
+        "dram",
+        "emulated:cxl",
+        f"block:{disk_dir}/b.bin",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(f.read_text())
     assert data["devices"]["emulated:cxl"] == "emulated" and data["devices"]["dram"] == "real"
@@ -78,8 +94,25 @@ def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> N
 def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "not-yet" / "train.json"  # folders are made before the run
-    rc = main(["bench", "train", "--quick", "--model", "vgg", "--batch", "2", "--ratio", "8:1",
-               "--variants", "all-fast,2lm-model,LM", "--json", str(out), "--out", str(tmp_path / "plots")])
+    rc = main(
+        [
+            "bench",
+            "train",
+            "--quick",
+            "--model",
+            "vgg",
+            "--batch",
+            "2",
+            "--ratio",
+            "8:1",
+            "--variants",
+            "all-fast,2lm-model,LM",
+            "--json",
+            str(out),
+            "--out",
+            str(tmp_path / "plots"),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "ratio 8:1" in text and "emulated" in text and "best tiermem variant" in text
@@ -95,8 +128,7 @@ def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.Capture
     assert (tmp_path / "plots" / "vgg-time-vs-budget.png").exists() and (tmp_path / "plots" / "vgg-bytes.png").exists()
 
 
-def test_an_output_folder_that_cannot_be_made_fails_before_any_work(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_output_folder_that_cannot_be_made_fails_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert main(["bench", "copy", "--quick", "--json", str(blocker / "sub" / "out.json")]) == 2

@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 import tiermem  # noqa: E402
 from tiermem.cli.main import main  # noqa: E402
 from tiermem.dlrm.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
-from tiermem.embedding import EmbeddingTable  # noqa: E402
 from tiermem.dlrm.model import MODES, DLRMConfig  # noqa: E402
 from tiermem.dlrm.trainer import Trainer  # noqa: E402
+from tiermem.embedding import EmbeddingTable  # noqa: E402
 from tiermem.twolm import TwoLmModel  # noqa: E402
 
 SMALL = DLRMConfig(rows=(3000, 2000, 5000), dim=16, bottom_mlp=(32, 16), top_mlp=(16, 1), bag=4, batch_size=128)
@@ -42,8 +42,9 @@ def test_every_mode_matches_the_reference_loss_curve(dist: str) -> None:
 
 
 def test_cat_interaction_and_bfloat16_tables_train() -> None:
-    c = DLRMConfig(rows=(500, 700), dim=32, bottom_mlp=(16, 4), top_mlp=(8, 1), interaction="cat", batch_size=64,
-                   dtype="bfloat16")
+    c = DLRMConfig(
+        rows=(500, 700), dim=32, bottom_mlp=(16, 4), top_mlp=(8, 1), interaction="cat", batch_size=64, dtype="bfloat16"
+    )
     a, b = _losses("dynamic", config=c, iters=10), _losses("2lm-model", config=c, iters=10)
     assert a == b  # the tiered modes share their arithmetic exactly
 
@@ -56,10 +57,16 @@ def test_presets_scale_and_report_their_shape() -> None:
     assert DLRMConfig.from_dict(c.to_dict()) == c
 
 
-@pytest.mark.parametrize("bad", [
-    dict(rows=()), dict(rows=(10,), dim=0), dict(rows=(10,), dim=8, bottom_mlp=(16, 4)),
-    dict(rows=(10,), dim=4, bottom_mlp=(4,), top_mlp=(8, 2)), dict(rows=(10,), dim=4, bottom_mlp=(4,), interaction="x"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(rows=()),
+        dict(rows=(10,), dim=0),
+        dict(rows=(10,), dim=8, bottom_mlp=(16, 4)),
+        dict(rows=(10,), dim=4, bottom_mlp=(4,), top_mlp=(8, 2)),
+        dict(rows=(10,), dim=4, bottom_mlp=(4,), interaction="x"),
+    ],
+)
 def test_bad_configs_are_refused(bad: dict) -> None:
     with pytest.raises(tiermem.InvalidArgumentError):
         DLRMConfig(**{"dim": 4, "bottom_mlp": (4,), **bad})
@@ -188,9 +195,32 @@ def test_train_cli_runs_modes_on_criteo_and_writes_json(tmp_path, capsys) -> Non
     p = tmp_path / "c.tsv"
     write_criteo(p, 300, seed=5)
     out = tmp_path / "res.json"
-    rc = main(["train", "dlrm", "--preset", "small", "--rows", ",".join(["400"] * 26), "--bottom-mlp", "32-16",
-               "--top-mlp", "16-1", "--batch-size", "64", "--criteo", str(p), "--iters", "2", "--warmup", "1",
-               "--modes", "reference,dynamic,2lm-model", "--json", str(out)])
+    rc = main(
+        [
+            "train",
+            "dlrm",
+            "--preset",
+            "small",
+            "--rows",
+            ",".join(["400"] * 26),
+            "--bottom-mlp",
+            "32-16",
+            "--top-mlp",
+            "16-1",
+            "--batch-size",
+            "64",
+            "--criteo",
+            str(p),
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--modes",
+            "reference,dynamic,2lm-model",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads(out.read_text())
     assert {r["mode"] for r in res["runs"]} == {"reference", "dynamic", "2lm-model"}
@@ -203,9 +233,30 @@ def test_train_cli_runs_modes_on_criteo_and_writes_json(tmp_path, capsys) -> Non
 
 def test_train_cli_checkpoint_resume_and_inference(tmp_path, capsys) -> None:
     ck = str(tmp_path / "ck.pt")
-    base = ["train", "dlrm", "--rows", "300,400", "--dim", "8", "--bottom-mlp", "16-8", "--top-mlp", "8-1",
-            "--batch-size", "32", "--bag", "2", "--modes", "static", "--dist", "uniform", "--warmup", "1",
-            "--fast-budget", "64 KiB"]
+    base = [
+        "train",
+        "dlrm",
+        "--rows",
+        "300,400",
+        "--dim",
+        "8",
+        "--bottom-mlp",
+        "16-8",
+        "--top-mlp",
+        "8-1",
+        "--batch-size",
+        "32",
+        "--bag",
+        "2",
+        "--modes",
+        "static",
+        "--dist",
+        "uniform",
+        "--warmup",
+        "1",
+        "--fast-budget",
+        "64 KiB",
+    ]
     assert main(base + ["--iters", "3", "--checkpoint", ck, "--checkpoint-every", "2"]) == 0
     assert os.path.isfile(ck)
     assert main(base + ["--iters", "2", "--checkpoint", ck, "--resume"]) == 0
@@ -248,6 +299,8 @@ def test_2lm_model_policy_for_arrays_counts_traffic_on_both_devices() -> None:
     assert s["dram"]["bytes_read"] == 256 << 10  # a tag check per line
     assert s["emulated:optane-pmem"]["bytes_read"] == 256 << 10  # every line misses
     assert m.usage()["dram"]["used"] == 0  # the fast device is all cache, holds no object
-    assert tiermem.Manager({"dram": "64 KiB", "emulated:optane-pmem": "2 MiB"}, policy="2lm_model:4096").policy == "2lm_model:4096"
+    assert (
+        tiermem.Manager({"dram": "64 KiB", "emulated:optane-pmem": "2 MiB"}, policy="2lm_model:4096").policy == "2lm_model:4096"
+    )
     with pytest.raises(tiermem.InvalidArgumentError, match="power of two"):
         tiermem.Manager({"dram": "64 KiB", "emulated:optane-pmem": "2 MiB"}, policy="2lm_model:100")

@@ -24,16 +24,18 @@ def test_lookup_none_mode_is_a_gather() -> None:
     idx = np.array([5, 0, 99, 5])
     np.testing.assert_array_equal(t.lookup(idx, mode="none"), t.to_numpy()[idx])
     narrow = table(10, 4)
-    out = EmbeddingCollection([t, narrow]).lookup(
-        [(idx, np.arange(5)), (np.array([3]), np.array([0, 1]))], mode="none")
+    out = EmbeddingCollection([t, narrow]).lookup([(idx, np.arange(5)), (np.array([3]), np.array([0, 1]))], mode="none")
     np.testing.assert_array_equal(out[:4], t.to_numpy()[idx])
     np.testing.assert_array_equal(out[4], np.concatenate([narrow.to_numpy()[3], np.zeros(12)]))
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.array([1, 100]), "position 1 holds 100"),
-    (np.array([-1, 2]), "position 0 holds -1"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array([1, 100]), "position 1 holds 100"),
+        (np.array([-1, 2]), "position 0 holds -1"),
+    ],
+)
 def test_out_of_range_indices_name_table_position_value(bad: np.ndarray, match: str) -> None:
     t = table()
     before = t.to_numpy()
@@ -44,11 +46,14 @@ def test_out_of_range_indices_name_table_position_value(bad: np.ndarray, match: 
     np.testing.assert_array_equal(t.to_numpy(), before)
 
 
-@pytest.mark.parametrize("offsets, match", [
-    ([0, 3, 2], r"offsets\[1\] = 3 > offsets\[2\] = 2"),
-    ([0, 5], "last offset is 5"),
-    ([1, 2], r"offsets\[0\] is 1"),
-])
+@pytest.mark.parametrize(
+    "offsets, match",
+    [
+        ([0, 3, 2], r"offsets\[1\] = 3 > offsets\[2\] = 2"),
+        ([0, 5], "last offset is 5"),
+        ([1, 2], r"offsets\[0\] is 1"),
+    ],
+)
 def test_bad_offsets(offsets: list[int], match: str) -> None:
     t = table()
     last = match.startswith("last")
@@ -283,8 +288,14 @@ def test_every_instruction_set_gives_bit_identical_results() -> None:
 
     results = {}
     for env in ({}, {"TIERMEM_DISABLE_AVX512": "1"}, {"TIERMEM_DISABLE_NT": "1"}):
-        out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env={**os.environ, **env},
-                             capture_output=True, text=True, check=True, timeout=600).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", _ISA_SCRIPT],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout.split()
         results[out[0]] = out[1]
     assert len(set(results.values())) == 1, results
     assert "scalar" in " ".join(results).lower(), results

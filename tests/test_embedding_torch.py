@@ -157,14 +157,17 @@ def test_rowwise_adagrad_matches_numpy_reference(rng: np.random.Generator) -> No
     np.testing.assert_allclose(state, momentum, rtol=1e-5)
 
 
-@pytest.mark.parametrize("placement", [
-    dict(where="emulated:optane-pmem"),
-    dict(where="emulated:optane-pmem", cache=0.1, policy="dynamic"),
-    dict(where="emulated:optane-pmem", cache=0.5, policy="dynamic"),
-    dict(where="emulated:optane-pmem", cache=1.0, policy="dynamic"),
-    dict(where="emulated:cxl", cache=0.25, policy="static"),
-    dict(where="emulated:optane-pmem", cache=0.2, policy="admit"),
-])
+@pytest.mark.parametrize(
+    "placement",
+    [
+        dict(where="emulated:optane-pmem"),
+        dict(where="emulated:optane-pmem", cache=0.1, policy="dynamic"),
+        dict(where="emulated:optane-pmem", cache=0.5, policy="dynamic"),
+        dict(where="emulated:optane-pmem", cache=1.0, policy="dynamic"),
+        dict(where="emulated:cxl", cache=0.25, policy="static"),
+        dict(where="emulated:optane-pmem", cache=0.2, policy="admit"),
+    ],
+)
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
 def test_cached_tables_are_bit_identical_to_direct(placement: dict, optimizer: str, rng: np.random.Generator) -> None:
     w = torch.from_numpy(rng.standard_normal((ROWS, 32)).astype(np.float32))
@@ -188,8 +191,10 @@ def test_cached_tables_are_bit_identical_to_direct(placement: dict, optimizer: s
 def test_collection_matches_per_table_torch(rng: np.random.Generator) -> None:
     dims = [16, 8, 64]
     coll = TieredEmbeddingBagCollection([(ROWS, d) for d in dims], mode="sum", seed=3, optimizer="sgd", lr=0.1)
-    refs = [torch.nn.EmbeddingBag(ROWS, d, mode="sum", sparse=True, _weight=torch.from_numpy(t.to_numpy()))
-            for d, t in zip(dims, coll.tables)]
+    refs = [
+        torch.nn.EmbeddingBag(ROWS, d, mode="sum", sparse=True, _weight=torch.from_numpy(t.to_numpy()))
+        for d, t in zip(dims, coll.tables)
+    ]
     opt = torch.optim.SGD([p for r in refs for p in r.parameters()], lr=0.1)
     b = 12
     for _ in range(3):
@@ -214,8 +219,7 @@ def test_state_dict_round_trip(tmp_path, rng: np.random.Generator) -> None:
     idx, off = random_bags(rng, 16)
     a(idx, off).sum().backward()
     torch.save(a.state_dict(), tmp_path / "t.pt")
-    b = TieredEmbeddingBag(ROWS, 16, mode="sum", optimizer="adagrad", lr=0.1, seed=2,
-                           where="emulated:cxl", cache=0.5)
+    b = TieredEmbeddingBag(ROWS, 16, mode="sum", optimizer="adagrad", lr=0.1, seed=2, where="emulated:cxl", cache=0.5)
     b.load_state_dict(torch.load(tmp_path / "t.pt"))
     assert torch.equal(a.weight, b.weight)
     idx, off = random_bags(rng, 16)
@@ -229,8 +233,7 @@ def test_state_dict_round_trip(tmp_path, rng: np.random.Generator) -> None:
 
 def test_training_loop_reduces_loss() -> None:
     torch.manual_seed(0)
-    emb = TieredEmbeddingBag(1000, 16, mode="mean", where="emulated:optane-pmem", cache=0.2,
-                             optimizer="adagrad", lr=0.5, seed=0)
+    emb = TieredEmbeddingBag(1000, 16, mode="mean", where="emulated:optane-pmem", cache=0.2, optimizer="adagrad", lr=0.5, seed=0)
     head = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(head.parameters(), lr=0.1)
     idx = torch.randint(0, 1000, (256, 4))
@@ -246,8 +249,14 @@ def test_training_loop_reduces_loss() -> None:
 
 
 def test_constructor_refuses_unsupported_arguments() -> None:
-    for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(padding_idx=10), dict(mode="max"),
-               dict(dtype=torch.float16), dict(optimizer="adam")):
+    for kw in (
+        dict(max_norm=1.0),
+        dict(scale_grad_by_freq=True),
+        dict(padding_idx=10),
+        dict(mode="max"),
+        dict(dtype=torch.float16),
+        dict(optimizer="adam"),
+    ):
         with pytest.raises(tiermem.InvalidArgumentError):
             TieredEmbeddingBag(10, 4, **kw)
     m = TieredEmbeddingBag(10, 4, mode="sum")

@@ -39,12 +39,15 @@ def test_overflowing_sizes(two_tier: tiermem.Manager) -> None:
         two_tier.array(1, dtype=object)
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("hbm", "kinds are dram"),
-    ("emulated:quantum", "optane-pmem"),
-    ("numa:4096", "NUMA node 4096 does not exist"),
-    ("dram:1", "kinds are"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("hbm", "kinds are dram"),
+        ("emulated:quantum", "optane-pmem"),
+        ("numa:4096", "NUMA node 4096 does not exist"),
+        ("dram:1", "kinds are"),
+    ],
+)
 def test_unknown_devices(spec: str, match: str) -> None:
     with pytest.raises(tiermem.UnknownDeviceError, match=match):
         tiermem.Manager({spec: "1 MiB"})
@@ -168,8 +171,9 @@ FULL_DISK = textwrap.dedent("""
 
 def test_full_disk_while_writing_a_block_region(disk_dir: Path) -> None:
     """A write-back that fails on the disk leaves the object in DRAM with its data."""
-    out = subprocess.run([sys.executable, "-c", FULL_DISK, str(disk_dir / "slow.bin")],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(disk_dir / "slow.bin")], capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")
     assert "ERR 27 True" in lines  # EFBIG, the device named in the message

@@ -132,7 +132,7 @@ def test_listing_6_1_no_torn_write_under_concurrent_eviction() -> None:
                 except tiermem.PinnedError:
                     pass
                 a.prefetch(force=True)
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:
             errors.append(e)
 
     t = threading.Thread(target=evictor, daemon=True)
@@ -141,7 +141,7 @@ def test_listing_6_1_no_torn_write_under_concurrent_eviction() -> None:
         for round_ in range(200):
             with a.write() as v:
                 for chunk in range(0, v.shape[0], 1 << 14):
-                    v[chunk:chunk + (1 << 14)] = round_
+                    v[chunk : chunk + (1 << 14)] = round_
                     time.sleep(0)  # a yield that adds pressure; no assertion depends on whether the evictor runs here
                 if round_ % 50 == 0:  # the forced race: an eviction while this guard is open
                     with pytest.raises(tiermem.PinnedError):
@@ -156,14 +156,14 @@ def test_listing_6_1_no_torn_write_under_concurrent_eviction() -> None:
     m.check()
 
 
-def threading_call(f):  # noqa: ANN001, ANN201
+def threading_call(f):
     """Run ``f`` on another thread and wait for it; re-raise what it raised."""
     out: dict[str, object] = {}
 
     def run() -> None:
         try:
             out["value"] = f()
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             out["error"] = e
 
     th = threading.Thread(target=run)
@@ -179,7 +179,7 @@ def test_the_array_itself_has_no_data_outside_a_guard(two_tier: tiermem.Manager)
     with pytest.raises(tiermem.GuardError, match="to_numpy"):
         np.asarray(a)
     with pytest.raises(tiermem.GuardError, match="view of a guard"):
-        a[0]  # noqa: B018
+        a[0]
     with pytest.raises(tiermem.GuardError, match="write guard"):
         a[0] = 1
     assert len(a) == 3 and a.ndim == 2 and a.nbytes == 48

@@ -27,6 +27,7 @@ def test_readme_examples_run_and_match_their_comments(index: int) -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, str(README), "exec"), {})
-    expected = [m.group(1).strip() for line in code.splitlines() if "print(" in line
-                for m in [re.search(r"#\s*(.+)$", line)] if m]
+    expected = [
+        m.group(1).strip() for line in code.splitlines() if "print(" in line for m in [re.search(r"#\s*(.+)$", line)] if m
+    ]
     assert out.getvalue().strip().splitlines() == expected

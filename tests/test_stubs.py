@@ -8,16 +8,14 @@ from pathlib import Path
 from tiermem import _tiermem
 
 
-
 def _stub_names() -> dict[str, set[str]]:
     path = Path(__file__).resolve().parents[1] / "python" / "tiermem" / "_tiermem.pyi"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out: dict[str, set[str]] = {"": set()}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            out[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
-            out[node.name] |= {n.target.id for n in node.body
-                               if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+            out[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("__")}
+            out[node.name] |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
             out[""].add(node.name)
         elif isinstance(node, ast.FunctionDef):
             out[""].add(node.name)

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import tiermem  # noqa: E402
 from tiermem.bench.models import GPT, WORKLOADS, build  # noqa: E402
-from tiermem.torch.tensors import VARIANTS, Tiering, TieredTensor  # noqa: E402
+from tiermem.torch.tensors import VARIANTS, TieredTensor, Tiering  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
 
@@ -20,16 +20,21 @@ SLOW = "emulated:optane-pmem"
 def small_cnn() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10),
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 8 * 8, 10),
     )
 
 
 def batches(n: int, dtype: torch.dtype = torch.float32) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(16, 3, 32, 32, generator=g, dtype=dtype), torch.randint(0, 10, (16,), generator=g))
-            for _ in range(n)]
+    return [(torch.randn(16, 3, 32, 32, generator=g, dtype=dtype), torch.randint(0, 10, (16,), generator=g)) for _ in range(n)]
 
 
 def train(model: torch.nn.Module, opt: torch.optim.Optimizer, data: list) -> list[float]:
@@ -210,7 +215,7 @@ class Boom(torch.nn.Module):
         self.body = small_cnn()[:3]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.body(x)
+        self.body(x)
         raise RuntimeError("user code failed")
 
 

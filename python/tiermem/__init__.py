@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import _tiermem
+from . import exceptions as _exceptions
 from ._sizes import format_bytes, parse_size
 from .array import Guard, GuardedArray, TieredArray
-from . import exceptions as _exceptions
 from .exceptions import (
     AllPinnedError,
     BudgetError,

@@ -71,7 +71,7 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
     tmp = f"{path}{_TMP}{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # this process's own leftover
-    f = open(tmp, mode if "x" in mode else mode.replace("w", "x"), **({} if "b" in mode else {"encoding": "utf-8"}))
+    f = open(tmp, mode if "x" in mode else mode.replace("w", "x"), encoding=None if "b" in mode else "utf-8")
     try:
         yield f
         f.flush()

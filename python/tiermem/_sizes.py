@@ -7,9 +7,20 @@ import re
 from .exceptions import InvalidArgumentError
 
 _UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 _RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _MAX = 2**64 - 1
@@ -24,9 +35,7 @@ def parse_size(value: int | str, what: str = "size") -> int:
     elif isinstance(value, str):
         m = _RE.match(value)
         if not m or m.group(2).lower() not in _UNITS:
-            raise InvalidArgumentError(
-                f"{what} {value!r} is not a size (examples: 4096, '64 MiB', '2GiB', '1.5G')"
-            )
+            raise InvalidArgumentError(f"{what} {value!r} is not a size (examples: 4096, '64 MiB', '2GiB', '1.5G')")
         n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     else:
         raise InvalidArgumentError(f"{what} must be an int or a string like '64 MiB', got {type(value).__name__}")

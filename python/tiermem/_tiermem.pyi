@@ -1,8 +1,38 @@
 """Type stubs of the native module (the binding crate `tiermem-py`)."""
 
-from typing import Any
+from typing import Any, final
 
 __version__: str
+__all__ = [
+    "CACHE_POLICIES",
+    "DTYPES",
+    "DataApi",
+    "HOME_KINDS",
+    "ISAS",
+    "MODES",
+    "Manager",
+    "OPTIMIZERS",
+    "PLACES",
+    "POLICIES",
+    "Recorder",
+    "Table",
+    "TwoLmModel",
+    "__version__",
+    "calibration_path",
+    "dram_figures",
+    "gather",
+    "generate_into",
+    "kernel_isa",
+    "lookup_into",
+    "measure_dram",
+    "memcpy_seconds",
+    "profiles",
+    "reuse_histogram",
+    "sparse_grad",
+    "topology",
+    "uniform_into",
+    "update_from",
+]
 
 # Vocabularies, from the crates' registries.
 POLICIES: list[str]
@@ -14,8 +44,9 @@ DTYPES: list[str]
 HOME_KINDS: list[str]
 ISAS: list[str]
 
+@final
 class Manager:
-    def __init__(self, devices: list[tuple[str, int]], policy: str | Any) -> None: ...
+    def __new__(cls, devices: list[tuple[str, int]], policy: str | Any) -> Manager: ...
     def alloc(self, nbytes: int, place_code: int) -> int: ...
     def free(self, id: int) -> None: ...
     def prefetch(self, id: int, force: bool = False) -> None: ...
@@ -30,10 +61,18 @@ class Manager:
     def close(self, ticket: int) -> None: ...
     def hold(self, ticket: int) -> None: ...
     def op_open(
-        self, inputs: list[tuple[int, bool]], outputs: list[int], place_code: int, outputs_first: bool,
+        self,
+        inputs: list[tuple[int, bool]],
+        outputs: list[int],
+        place_code: int,
+        outputs_first: bool,
     ) -> tuple[list[int], list[int], list[int]]: ...
     def op_close(
-        self, tickets: list[int], charges: list[tuple[int, int, int]], threads: int, softevict: list[int],
+        self,
+        tickets: list[int],
+        charges: list[tuple[int, int, int]],
+        threads: int,
+        softevict: list[int],
     ) -> None: ...
     def charge(self, operands: list[tuple[int, int, int]], threads: int) -> None: ...
     def copy_objects(self, dst: int, src: int, reps: int = 1) -> float: ...
@@ -51,9 +90,11 @@ class Manager:
     def policy_name(self) -> str: ...
     def record(self, interval: float) -> Recorder: ...
 
+@final
 class Recorder:
     def finish(self) -> list[dict[str, Any]]: ...
 
+@final
 class DataApi:
     def devices(self) -> list[str]: ...
     def create_object(self, device: int, nbytes: int) -> int | None: ...
@@ -79,13 +120,21 @@ class DataApi:
     def prefetch_object(self, id: int, device: int = 0, force: bool = False) -> bool: ...
     def evict_from(self, device: int, start: int, nbytes: int, callback: Any) -> int | None: ...
 
+@final
 class Table:
     @staticmethod
     def direct(manager: Manager, device: int, rows: int, width: int, dtype: str) -> Table: ...
     @staticmethod
     def cached(
-        manager: Manager, slow: int, fast: int, rows: int, width: int, dtype: str,
-        lower: int, slack: int, policy: str,
+        manager: Manager,
+        slow: int,
+        fast: int,
+        rows: int,
+        width: int,
+        dtype: str,
+        lower: int,
+        slack: int,
+        policy: str,
     ) -> Table: ...
     @staticmethod
     def behind_model(manager: Manager, model: TwoLmModel, rows: int, width: int, dtype: str) -> Table: ...
@@ -119,9 +168,10 @@ class Table:
     def read_optimizer_state(self, offset: int, out: Any) -> None: ...
     def set_optimizer_state(self, kind: str, offset: int, src: Any, steps: int) -> None: ...
 
+@final
 class TwoLmModel:
     EVENT_NAMES: list[str]
-    def __init__(self, manager: Manager, slow: int, fast: int, cache_bytes: int, line: int) -> None: ...
+    def __new__(cls, manager: Manager, slow: int, fast: int, cache_bytes: int, line: int) -> TwoLmModel: ...
     @property
     def line(self) -> int: ...
     @property
@@ -135,21 +185,50 @@ class TwoLmModel:
     def clear(self) -> None: ...
 
 def lookup_into(
-    tables: list[Table], values: list[Any], offsets: list[Any], weights: list[Any | None],
-    mode: str, out: Any, row_stride: int, cols: list[int], prefetch: int,
+    tables: list[Table],
+    values: list[Any],
+    offsets: list[Any],
+    weights: list[Any | None],
+    mode: str,
+    out: Any,
+    row_stride: int,
+    cols: list[int],
+    prefetch: int,
 ) -> dict[str, int]: ...
 def update_from(
-    tables: list[Table], values: list[Any], offsets: list[Any], weights: list[Any | None],
-    mode: str, grad: Any, row_stride: int, cols: list[int], optimizer: str, lr: float,
-    eps: float, lr_decay: float, initial_accumulator: float, nt: bool,
+    tables: list[Table],
+    values: list[Any],
+    offsets: list[Any],
+    weights: list[Any | None],
+    mode: str,
+    grad: Any,
+    row_stride: int,
+    cols: list[int],
+    optimizer: str,
+    lr: float,
+    eps: float,
+    lr_decay: float,
+    initial_accumulator: float,
+    nt: bool,
 ) -> dict[str, int]: ...
 def sparse_grad(
-    table: Table, values: Any, offsets: Any, weights: Any | None, mode: str, grad: Any,
+    table: Table,
+    values: Any,
+    offsets: Any,
+    weights: Any | None,
+    mode: str,
+    grad: Any,
 ) -> tuple[list[int], list[float]]: ...
 def gather(tables: list[Table], values: list[Any], offsets: list[Any], prefetch: int) -> int: ...
 def generate_into(
-    dist: str, alpha: float, histogram: list[float] | None, tables: list[int], outs: list[Any],
-    bag: int, seed: int, step: int,
+    dist: str,
+    alpha: float,
+    histogram: list[float] | None,
+    tables: list[int],
+    outs: list[Any],
+    bag: int,
+    seed: int,
+    step: int,
 ) -> None: ...
 def reuse_histogram(values: Any) -> list[float]: ...
 def uniform_into(out: Any, low: float, high: float, seed: int, start: int) -> None: ...

@@ -44,7 +44,12 @@ class _Lease:
     def add(self, view: Any) -> None:
         """Track a checked view derived while the guard is open (until it dies)."""
         key = id(view)
-        self.derived[key] = weakref.ref(view, lambda _, d=self.derived, k=key: d.pop(k, None))
+        derived = self.derived
+
+        def forget(_: Any, k: int = key) -> None:
+            derived.pop(k, None)
+
+        self.derived[key] = weakref.ref(view, forget)
 
     def check(self) -> None:
         if not self.live:
@@ -118,7 +123,7 @@ class GuardedArray(np.ndarray):
         _check_all((value,))
         super().__setitem__(key, _plain(value))
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:  # type: ignore[override]
         self._check()
         a = self.view(np.ndarray)
         return a if dtype is None else a.astype(dtype, copy=bool(copy))
@@ -145,7 +150,7 @@ class GuardedArray(np.ndarray):
 
     def __buffer__(self, flags: int) -> memoryview:
         self._check()
-        return memoryview(self.view(np.ndarray))
+        return memoryview(self.view(np.ndarray))  # type: ignore[arg-type]
 
 
 def _wrap(name: str) -> Any:
@@ -164,8 +169,18 @@ def _wrap(name: str) -> Any:
 # called on it directly; every other public method reads or writes data, so it is wrapped to
 # check the guard first.
 _VIEW_METHODS = {
-    "view", "reshape", "transpose", "swapaxes", "squeeze", "ravel", "diagonal", "conj",
-    "conjugate", "setflags", "resize", "getfield",
+    "view",
+    "reshape",
+    "transpose",
+    "swapaxes",
+    "squeeze",
+    "ravel",
+    "diagonal",
+    "conj",
+    "conjugate",
+    "setflags",
+    "resize",
+    "getfield",
 }
 for _name in sorted(dir(np.ndarray)):
     if _name.startswith("_") or _name in _VIEW_METHODS or not callable(getattr(np.ndarray, _name)):
@@ -210,8 +225,7 @@ class Guard:
     the array.
     """
 
-    def __init__(self, array: TieredArray, write: bool, kind: Literal["numpy", "torch"],
-                 overwrite: bool = False) -> None:
+    def __init__(self, array: TieredArray, write: bool, kind: Literal["numpy", "torch"], overwrite: bool = False) -> None:
         if kind not in ("numpy", "torch"):
             raise InvalidArgumentError(f"kind must be 'numpy' or 'torch', got {kind!r}")
         self._array = array
@@ -277,7 +291,7 @@ class Guard:
             return ref()
         # root: `root` here, getrefcount's argument and the base of `view` (held here, so the
         # count does not depend on whether the caller still names it).
-        escaped = sys.getrefcount(root) > 3 or len(self._lease.derived) > 0
+        escaped = sys.getrefcount(root) > 3 or (self._lease is not None and len(self._lease.derived) > 0)
         del view
         return root if escaped else None
 
@@ -292,6 +306,7 @@ class Guard:
             self._tensor = None
         native = self._array._manager._native
         ticket = self._ticket
+        assert ticket is not None, "an open guard has a ticket"
         self._ticket = None
         alive = self._escaped()
         if alive is None:
@@ -305,7 +320,7 @@ def _release(native: Any, ticket: int) -> None:
     """Release a hold once the last view derived inside its guard is gone."""
     try:
         native.close(ticket)
-    except Exception:  # noqa: BLE001 - the manager may be shutting down; nothing to undo
+    except Exception:
         pass
 
 
@@ -394,19 +409,14 @@ class TieredArray:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise GuardError(
-            f"{self!r} has no data outside a guard: use `with arr.read() as v:` for a view or "
-            "`arr.to_numpy()` for a copy"
+            f"{self!r} has no data outside a guard: use `with arr.read() as v:` for a view or `arr.to_numpy()` for a copy"
         )
 
     def __getitem__(self, key: Any) -> Any:
-        raise GuardError(
-            f"index the view of a guard, not the array: `with arr.read() as v: v[...]` ({self!r})"
-        )
+        raise GuardError(f"index the view of a guard, not the array: `with arr.read() as v: v[...]` ({self!r})")
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise GuardError(
-            f"assign through a write guard: `with arr.write() as v: v[...] = value` ({self!r})"
-        )
+        raise GuardError(f"assign through a write guard: `with arr.write() as v: v[...] = value` ({self!r})")
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -415,7 +425,7 @@ class TieredArray:
         if not getattr(self, "_freed", True):
             try:
                 self._manager._native.free(self.id)
-            except Exception:  # noqa: BLE001 - interpreter shutdown or already freed
+            except Exception:
                 pass
 
     def __repr__(self) -> str:

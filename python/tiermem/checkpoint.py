@@ -54,8 +54,7 @@ class _Writer:
             self.f.write(c)
             h.update(c)
             self.offset += len(c)
-        self.sections.append({"name": name, "offset": start, "length": self.offset - start,
-                              "sha256": h.hexdigest(), **meta})
+        self.sections.append({"name": name, "offset": start, "length": self.offset - start, "sha256": h.hexdigest(), **meta})
 
 
 def _table_chunks(t: EmbeddingTable) -> Iterator[bytes]:
@@ -112,8 +111,7 @@ class Checkpoint:
             f.seek(size - _TRAILER.size)
             length, digest, magic = _TRAILER.unpack(f.read(_TRAILER.size))
             if magic != MAGIC:
-                raise _bad(path, "not a tiermem checkpoint (no tiermem trailer: a foreign, truncated or "
-                                 "older-format file)")
+                raise _bad(path, "not a tiermem checkpoint (no tiermem trailer: a foreign, truncated or older-format file)")
             if length > size - _TRAILER.size:
                 raise _bad(path, "its manifest length is beyond the file (damaged)")
             f.seek(size - _TRAILER.size - length)
@@ -141,8 +139,7 @@ class Checkpoint:
                     h.update(c)
                     left -= len(c)
                 if h.hexdigest() != s["sha256"]:
-                    raise _bad(path, f"section {s['name']!r} does not match its checksum (damaged): "
-                                     "nothing was restored from it")
+                    raise _bad(path, f"section {s['name']!r} does not match its checksum (damaged): nothing was restored from it")
 
     def state(self) -> dict[str, Any]:
         """The ``state`` section, loaded with ``weights_only=True`` (no code runs)."""
@@ -156,7 +153,7 @@ class Checkpoint:
             blob = f.read(s["length"])
         try:
             return torch.load(io.BytesIO(blob), weights_only=True)
-        except Exception as e:  # noqa: BLE001 - any unpickling refusal is a bad file
+        except Exception as e:
             raise _bad(self.path, f"its state cannot be loaded safely ({type(e).__name__}: {e})") from None
 
     def tables(self) -> list[str]:
@@ -169,8 +166,9 @@ class Checkpoint:
         if s is None:
             raise _bad(self.path, f"has no table {name!r} (it has {', '.join(self.tables()) or 'none'})")
         if (s["rows"], s["width"]) != (t.num_embeddings, t.embedding_dim):
-            raise _bad(self.path, f"table {name!r} is {s['rows']} x {s['width']}, the model's "
-                                  f"{t.num_embeddings} x {t.embedding_dim}")
+            raise _bad(
+                self.path, f"table {name!r} is {s['rows']} x {s['width']}, the model's {t.num_embeddings} x {t.embedding_dim}"
+            )
         with open(self.path, "rb") as f:
             f.seek(s["offset"])
             rows = max(1, CHUNK // (4 * t.embedding_dim))

@@ -1,7 +1,9 @@
 """Exceptions raised by tiermem.
 
 Every core error maps to exactly one class here (the mapping lives in the binding's
-``error.rs``). Each class also derives from the built-in exception a Python user would catch.
+``error.rs``), with the error's fields as attributes (``DeviceFullError.free``,
+``IndexOutOfRangeError.position``, ...). Each class also derives from the built-in exception
+a Python user would catch.
 
 =========================  ==========================  ===========================
 core ``Error``             tiermem exception           also catchable as
@@ -58,26 +60,62 @@ class UnknownDeviceError(TiermemError, ValueError):
 class DeviceFullError(TiermemError, MemoryError):
     """A device has no contiguous span large enough (the message gives the numbers)."""
 
+    #: Device name.
+    device: str
+    #: Bytes asked for, bytes free, the largest contiguous free span and the capacity.
+    requested: int
+    free: int
+    largest: int
+    capacity: int
+
 
 class PinnedError(TiermemError, RuntimeError):
     """The object is held by an open guard, so it cannot be moved, evicted or freed."""
+
+    #: The object, its open guards and holds, and what was refused (absent on
+    #: :class:`AllPinnedError`).
+    object: int
+    pins: int
+    held: int
+    action: str
 
 
 class AllPinnedError(PinnedError, MemoryError):
     """A forced operation needed to evict data, but everything in the way is pinned."""
 
+    #: Device name, bytes asked for, bytes pinned, capacity.
+    device: str
+    requested: int
+    pinned_bytes: int
+    capacity: int
+
 
 class NoSuchObjectError(TiermemError, LookupError):
     """The object was freed or never existed."""
+
+    #: The object id.
+    object: int
 
 
 class DeviceIOError(TiermemError, OSError):
     """An operating-system call on a device failed; ``errno`` is kept."""
 
+    #: Device name, the path or resource, and what was being done.
+    device: str
+    path: str
+    what: str
+
 
 class IndexOutOfRangeError(TiermemError, IndexError):
     """An embedding lookup or update named a row the table does not have (or a negative one);
     the message names the table, the position and the value."""
+
+    #: Table number within the call, position of the index in its values, the index, the
+    #: table's rows (set when the core raised it).
+    table: int
+    position: int
+    value: int
+    rows: int
 
 
 class GuardError(TiermemError, RuntimeError):
@@ -86,6 +124,9 @@ class GuardError(TiermemError, RuntimeError):
 
 class PolicyError(TiermemError, RuntimeError):
     """A policy failed or broke a manager rule (Python policies: the original error text)."""
+
+    #: The policy's name.
+    policy: str
 
 
 class LockOrderError(TiermemError, RuntimeError):

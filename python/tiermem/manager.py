@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Iterator, Union
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +18,7 @@ __all__ = ["Manager", "DeviceList"]
 
 #: Devices, fastest first: ``{"dram": "256 MiB", "emulated:optane-pmem": "2 GiB"}``, or a
 #: list of ``(spec, capacity)`` pairs or ``"spec=capacity"`` strings.
-DeviceList = Union[Mapping[str, Union[int, str]], Iterable[Union[tuple[str, Union[int, str]], str]]]
+DeviceList = Mapping[str, int | str] | Iterable[tuple[str, int | str] | str]
 
 #: Place names and the codes the core takes them by (the core's ``Place::CODES``).
 _PLACES: dict[str, int] = dict(_tiermem.PLACES)
@@ -33,13 +33,12 @@ def _parse_devices(devices: DeviceList) -> list[tuple[str, int]]:
         items = []
         for d in devices:
             if isinstance(d, str):
-                spec, sep, cap = d.rpartition("=")
+                spec, sep, size = d.rpartition("=")
                 if not sep:
                     raise InvalidArgumentError(f"device {d!r} needs a capacity: '{d}=256MiB'")
-                items.append((spec, cap))
+                items.append((spec, size))
             else:
-                spec, cap = d
-                items.append((spec, cap))
+                items.append((d[0], d[1]))
     if not items:
         raise InvalidArgumentError("a manager needs at least one device")
     return [(str(s), parse_size(c, f"capacity of {s!r}")) for s, c in items]
@@ -116,9 +115,7 @@ class Manager:
             return _PLACES[where]
         if where in self.device_names:
             return self.device_names.index(where)
-        raise InvalidArgumentError(
-            f"where={where!r}: use 'auto', 'fast', 'slow', a device index or one of {self.device_names}"
-        )
+        raise InvalidArgumentError(f"where={where!r}: use 'auto', 'fast', 'slow', a device index or one of {self.device_names}")
 
     def array(
         self,
@@ -197,9 +194,9 @@ class Manager:
     def record(self, interval: float = 0.01) -> Iterator[list[dict[str, Any]]]:
         """Record bytes read and written per device every ``interval`` seconds::
 
-            with m.record(0.005) as trace:
-                work()
-            trace  # [{"t": 0.005, "read": {...}, "written": {...}}, ...]
+        with m.record(0.005) as trace:
+            work()
+        trace  # [{"t": 0.005, "read": {...}, "written": {...}}, ...]
         """
         rec = self._native.record(float(interval))
         samples: list[dict[str, Any]] = []

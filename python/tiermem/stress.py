@@ -66,9 +66,15 @@ class Report:
         return not self.failures
 
     def to_json(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "threads": self.threads, "ops": dict(self.ops),
-                "total_ops": sum(self.ops.values()), "expected_errors": dict(self.expected_errors),
-                "failures": self.failures, "ok": self.ok}
+        return {
+            "seconds": self.seconds,
+            "threads": self.threads,
+            "ops": dict(self.ops),
+            "total_ops": sum(self.ops.values()),
+            "expected_errors": dict(self.expected_errors),
+            "failures": self.failures,
+            "ok": self.ok,
+        }
 
 
 class _Slot:
@@ -102,8 +108,12 @@ class _World:
             t.load(self.rows)
         # Tables in different orders, so lock ordering is exercised. Each keeps one kind of
         # optimizer state (a checkpoint streams it while updates run).
-        self.colls = [EmbeddingCollection(self.tables[:4]), EmbeddingCollection(self.tables[3::-1]),
-                      EmbeddingCollection([self.tables[1], self.tables[3]]), EmbeddingCollection(self.tables[4:])]
+        self.colls = [
+            EmbeddingCollection(self.tables[:4]),
+            EmbeddingCollection(self.tables[3::-1]),
+            EmbeddingCollection([self.tables[1], self.tables[3]]),
+            EmbeddingCollection(self.tables[4:]),
+        ]
         self.optimizer = ["sgd", "adagrad", "sgd", "rowwise_adagrad"]
         self.scratch = scratch
         self.values = 10_000  # fresh fill values come from here (under the GIL)
@@ -164,8 +174,7 @@ def _op_move(w: _World, r: random.Random) -> str:
     s = r.choice(w.slots)
     how = r.choice(("evict", "prefetch", "force", "softevict"))
     a = s.array
-    {"evict": a.evict, "prefetch": a.prefetch, "force": lambda: a.prefetch(force=True),
-     "softevict": a.softevict}[how]()
+    {"evict": a.evict, "prefetch": a.prefetch, "force": lambda: a.prefetch(force=True), "softevict": a.softevict}[how]()
     return how
 
 
@@ -195,7 +204,7 @@ def _op_lookup(w: _World, r: random.Random) -> str:
     col = 0
     for (vals, _), t in zip(bags, c.tables):
         want = w.rows[vals].reshape(32, 4, WIDTH).sum(axis=1)
-        got = out[:, col:col + WIDTH]
+        got = out[:, col : col + WIDTH]
         if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
             raise AssertionError(f"lookup on {t!r} differs from the shadow rows")
         col += WIDTH
@@ -230,8 +239,17 @@ def _op_checkpoint(w: _World, r: random.Random) -> str:
     return "checkpoint"
 
 
-OPS = [(_op_write, 4), (_op_read, 5), (_op_escape, 1), (_op_move, 3), (_op_policy, 2),
-       (_op_lookup, 3), (_op_update, 2), (_op_flush, 1), (_op_checkpoint, 0.2)]
+OPS = [
+    (_op_write, 4),
+    (_op_read, 5),
+    (_op_escape, 1),
+    (_op_move, 3),
+    (_op_policy, 2),
+    (_op_lookup, 3),
+    (_op_update, 2),
+    (_op_flush, 1),
+    (_op_checkpoint, 0.2),
+]
 
 
 def run(seconds: float, threads: int, seed: int = 0, progress: Any = None) -> Report:
@@ -259,7 +277,7 @@ def run(seconds: float, threads: int, seed: int = 0, progress: Any = None) -> Re
                 except EXPECTED as e:
                     with lock:
                         rep.expected_errors[f"{f.__name__[4:]}: {type(e).__name__}"] += 1
-                except BaseException as e:  # noqa: BLE001 - every other outcome is a failure
+                except BaseException as e:
                     with lock:
                         rep.failures.append(f"thread {k}, {f.__name__[4:]}: {type(e).__name__}: {e}")
                     stop.set()

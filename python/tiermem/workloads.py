@@ -28,19 +28,51 @@ __all__ = ["DISTRIBUTIONS", "META_REUSE", "REUSE_BUCKETS", "batch", "reuse_histo
 DISTRIBUTIONS = ("uniform", "zipf", "production")
 
 #: Reuse-factor buckets: a row used (lo, hi] times in a batch (the last is open-ended).
-REUSE_BUCKETS = [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64), (64, 128), (128, 256),
-                 (256, 512), (512, 1024), (1024, 2048), (2048, 4096), (4096, 8192), (8192, 16384),
-                 (16384, 32768), (32768, None)]
+REUSE_BUCKETS = [
+    (0, 1),
+    (1, 2),
+    (2, 4),
+    (4, 8),
+    (8, 16),
+    (16, 32),
+    (32, 64),
+    (64, 128),
+    (128, 256),
+    (256, 512),
+    (512, 1024),
+    (1024, 2048),
+    (2048, 4096),
+    (4096, 8192),
+    (8192, 16384),
+    (16384, 32768),
+    (32768, None),
+]
 
 #: Share of distinct rows per reuse bucket, averaged over the datasets of each release of
 #: facebookresearch/dlrm_datasets (MIT licence): "Histogram of col sizes" in the locality
 #: statistics published with them (2021: 856 tables, batch 65536, 17 datasets; 2022: 788
 #: tables, batch 131072, 16 datasets).
 META_REUSE = {
-    "meta-2021": [0.4259, 0.1642, 0.1654, 0.1205, 0.0729, 0.0311, 0.011, 0.0041, 0.002, 0.001,
-                  0.0009, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-    "meta-2022": [0.342, 0.144, 0.149, 0.138, 0.112, 0.068, 0.029, 0.01, 0.004, 0.002, 0.001,
-                  0.001, 0.0, 0.0, 0.0, 0.0, 0.0],
+    "meta-2021": [
+        0.4259,
+        0.1642,
+        0.1654,
+        0.1205,
+        0.0729,
+        0.0311,
+        0.011,
+        0.0041,
+        0.002,
+        0.001,
+        0.0009,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ],
+    "meta-2022": [0.342, 0.144, 0.149, 0.138, 0.112, 0.068, 0.029, 0.01, 0.004, 0.002, 0.001, 0.001, 0.0, 0.0, 0.0, 0.0, 0.0],
 }
 
 

@@ -20,8 +20,7 @@ def cases(draw: st.DrawFn) -> dict:
     mode = draw(st.sampled_from(["sum", "mean", "none"]))
     weighted = mode == "sum" and draw(st.booleans())
     seed = draw(st.integers(0, 2**16))
-    return dict(rows=rows, width=width, sizes=sizes, idx=np.array(idx, np.int64), mode=mode,
-                weighted=weighted, seed=seed)
+    return dict(rows=rows, width=width, sizes=sizes, idx=np.array(idx, np.int64), mode=mode, weighted=weighted, seed=seed)
 
 
 def reference(w: np.ndarray, c: dict, psw: np.ndarray | None) -> np.ndarray:
@@ -30,9 +29,9 @@ def reference(w: np.ndarray, c: dict, psw: np.ndarray | None) -> np.ndarray:
     out = np.zeros((len(c["sizes"]), w.shape[1]))
     start = 0
     for b, n in enumerate(c["sizes"]):
-        rows = w[c["idx"][start:start + n]].astype(np.float64)
+        rows = w[c["idx"][start : start + n]].astype(np.float64)
         if psw is not None:
-            rows = rows * psw[start:start + n, None]
+            rows = rows * psw[start : start + n, None]
         if n:
             out[b] = rows.sum(0) / (n if c["mode"] == "mean" else 1)
         start += n

@@ -39,8 +39,10 @@ class TieredApi(RuleBasedStateMachine):
         self.tm = tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "4 MiB"})
         rng = np.random.default_rng(0)
         self.rows = rng.standard_normal((ROWS, WIDTH)).astype(np.float32)
-        self.tables = [EmbeddingTable(ROWS, WIDTH, manager=self.tm, cache=0.1, policy="dynamic"),
-                       EmbeddingTable(ROWS, WIDTH, manager=self.tm, device=1)]
+        self.tables = [
+            EmbeddingTable(ROWS, WIDTH, manager=self.tm, cache=0.1, policy="dynamic"),
+            EmbeddingTable(ROWS, WIDTH, manager=self.tm, device=1),
+        ]
         for t in self.tables:
             t.load(self.rows)
         self.dir = tempfile.mkdtemp(prefix="tiermem-sm-")
@@ -53,8 +55,7 @@ class TieredApi(RuleBasedStateMachine):
     def _pinned(self, a: tiermem.TieredArray) -> bool:
         return any(x is a for _, _, x, _ in self.open)
 
-    @rule(target=arrays, n=st.integers(1, 70_000), where=st.sampled_from(["auto", "fast", "slow"]),
-          fill=st.integers(0, 255))
+    @rule(target=arrays, n=st.integers(1, 70_000), where=st.sampled_from(["auto", "fast", "slow"]), fill=st.integers(0, 255))
     def new(self, n: int, where: str, fill: int) -> Any:
         try:
             a = self.m.array(n, "uint8", where=where, fill=fill)
@@ -155,8 +156,9 @@ class TieredApi(RuleBasedStateMachine):
     @rule(n=st.integers(1, 10))
     def update_lr0(self, n: int) -> None:
         idx = np.arange(n, dtype=np.int64) % ROWS
-        EmbeddingCollection(self.tables).update([(idx, np.arange(n + 1))] * 2, np.ones((n, 2 * WIDTH), np.float32),
-                                                optimizer="adagrad", lr=0.0)
+        EmbeddingCollection(self.tables).update(
+            [(idx, np.arange(n + 1))] * 2, np.ones((n, 2 * WIDTH), np.float32), optimizer="adagrad", lr=0.0
+        )
 
     @rule()
     def flush(self) -> None:
@@ -177,6 +179,7 @@ class TieredApi(RuleBasedStateMachine):
             self.tm.check()
 
 
-TieredApi.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                                       suppress_health_check=[HealthCheck.too_slow])
+TieredApi.TestCase.settings = settings(
+    max_examples=30, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 test_public_api_state_machine = TieredApi.TestCase

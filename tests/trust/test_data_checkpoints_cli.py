@@ -28,6 +28,7 @@ SMALL = DLRMConfig(rows=(3000, 2000), dim=16, bottom_mlp=(32, 16), top_mlp=(16, 
 
 # Item 11 ---------------------------------------------------------------------------------
 
+
 def test_item11_huge_integers_are_bad_lines_not_crashes(tmp_path: Path) -> None:
     p = tmp_path / "c.tsv"
     write_criteo(p, 10, seed=1)
@@ -71,13 +72,34 @@ def test_item11_a_line_without_newline_is_read_in_bounded_memory(tmp_path: Path)
 def test_item11_and_13_criteo_file_with_no_valid_line_is_a_clear_error(tmp_path: Path, capsys) -> None:
     p = tmp_path / "bad.tsv"
     p.write_text("not\ta\tcriteo\tline\n" * 50)
-    rc = main(["train", "dlrm", "--criteo", str(p), "--modes", "all-slow", "--rows", ",".join(["50"] * 26),
-               "--dim", "8", "--bottom-mlp", "16-8", "--top-mlp", "8-1", "--iters", "2", "--warmup", "0"])
+    rc = main(
+        [
+            "train",
+            "dlrm",
+            "--criteo",
+            str(p),
+            "--modes",
+            "all-slow",
+            "--rows",
+            ",".join(["50"] * 26),
+            "--dim",
+            "8",
+            "--bottom-mlp",
+            "16-8",
+            "--top-mlp",
+            "8-1",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "gave no batch at all" in err and "Traceback" not in err
 
 
 # Item 12 ---------------------------------------------------------------------------------
+
 
 def _trained(tmp_path: Path) -> tuple[Trainer, str, SyntheticData]:
     d = SyntheticData(SMALL.rows, 13, SMALL.batch_size, SMALL.bag, dist="zipf", seed=2)
@@ -92,8 +114,7 @@ def test_item12_flipped_bytes_truncation_and_foreign_files_are_refused_by_name(t
     data = bytearray(Path(ck).read_bytes())
     rng = np.random.default_rng(0)
     for name, blob in {
-        "flipped": bytes(b ^ 0xFF if i in set(rng.integers(0, len(data) - 100, 200).tolist()) else b
-                         for i, b in enumerate(data)),
+        "flipped": bytes(b ^ 0xFF if i in set(rng.integers(0, len(data) - 100, 200).tolist()) else b for i, b in enumerate(data)),
         "truncated": bytes(data[: len(data) // 2]),
         "empty": b"",
         "foreign": b"hello, this is a text file\n" * 10,
@@ -131,10 +152,13 @@ def test_item12_a_crafted_checkpoint_runs_no_code(tmp_path: Path, monkeypatch) -
     import json
 
     blob = pickle.dumps({"format": "tiermem-dlrm-2", "x": _Evil()})
-    manifest = json.dumps({"format": checkpoint.FORMAT, "sections": [
-        {"name": "state", "offset": 0, "length": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}]}).encode()
-    evil.write_bytes(blob + manifest + struct.pack("<Q32s8s", len(manifest), hashlib.sha256(manifest).digest(),
-                                                   checkpoint.MAGIC))
+    manifest = json.dumps(
+        {
+            "format": checkpoint.FORMAT,
+            "sections": [{"name": "state", "offset": 0, "length": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}],
+        }
+    ).encode()
+    evil.write_bytes(blob + manifest + struct.pack("<Q32s8s", len(manifest), hashlib.sha256(manifest).digest(), checkpoint.MAGIC))
     with pytest.raises(checkpoint.CheckpointError, match="cannot be loaded safely"):
         Trainer(SMALL, "dynamic").load(str(evil))
     assert not flag.exists()
@@ -155,28 +179,49 @@ def test_item12_resume_restores_tables_and_state_streamed(tmp_path: Path, monkey
 
 def test_item12_stale_temporaries_go_and_folders_are_checked_first(tmp_path: Path, capsys) -> None:
     t, ck, _ = _trained(tmp_path)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     stale = Path(f"{ck}.tmp-{dead}")
     stale.write_bytes(b"half a checkpoint")
     t.save(ck)
     assert not stale.exists() and not list(tmp_path.glob("ck.pt.tmp-*"))
-    rc = main(["train", "dlrm", "--rows", "300,400", "--dim", "8", "--bottom-mlp", "16-8", "--top-mlp", "8-1",
-               "--modes", "static", "--iters", "2", "--checkpoint", str(tmp_path / "no" / "such" / "ck.pt")])
+    rc = main(
+        [
+            "train",
+            "dlrm",
+            "--rows",
+            "300,400",
+            "--dim",
+            "8",
+            "--bottom-mlp",
+            "16-8",
+            "--top-mlp",
+            "8-1",
+            "--modes",
+            "static",
+            "--iters",
+            "2",
+            "--checkpoint",
+            str(tmp_path / "no" / "such" / "ck.pt"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "does not exist" in err
 
 
 # Item 13 ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,msg", [
-    (["--rows", "abc"], "'abc' in 'abc' is not an integer"),
-    (["--bottom-mlp", "512-x"], "'x' in '512-x' is not an integer"),
-    (["--lr", "nan"], "finite"),
-    (["--lr", "-1"], "finite"),
-    (["--iters", "0"], "outside 1"),
-    (["--scale", "inf"], "finite"),
-])
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--rows", "abc"], "'abc' in 'abc' is not an integer"),
+        (["--bottom-mlp", "512-x"], "'x' in '512-x' is not an integer"),
+        (["--lr", "nan"], "finite"),
+        (["--lr", "-1"], "finite"),
+        (["--iters", "0"], "outside 1"),
+        (["--scale", "inf"], "finite"),
+    ],
+)
 def test_item13_bad_option_values_are_usage_errors(args: list[str], msg: str, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(["train", "dlrm", *args])
@@ -189,7 +234,7 @@ def test_item13_json_to_a_device_is_refused(tmp_path: Path, capsys) -> None:
         from tiermem._files import write_json_atomic
 
         write_json_atomic("/dev/full", {"a": 1})
-    assert not Path("/dev/full.tmp-%d" % os.getpid()).exists()
+    assert not Path(f"/dev/full.tmp-{os.getpid()}").exists()
 
 
 def test_item13_iters_zero_from_the_api_is_refused() -> None:
@@ -220,8 +265,7 @@ def test_item13_rowwise_adagrad_uses_the_initial_accumulator() -> None:
     for init in (0.0, 4.0):
         t = EmbeddingTable(4, 4)
         t.load(np.ones((4, 4), np.float32))
-        t.update([0], [0], np.ones((1, 4), np.float32), optimizer="rowwise_adagrad", lr=1.0,
-                 initial_accumulator_value=init)
+        t.update([0], [0], np.ones((1, 4), np.float32), optimizer="rowwise_adagrad", lr=1.0, initial_accumulator_value=init)
         kind, state, _ = t.optimizer_state()
         outs.append((state[0], t.to_numpy()[0, 0]))
     assert outs[0][0] == pytest.approx(1.0) and outs[1][0] == pytest.approx(5.0)

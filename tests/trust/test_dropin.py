@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from tiermem.torch import TieredEmbeddingBag  # noqa: E402
 
 
-def _pair(**kw):  # noqa: ANN001, ANN202
+def _pair(**kw):
     torch.manual_seed(0)
     ref = torch.nn.EmbeddingBag(10, 3, **kw)
     ours = TieredEmbeddingBag(10, 3, _weight=ref.weight.detach().clone(), **kw)
@@ -21,9 +21,14 @@ def _pair(**kw):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("convert", ["to_cpu", "cpu", "float", "double", "half", "to_float64"])
 def test_module_conversions_work_on_the_module_and_on_a_model_holding_it(convert: str) -> None:
     ref, ours = _pair(mode="sum")
-    f = {"to_cpu": lambda m: m.to("cpu"), "cpu": lambda m: m.cpu(), "float": lambda m: m.float(),
-         "double": lambda m: m.double(), "half": lambda m: m.half(),
-         "to_float64": lambda m: m.to(torch.float64)}[convert]
+    f = {
+        "to_cpu": lambda m: m.to("cpu"),
+        "cpu": lambda m: m.cpu(),
+        "float": lambda m: m.float(),
+        "double": lambda m: m.double(),
+        "half": lambda m: m.half(),
+        "to_float64": lambda m: m.to(torch.float64),
+    }[convert]
     model = torch.nn.Sequential(ours)
     assert f(model) is model and f(ours) is ours
     f(ref)
@@ -44,8 +49,7 @@ def test_per_sample_weights_are_checked_as_torch_checks_them(bad: str) -> None:
     mode = "mean" if bad == "mode" else "sum"
     ref, ours = _pair(mode=mode)
     idx = torch.arange(21).remainder(10).reshape(7, 3)
-    w = {"dtype": torch.ones(7, 3, dtype=torch.float64), "shape": torch.ones(21),
-         "mode": torch.ones(7, 3)}[bad]
+    w = {"dtype": torch.ones(7, 3, dtype=torch.float64), "shape": torch.ones(21), "mode": torch.ones(7, 3)}[bad]
     with pytest.raises(Exception) as theirs:
         ref(idx, per_sample_weights=w)
     with pytest.raises(type(theirs.value)):
@@ -66,12 +70,12 @@ def test_requires_grad_false_freezes_the_rows() -> None:
 
 @pytest.mark.parametrize("case", ["padding_idx", "index", "offsets", "2d_with_offsets"])
 def test_errors_are_caught_by_the_types_torch_raises(case: str) -> None:
-    def build(cls):  # noqa: ANN001, ANN202
+    def build(cls):
         if case == "padding_idx":
             return cls(10, 3, padding_idx=10)
         return cls(10, 3, mode="sum")
 
-    def use(m):  # noqa: ANN001, ANN202
+    def use(m):
         if case == "index":
             return m(torch.tensor([[1, 10]]))
         if case == "offsets":

@@ -18,8 +18,7 @@ import tiermem
 def _make_memory_cgroup(limit: int) -> Path | None:
     """A fresh memory cgroup (v1 or v2) limited to `limit` bytes, or None if not allowed."""
     name = f"tiermem-test-{os.getpid()}-{os.urandom(3).hex()}"
-    for base, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
-                             (Path("/sys/fs/cgroup"), "memory.max")):
+    for base, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"), (Path("/sys/fs/cgroup"), "memory.max")):
         if not (base / "cgroup.procs").exists() or not (base / limit_file).exists() and base.name == "memory":
             continue
         d = base / name
@@ -42,7 +41,7 @@ def test_item9_capacities_are_checked_against_the_cgroup_limit_and_summed() -> N
         pytest.skip("cannot create a memory cgroup here (needs root and a writable cgroup fs)")
     code = textwrap.dedent(f"""
         import os, tiermem
-        open({str(cg / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))
+        open({str(cg / "cgroup.procs")!r}, 'w').write(str(os.getpid()))
         for spec in ({{'dram': '512 MiB'}}, {{'dram': '150 MiB', 'emulated:cxl': '150 MiB'}}):
             try:
                 tiermem.Manager(spec)

@@ -21,20 +21,20 @@ def _child(code: str, env_calibration: Path) -> subprocess.CompletedProcess[str]
     import os
 
     env = dict(os.environ, TIERMEM_CALIBRATION=str(env_calibration))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env)
 
 
-@pytest.mark.parametrize("field,value", [("write_gbps", 0), ("read_gbps", 0), ("write_gbps", 1e-12),
-                                         ("read_gbps", -3.0), ("latency_ns", 0.0),
-                                         ("copy_gbps", 1e9)])
-def test_item4_bad_calibration_figures_are_refused_with_the_file_and_field(tmp_path: Path, field: str,
-                                                                          value: float) -> None:
+@pytest.mark.parametrize(
+    "field,value",
+    [("write_gbps", 0), ("read_gbps", 0), ("write_gbps", 1e-12), ("read_gbps", -3.0), ("latency_ns", 0.0), ("copy_gbps", 1e9)],
+)
+def test_item4_bad_calibration_figures_are_refused_with_the_file_and_field(tmp_path: Path, field: str, value: float) -> None:
     cal = tmp_path / "calibration.json"
     dram = {"read_gbps": 10.0, "write_gbps": 8.0, "copy_gbps": 6.0, "latency_ns": 90.0, "source": "calibrated"}
     dram[field] = value
     cal.write_text(json.dumps({"version": 1, "dram": dram}))
-    p = _child("""
+    p = _child(
+        """
         import numpy as np, tiermem
         try:
             tiermem.Manager({"dram": "4 MiB", "emulated:optane-pmem": "16 MiB"})
@@ -49,7 +49,9 @@ def test_item4_bad_calibration_figures_are_refused_with_the_file_and_field(tmp_p
             tiermem.dram_figures()
         except tiermem.InvalidArgumentError as e:
             print("figures refused")
-    """, cal)
+    """,
+        cal,
+    )
     assert p.returncode == 0, p.stderr
     assert "refused:" in p.stdout and field in p.stdout and str(cal) in p.stdout, p.stdout
     assert "figures refused" in p.stdout
@@ -73,7 +75,7 @@ def test_item5_output_columns_and_row_widths_are_bounded() -> None:
 
 
 def test_item6_torch_views_derived_inside_a_guard_cannot_write_into_another_array() -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     m = tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "8 MiB"}, policy="lru")
     a = m.array(64 << 10, "float32", fill=1.0)  # 256 KiB
     with a.write("torch") as t:

@@ -17,7 +17,7 @@ DEADLINE = 120  # seconds; each scenario takes well under 10 on a loaded 2-core 
 
 
 def run_child(code: str) -> str:
-    script = "import faulthandler, sys\nfaulthandler.dump_traceback_later(%d, exit=True)\n" % (DEADLINE - 10)
+    script = f"import faulthandler, sys\nfaulthandler.dump_traceback_later({DEADLINE - 10}, exit=True)\n"
     script += textwrap.dedent(code)
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE)
     assert p.returncode == 0, f"child failed or hung (rc {p.returncode}):\n{p.stdout}\n{p.stderr[-6000:]}"

@@ -48,4 +48,3 @@ impl<T: Element> View<T> {
         unsafe { std::slice::from_raw_parts_mut(self.addr as *mut T, self.len) }
     }
 }
-

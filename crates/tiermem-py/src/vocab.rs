@@ -15,7 +15,10 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("PLACES", places)?;
     m.add("OPTIMIZERS", tiermem_embed::optim::NAMES.to_vec())?;
-    m.add("CACHE_POLICIES", tiermem_embed::cache::policy::NAMES.to_vec())?;
+    m.add(
+        "CACHE_POLICIES",
+        tiermem_embed::cache::policy::NAMES.to_vec(),
+    )?;
     m.add("MODES", tiermem_embed::lookup::Mode::NAMES.to_vec())?;
     m.add("DTYPES", tiermem_embed::DType::NAMES.to_vec())?;
     m.add("HOME_KINDS", tiermem_embed::home::KINDS.to_vec())?;

@@ -11,13 +11,13 @@ import numpy as np
 
 from .. import _tiermem, dram_figures
 from .._sizes import format_bytes, parse_size
-from ..report.progress import Progress
-from ..report.table import table
 from ..manager import Manager
 from ..report.load import MachineLoad
 from ..report.output import write_outputs
-from .timing import best as best_time
+from ..report.progress import Progress
 from ..report.scratch import scratch_dir
+from ..report.table import table
+from .timing import best as best_time
 
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 QUICK_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
@@ -64,7 +64,7 @@ def run(
                     na, nb = va.view(np.ndarray), vb.view(np.ndarray)
                     for key, threads in (("memcpy_1t", 1), ("memcpy_mt", cores)):
                         best[key] = min(best[key], _tiermem.memcpy_seconds(pb, pa, size, threads, 1))
-                    best["numpy"] = min(best["numpy"], best_time([lambda: np.copyto(nb, na)]))
+                    best["numpy"] = min(best["numpy"], best_time([lambda: np.copyto(nb, na)]))  # noqa: B023, F821 - run before the del
                     del na, nb  # plain views must not outlive the guards (they would hold a, b)
             a.free()
             b.free()
@@ -85,19 +85,21 @@ def run(
                     dst.free()
                 gbps = size / secs / 1e9
                 expected = m._native.expected_copy_gbps(devices.index(si), devices.index(di))
-                rows.append({
-                    "src": si,
-                    "dst": di,
-                    "size": size,
-                    "gbps": gbps,
-                    "seconds": secs,
-                    "threads": threads,
-                    "baselines": dict(baselines),
-                    # memcpy is a DRAM-to-DRAM baseline: only real memory pairs compare to it.
-                    "vs_memcpy": gbps / fastest if _real_memory(info[si]) and _real_memory(info[di]) else None,
-                    "profile_gbps": expected,
-                    "vs_profile": (gbps / expected) if expected else None,
-                })
+                rows.append(
+                    {
+                        "src": si,
+                        "dst": di,
+                        "size": size,
+                        "gbps": gbps,
+                        "seconds": secs,
+                        "threads": threads,
+                        "baselines": dict(baselines),
+                        # memcpy is a DRAM-to-DRAM baseline: only real memory pairs compare to it.
+                        "vs_memcpy": gbps / fastest if _real_memory(info[si]) and _real_memory(info[di]) else None,
+                        "profile_gbps": expected,
+                        "vs_profile": (gbps / expected) if expected else None,
+                    }
+                )
                 bar.step(f"{si} -> {di} {format_bytes(size)}")
     return {
         "benchmark": "copy",
@@ -122,11 +124,11 @@ def report(res: dict[str, Any]) -> str:
     body = [[f"{label[s]} -> {label[d]}", *(f"{by[(s, d, z)]['gbps']:.2f}" for z in sizes)] for s, d in pairs]
     first = by[(pairs[0][0], pairs[0][1], sizes[0])]
     for key in first["baselines"]:
-        body.append([f"baseline {key} (dram -> dram)",
-                     *(f"{by[(pairs[0][0], pairs[0][1], z)]['baselines'][key]:.2f}" for z in sizes)])
+        body.append(
+            [f"baseline {key} (dram -> dram)", *(f"{by[(pairs[0][0], pairs[0][1], z)]['baselines'][key]:.2f}" for z in sizes)]
+        )
     if ("dram", "dram") in pairs:
-        body.append(["tiermem / faster memcpy (dram -> dram)",
-                     *(f"{by[('dram', 'dram', z)]['vs_memcpy']:.2f}x" for z in sizes)])
+        body.append(["tiermem / faster memcpy (dram -> dram)", *(f"{by[('dram', 'dram', z)]['vs_memcpy']:.2f}x" for z in sizes)])
     out = [
         f"copy bandwidth in GB/s by size ({res['cores']} cores, {res['kernels']} kernels; "
         "baselines copy DRAM to DRAM; every figure is the best of several reps, "
@@ -174,7 +176,7 @@ def run_cli(args: Any) -> int:
         for d in devices:
             if d.startswith("block:"):
                 try:
-                    os.unlink(d[len("block:"):])
+                    os.unlink(d[len("block:") :])
                 except OSError:
                     pass
     res["wall_seconds"] = time.perf_counter() - t0
@@ -185,4 +187,3 @@ def run_cli(args: Any) -> int:
 
     write_outputs(res, args, plot_copy)
     return 0
-

@@ -40,16 +40,16 @@ def _floor_class() -> type:
 
         @staticmethod
         def __new__(cls, elem: torch.Tensor) -> Any:
-            r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-                cls, elem.shape, strides=elem.stride(), dtype=elem.dtype, device=elem.device,
-                requires_grad=elem.requires_grad)
+            r = torch.Tensor._make_wrapper_subclass(
+                cls, elem.shape, strides=elem.stride(), dtype=elem.dtype, device=elem.device, requires_grad=elem.requires_grad
+            )
             r.elem = elem
             return r
 
         __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
         @classmethod
-        def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
             def unwrap(x: Any) -> Any:
                 return x.elem if isinstance(x, Wrapped) else x
 
@@ -98,8 +98,7 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
     torch.set_num_threads(1)
     tiering = Tiering({"dram": "64 MiB", "emulated:optane-pmem": "64 MiB"}, variant="LM")
     floor_cls = _floor_class()
-    forms = {"plain": _cases(lambda t: t), "floor": _cases(floor_cls),
-             "tiered": _cases(tiering.tensor)}
+    forms = {"plain": _cases(lambda t: t), "floor": _cases(floor_cls), "tiered": _cases(tiering.tensor)}
     times: dict[str, dict[str, list[float]]] = {op: {f: [] for f in forms} for op in OPS}
     with MachineLoad() as load, Progress(rounds * len(OPS), "bench dispatch", progress) as bar:
         for fs in forms.values():  # warm up: plans, caches, allocator
@@ -114,22 +113,48 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
     ops = []
     for op in OPS:
         med = {f: statistics.median(ts) for f, ts in times[op].items()}
-        ops.append({"op": op, "tiered_us": round(med["tiered"], 2), "plain_us": round(med["plain"], 2),
-                    "floor_us": round(med["floor"], 2),
-                    "ratio_to_floor": round(med["tiered"] / med["floor"], 3),
-                    "ratio_to_plain": round(med["tiered"] / med["plain"], 2)})
-    return {"benchmark": "dispatch", "tensor": "16x16 float32", "threads": 1, "rounds": rounds,
-            "calls_per_round": calls, "statistic": "median over rounds of the mean per call",
-            "variant": "LM, all in fast memory", "load": load.summary(), "load_line": load.line(), "ops": ops}
+        ops.append(
+            {
+                "op": op,
+                "tiered_us": round(med["tiered"], 2),
+                "plain_us": round(med["plain"], 2),
+                "floor_us": round(med["floor"], 2),
+                "ratio_to_floor": round(med["tiered"] / med["floor"], 3),
+                "ratio_to_plain": round(med["tiered"] / med["plain"], 2),
+            }
+        )
+    return {
+        "benchmark": "dispatch",
+        "tensor": "16x16 float32",
+        "threads": 1,
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "statistic": "median over rounds of the mean per call",
+        "variant": "LM, all in fast memory",
+        "load": load.summary(),
+        "load_line": load.line(),
+        "ops": ops,
+    }
 
 
 def print_report(res: dict[str, Any]) -> None:
     from ..report.table import print_table
 
-    print_table(["op", "plain µs", "floor µs", "tiered µs", "tiered / floor", "tiered / plain"],
-                [[o["op"], f"{o['plain_us']:.1f}", f"{o['floor_us']:.1f}", f"{o['tiered_us']:.1f}",
-                  f"{o['ratio_to_floor']:.2f}x", f"{o['ratio_to_plain']:.1f}x"] for o in res["ops"]],
-                title="per-op cost of a 16x16 float32 op, one thread")
+    print_table(
+        ["op", "plain µs", "floor µs", "tiered µs", "tiered / floor", "tiered / plain"],
+        [
+            [
+                o["op"],
+                f"{o['plain_us']:.1f}",
+                f"{o['floor_us']:.1f}",
+                f"{o['tiered_us']:.1f}",
+                f"{o['ratio_to_floor']:.2f}x",
+                f"{o['ratio_to_plain']:.1f}x",
+            ]
+            for o in res["ops"]
+        ],
+        title="per-op cost of a 16x16 float32 op, one thread",
+    )
     print(res["load_line"])
 
 

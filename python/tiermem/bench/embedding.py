@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from .. import workloads
-from ..report.progress import Progress
-from ..report.table import table
 from ..embedding import EmbeddingCollection, EmbeddingTable
 from ..manager import Manager
 from ..report.load import MachineLoad
 from ..report.output import write_outputs
+from ..report.progress import Progress
+from ..report.table import table
 from .timing import best, best_pair
 
 SLOW = "emulated:optane-pmem"
@@ -60,7 +60,7 @@ def _fbgemm() -> tuple[Any, str | None]:
             ComputeDevice,
             SplitTableBatchedEmbeddingBagsCodegen,
         )
-    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+    except Exception as e:
         return None, f"fbgemm-gpu-cpu is not importable next to this torch ({type(e).__name__}: {e})"
     return (EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen), None
 
@@ -93,7 +93,9 @@ class _Fbgemm:
         self.torch = torch
         self.tbe = TBE(
             embedding_specs=[(rows, width, EmbeddingLocation.HOST, ComputeDevice.CPU)] * tables,
-            optimizer=EmbOptimType.EXACT_SGD, learning_rate=LR, pooling_mode=PoolingMode.SUM,
+            optimizer=EmbOptimType.EXACT_SGD,
+            learning_rate=LR,
+            pooling_mode=PoolingMode.SUM,
         )
 
     def lookup(self, idx: Any, off: Any) -> Any:
@@ -146,12 +148,21 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
                     batches = _batches(dist, T, rows, B, bag, reps + 1)
                     res = _kernel_case(torch, coll, tabs, ref, fb, batches, width, rng)
                     for op in ("lookup", "lookup+update"):
-                        cases.append({
-                            "op": op, "width": width, "bag": bag, "dist": dist, "placement": "dram",
-                            "policy": "direct", "seconds": res[op],
-                            "hit_rate": None, "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
-                            "gbps": res["gbps"][op], "devices": {"dram": "real"},
-                        })
+                        cases.append(
+                            {
+                                "op": op,
+                                "width": width,
+                                "bag": bag,
+                                "dist": dist,
+                                "placement": "dram",
+                                "policy": "direct",
+                                "seconds": res[op],
+                                "hit_rate": None,
+                                "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
+                                "gbps": res["gbps"][op],
+                                "devices": {"dram": "real"},
+                            }
+                        )
                     if width == 64 and bag == 40:
                         for c in _tier_cases(torch, tabs, batches, width, dist, res, prog):
                             cases.append(c)
@@ -183,9 +194,16 @@ def _batches(dist: str, T: int, rows: int, B: int, bag: int, n: int) -> list[dic
     return out
 
 
-def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTable], ref: _Torch,
-                 fb: _Fbgemm | None, batches: list[dict[str, Any]], width: int,
-                 rng: np.random.Generator) -> dict[str, Any]:
+def _kernel_case(
+    torch: Any,
+    coll: EmbeddingCollection,
+    tabs: list[EmbeddingTable],
+    ref: _Torch,
+    fb: _Fbgemm | None,
+    batches: list[dict[str, Any]],
+    width: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     T = len(tabs)
     B = len(batches[0]["offsets"]) - 1
     grad = rng.standard_normal((B, T * width)).astype(np.float32)
@@ -203,12 +221,12 @@ def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTabl
     res: dict[str, Any] = {}
     # Lookups are cheap: every system gets as many samples as the roofline below.
     k = len(PREFETCH_DISTANCES)
-    lookup = {
+    lookup: dict[str, Any] = {
         "tiermem": float("inf"),
         "torch": best([lambda i=i: ref.lookup(tbags[i]) for i in reps for _ in range(k)]),
         "fbgemm": None,
     }
-    train = {
+    train: dict[str, Any] = {
         "tiermem": best([lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in reps]),
         "torch": best([lambda i=i: ref.train(tbags[i], grad_t) for i in reps]),
         "fbgemm": None,
@@ -224,8 +242,11 @@ def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTabl
     # (the roofline at each prefetch distance, the lookup at its default), so neither gets
     # more chances at a lucky sample.
     natives = [t._native for t in tabs]
-    gathers = [lambda i=i, d=d: _tiermem.gather(natives, batches[i]["values"], [batches[i]["offsets"]] * T, d)
-               for i in reps for d in PREFETCH_DISTANCES]
+    gathers = [
+        lambda i=i, d=d: _tiermem.gather(natives, batches[i]["values"], [batches[i]["offsets"]] * T, d)
+        for i in reps
+        for d in PREFETCH_DISTANCES
+    ]
     looks = [lambda i=i: coll.lookup(bags[i], out=out) for i in reps for _ in PREFETCH_DISTANCES]
     roof, lookup["tiermem"] = best_pair(gathers, looks)
     res["lookup"], res["lookup+update"] = lookup, train
@@ -234,8 +255,15 @@ def _kernel_case(torch: Any, coll: EmbeddingCollection, tabs: list[EmbeddingTabl
     return res
 
 
-def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[str, Any]], width: int,
-                dist: str, base: dict[str, Any], prog: Progress) -> list[dict[str, Any]]:
+def _tier_cases(
+    torch: Any,
+    dram_tabs: list[EmbeddingTable],
+    batches: list[dict[str, Any]],
+    width: int,
+    dist: str,
+    base: dict[str, Any],
+    prog: Progress,
+) -> list[dict[str, Any]]:
     """Each placement's time is measured alternately with the DRAM table's on the same
     batches (``seconds.dram``), so their ratio is not skewed by drift between phases."""
     T = len(dram_tabs)
@@ -252,8 +280,10 @@ def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[
         prog.step(f"tiers {dist} {'slow' if pct is None else f'cached:{pct}'}")
         cache_bytes = 0 if pct is None else int(table_bytes * min(1.0, pct / 100 + 0.05)) + (4 << 20)
         m = Manager({"dram": T * cache_bytes + (8 << 20), SLOW: T * table_bytes + (8 << 20)}, policy="all_fast")
-        tabs = [EmbeddingTable(rows, width, manager=m, device=SLOW, cache=None if pct is None else pct / 100,
-                               policy=policy) for _ in range(T)]
+        tabs = [
+            EmbeddingTable(rows, width, manager=m, device=SLOW, cache=None if pct is None else pct / 100, policy=policy)
+            for _ in range(T)
+        ]
         for src, dst in zip(dram_tabs, tabs):
             _copy_rows(src, dst)
             if pct == 100:
@@ -268,26 +298,34 @@ def _tier_cases(torch: Any, dram_tabs: list[EmbeddingTable], batches: list[dict[
                 t.reset_stats()
             steps = range(1, len(bags))
             if op == "lookup":
-                secs, dram = best_pair([lambda i=i: coll.lookup(bags[i], out=out) for i in steps],
-                                        [lambda i=i: dram_coll.lookup(bags[i], out=out) for i in steps])
+                secs, dram = best_pair(
+                    [lambda i=i, c=coll: c.lookup(bags[i], out=out) for i in steps],
+                    [lambda i=i: dram_coll.lookup(bags[i], out=out) for i in steps],
+                )
             else:
                 secs, dram = best_pair(
-                    [lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in steps],
-                    [lambda i=i: (dram_coll.lookup(bags[i], out=out), dram_coll.update(bags[i], grad, lr=LR))
-                     for i in steps])
+                    [lambda i=i, c=coll: (c.lookup(bags[i], out=out), c.update(bags[i], grad, lr=LR)) for i in steps],
+                    [lambda i=i: (dram_coll.lookup(bags[i], out=out), dram_coll.update(bags[i], grad, lr=LR)) for i in steps],
+                )
             hits = sum(t.stats()["hits"] for t in tabs)
             misses = sum(t.stats()["misses"] for t in tabs)
             res[op] = (secs, dram, hits / (hits + misses) if pct is not None and hits + misses else None)
         for op, (secs, dram, hr) in res.items():
-            cases.append({
-                "op": op, "width": width, "bag": 40, "dist": dist,
-                "placement": SLOW if pct is None else f"cached:{pct}",
-                "policy": policy + (" (pre-filled)" if pct == 100 else ""),
-                "seconds": {"tiermem": secs, "torch": base[op]["torch"], "fbgemm": base[op]["fbgemm"],
-                            "dram": dram},
-                "hit_rate": hr, "roofline_gbps": None, "gbps": nbytes / secs / 1e9,
-                "devices": {"dram": "real", SLOW: "emulated"},
-            })
+            cases.append(
+                {
+                    "op": op,
+                    "width": width,
+                    "bag": 40,
+                    "dist": dist,
+                    "placement": SLOW if pct is None else f"cached:{pct}",
+                    "policy": policy + (" (pre-filled)" if pct == 100 else ""),
+                    "seconds": {"tiermem": secs, "torch": base[op]["torch"], "fbgemm": base[op]["fbgemm"], "dram": dram},
+                    "hit_rate": hr,
+                    "roofline_gbps": None,
+                    "gbps": nbytes / secs / 1e9,
+                    "devices": {"dram": "real", SLOW: "emulated"},
+                }
+            )
         del coll, tabs, m
     return cases
 
@@ -308,24 +346,59 @@ def report(res: dict[str, Any]) -> str:
     rows = []
     for c in res["cases"]:
         s = c["seconds"]
-        rows.append([
-            c["op"], c["width"], c["bag"], c["dist"], c["placement"] + (" (emulated)" if SLOW in c["placement"] or "cached" in c["placement"] else ""),
-            c["policy"],
-            f"{s['tiermem'] * 1e3:.1f}", f"{s['torch'] * 1e3:.1f}", _fmt(s["fbgemm"] and s["fbgemm"] * 1e3, ".1f"),
-            f"{c['vs_torch']:.2f}x", _fmt(c["vs_fbgemm"], ".2f"), f"{c['gbps']:.1f}",
-            _fmt(c["roofline_gbps"], ".1f"), _fmt(c["vs_roofline"], ".2f"), _fmt(c["hit_rate"], ".2f"),
-        ])
-    lines.append(table(["op", "width", "bag", "dist", "placement", "policy", "tiermem ms", "torch ms", "fbgemm ms",
-                        "vs torch", "vs fbgemm", "GB/s", "roofline", "vs roof", "hit rate"], rows))
-    lines.append("vs torch / vs fbgemm: their time / tiermem's (>1: tiermem faster). Tiered rows compare "
-                 "against torch and fbgemm with tables in DRAM.\nroofline: random reads of the same rows, no "
-                 "arithmetic, no output, best prefetch distance (bag-1 lookups also write as many bytes as they read).")
+        rows.append(
+            [
+                c["op"],
+                c["width"],
+                c["bag"],
+                c["dist"],
+                c["placement"] + (" (emulated)" if SLOW in c["placement"] or "cached" in c["placement"] else ""),
+                c["policy"],
+                f"{s['tiermem'] * 1e3:.1f}",
+                f"{s['torch'] * 1e3:.1f}",
+                _fmt(s["fbgemm"] and s["fbgemm"] * 1e3, ".1f"),
+                f"{c['vs_torch']:.2f}x",
+                _fmt(c["vs_fbgemm"], ".2f"),
+                f"{c['gbps']:.1f}",
+                _fmt(c["roofline_gbps"], ".1f"),
+                _fmt(c["vs_roofline"], ".2f"),
+                _fmt(c["hit_rate"], ".2f"),
+            ]
+        )
+    lines.append(
+        table(
+            [
+                "op",
+                "width",
+                "bag",
+                "dist",
+                "placement",
+                "policy",
+                "tiermem ms",
+                "torch ms",
+                "fbgemm ms",
+                "vs torch",
+                "vs fbgemm",
+                "GB/s",
+                "roofline",
+                "vs roof",
+                "hit rate",
+            ],
+            rows,
+        )
+    )
+    lines.append(
+        "vs torch / vs fbgemm: their time / tiermem's (>1: tiermem faster). Tiered rows compare "
+        "against torch and fbgemm with tables in DRAM.\nroofline: random reads of the same rows, no "
+        "arithmetic, no output, best prefetch distance (bag-1 lookups also write as many bytes as they read)."
+    )
     lines.extend(headline(res))
     return "\n".join(lines)
 
 
 def headline(res: dict[str, Any]) -> list[str]:
     """The figures the issue's "done when" asks for, from this run."""
+
     def find(**kw: Any) -> dict[str, Any] | None:
         for c in res["cases"]:
             if all(c[k] == v for k, v in kw.items()):
@@ -336,21 +409,29 @@ def headline(res: dict[str, Any]) -> list[str]:
     lk = find(op="lookup", width=64, bag=40, dist="uniform", placement="dram")
     up = find(op="lookup+update", width=64, bag=40, dist="uniform", placement="dram")
     if lk:
-        out.append(f"  lookup vs torch embedding_bag: {lk['vs_torch']:.2f}x; vs gather roofline: {lk['vs_roofline']:.2f}"
-                   + (f"; vs fbgemm: {lk['vs_fbgemm']:.2f}x" if lk["vs_fbgemm"] else ""))
+        out.append(
+            f"  lookup vs torch embedding_bag: {lk['vs_torch']:.2f}x; vs gather roofline: {lk['vs_roofline']:.2f}"
+            + (f"; vs fbgemm: {lk['vs_fbgemm']:.2f}x" if lk["vs_fbgemm"] else "")
+        )
     if up:
-        out.append(f"  lookup+SGD vs torch sparse SGD: {up['vs_torch']:.2f}x"
-                   + (f"; vs fbgemm fused SGD: {up['vs_fbgemm']:.2f}x" if up["vs_fbgemm"] else ""))
+        out.append(
+            f"  lookup+SGD vs torch sparse SGD: {up['vs_torch']:.2f}x"
+            + (f"; vs fbgemm fused SGD: {up['vs_fbgemm']:.2f}x" if up["vs_fbgemm"] else "")
+        )
     for dist in ("uniform", "zipf"):
         full = find(op="lookup", width=64, bag=40, dist=dist, placement="cached:100")
         if full:
-            out.append(f"  cached table, every row cached, vs direct table ({dist}, measured alternately): "
-                       f"{full['seconds']['tiermem'] / full['seconds']['dram']:.2f}x the time")
+            out.append(
+                f"  cached table, every row cached, vs direct table ({dist}, measured alternately): "
+                f"{full['seconds']['tiermem'] / full['seconds']['dram']:.2f}x the time"
+            )
     dyn = find(op="lookup", width=64, bag=40, dist="zipf", placement="cached:25", policy="dynamic")
     slow = find(op="lookup", width=64, bag=40, dist="zipf", placement=SLOW)
     if dyn and slow:
-        out.append(f"  zipf(1), 25% cache (dynamic) vs table on {SLOW} (emulated): "
-                   f"{slow['seconds']['tiermem'] / dyn['seconds']['tiermem']:.2f}x faster (hit rate {dyn['hit_rate']:.2f})")
+        out.append(
+            f"  zipf(1), 25% cache (dynamic) vs table on {SLOW} (emulated): "
+            f"{slow['seconds']['tiermem'] / dyn['seconds']['tiermem']:.2f}x faster (hit rate {dyn['hit_rate']:.2f})"
+        )
     return out
 
 

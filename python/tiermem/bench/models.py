@@ -14,8 +14,8 @@ could not fit and wrote their outputs straight to the slow device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -34,10 +34,14 @@ class _Bottleneck(nn.Module):
     def __init__(self, cin: int, mid: int, stride: int) -> None:
         super().__init__()
         cout = mid * 4
-        self.body = nn.Sequential(*_conv_bn(cin, mid, 1), *_conv_bn(mid, mid, 3, stride),
-                                  nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
-        self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                      if stride != 1 or cin != cout else nn.Identity())
+        self.body = nn.Sequential(
+            *_conv_bn(cin, mid, 1), *_conv_bn(mid, mid, 3, stride), nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        )
+        self.short = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(self.body(x) + self.short(x))
@@ -66,9 +70,14 @@ class ResNet(nn.Module):
 class _DenseLayer(nn.Module):
     def __init__(self, cin: int, growth: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, 4 * growth, 1, bias=False),
-                                  nn.BatchNorm2d(4 * growth), nn.ReLU(),
-                                  nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+        self.body = nn.Sequential(
+            nn.BatchNorm2d(cin),
+            nn.ReLU(),
+            nn.Conv2d(cin, 4 * growth, 1, bias=False),
+            nn.BatchNorm2d(4 * growth),
+            nn.ReLU(),
+            nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([x, self.body(x)], 1)
@@ -101,8 +110,9 @@ class VGG(nn.Module):
     """VGG: stages of ``convs[i]`` 3x3 conv + BN + ReLU layers at width ``widths[i]``, a max
     pool after each stage, a linear classifier."""
 
-    def __init__(self, convs: tuple[int, ...] = (2, 2, 3, 3, 3), widths: tuple[int, ...] = (64, 128, 256, 512, 512),
-                 classes: int = 1000) -> None:
+    def __init__(
+        self, convs: tuple[int, ...] = (2, 2, 3, 3, 3), widths: tuple[int, ...] = (64, 128, 256, 512, 512), classes: int = 1000
+    ) -> None:
         super().__init__()
         if len(convs) != len(widths):
             raise InvalidArgumentError(f"VGG needs one width per stage: {len(convs)} stages, {len(widths)} widths")

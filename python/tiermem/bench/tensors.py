@@ -23,10 +23,10 @@ import torch
 
 from .._sizes import format_bytes
 from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
-from .models import Workload, build
-from ..torch.tensors import VARIANTS, Tiering
-from ..report.output import write_json
 from ..report.load import MachineLoad
+from ..report.output import write_json
+from ..torch.tensors import VARIANTS, Tiering
+from .models import Workload, build
 
 __all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
 
@@ -48,8 +48,7 @@ def parse_ratio(text: str) -> tuple[int, int]:
     return a, b
 
 
-def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, w: Workload, x: torch.Tensor,
-          y: torch.Tensor) -> float:
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, w: Workload, x: torch.Tensor, y: torch.Tensor) -> float:
     loss = w.loss(model(x), y)
     loss.backward()
     opt.step()
@@ -72,8 +71,9 @@ def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
     return {"losses": losses, "times": times}
 
 
-def _run_variant(w: Workload, variant: str, fast: int, slow: int, slow_spec: str, warmup: int,
-                 iters: int, seed: int) -> dict[str, Any]:
+def _run_variant(
+    w: Workload, variant: str, fast: int, slow: int, slow_spec: str, warmup: int, iters: int, seed: int
+) -> dict[str, Any]:
     t = Tiering({"dram": fast, slow_spec: slow}, variant)
     m = t.manager
     model = opt = None
@@ -93,21 +93,41 @@ def _run_variant(w: Workload, variant: str, fast: int, slow: int, slow_spec: str
             times.append(time.perf_counter() - t0)
         stats = m.stats()
         peak = max(peak, m.usage()["dram"]["peak"])
-        per_iter = {d: {"read": stats[d]["bytes_read"] // iters, "written": stats[d]["bytes_written"] // iters}
-                    for d in ("dram", slow_spec)}
-        return {"losses": losses, "seconds_per_iter": min(times[warmup:]), "times": times,
-                "timed": times[warmup:], "budget_bytes": t.budget,
-                "fast_bytes_peak": peak, "bytes": per_iter, "tiering": t.stats()}
+        per_iter = {
+            d: {"read": stats[d]["bytes_read"] // iters, "written": stats[d]["bytes_written"] // iters}
+            for d in ("dram", slow_spec)
+        }
+        return {
+            "losses": losses,
+            "seconds_per_iter": min(times[warmup:]),
+            "times": times,
+            "timed": times[warmup:],
+            "budget_bytes": t.budget,
+            "fast_bytes_peak": peak,
+            "bytes": per_iter,
+            "tiering": t.stats(),
+        }
     finally:
         t.close()
         del model, opt
         gc.collect()
 
 
-def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int | None = None,
-        warmup: int = 1, seed: int = 0, slow_spec: str = "emulated:optane-pmem",
-        variants: list[str] | None = None, batch: int | None = None, rounds: int | None = None,
-        progress: Any = None, stat: str = "best") -> dict[str, Any]:
+def run(
+    models: list[str],
+    ratios: list[str],
+    *,
+    quick: bool = False,
+    iters: int | None = None,
+    warmup: int = 1,
+    seed: int = 0,
+    slow_spec: str = "emulated:optane-pmem",
+    variants: list[str] | None = None,
+    batch: int | None = None,
+    rounds: int | None = None,
+    progress: Any = None,
+    stat: str = "best",
+) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-able results (see the module docs)."""
     if stat not in ("best", "median"):
         raise InvalidArgumentError(f"stat {stat!r}: 'best' or 'median'")
@@ -115,17 +135,24 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
     iters = iters or (1 if quick else 2)
     rounds = rounds or (1 if quick else 2)
     if iters < 1 or rounds < 1 or warmup < 0:
-        raise InvalidArgumentError(f"iters and rounds must be at least 1, warmup at least 0 "
-                                   f"(got {iters}, {rounds}, {warmup})")
+        raise InvalidArgumentError(f"iters and rounds must be at least 1, warmup at least 0 (got {iters}, {rounds}, {warmup})")
     chosen = variants or list(VARIANTS)
     for v in chosen:
         if v not in VARIANTS:
             raise InvalidArgumentError(f"variant {v!r}: known are {', '.join(VARIANTS)}")
     parsed = [(r, parse_ratio(r)) for r in ratios]
-    out: dict[str, Any] = {"slow_device": slow_spec, "emulated": slow_spec.startswith("emulated"),
-                           "quick": quick, "iters": iters, "rounds": rounds, "warmup": warmup, "stat": stat,
-                           "threads": torch.get_num_threads(),
-                           "runs": [], "models": {}}
+    out: dict[str, Any] = {
+        "slow_device": slow_spec,
+        "emulated": slow_spec.startswith("emulated"),
+        "quick": quick,
+        "iters": iters,
+        "rounds": rounds,
+        "warmup": warmup,
+        "stat": stat,
+        "threads": torch.get_num_threads(),
+        "runs": [],
+        "models": {},
+    }
     for name in models:
         w = build(name, QUICK_BATCH[name] if quick and batch is None else batch)
         ref = _reference(w, warmup + iters, seed)
@@ -146,17 +173,22 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
         footprint = big["fast_bytes_peak"]
         big["seconds_per_iter"] = pick(big["timed"])
         slow_cap = int(footprint * 1.4) + (256 << 20)
-        info = {"batch": w.batch, "footprint_bytes": footprint, "param_bytes": n_params,
-                "pytorch_seconds_per_iter": min(ref["times"][warmup:]), "pytorch_losses": ref["losses"]}
+        info = {
+            "batch": w.batch,
+            "footprint_bytes": footprint,
+            "param_bytes": n_params,
+            "pytorch_seconds_per_iter": min(ref["times"][warmup:]),
+            "pytorch_losses": ref["losses"],
+        }
         out["models"][name] = info
         if progress:
             progress.step(f"{name} all-fast")
         plan: list[tuple[str, str | None, int, int]] = [("all-fast", None, room, 64 << 20)]
         if "all-slow" in chosen:
             plan.append(("all-slow", None, 1 << 20, slow_cap))
-        for rname, (a, b) in parsed:
+        for ratio_name, (a, b) in parsed:
             budget = max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
-            plan += [(v, rname, budget, slow_cap) for v in TIERED if v in chosen]
+            plan += [(v, ratio_name, budget, slow_cap) for v in TIERED if v in chosen]
         measured: dict[tuple[str, str | None], dict[str, Any]] = {("all-fast", None): big}
         # Rounds run every variant in turn, so a slow spell of the machine hits all of them;
         # each keeps its best iteration over all rounds.
@@ -181,27 +213,32 @@ def run(models: list[str], ratios: list[str], *, quick: bool = False, iters: int
                 if progress:
                     progress.step(f"{name} {v} {rname or ''} round {rnd + 1}")
         base = measured[("all-fast", None)]["seconds_per_iter"]  # over all rounds
-        for rname, (a, b) in parsed:
+        for rname, _ratio in parsed:
             for (v, rr), r in measured.items():
                 if rr not in (None, rname):
                     continue
                 if "error" in r:
-                    out["runs"].append({"model": name, "ratio": rname, "policy": v, "error": r["error"],
-                                        "measured_once": rr is None})
+                    out["runs"].append(
+                        {"model": name, "ratio": rname, "policy": v, "error": r["error"], "measured_once": rr is None}
+                    )
                     continue
                 diff = max(abs(p - q) for p, q in zip(r["losses"], ref["losses"]))
-                out["runs"].append({
-                    "model": name, "ratio": rname, "policy": v,
-                    "seconds_per_iter": r["seconds_per_iter"],
-                    "times": r["times"],
-                    "vs_all_fast": r["seconds_per_iter"] / base,
-                    "budget_bytes": None if v in ("all-fast", "all-slow") else r["budget_bytes"],
-                    "fast_bytes_peak": r["fast_bytes_peak"],
-                    "bytes": r["bytes"],
-                    "max_loss_diff": diff,
-                    "measured_once": rr is None,
-                    "tiering": r["tiering"],
-                })
+                out["runs"].append(
+                    {
+                        "model": name,
+                        "ratio": rname,
+                        "policy": v,
+                        "seconds_per_iter": r["seconds_per_iter"],
+                        "times": r["times"],
+                        "vs_all_fast": r["seconds_per_iter"] / base,
+                        "budget_bytes": None if v in ("all-fast", "all-slow") else r["budget_bytes"],
+                        "fast_bytes_peak": r["fast_bytes_peak"],
+                        "bytes": r["bytes"],
+                        "max_loss_diff": diff,
+                        "measured_once": rr is None,
+                        "tiering": r["tiering"],
+                    }
+                )
     return out
 
 
@@ -210,13 +247,18 @@ def report(res: dict[str, Any]) -> str:
     from ..report.table import table
 
     slow = res["slow_device"]
-    lines = [f"slow device: {res['slow_device']}" + (" (emulated)" if res["emulated"] else "")
-             + f"; {'median' if res.get('stat') == 'median' else 'best'} of {res['rounds']} rounds x {res['iters']} "
-             f"iterations (each after {res['warmup']} warm-up); {res['threads']} threads"]
+    lines = [
+        f"slow device: {res['slow_device']}"
+        + (" (emulated)" if res["emulated"] else "")
+        + f"; {'median' if res.get('stat') == 'median' else 'best'} of {res['rounds']} rounds x {res['iters']} "
+        f"iterations (each after {res['warmup']} warm-up); {res['threads']} threads"
+    ]
     for name, info in res["models"].items():
-        lines.append(f"\n{name}: batch {info['batch']}, footprint {format_bytes(info['footprint_bytes'])}, "
-                     f"parameters {format_bytes(info['param_bytes'])}, plain PyTorch "
-                     f"{info['pytorch_seconds_per_iter']:.2f} s/iter")
+        lines.append(
+            f"\n{name}: batch {info['batch']}, footprint {format_bytes(info['footprint_bytes'])}, "
+            f"parameters {format_bytes(info['param_bytes'])}, plain PyTorch "
+            f"{info['pytorch_seconds_per_iter']:.2f} s/iter"
+        )
         ratios = sorted({r["ratio"] for r in res["runs"] if r["model"] == name}, key=lambda s: -parse_ratio(s)[0])
         for ratio in ratios:
             runs = [r for r in res["runs"] if r["model"] == name and r["ratio"] == ratio]
@@ -225,14 +267,25 @@ def report(res: dict[str, Any]) -> str:
                 if "error" in r:
                     rows.append([r["policy"], "failed", r["error"][:60], "", "", "", "", ""])
                     continue
-                rows.append([r["policy"], f"{r['seconds_per_iter']:.3f}", f"{r['vs_all_fast']:.2f}x",
-                             "-" if r["budget_bytes"] is None else format_bytes(r["budget_bytes"]),
-                             format_bytes(r["fast_bytes_peak"]),
-                             format_bytes(r["bytes"][slow]["read"]), format_bytes(r["bytes"][slow]["written"]),
-                             f"{r['max_loss_diff']:.1e}"])
+                rows.append(
+                    [
+                        r["policy"],
+                        f"{r['seconds_per_iter']:.3f}",
+                        f"{r['vs_all_fast']:.2f}x",
+                        "-" if r["budget_bytes"] is None else format_bytes(r["budget_bytes"]),
+                        format_bytes(r["fast_bytes_peak"]),
+                        format_bytes(r["bytes"][slow]["read"]),
+                        format_bytes(r["bytes"][slow]["written"]),
+                        f"{r['max_loss_diff']:.1e}",
+                    ]
+                )
             lines.append(f"ratio {ratio} (slow:fast)")
-            lines.append(table(["policy", "s/iter", "vs all-fast", "budget", "fast peak", "slow read/it",
-                                "slow written/it", "loss diff"], rows))
+            lines.append(
+                table(
+                    ["policy", "s/iter", "vs all-fast", "budget", "fast peak", "slow read/it", "slow written/it", "loss diff"],
+                    rows,
+                )
+            )
             lines.extend(_verdict(runs, slow))
     return "\n".join(lines)
 
@@ -247,8 +300,9 @@ def _verdict(runs: list[dict[str, Any]], slow: str) -> list[str]:
     if "2lm-model" in by:
         m = by["2lm-model"]
         w_ratio = best_r["bytes"][slow]["written"] / max(1, m["bytes"][slow]["written"])
-        out.append(f"  vs 2lm-model: {m['seconds_per_iter'] / best_r['seconds_per_iter']:.2f}x faster, "
-                   f"slow bytes written {w_ratio:.2f}x")
+        out.append(
+            f"  vs 2lm-model: {m['seconds_per_iter'] / best_r['seconds_per_iter']:.2f}x faster, slow bytes written {w_ratio:.2f}x"
+        )
     over = [r["policy"] for r in tiered if r["budget_bytes"] and r["fast_bytes_peak"] > r["budget_bytes"]]
     out.append("  fast memory within budget: " + ("yes" if not over else f"NO ({', '.join(over)})"))
     return out
@@ -264,8 +318,18 @@ def run_cli(args: Any) -> int:
     rounds = args.rounds or (1 if args.quick else 2)
     steps = len(models) * (2 + (1 + nt * len(ratios)) * rounds)
     with MachineLoad() as load, Progress(steps, "bench train") as p:
-        res = run(models, ratios, quick=args.quick, iters=args.iters, slow_spec=args.slow,
-                  variants=variants, batch=args.batch, rounds=args.rounds, progress=p, stat=args.stat)
+        res = run(
+            models,
+            ratios,
+            quick=args.quick,
+            iters=args.iters,
+            slow_spec=args.slow,
+            variants=variants,
+            batch=args.batch,
+            rounds=args.rounds,
+            progress=p,
+            stat=args.stat,
+        )
     res["load"] = load.summary()
     print(report(res))
     print(load.line())

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
-def best(fns: Iterable[Callable[[], Any]]) -> float:
+def best(fns: Iterable[Callable[..., Any]]) -> float:
     """Run each call once, in order; the fastest time in seconds."""
     out = float("inf")
     for fn in fns:
@@ -17,7 +17,7 @@ def best(fns: Iterable[Callable[[], Any]]) -> float:
     return out
 
 
-def best_pair(a: list[Callable[[], Any]], b: list[Callable[[], Any]]) -> tuple[float, float]:
+def best_pair(a: Sequence[Callable[..., Any]], b: Sequence[Callable[..., Any]]) -> tuple[float, float]:
     """Best times of two sets of calls run alternately (a0 b0 a1 b1 ...), so both see the
     same machine state."""
     ta, tb = float("inf"), float("inf")

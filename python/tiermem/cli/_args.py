@@ -34,8 +34,9 @@ def number(low: float, high: float = math.inf, *, low_open: bool = False) -> Cal
             raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
         if not math.isfinite(v) or v < low or (low_open and v == low) or v > high:
             side = "above" if low_open else "at least"
-            raise argparse.ArgumentTypeError(f"{s} must be a finite number {side} {low}"
-                                             + (f" and at most {high}" if math.isfinite(high) else ""))
+            raise argparse.ArgumentTypeError(
+                f"{s} must be a finite number {side} {low}" + (f" and at most {high}" if math.isfinite(high) else "")
+            )
         return v
 
     parse.__name__ = "number"
@@ -51,8 +52,9 @@ def int_list(sep: str, low: int = 1) -> Callable[[str], tuple[int, ...]]:
             vals = tuple(int(p) for p in parts)
         except ValueError:
             bad = next(p for p in parts if not p.strip().lstrip("-").isdigit())
-            raise argparse.ArgumentTypeError(f"{bad!r} in {s!r} is not an integer (expected integers "
-                                             f"separated by {sep!r})") from None
+            raise argparse.ArgumentTypeError(
+                f"{bad!r} in {s!r} is not an integer (expected integers separated by {sep!r})"
+            ) from None
         if any(v < low for v in vals):
             raise argparse.ArgumentTypeError(f"every value in {s!r} must be at least {low}")
         return vals

@@ -4,16 +4,15 @@ emulated profiles and later planners find them."""
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from typing import Any
 
 from .. import _tiermem, calibration_path, profiles
 from .._files import write_json_atomic
 from .._sizes import format_bytes, parse_size
-from ..report.scratch import scratch_dir
 from ..manager import Manager
 from ..report.progress import Progress
+from ..report.scratch import scratch_dir
 from ..report.table import table
 
 
@@ -28,7 +27,7 @@ def run_calibrate(args: Any) -> int:
     path = calibration_path()
     result: dict[str, Any] = {
         "version": 1,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "tiermem": _tiermem.__version__,
         "scratch_bytes": size,
     }
@@ -69,13 +68,23 @@ def run_calibrate(args: Any) -> int:
             if c[k] == f"block:{block}":
                 c[k] = "block:" + str(block.parent)
     _write(path, result)
-    rows = [[n, f"{f['seq_read_gbps']:.2f}", f"{f['seq_write_gbps']:.2f}",
-             f"{f['rand_read_gbps']:.2f} ({format_bytes(f['random_bytes'])})", f"{f['rand_write_gbps']:.2f}",
-             f"{f['latency_ns']:.0f}"] for n, f in result["devices"].items()]
+    rows = [
+        [
+            n,
+            f"{f['seq_read_gbps']:.2f}",
+            f"{f['seq_write_gbps']:.2f}",
+            f"{f['rand_read_gbps']:.2f} ({format_bytes(f['random_bytes'])})",
+            f"{f['rand_write_gbps']:.2f}",
+            f"{f['latency_ns']:.0f}",
+        ]
+        for n, f in result["devices"].items()
+    ]
     print(table(["device", "seq read GB/s", "seq write GB/s", "rand read GB/s", "rand write GB/s", "latency ns"], rows))
     d = result["dram"]
-    print(f"\nDRAM: read {d['read_gbps']:.1f} GB/s, write {d['write_gbps']:.1f} GB/s, "
-          f"copy {d['copy_gbps']:.1f} GB/s, latency {d['latency_ns']:.0f} ns")
+    print(
+        f"\nDRAM: read {d['read_gbps']:.1f} GB/s, write {d['write_gbps']:.1f} GB/s, "
+        f"copy {d['copy_gbps']:.1f} GB/s, latency {d['latency_ns']:.0f} ns"
+    )
     print(f"wrote {path}")
     if args.json:
         write_json_atomic(args.json, result)

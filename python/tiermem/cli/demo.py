@@ -13,10 +13,9 @@ def run_demo(args: Any) -> int:
 
     from .._sizes import format_bytes
     from ..dlrm.model import MODES, DLRMConfig
-    from ..report.load import MachineLoad
     from ..dlrm.report import report, run_modes, write
-
     from ..dlrm.trainer import available_memory
+    from ..report.load import MachineLoad
 
     quick = bool(args.quick)
     scale = 0.5 if quick else 1.0
@@ -31,12 +30,25 @@ def run_demo(args: Any) -> int:
     budget = config.table_bytes // 4
     warmup, iters = (4, 8) if quick else (10, 40)
     torch.manual_seed(0)
-    print(f"tiermem demo: a DLRM with {format_bytes(config.table_bytes)} of embedding tables, "
-          f"{format_bytes(budget)} of fast memory (DRAM) for them, the rest on emulated:optane-pmem; "
-          f"{len(MODES)} modes x uniform and Zipf(1) inputs", flush=True)
+    print(
+        f"tiermem demo: a DLRM with {format_bytes(config.table_bytes)} of embedding tables, "
+        f"{format_bytes(budget)} of fast memory (DRAM) for them, the rest on emulated:optane-pmem; "
+        f"{len(MODES)} modes x uniform and Zipf(1) inputs",
+        flush=True,
+    )
     with MachineLoad() as load:
-        res = run_modes(config, MODES, ("uniform", "zipf"), iters=iters, warmup=warmup, fast_budget=budget,
-                        slow="emulated:optane-pmem", lr=0.01, seed=0, label="demo")
+        res = run_modes(
+            config,
+            MODES,
+            ("uniform", "zipf"),
+            iters=iters,
+            warmup=warmup,
+            fast_budget=budget,
+            slow="emulated:optane-pmem",
+            lr=0.01,
+            seed=0,
+            label="demo",
+        )
     res["quick"] = quick
     res["load"] = load.summary()
     print(report(res))

@@ -23,47 +23,58 @@ def gather() -> dict[str, Any]:
         except (OSError, ValueError):
             cal = None
     measured = (cal or {}).get("devices", {})
-    devices = [{
-        "name": "dram",
-        "kind": "dram",
-        "real": "real",
-        "byte_addressable": True,
-        "available_bytes": topo["mem_available"],
-        "read_gbps": dram["read_gbps"],
-        "write_gbps": dram["write_gbps"],
-        "latency_ns": dram["latency_ns"],
-        "figures": dram["source"],
-    }]
-    for n in topo["nodes"]:
-        devices.append({
-            "name": f"numa:{n['id']}",
-            "kind": "numa",
+    devices = [
+        {
+            "name": "dram",
+            "kind": "dram",
             "real": "real",
             "byte_addressable": True,
-            "available_bytes": n["free_bytes"],
-            "cpus": n["cpus"] or "none (memory-only node)",
-            "distances": n["distances"],
-            "memory_tier": n["memory_tier"],
-            "declared": n["declared"],
-            "read_gbps": (n["declared"] or {}).get("read_gbps"),
-            "write_gbps": (n["declared"] or {}).get("write_gbps"),
-            "latency_ns": (n["declared"] or {}).get("read_latency_ns"),
-            "figures": ("calibrated" if f"numa:{n['id']}" in measured
-                        else "declared (HMAT)" if n["declared"] else "not measured (no HMAT)"),
-        })
-    for p in profiles():
-        devices.append({
-            "name": f"emulated:{p['name']}",
-            "kind": "emulated",
-            "real": "emulated",
-            "byte_addressable": True,
             "available_bytes": topo["mem_available"],
-            "read_gbps": dram["read_gbps"] * p["read_ratio"],
-            "write_gbps": dram["write_gbps"] * p["write_ratio"],
-            "latency_ns": dram["latency_ns"] * p["latency_ratio"],
-            "figures": f"profile x {dram['source']} DRAM",
-            "source": p["source"],
-        })
+            "read_gbps": dram["read_gbps"],
+            "write_gbps": dram["write_gbps"],
+            "latency_ns": dram["latency_ns"],
+            "figures": dram["source"],
+        }
+    ]
+    for n in topo["nodes"]:
+        devices.append(
+            {
+                "name": f"numa:{n['id']}",
+                "kind": "numa",
+                "real": "real",
+                "byte_addressable": True,
+                "available_bytes": n["free_bytes"],
+                "cpus": n["cpus"] or "none (memory-only node)",
+                "distances": n["distances"],
+                "memory_tier": n["memory_tier"],
+                "declared": n["declared"],
+                "read_gbps": (n["declared"] or {}).get("read_gbps"),
+                "write_gbps": (n["declared"] or {}).get("write_gbps"),
+                "latency_ns": (n["declared"] or {}).get("read_latency_ns"),
+                "figures": (
+                    "calibrated"
+                    if f"numa:{n['id']}" in measured
+                    else "declared (HMAT)"
+                    if n["declared"]
+                    else "not measured (no HMAT)"
+                ),
+            }
+        )
+    for p in profiles():
+        devices.append(
+            {
+                "name": f"emulated:{p['name']}",
+                "kind": "emulated",
+                "real": "emulated",
+                "byte_addressable": True,
+                "available_bytes": topo["mem_available"],
+                "read_gbps": dram["read_gbps"] * p["read_ratio"],
+                "write_gbps": dram["write_gbps"] * p["write_ratio"],
+                "latency_ns": dram["latency_ns"] * p["latency_ratio"],
+                "figures": f"profile x {dram['source']} DRAM",
+                "source": p["source"],
+            }
+        )
     for name, fig in measured.items():
         for d in devices:
             if d["name"] == name:
@@ -72,12 +83,19 @@ def gather() -> dict[str, Any]:
                     d["read_gbps"], d["write_gbps"] = fig["seq_read_gbps"], fig["seq_write_gbps"]
                     d["latency_ns"] = fig["latency_ns"]
         if name.startswith("block:") and not any(d["name"] == name for d in devices):
-            devices.append({
-                "name": name, "kind": "block", "real": "real", "byte_addressable": False,
-                "figures": "calibrated", "measured": fig,
-                "read_gbps": fig["seq_read_gbps"], "write_gbps": fig["seq_write_gbps"],
-                "latency_ns": fig["latency_ns"],
-            })
+            devices.append(
+                {
+                    "name": name,
+                    "kind": "block",
+                    "real": "real",
+                    "byte_addressable": False,
+                    "figures": "calibrated",
+                    "measured": fig,
+                    "read_gbps": fig["seq_read_gbps"],
+                    "write_gbps": fig["seq_write_gbps"],
+                    "latency_ns": fig["latency_ns"],
+                }
+            )
     return {
         "version": _tiermem.__version__,
         "topology": topo,
@@ -107,28 +125,34 @@ def run_info(args: Any) -> int:
         return 0
     topo = data["topology"]
     print(f"tiermem {data['version']}  ({topo['cpus']} CPUs, copy kernels {data['kernels']}, THP {topo['thp']})")
-    print(f"DRAM figures: {data['dram']['source']}"
-          + ("" if data["calibrated"] else " (run `tiermem calibrate` to keep measured figures)"))
+    print(
+        f"DRAM figures: {data['dram']['source']}"
+        + ("" if data["calibrated"] else " (run `tiermem calibrate` to keep measured figures)")
+    )
     print()
     rows = []
     for d in data["devices"]:
-        rows.append([
-            d["name"],
-            d["real"],
-            "yes" if d["byte_addressable"] else "no (blocks)",
-            format_bytes(d["available_bytes"]) if d.get("available_bytes") else "",
-            _f(d.get("read_gbps")),
-            _f(d.get("write_gbps")),
-            _f(d.get("latency_ns"), "{:.0f}"),
-            d["figures"],
-        ])
+        rows.append(
+            [
+                d["name"],
+                d["real"],
+                "yes" if d["byte_addressable"] else "no (blocks)",
+                format_bytes(d["available_bytes"]) if d.get("available_bytes") else "",
+                _f(d.get("read_gbps")),
+                _f(d.get("write_gbps")),
+                _f(d.get("latency_ns"), "{:.0f}"),
+                d["figures"],
+            ]
+        )
     print(table(["device", "real", "byte-addr", "available", "read GB/s", "write GB/s", "latency ns", "figures"], rows))
     print()
     print("NUMA topology:")
     for n in topo["nodes"]:
         tier = f", memory tier {n['memory_tier']}" if n["memory_tier"] is not None else ""
-        print(f"  node {n['id']}: {format_bytes(n['total_bytes'])} total, {format_bytes(n['free_bytes'])} free, "
-              f"cpus {n['cpus'] or 'none'}, distances {n['distances']}{tier}")
+        print(
+            f"  node {n['id']}: {format_bytes(n['total_bytes'])} total, {format_bytes(n['free_bytes'])} free, "
+            f"cpus {n['cpus'] or 'none'}, distances {n['distances']}{tier}"
+        )
     if not topo["nodes"]:
         print("  (no NUMA information in sysfs)")
     print()

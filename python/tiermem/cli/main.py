@@ -32,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     copy = bsub.add_parser("copy", help="copy bandwidth per device pair vs memcpy and numpy")
     _add_output(copy)
     copy.add_argument("--dir", help="directory for the block-device file (default: a disk-backed temp dir)")
-    copy.add_argument("--devices", nargs="+", help="device specs to include (default: dram, emulated:optane-pmem, emulated:cxl, block)")
+    copy.add_argument(
+        "--devices", nargs="+", help="device specs to include (default: dram, emulated:optane-pmem, emulated:cxl, block)"
+    )
     copy.add_argument("--max-size", help="largest copy (default 1 GiB, 256 MiB with --quick)")
     copy.add_argument("--plot", metavar="PNG", help="write a bandwidth-vs-size plot (needs matplotlib)")
     emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
@@ -40,26 +42,41 @@ def build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
-    tr = bsub.add_parser("tensors", aliases=["train"],
-                         help="train a model with tiered tensors: every variant vs all-fast and the 2LM model "
-                              "(alias: train)")
+    tr = bsub.add_parser(
+        "tensors",
+        aliases=["train"],
+        help="train a model with tiered tensors: every variant vs all-fast and the 2LM model (alias: train)",
+    )
     _add_output(tr)
-    tr.add_argument("--model", action="append", choices=["resnet", "densenet", "vgg", "gpt"],
-                    help="model to train (repeatable; default resnet)")
+    tr.add_argument(
+        "--model",
+        action="append",
+        choices=["resnet", "densenet", "vgg", "gpt"],
+        help="model to train (repeatable; default resnet)",
+    )
     tr.add_argument("--ratio", action="append", metavar="SLOW:FAST", help="slow:fast ratio (repeatable; default 1:1 4:1 8:1)")
     tr.add_argument("--variants", help="comma-separated subset of all-fast,all-slow,first-touch,2lm-model,L,LM,LMP,async")
     tr.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 2, 1 with --quick)")
-    tr.add_argument("--rounds", type=integer(1, 1000), help="times every run is repeated, all in turn; the best counts (default 2, 1 with --quick)")
-    tr.add_argument("--stat", choices=("best", "median"), default="best",
-                    help="per run: the best timed iteration over all rounds, or their median (default best)")
+    tr.add_argument(
+        "--rounds",
+        type=integer(1, 1000),
+        help="times every run is repeated, all in turn; the best counts (default 2, 1 with --quick)",
+    )
+    tr.add_argument(
+        "--stat",
+        choices=("best", "median"),
+        default="best",
+        help="per run: the best timed iteration over all rounds, or their median (default best)",
+    )
     tr.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the model's; small with --quick)")
     tr.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
     tr.add_argument("--out", metavar="DIR", help="write train.json and the plots (time vs budget, bytes per device) to DIR")
     from .train import add_parser as add_train
 
     add_train(sub)
-    st = sub.add_parser("stress", help="random mixes of every operation on several threads, checked "
-                                       "against a shadow model under a watchdog")
+    st = sub.add_parser(
+        "stress", help="random mixes of every operation on several threads, checked against a shadow model under a watchdog"
+    )
     st.add_argument("--seconds", type=integer(1, 86400), default=60, help="how long (default 60)")
     st.add_argument("--threads", type=integer(1, 256), default=4, help="worker threads (default 4)")
     st.add_argument("--seed", type=integer(0, 2**31), default=0)

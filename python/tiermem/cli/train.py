@@ -7,21 +7,26 @@ import os
 from typing import Any
 
 from .._sizes import format_bytes, parse_size
-from ._args import int_list, integer, number
 from ..exceptions import InvalidArgumentError
+from ._args import int_list, integer, number
 
 
 def add_parser(sub: Any) -> None:
     tr = sub.add_parser("train", help="train models over tiered memory")
     tsub = tr.add_subparsers(dest="model", required=True)
-    p = tsub.add_parser("dlrm", help="DLRM: reference, all-slow, static, dynamic and 2lm-model modes side by side",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = tsub.add_parser(
+        "dlrm",
+        help="DLRM: reference, all-slow, static, dynamic and 2lm-model modes side by side",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--preset", default="demo", help="small, mlperf, large or demo")
     p.add_argument("--scale", type=number(0, 1e6, low_open=True), default=1.0, help="multiply every table's rows by this")
     p.add_argument("--dense-scale", type=number(0, 1e3, low_open=True), default=1.0, help="multiply the MLP widths by this")
     p.add_argument("--rows", type=int_list(","), help="rows per table, comma-separated (overrides the preset's)")
     p.add_argument("--dim", type=integer(1, 1 << 24), help="row width (overrides the preset's)")
-    p.add_argument("--bottom-mlp", type=int_list("-"), help="bottom MLP widths, e.g. 512-256-64 (the last must equal --dim for dot)")
+    p.add_argument(
+        "--bottom-mlp", type=int_list("-"), help="bottom MLP widths, e.g. 512-256-64 (the last must equal --dim for dot)"
+    )
     p.add_argument("--top-mlp", type=int_list("-"), help="top MLP widths, ending in 1, e.g. 512-256-1")
     p.add_argument("--interaction", choices=("dot", "cat"))
     p.add_argument("--batch-size", type=integer(1, 1 << 24))
@@ -35,7 +40,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=integer(0, 10**9), default=5, help="iterations before timing (also the static profile)")
     p.add_argument("--fast-budget", help="fast memory for the tables (default: a quarter of them)")
     p.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec")
-    p.add_argument("--lr", type=number(0, 1e6, low_open=True), default=0.01, help="SGD learning rate (the DLRM reference's default)")
+    p.add_argument(
+        "--lr", type=number(0, 1e6, low_open=True), default=0.01, help="SGD learning rate (the DLRM reference's default)"
+    )
     p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     p.add_argument("--checkpoint", metavar="FILE", help="checkpoint file (one mode only)")
     p.add_argument("--checkpoint-every", type=integer(0, 10**9), default=0, help="iterations between checkpoints")
@@ -91,8 +98,19 @@ def run_train(args: Any) -> int:
     from ..report.load import MachineLoad
 
     with MachineLoad() as load:
-        res = run_modes(config, modes, dists, iters=iters, warmup=warmup, fast_budget=budget, slow=args.slow,
-                        lr=args.lr, seed=args.seed, alpha=args.alpha, batches=batches)
+        res = run_modes(
+            config,
+            modes,
+            dists,
+            iters=iters,
+            warmup=warmup,
+            fast_budget=budget,
+            slow=args.slow,
+            lr=args.lr,
+            seed=args.seed,
+            alpha=args.alpha,
+            batches=batches,
+        )
     res["load"] = load.summary()
     if readers:
         res["criteo"] = readers[-1].report()
@@ -121,8 +139,9 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
     from ..report.progress import Progress
 
     readers: list[Any] = []
-    synth = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag, dist=dist,
-                          alpha=args.alpha, seed=args.seed)
+    synth = SyntheticData(
+        config.rows, config.dense_features, config.batch_size, config.bag, dist=dist, alpha=args.alpha, seed=args.seed
+    )
     prof = [synth.batch(i) for i in range(max(1, warmup))] if mode == "static" and not args.criteo else None
     t = Trainer(config, mode, fast_budget=budget, slow=args.slow, lr=args.lr, seed=args.seed, dist=dist, profile=prof)
     data_state: dict[str, Any] = {}
@@ -143,13 +162,21 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
         if args.inference:
             r = t.infer(batches, iters, warmup=warmup)
         else:
-            r = t.train(batches, iters, warmup=warmup, checkpoint=args.checkpoint,
-                        checkpoint_every=args.checkpoint_every, data_state=state,
-                        on_step=lambda k, loss: p.step(f"loss {loss:.4f}"))
+            r = t.train(
+                batches,
+                iters,
+                warmup=warmup,
+                checkpoint=args.checkpoint,
+                checkpoint_every=args.checkpoint_every,
+                data_state=state,
+                on_step=lambda k, loss: p.step(f"loss {loss:.4f}"),
+            )
     b = r.breakdown
-    print(f"{mode} ({dist}): {1e3 * r.seconds_per_iter:.1f} ms per iteration (lookup {1e3 * b['lookup']:.1f}, "
-          f"update {1e3 * b['update']:.1f}, dense {1e3 * b['dense']:.1f}); fast memory {format_bytes(r.fast_bytes_peak)} "
-          f"of {format_bytes(r.fast_budget)}")
+    print(
+        f"{mode} ({dist}): {1e3 * r.seconds_per_iter:.1f} ms per iteration (lookup {1e3 * b['lookup']:.1f}, "
+        f"update {1e3 * b['update']:.1f}, dense {1e3 * b['dense']:.1f}); fast memory {format_bytes(r.fast_bytes_peak)} "
+        f"of {format_bytes(r.fast_budget)}"
+    )
     if r.queries_per_second is not None:
         print(f"inference: {r.queries_per_second:,.0f} queries/s")
     elif r.losses:
@@ -157,8 +184,15 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
     if readers:
         rep = readers[-1].report()
         print(f"criteo: {rep['lines']} lines read, {rep['bad_lines']} malformed skipped")
-    res = {"config": config.to_dict(), "fast_budget": budget, "table_bytes": config.table_bytes, "iters": r.iters,
-           "warmup": warmup, "runs": [r.to_json()], "devices": r.devices}
+    res = {
+        "config": config.to_dict(),
+        "fast_budget": budget,
+        "table_bytes": config.table_bytes,
+        "iters": r.iters,
+        "warmup": warmup,
+        "runs": [r.to_json()],
+        "devices": r.devices,
+    }
     paths = []
     from ..dlrm.report import write
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -40,11 +40,63 @@ MODES = ("reference", "all-slow", "static", "dynamic", "2lm-model")
 
 #: Rows per categorical feature of the Criteo Kaggle (display advertising challenge) data as
 #: the DLRM reference preprocesses it: the "small" model's tables.
-KAGGLE_ROWS = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-               27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
+KAGGLE_ROWS = (
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 #: Rows per categorical feature of Criteo Terabyte hashed to at most 40 million (MLPerf).
-TERABYTE_ROWS = (39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346,
-                 10, 2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36)
+TERABYTE_ROWS = (
+    39884406,
+    39043,
+    17289,
+    7420,
+    20263,
+    3,
+    7120,
+    1543,
+    63,
+    38532951,
+    2953546,
+    403346,
+    10,
+    2208,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    39979771,
+    25641295,
+    39664984,
+    585935,
+    12972,
+    108,
+    36,
+)
 
 
 @dataclass(frozen=True)
@@ -78,8 +130,12 @@ class DLRMConfig:
     def __post_init__(self) -> None:
         if not self.rows or any(int(r) < 1 for r in self.rows):
             raise InvalidArgumentError(f"every table needs at least one row, got rows={list(self.rows)[:8]}...")
-        for what, v in (("dim", self.dim), ("dense_features", self.dense_features), ("bag", self.bag),
-                        ("batch_size", self.batch_size)):
+        for what, v in (
+            ("dim", self.dim),
+            ("dense_features", self.dense_features),
+            ("bag", self.bag),
+            ("batch_size", self.batch_size),
+        ):
             if int(v) < 1:
                 raise InvalidArgumentError(f"{what} must be at least 1, got {v}")
         if not self.bottom_mlp or not self.top_mlp or min(self.bottom_mlp + self.top_mlp) < 1:
@@ -90,7 +146,8 @@ class DLRMConfig:
             raise InvalidArgumentError(f"interaction {self.interaction!r}: supported are 'dot' and 'cat'")
         if self.interaction == "dot" and self.bottom_mlp[-1] != self.dim:
             raise InvalidArgumentError(
-                f"the dot interaction needs the bottom MLP to end in the row width {self.dim}, not {self.bottom_mlp[-1]}")
+                f"the dot interaction needs the bottom MLP to end in the row width {self.dim}, not {self.bottom_mlp[-1]}"
+            )
         if self.dtype not in ("float32", "bfloat16"):
             raise InvalidArgumentError(f"dtype {self.dtype!r}: supported are float32 and bfloat16")
 
@@ -153,8 +210,9 @@ class DLRMConfig:
                 out[-1] = ws[-1]
             return tuple(out)
 
-        c = replace(c, rows=rows, bottom_mlp=widths(c.bottom_mlp, c.interaction == "dot"),
-                    top_mlp=widths(c.top_mlp, True), name=name)
+        c = replace(
+            c, rows=rows, bottom_mlp=widths(c.bottom_mlp, c.interaction == "dot"), top_mlp=widths(c.top_mlp, True), name=name
+        )
         return replace(c, **override) if override else c
 
 
@@ -164,14 +222,29 @@ class DLRMConfig:
 #: output); ``demo``: Table 5.6's shape cut to 8 tables of 250 000 rows (2 GB) and small MLPs,
 #: what ``tiermem demo`` trains.
 PRESETS: dict[str, DLRMConfig] = {
-    "small": DLRMConfig(rows=KAGGLE_ROWS, dim=16, bottom_mlp=(512, 256, 64, 16), top_mlp=(512, 256, 1),
-                        batch_size=8192, name="small"),
-    "mlperf": DLRMConfig(rows=TERABYTE_ROWS, dim=128, bottom_mlp=(512, 256, 128),
-                         top_mlp=(1024, 1024, 512, 256, 1), batch_size=32768, name="mlperf"),
-    "large": DLRMConfig(rows=(6_000_000,) * 64, dim=256, bottom_mlp=(2048,) * 7 + (256,),
-                        top_mlp=(4096,) * 15 + (1,), bag=100, batch_size=512, name="large"),
-    "demo": DLRMConfig(rows=(250_000,) * 8, dim=256, bottom_mlp=(512, 256), top_mlp=(512, 256, 1), bag=100,
-                       batch_size=512, name="demo"),
+    "small": DLRMConfig(
+        rows=KAGGLE_ROWS, dim=16, bottom_mlp=(512, 256, 64, 16), top_mlp=(512, 256, 1), batch_size=8192, name="small"
+    ),
+    "mlperf": DLRMConfig(
+        rows=TERABYTE_ROWS,
+        dim=128,
+        bottom_mlp=(512, 256, 128),
+        top_mlp=(1024, 1024, 512, 256, 1),
+        batch_size=32768,
+        name="mlperf",
+    ),
+    "large": DLRMConfig(
+        rows=(6_000_000,) * 64,
+        dim=256,
+        bottom_mlp=(2048,) * 7 + (256,),
+        top_mlp=(4096,) * 15 + (1,),
+        bag=100,
+        batch_size=512,
+        name="large",
+    ),
+    "demo": DLRMConfig(
+        rows=(250_000,) * 8, dim=256, bottom_mlp=(512, 256), top_mlp=(512, 256, 1), bag=100, batch_size=512, name="demo"
+    ),
 }
 
 
@@ -222,13 +295,14 @@ class ReferenceEmbeddings(torch.nn.Module):
         # _weight skips EmbeddingBag's own N(0, 1) fill: DLRM writes the initial rows.
         self.bags = torch.nn.ModuleList(
             torch.nn.EmbeddingBag(r, config.dim, mode="sum", sparse=True, _weight=torch.empty(r, config.dim, dtype=dt))
-            for r in config.rows)
+            for r in config.rows
+        )
         self.optimizer = torch.optim.SGD(self.bags.parameters(), lr=lr)
 
     def load_rows(self, table: int, start: int, values: np.ndarray) -> None:
         with torch.no_grad():
-            w = self.bags[table].weight
-            w[start:start + len(values)] = torch.from_numpy(values).to(w.dtype)
+            w = cast(torch.nn.EmbeddingBag, self.bags[table]).weight
+            w[start : start + len(values)] = torch.from_numpy(values).to(w.dtype)
 
     def forward(self, indices: Sequence[torch.Tensor], offsets: Sequence[torch.Tensor]) -> torch.Tensor:
         return torch.cat([bag(i, o[:-1]) for bag, i, o in zip(self.bags, indices, offsets)], dim=1).float()
@@ -269,7 +343,10 @@ class DLRM(torch.nn.Module):
     lookup, given the pooled embeddings ``(B, T * dim)``.
     """
 
-    def __init__(self, config: DLRMConfig, embeddings: torch.nn.Module, seed: int = 0) -> None:
+    _li: torch.Tensor
+    _lj: torch.Tensor
+
+    def __init__(self, config: DLRMConfig, embeddings: ReferenceEmbeddings | TieredEmbeddings, seed: int = 0) -> None:
         super().__init__()
         self.config = config
         self.embeddings = embeddings
@@ -302,6 +379,5 @@ class DLRM(torch.nn.Module):
         x = self.bottom(dense)
         return self.top(self.interact(x, emb)).squeeze(1)
 
-    def forward(self, dense: torch.Tensor, indices: Sequence[torch.Tensor],
-                offsets: Sequence[torch.Tensor]) -> torch.Tensor:
+    def forward(self, dense: torch.Tensor, indices: Sequence[torch.Tensor], offsets: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.dense_forward(dense, self.embeddings(indices, offsets))

@@ -13,9 +13,21 @@ from ..report.progress import Progress
 from ..report.table import table
 
 
-def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters: int, warmup: int,
-              fast_budget: int, slow: str, lr: float, seed: int, alpha: float = 1.0,
-              label: str = "train dlrm", batches: Callable[[str], Iterator[Any]] | None = None) -> dict[str, Any]:
+def run_modes(
+    config: Any,
+    modes: Sequence[str],
+    dists: Sequence[str],
+    *,
+    iters: int,
+    warmup: int,
+    fast_budget: int,
+    slow: str,
+    lr: float,
+    seed: int,
+    alpha: float = 1.0,
+    label: str = "train dlrm",
+    batches: Callable[[str], Iterator[Any]] | None = None,
+) -> dict[str, Any]:
     """Train ``config`` in every mode for every distribution and collect the results.
 
     The modes of one distribution run in lockstep: every trainer is built (same seed, same
@@ -32,15 +44,24 @@ def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters:
             if batches is not None:
                 source = batches(dist)
             else:
-                d = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag,
-                                  dist=dist, alpha=alpha, seed=seed)
+                d = SyntheticData(
+                    config.rows, config.dense_features, config.batch_size, config.bag, dist=dist, alpha=alpha, seed=seed
+                )
                 source = (d.batch(i) for i in range(warmup + iters))
             first = list(_take(source, max(1, warmup)))
             trainers = {}
             for mode in modes:
                 p.note(f"{dist}: placing the {mode} tables")
-                trainers[mode] = Trainer(config, mode, fast_budget=fast_budget, slow=slow, lr=lr, seed=seed,
-                                         dist=dist, profile=first if mode == "static" else None)
+                trainers[mode] = Trainer(
+                    config,
+                    mode,
+                    fast_budget=fast_budget,
+                    slow=slow,
+                    lr=lr,
+                    seed=seed,
+                    dist=dist,
+                    profile=first if mode == "static" else None,
+                )
             stream = iter(first)
             for k in range(warmup + iters):
                 if k == warmup:
@@ -54,22 +75,29 @@ def run_modes(config: Any, modes: Sequence[str], dists: Sequence[str], *, iters:
                 if b is None:
                     break
                 data_s = time.perf_counter() - t0
-                order = list(modes[k % len(modes):]) + list(modes[:k % len(modes)])
+                order = list(modes[k % len(modes) :]) + list(modes[: k % len(modes)])
                 for mode in order:
                     trainers[mode].run_iteration(b, timed=k >= warmup, data_seconds=data_s)
                 p.step(f"{dist} iteration {k + 1}")
             for mode in modes:
                 t = trainers[mode]
                 r = t.result()
-                d = r.to_json()
-                d["static_fill"] = t.static_fill
-                runs.append(d)
+                run_json = r.to_json()
+                run_json["static_fill"] = t.static_fill
+                runs.append(run_json)
                 devices.update(r.devices)
             del trainers
     _compare(runs)
-    return {"config": config.to_dict(), "fast_budget": fast_budget, "table_bytes": config.table_bytes,
-            "iters": iters, "warmup": warmup, "runs": runs, "devices": devices,
-            "timing": "modes in lockstep, order rotating; medians over the timed iterations"}
+    return {
+        "config": config.to_dict(),
+        "fast_budget": fast_budget,
+        "table_bytes": config.table_bytes,
+        "iters": iters,
+        "warmup": warmup,
+        "runs": runs,
+        "devices": devices,
+        "timing": "modes in lockstep, order rotating; medians over the timed iterations",
+    }
 
 
 def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
@@ -93,35 +121,63 @@ def report(res: dict[str, Any]) -> str:
     """A comparison table per distribution and what was real and emulated."""
     out = []
     c = res["config"]
-    out.append(f"DLRM '{c['name']}': {len(c['rows'])} tables, {sum(c['rows']):,} rows x {c['dim']} "
-               f"({format_bytes(res['table_bytes'])}), batch {c['batch_size']}, {c['bag']} lookups per table per sample")
-    out.append(f"fast budget {format_bytes(res['fast_budget'])} "
-               f"(tables are {res['table_bytes'] / res['fast_budget']:.1f}x larger); "
-               f"{res['warmup']} warm-up + {res['iters']} timed iterations, modes in lockstep (medians)")
+    out.append(
+        f"DLRM '{c['name']}': {len(c['rows'])} tables, {sum(c['rows']):,} rows x {c['dim']} "
+        f"({format_bytes(res['table_bytes'])}), batch {c['batch_size']}, {c['bag']} lookups per table per sample"
+    )
+    out.append(
+        f"fast budget {format_bytes(res['fast_budget'])} "
+        f"(tables are {res['table_bytes'] / res['fast_budget']:.1f}x larger); "
+        f"{res['warmup']} warm-up + {res['iters']} timed iterations, modes in lockstep (medians)"
+    )
     for dist in dict.fromkeys(r["dist"] for r in res["runs"]):
         rows = []
         for r in (r for r in res["runs"] if r["dist"] == dist):
             b = r["breakdown"]
-            moved = ", ".join(f"{k.split(':')[0]} {v['read'] / 1e9:.2f}r/{v['written'] / 1e9:.2f}w"
-                              for k, v in r["bytes"].items() if v["read"] or v["written"])
-            rows.append([
-                r["mode"], f"{1e3 * r['seconds_per_iter']:.1f}",
-                f"{1e3 * b['lookup']:.1f}/{1e3 * b['update']:.1f}/{1e3 * b['dense']:.1f}",
-                _x(r.get("speedup_vs_all-slow")), _x(r.get("speedup_vs_2lm-model")),
-                format_bytes(r["fast_bytes_peak"]), "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2f}",
-                moved + ("" if r["bytes_counted"] else " (estimated)"),
-                "-" if r.get("max_loss_diff_vs_reference") is None else f"{r['max_loss_diff_vs_reference']:.1e}",
-            ])
+            moved = ", ".join(
+                f"{k.split(':')[0]} {v['read'] / 1e9:.2f}r/{v['written'] / 1e9:.2f}w"
+                for k, v in r["bytes"].items()
+                if v["read"] or v["written"]
+            )
+            rows.append(
+                [
+                    r["mode"],
+                    f"{1e3 * r['seconds_per_iter']:.1f}",
+                    f"{1e3 * b['lookup']:.1f}/{1e3 * b['update']:.1f}/{1e3 * b['dense']:.1f}",
+                    _x(r.get("speedup_vs_all-slow")),
+                    _x(r.get("speedup_vs_2lm-model")),
+                    format_bytes(r["fast_bytes_peak"]),
+                    "-" if r["hit_rate"] is None else f"{r['hit_rate']:.2f}",
+                    moved + ("" if r["bytes_counted"] else " (estimated)"),
+                    "-" if r.get("max_loss_diff_vs_reference") is None else f"{r['max_loss_diff_vs_reference']:.1e}",
+                ]
+            )
         out.append("")
         out.append(f"{dist} inputs")
-        out.append(table(["mode", "ms/iter", "lookup/update/dense ms", "vs all-slow", "vs 2lm-model",
-                          "fast used", "hit rate", "GB read/written, timed iterations", "loss diff"], rows))
+        out.append(
+            table(
+                [
+                    "mode",
+                    "ms/iter",
+                    "lookup/update/dense ms",
+                    "vs all-slow",
+                    "vs 2lm-model",
+                    "fast used",
+                    "hit rate",
+                    "GB read/written, timed iterations",
+                    "loss diff",
+                ],
+                rows,
+            )
+        )
     devs = ", ".join(f"{n} ({k})" for n, k in res["devices"].items())
     out.append("")
-    out.append(f"devices: {devs}. 'reference' is torch.nn.EmbeddingBag with all rows in DRAM (its bytes are "
-               "estimated, torch does not count them); '2lm-model' is tiermem's 2LM model of the hardware DRAM "
-               "cache (thesis Table 2.2), not the hardware. ms/iter is the training step; generating the "
-               "input is excluded.")
+    out.append(
+        f"devices: {devs}. 'reference' is torch.nn.EmbeddingBag with all rows in DRAM (its bytes are "
+        "estimated, torch does not count them); '2lm-model' is tiermem's 2LM model of the hardware DRAM "
+        "cache (thesis Table 2.2), not the hardware. ms/iter is the training step; generating the "
+        "input is excluded."
+    )
     return "\n".join(out)
 
 

@@ -15,7 +15,6 @@ memory in every mode and are not modelled (the 2LM model sees embedding traffic 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -26,12 +25,12 @@ import torch
 
 from .. import checkpoint
 from .._sizes import format_bytes
-from .data.batch import Batch
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
-from ..twolm import TwoLmModel
 from ..torch.embedding import tables_aside, tiered_tables
+from ..twolm import TwoLmModel
+from .data.batch import Batch
 from .model import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 
 __all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
@@ -64,7 +63,8 @@ def fit_check(config: DLRMConfig, fast_budget: int = 0) -> None:
             f"the model's {config.num_tables} embedding tables need {format_bytes(config.table_bytes)} "
             f"({sum(config.rows):,} rows of {config.row_bytes} bytes), plus {format_bytes(fast_budget)} of fast "
             f"budget, but this machine's available memory is {format_bytes(avail)} (90 % of MemAvailable); "
-            f"use a smaller scale")
+            f"use a smaller scale"
+        )
 
 
 def _check_counts(iters: Any, warmup: Any, every: Any) -> None:
@@ -119,7 +119,8 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
     if budget < least:
         raise InvalidArgumentError(
             f"a fast budget of {format_bytes(budget)} does not hold the tables' pointer tables and "
-            f"one cached row each ({format_bytes(least)}); raise the budget")
+            f"one cached row each ({format_bytes(least)}); raise the budget"
+        )
     total = min(1.0, (budget - meta) / (1.0 + 4.0 / rb) / config.table_bytes)
     while total > 0:
         used = meta + sum(_cache_bytes(r, rb, total) * (1.0 + 4.0 / rb) for r in config.rows)
@@ -147,13 +148,24 @@ class Trainer:
             order only (the thesis's random static partition).
     """
 
-    def __init__(self, config: DLRMConfig, mode: str, *, fast_budget: int | None = None,
-                 slow: str = "emulated:optane-pmem", lr: float = 0.01, seed: int = 0,
-                 dist: str = "uniform", profile: Iterable[Batch] | None = None) -> None:
+    def __init__(
+        self,
+        config: DLRMConfig,
+        mode: str,
+        *,
+        fast_budget: int | None = None,
+        slow: str = "emulated:optane-pmem",
+        lr: float = 0.01,
+        seed: int = 0,
+        dist: str = "uniform",
+        profile: Iterable[Batch] | None = None,
+    ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
         if config.dtype != "float32" and mode == "reference":
-            raise InvalidArgumentError("mode 'reference' trains float32 tables (torch's sparse SGD on bfloat16 rounds differently)")
+            raise InvalidArgumentError(
+                "mode 'reference' trains float32 tables (torch's sparse SGD on bfloat16 rounds differently)"
+            )
         self.config, self.mode, self.lr, self.seed, self.dist = config, mode, float(lr), int(seed), dist
         self.fast_budget = int(fast_budget if fast_budget is not None else config.table_bytes // 4)
         slow_cap = config.table_bytes + (2 << 20) * (config.num_tables + 1)  # room for alignment
@@ -162,7 +174,7 @@ class Trainer:
         self.twolm: TwoLmModel | None = None
         self.tables: list[EmbeddingTable] = []
         if mode == "reference":
-            emb: torch.nn.Module = ReferenceEmbeddings(config, lr)
+            emb: ReferenceEmbeddings | TieredEmbeddings = ReferenceEmbeddings(config, lr)
         else:
             self.manager = self._manager(slow, slow_cap)
             self.tables = self._tables()
@@ -204,8 +216,10 @@ class Trainer:
             self.twolm = TwoLmModel(m, cache_bytes=cache)
             return [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, model=self.twolm) for r in rows]
         frac, slack = _tier_caches(c, self.fast_budget)
-        tables = [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack,
-                                 policy=self.mode) for r in rows]
+        tables = [
+            EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack, policy=self.mode)
+            for r in rows
+        ]
         return tables
 
     def _fill_static(self, profile: Iterable[Batch] | None) -> None:
@@ -274,10 +288,17 @@ class Trainer:
             self._timed.append((lk, dn, up, data_seconds))
         return loss
 
-    def train(self, batches: Iterable[Batch], iters: int, *, warmup: int = 0,
-              on_step: Callable[[int, float], None] | None = None,
-              checkpoint: str | None = None, checkpoint_every: int = 0,
-              data_state: Callable[[], dict[str, Any]] | None = None) -> RunResult:
+    def train(
+        self,
+        batches: Iterable[Batch],
+        iters: int,
+        *,
+        warmup: int = 0,
+        on_step: Callable[[int, float], None] | None = None,
+        checkpoint: str | None = None,
+        checkpoint_every: int = 0,
+        data_state: Callable[[], dict[str, Any]] | None = None,
+    ) -> RunResult:
         """Run ``warmup`` then ``iters`` timed iterations from ``batches``.
 
         ``checkpoint``: a path written every ``checkpoint_every`` iterations, at the end,
@@ -344,10 +365,14 @@ class Trainer:
         if done == 0:
             seen = getattr(self, "_seen", 0)
             if seen == 0:
-                raise InvalidArgumentError("no iteration ran: the data gave no batch at all (an empty input, or "
-                                           "one with no valid line or fewer samples than one batch)")
-            raise InvalidArgumentError(f"no timed iteration ran: the data ran out after {seen} batches, "
-                                       "all spent on warm-up iterations (lower --warmup or give more data)")
+                raise InvalidArgumentError(
+                    "no iteration ran: the data gave no batch at all (an empty input, or "
+                    "one with no valid line or fewer samples than one batch)"
+                )
+            raise InvalidArgumentError(
+                f"no timed iteration ran: the data ran out after {seen} batches, "
+                "all spent on warm-up iterations (lower --warmup or give more data)"
+            )
         med = np.median(rows, axis=0)
         c = self.config
         devices: dict[str, str] = {}
@@ -367,14 +392,21 @@ class Trainer:
             h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
             hit = h / (h + m) if h + m else None
         return RunResult(
-            mode=self.mode, dist=self.dist, iters=done,
+            mode=self.mode,
+            dist=self.dist,
+            iters=done,
             seconds_per_iter=float(np.median(rows[:, :3].sum(axis=1))),
             breakdown={"lookup": float(med[0]), "dense": float(med[1]), "update": float(med[2])},
             data_seconds_per_iter=float(med[3]),
-            losses=self.losses[first_loss:], loss_times=self.loss_times[first_loss:],
+            losses=self.losses[first_loss:],
+            loss_times=self.loss_times[first_loss:],
             fast_budget=self.fast_budget if self.mode != "reference" else c.table_bytes,
-            fast_bytes_peak=self.fast_bytes(), bytes=bytes_, bytes_counted=counted, hit_rate=hit,
-            devices=devices, twolm=self.twolm.stats() if self.twolm is not None else None,
+            fast_bytes_peak=self.fast_bytes(),
+            bytes=bytes_,
+            bytes_counted=counted,
+            hit_rate=hit,
+            devices=devices,
+            twolm=self.twolm.stats() if self.twolm is not None else None,
         )
 
     def _reference_bytes(self, iters: int) -> dict[str, int]:
@@ -417,12 +449,14 @@ class Trainer:
         if saved != self.config:
             raise checkpoint.CheckpointError(
                 f"checkpoint {path!r} is of another model ({saved.name}: {saved.num_tables} tables, "
-                f"dim {saved.dim}); this run's is {self.config.num_tables} tables, dim {self.config.dim}")
+                f"dim {saved.dim}); this run's is {self.config.num_tables} tables, dim {self.config.dim}"
+            )
         tables = tiered_tables(self.model)
         if sorted(tables) != sorted(ck.tables()):
             raise checkpoint.CheckpointError(
                 f"checkpoint {path!r} holds tables {sorted(ck.tables())}, this model {sorted(tables)} "
-                f"(saved in mode {state.get('mode')!r}, this run is {self.mode!r})")
+                f"(saved in mode {state.get('mode')!r}, this run is {self.mode!r})"
+            )
         with tables_aside():
             self.model.load_state_dict(state["model"])
         for name, t in tables.items():

@@ -28,5 +28,15 @@ from .collection import EmbeddingCollection
 from .config import CACHE_POLICIES, DTYPES, MODES, OPTIMIZERS, PREFETCH, OptimizerConfig, Placement
 from .table import EmbeddingTable, as_bags
 
-__all__ = ["EmbeddingTable", "EmbeddingCollection", "as_bags", "OptimizerConfig", "Placement",
-           "OPTIMIZERS", "CACHE_POLICIES", "MODES", "DTYPES", "PREFETCH"]
+__all__ = [
+    "EmbeddingTable",
+    "EmbeddingCollection",
+    "as_bags",
+    "OptimizerConfig",
+    "Placement",
+    "OPTIMIZERS",
+    "CACHE_POLICIES",
+    "MODES",
+    "DTYPES",
+    "PREFETCH",
+]

@@ -26,7 +26,9 @@ class EmbeddingCollection:
         self.cols = np.cumsum([0] + [t.embedding_dim for t in self.tables])[:-1].tolist()
         self.width = sum(t.embedding_dim for t in self.tables)
 
-    def _weights(self, per_sample_weights: Sequence[Any] | None, bags: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray | None]:
+    def _weights(
+        self, per_sample_weights: Sequence[Any] | None, bags: Sequence[tuple[np.ndarray, np.ndarray]]
+    ) -> list[np.ndarray | None]:
         if per_sample_weights is None:
             return [None] * len(bags)
         if len(per_sample_weights) != len(bags):
@@ -67,8 +69,15 @@ class EmbeddingCollection:
             raise InvalidArgumentError(f"out must be a C-contiguous float32 array of shape {(n, stride)}")
         cols = self.cols if mode != "none" else [0] * len(self.tables)
         _tiermem.lookup_into(
-            [t._native for t in self.tables], [v for v, _ in bs], [o for _, o in bs],
-            self._weights(per_sample_weights, bs), mode, out, stride, cols, int(prefetch),
+            [t._native for t in self.tables],
+            [v for v, _ in bs],
+            [o for _, o in bs],
+            self._weights(per_sample_weights, bs),
+            mode,
+            out,
+            stride,
+            cols,
+            int(prefetch),
         )
         return out
 
@@ -95,8 +104,21 @@ class EmbeddingCollection:
         if g.shape != (n, stride):
             raise InvalidArgumentError(f"grad must have shape {(n, stride)} (the lookup output's), got {g.shape}")
         cols = self.cols if mode != "none" else [0] * len(self.tables)
-        return dict(_tiermem.update_from(
-            [t._native for t in self.tables], [v for v, _ in bs], [o for _, o in bs],
-            self._weights(per_sample_weights, bs), mode, g, stride, cols,
-            opt.name, opt.lr, opt.effective_eps, opt.lr_decay, opt.initial_accumulator_value, opt.nt_stores,
-        ))
+        return dict(
+            _tiermem.update_from(
+                [t._native for t in self.tables],
+                [v for v, _ in bs],
+                [o for _, o in bs],
+                self._weights(per_sample_weights, bs),
+                mode,
+                g,
+                stride,
+                cols,
+                opt.name,
+                opt.lr,
+                opt.effective_eps,
+                opt.lr_decay,
+                opt.initial_accumulator_value,
+                opt.nt_stores,
+            )
+        )

@@ -67,9 +67,13 @@ class OptimizerConfig:
         if self.name not in OPTIMIZERS:
             raise InvalidArgumentError(f"optimizer {self.name!r}: known are {', '.join(OPTIMIZERS)}")
         return OptimizerConfig(
-            self.name, _number("lr", self.lr), None if self.eps is None else _number("eps", self.eps),
-            _number("lr_decay", self.lr_decay), _number("initial_accumulator_value", self.initial_accumulator_value),
-            bool(self.nt_stores))
+            self.name,
+            _number("lr", self.lr),
+            None if self.eps is None else _number("eps", self.eps),
+            _number("lr_decay", self.lr_decay),
+            _number("initial_accumulator_value", self.initial_accumulator_value),
+            bool(self.nt_stores),
+        )
 
     @property
     def effective_eps(self) -> float:

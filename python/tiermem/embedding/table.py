@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _tiermem
+from .._tiermem import PLACES
 from ..exceptions import IndexOutOfRangeError, InvalidArgumentError
 from ..manager import Manager
 from .config import Placement
@@ -22,9 +22,7 @@ def _i64(a: Any, what: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
-def as_bags(
-    indices: Any, offsets: Any = None, include_last_offset: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
+def as_bags(indices: Any, offsets: Any = None, include_last_offset: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Normalise bags to ``(values, offsets)`` int64 arrays with ``len(offsets) == bags + 1``.
 
     ``indices`` may be 2-D ``(bags, bag_size)`` with ``offsets=None`` (fixed-size bags), or
@@ -106,9 +104,12 @@ class EmbeddingTable:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
         place = Placement(device=device, cache=cache, cacheslack=cacheslack, policy=policy, dtype=dtype).validate()
         dt = place.storage_dtype
+        assert dt is not None, "validate() refuses unknown dtypes"
         if model is not None:
             if cache is not None or device is not None:
-                raise InvalidArgumentError("a table behind the 2LM model lives on the model's slow device: leave cache and device out")
+                raise InvalidArgumentError(
+                    "a table behind the 2LM model lives on the model's slow device: leave cache and device out"
+                )
             if manager is not None and manager is not model.manager:
                 raise InvalidArgumentError("the 2LM model belongs to another manager")
             manager = model.manager
@@ -126,7 +127,17 @@ class EmbeddingTable:
             private_slow = spec != "dram"
             devs: list[tuple[str, int]] = []
             if cache is not None or spec == "dram":
-                devs.append(("dram", max(table_bytes if spec == "dram" else int(table_bytes * min(1.0, cache + cacheslack)) + (4 << 20), 1 << 20)))
+                devs.append(
+                    (
+                        "dram",
+                        max(
+                            table_bytes
+                            if spec == "dram"
+                            else int(table_bytes * min(1.0, (cache or 0.0) + cacheslack)) + (4 << 20),
+                            1 << 20,
+                        ),
+                    )
+                )
             if spec != "dram":
                 devs.append((spec, table_bytes + (1 << 20)))
             manager = Manager(devs, policy="all_fast")
@@ -135,8 +146,10 @@ class EmbeddingTable:
         if device is None:
             device = len(manager.device_names) - 1 if cache is not None else 0
         dev = manager._place(device) if not isinstance(device, int) else device
-        if dev < 0:
-            dev = {-1: 0, -2: len(manager.device_names) - 1}.get(dev, 0)
+        if dev == PLACES["slow"]:
+            dev = len(manager.device_names) - 1
+        elif dev < 0:  # fast, or auto: the fastest device
+            dev = 0
         if model is not None:
             self._native = _tiermem.Table.behind_model(manager._native, model._native, rows, width, dt)
         elif cache is None:
@@ -200,9 +213,7 @@ class EmbeddingTable:
         """Overwrite rows ``start..start + len(weights)`` (rounded to the storage dtype)."""
         w = _f32(weights, "weights")
         if w.ndim != 2 or w.shape[1] != self.embedding_dim:
-            raise InvalidArgumentError(
-                f"weights must be (rows, {self.embedding_dim}), got shape {w.shape}"
-            )
+            raise InvalidArgumentError(f"weights must be (rows, {self.embedding_dim}), got shape {w.shape}")
         self._native.write_rows(int(start), w)
 
     # Kernels -------------------------------------------------------------------------
@@ -248,8 +259,13 @@ class EmbeddingTable:
         )
 
     def sparse_grad(
-        self, indices: Any, offsets: Any, grad: Any, per_sample_weights: Any = None,
-        mode: str = "sum", include_last_offset: bool = False,
+        self,
+        indices: Any,
+        offsets: Any,
+        grad: Any,
+        per_sample_weights: Any = None,
+        mode: str = "sum",
+        include_last_offset: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The gradient of :meth:`lookup` as (distinct rows, their gradient rows), without
         changing the table."""
@@ -290,10 +306,10 @@ class EmbeddingTable:
         info = self._native.cache_info()
         if info is None:
             return None
-        info = dict(info)
-        info["isfull"] = bool(info["isfull"])
-        info["policy"] = self._native.cache_policy()
-        return info
+        out: dict[str, Any] = dict(info)
+        out["isfull"] = bool(out["isfull"])
+        out["policy"] = self._native.cache_policy()
+        return out
 
     def set_cachelower(self, nbytes: int) -> None:
         self._native.set_cachelower(int(nbytes))

@@ -56,12 +56,19 @@ class MachineLoad:
         return (bool(self.start) and self.start[0] > limit) or self.steal > BUSY_STEAL
 
     def summary(self) -> dict[str, Any]:
-        return {"cores": self.cores, "loadavg_start": self.start, "loadavg_end": self.end,
-                "steal_fraction": round(self.steal, 4), "disturbed": self.disturbed}
+        return {
+            "cores": self.cores,
+            "loadavg_start": self.start,
+            "loadavg_end": self.end,
+            "steal_fraction": round(self.steal, 4),
+            "disturbed": self.disturbed,
+        }
 
     def line(self) -> str:
-        s = (f"machine load: load average {self.start[:1] or '?'} at start, {self.end[:1] or '?'} at end "
-             f"({self.cores} cores), steal {100 * self.steal:.1f}%")
+        s = (
+            f"machine load: load average {self.start[:1] or '?'} at start, {self.end[:1] or '?'} at end "
+            f"({self.cores} cores), steal {100 * self.steal:.1f}%"
+        )
         if self.disturbed:
             s += " -- DISTURBED: other work was running; do not quote these figures"
         return s

@@ -35,8 +35,7 @@ def plot_copy(res: dict[str, Any], path: str) -> None:
             ax.plot([r["size"] for r in rs], [r["gbps"] for r in rs], marker="o", ms=3, label=f"to {label[dst]}")
         base = [r for r in res["rows"] if r["src"] == src and r["dst"] == sources[0]]
         for key, style in (("memcpy_1t", ":"), ("memcpy_mt", "--"), ("numpy", "-.")):
-            ax.plot([r["size"] for r in base], [r["baselines"][key] for r in base], "k" + style, lw=1,
-                    label=f"{key} (DRAM)")
+            ax.plot([r["size"] for r in base], [r["baselines"][key] for r in base], "k" + style, lw=1, label=f"{key} (DRAM)")
         ax.set_title(f"from {label[src]}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -44,7 +43,7 @@ def plot_copy(res: dict[str, Any], path: str) -> None:
         ax.set_xticklabels([format_bytes(s).replace(".0", "") for s in sizes], rotation=45, fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in axes.flat[len(sources):]:
+    for ax in axes.flat[len(sources) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("GB/s")
@@ -102,6 +101,7 @@ def plot_embedding(res: dict[str, Any], path: str) -> None:
     slow = res["slow_device"]["spec"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), squeeze=False)
     for ax, op in zip(axes[0], ops):
+
         def key(c: dict[str, Any]) -> str:
             return c["placement"] + (" admit" if c["policy"] == "admit" else "")
 
@@ -169,7 +169,7 @@ def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
     for ax, dist in zip(axes.flat, dists):
         for r in (r for r in runs if r["dist"] == dist):
             if r.get("losses"):
-                ax.plot(r["loss_times"][-len(r["losses"]):], r["losses"], label=r["mode"], lw=1.2)
+                ax.plot(r["loss_times"][-len(r["losses"]) :], r["losses"], label=r["mode"], lw=1.2)
         ax.set_title(f"{dist} inputs")
         ax.set_xlabel("seconds of this mode's training steps")
         ax.set_ylabel("BCE loss")
@@ -210,8 +210,7 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
         for pol in dict.fromkeys(r["policy"] for r in runs):
             rs = sorted((r for r in runs if r["policy"] == pol), key=lambda r: r["budget_bytes"] or 0)
             if rs[0]["measured_once"]:
-                ax.axhline(rs[0]["seconds_per_iter"], ls="--", lw=1, color="k" if pol == "all-fast" else "r",
-                           label=pol)
+                ax.axhline(rs[0]["seconds_per_iter"], ls="--", lw=1, color="k" if pol == "all-fast" else "r", label=pol)
                 continue
             ax.plot([r["budget_bytes"] / 2**20 for r in rs], [r["seconds_per_iter"] for r in rs], "o-", label=pol)
         ax.set_xlabel("fast budget (MiB)")
@@ -229,8 +228,12 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
         width = 0.2
         series = [("dram", "read"), ("dram", "written"), (slow, "read"), (slow, "written")]
         for i, (dev, kind) in enumerate(series):
-            ax.bar([j + (i - 1.5) * width for j in x], [r["bytes"][dev][kind] / 2**30 for r in at], width,
-                   label=f"{'fast' if dev == 'dram' else 'slow'} {kind}")
+            ax.bar(
+                [j + (i - 1.5) * width for j in x],
+                [r["bytes"][dev][kind] / 2**30 for r in at],
+                width,
+                label=f"{'fast' if dev == 'dram' else 'slow'} {kind}",
+            )
         ax.set_xticks(list(x), [r["policy"] for r in at], rotation=20)
         ax.set_ylabel("GiB per iteration")
         ax.set_title(f"{name}: bytes per device at {smallest['ratio']} (slow:fast){note}")

@@ -33,9 +33,17 @@ class Progress:
             from rich.progress import Progress as Bar
 
             console = Console(file=sys.stderr, force_terminal=not sys.stderr.isatty() or None)
-            self._bar = Bar(TextColumn("{task.description} ["), BarColumn(bar_width=28), TextColumn("]"),
-                            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                            TextColumn("{task.fields[what]}"), console=console)
+            self._bar = Bar(
+                TextColumn("{task.description} ["),
+                BarColumn(bar_width=28),
+                TextColumn("]"),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[what]}"),
+                console=console,
+            )
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=self.total, what="")
         return self

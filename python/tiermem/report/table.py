@@ -13,8 +13,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str |
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(*[str(h) for h in headers], box=box.SIMPLE_HEAD, title=title, pad_edge=False,
-              show_edge=False, header_style="bold")
+    t = Table(*[str(h) for h in headers], box=box.SIMPLE_HEAD, title=title, pad_edge=False, show_edge=False, header_style="bold")
     for c in t.columns[1:]:
         c.justify = "right"
     for r in rows:

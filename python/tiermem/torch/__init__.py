@@ -10,7 +10,15 @@ The DLRM application built on both lives in :mod:`tiermem.dlrm`.
 """
 
 from .embedding import TieredEmbeddingBag, TieredEmbeddingBagCollection, tables_aside, tiered_tables
-from .tensors import VARIANTS, Tiering, TieredTensor, Variant
+from .tensors import VARIANTS, TieredTensor, Tiering, Variant
 
-__all__ = ["TieredEmbeddingBag", "TieredEmbeddingBagCollection", "tables_aside", "tiered_tables",
-           "Tiering", "TieredTensor", "Variant", "VARIANTS"]
+__all__ = [
+    "TieredEmbeddingBag",
+    "TieredEmbeddingBagCollection",
+    "tables_aside",
+    "tiered_tables",
+    "Tiering",
+    "TieredTensor",
+    "Variant",
+    "VARIANTS",
+]

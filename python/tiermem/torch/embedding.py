@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,8 +38,7 @@ def _np_i64(t: Any, what: str) -> np.ndarray:
 
 
 def _bags(input: Any, offsets: Any, include_last_offset: bool) -> tuple[np.ndarray, np.ndarray]:
-    return as_bags(_np_i64(input, "input"), None if offsets is None else _np_i64(offsets, "offsets"),
-                   include_last_offset)
+    return as_bags(_np_i64(input, "input"), None if offsets is None else _np_i64(offsets, "offsets"), include_last_offset)
 
 
 def _storage(dtype: torch.dtype | None) -> str:
@@ -68,21 +67,30 @@ def _check_psw_mode(w: Any, mode: str) -> None:
     for the other modes, so this error derives from it too (it is not a missing feature of
     tiermem's: torch's ``EmbeddingBag`` has no weighted mean either)."""
     if w is not None and mode != "sum":
-        raise _torch_like(InvalidArgumentError(
-            "per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)"), NotImplementedError)
+        raise _torch_like(
+            InvalidArgumentError("per_sample_weights need mode='sum' (as torch.nn.EmbeddingBag requires)"), NotImplementedError
+        )
 
 
 def _check_psw(w: Any, input: Any, dtype: torch.dtype) -> None:
     """torch's rules: the same shape as ``input``, and the module's dtype."""
     if isinstance(w, torch.Tensor) and isinstance(input, torch.Tensor):
         if tuple(w.shape) != tuple(input.shape):
-            raise _torch_like(InvalidArgumentError(
-                f"per_sample_weights has shape {tuple(w.shape)}, but input has shape {tuple(input.shape)}: "
-                "they must be the same"), RuntimeError)
+            raise _torch_like(
+                InvalidArgumentError(
+                    f"per_sample_weights has shape {tuple(w.shape)}, but input has shape {tuple(input.shape)}: "
+                    "they must be the same"
+                ),
+                RuntimeError,
+            )
         if w.dtype != dtype:
-            raise _torch_like(InvalidArgumentError(
-                f"per_sample_weights are {w.dtype}, the module computes in {dtype}: they must match "
-                "(as torch.nn.EmbeddingBag requires)"), RuntimeError)
+            raise _torch_like(
+                InvalidArgumentError(
+                    f"per_sample_weights are {w.dtype}, the module computes in {dtype}: they must match "
+                    "(as torch.nn.EmbeddingBag requires)"
+                ),
+                RuntimeError,
+            )
 
 
 def _psw(w: Any) -> np.ndarray | None:
@@ -114,30 +122,37 @@ class _Lookup(torch.autograd.Function):
     """Forward: ensemble lookup. Backward: the fused update (returns no gradients)."""
 
     @staticmethod
-    def forward(ctx: Any, anchor: torch.Tensor, owner: Any, bags: Any, weights: Any) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, anchor: torch.Tensor, owner: Any, bags: Any, weights: Any) -> torch.Tensor:
         ctx.owner, ctx.bags, ctx.weights = owner, bags, weights
         out = owner._collection.lookup(bags, weights, mode=owner.mode)
         return torch.from_numpy(out)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
         g = grad.detach().to(torch.float32).contiguous().numpy()
         ctx.owner._fused_update(ctx.bags, g, ctx.weights)
         return None, None, None, None
 
 
-def _settings(lr: float, eps: float | None, lr_decay: float, initial_accumulator_value: float,
-              nt_stores: bool) -> dict[str, Any]:
+def _settings(lr: float, eps: float | None, lr_decay: float, initial_accumulator_value: float, nt_stores: bool) -> dict[str, Any]:
     """The optimizer keywords that differ from :class:`OptimizerConfig`'s defaults (so a
     module given a config and no keywords passes none)."""
-    given = {"lr": lr, "eps": eps, "lr_decay": lr_decay,
-             "initial_accumulator_value": initial_accumulator_value, "nt_stores": nt_stores}
+    given = {
+        "lr": lr,
+        "eps": eps,
+        "lr_decay": lr_decay,
+        "initial_accumulator_value": initial_accumulator_value,
+        "nt_stores": nt_stores,
+    }
     default = OptimizerConfig()
     return {k: v for k, v in given.items() if v != getattr(default, k)}
 
 
 class _FusedOptimizer:
     """Optimizer settings shared by the modules."""
+
+    _collection: EmbeddingCollection
+    mode: str
 
     def _init_optimizer(self, optimizer: str | OptimizerConfig, **settings: Any) -> None:
         #: The fused optimizer (validated once, here).
@@ -158,7 +173,7 @@ class _FusedOptimizer:
         """``requires_grad_(False)`` freezes the rows (backward no longer updates them), as it
         freezes ``torch.nn.EmbeddingBag.weight``; ``True`` thaws them."""
         self._frozen = not requires_grad
-        return torch.nn.Module.requires_grad_(self, requires_grad)
+        return torch.nn.Module.requires_grad_(cast(torch.nn.Module, self), requires_grad)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         """``.to()``, ``.cpu()``, ``.float()``, ``.double()``, ``.half()`` (on the module or any
@@ -167,12 +182,16 @@ class _FusedOptimizer:
         CPU."""
         probe = fn(torch.zeros(1, dtype=torch.float32))
         if probe.device.type != "cpu":
-            raise _torch_like(InvalidArgumentError(
-                f"{type(self).__name__} cannot move to {probe.device}: tiered tables run on the CPU "
-                "(their rows live in the manager's tiers); keep this module on the CPU"), RuntimeError)
+            raise _torch_like(
+                InvalidArgumentError(
+                    f"{type(self).__name__} cannot move to {probe.device}: tiered tables run on the CPU "
+                    "(their rows live in the manager's tiers); keep this module on the CPU"
+                ),
+                RuntimeError,
+            )
         if probe.dtype.is_floating_point:
             self._out_dtype = probe.dtype
-        return torch.nn.Module._apply(self, fn, recurse)
+        return torch.nn.Module._apply(cast(torch.nn.Module, self), fn, recurse)
 
     def _output(self, bags: Any, weights: Any) -> torch.Tensor:
         if self._frozen or not torch.is_grad_enabled():
@@ -227,8 +246,7 @@ def _save_table(t: EmbeddingTable, destination: dict, key: str, keep_vars: bool)
         destination[key + "optimizer_meta"] = {"kind": kind, "steps": steps}
 
 
-def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool,
-                missing: list, error_msgs: list) -> None:
+def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool, missing: list, error_msgs: list) -> None:
     if _TABLES_ASIDE.get():
         return
     if key + "weight" not in state_dict:
@@ -242,8 +260,7 @@ def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool,
     t.load(w.detach().to(torch.float32).cpu().numpy())
     if key + "optimizer_state" in state_dict:
         meta = state_dict.get(key + "optimizer_meta", {})
-        t.set_optimizer_state(meta.get("kind", "adagrad"), state_dict[key + "optimizer_state"].numpy(),
-                              int(meta.get("steps", 0)))
+        t.set_optimizer_state(meta.get("kind", "adagrad"), state_dict[key + "optimizer_state"].numpy(), int(meta.get("steps", 0)))
 
 
 class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
@@ -303,18 +320,31 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
         dt = _storage(dtype)
         if padding_idx is not None and not -int(num_embeddings) <= padding_idx < int(num_embeddings):
-            raise _torch_like(InvalidArgumentError(
-                f"padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"), AssertionError)
+            raise _torch_like(
+                InvalidArgumentError(f"padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"),
+                AssertionError,
+            )
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
-        self.table = EmbeddingTable(num_embeddings, embedding_dim, dtype=dt, manager=manager, device=where,
-                                    cache=cache, cacheslack=cacheslack, policy=policy, padding_idx=padding_idx)
+        self.table = EmbeddingTable(
+            num_embeddings,
+            embedding_dim,
+            dtype=dt,
+            manager=manager,
+            device=where,
+            cache=cache,
+            cacheslack=cacheslack,
+            policy=policy,
+            padding_idx=padding_idx,
+        )
         self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
         self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
         if _weight is not None:
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise InvalidArgumentError(f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}")
+                raise InvalidArgumentError(
+                    f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}"
+                )
             self.table.load(_weight.detach().to(torch.float32).numpy())
         else:
             self.reset_parameters(seed)
@@ -330,8 +360,9 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         :meth:`load_state_dict` or ``self.table.load``)."""
         return torch.from_numpy(self.table.to_numpy())
 
-    def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,
-                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input: torch.Tensor, offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         _check_psw_mode(per_sample_weights, self.mode)
         _check_psw(per_sample_weights, input, self._out_dtype)
         try:
@@ -342,33 +373,61 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             raise _torch_like(e, RuntimeError) from None
 
     @classmethod
-    def from_pretrained(cls, embeddings: torch.Tensor, freeze: bool = True, max_norm: float | None = None,
-                        norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
-                        sparse: bool = False, include_last_offset: bool = False, padding_idx: int | None = None,
-                        **tiered: Any) -> TieredEmbeddingBag:
+    def from_pretrained(
+        cls,
+        embeddings: torch.Tensor,
+        freeze: bool = True,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        **tiered: Any,
+    ) -> TieredEmbeddingBag:
         """A module whose rows are ``embeddings`` (2-D), as
         ``torch.nn.EmbeddingBag.from_pretrained``; ``freeze`` (default) keeps them fixed.
         Keyword arguments of :class:`TieredEmbeddingBag` (``manager``, ``cache``, ...) pass on."""
         if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
-            raise _torch_like(InvalidArgumentError("Embeddings parameter is expected to be 2-dimensional"),
-                              AssertionError)
+            raise _torch_like(InvalidArgumentError("Embeddings parameter is expected to be 2-dimensional"), AssertionError)
         rows, dim = embeddings.shape
-        m = cls(rows, dim, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq,
-                mode=mode, sparse=sparse, _weight=embeddings, include_last_offset=include_last_offset,
-                padding_idx=padding_idx, **tiered)
+        m = cls(
+            rows,
+            dim,
+            max_norm=max_norm,
+            norm_type=norm_type,
+            scale_grad_by_freq=scale_grad_by_freq,
+            mode=mode,
+            sparse=sparse,
+            _weight=embeddings,
+            include_last_offset=include_last_offset,
+            padding_idx=padding_idx,
+            **tiered,
+        )
         m.requires_grad_(not freeze)
         return m
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         _save_table(self.table, destination, prefix, keep_vars)
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
-                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    def _load_from_state_dict(
+        self,
+        state_dict: dict,
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list,
+        unexpected_keys: list,
+        error_msgs: list,
+    ) -> None:
         _load_table(self.table, state_dict, prefix, strict, missing_keys, error_msgs)
 
     def extra_repr(self) -> str:
-        return (f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}, "
-                f"placement={self.table.placement!r}, policy={self.table.policy!r}, optimizer={self.optimizer!r}")
+        return (
+            f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}, "
+            f"placement={self.table.placement!r}, policy={self.table.policy!r}, optimizer={self.optimizer!r}"
+        )
 
 
 class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
@@ -418,8 +477,9 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
                 made.append(spec)
                 continue
             rows, dim = spec
-            t = EmbeddingTable(rows, dim, dtype=dt, manager=manager, device=where, cache=cache,
-                               cacheslack=cacheslack, policy=policy)
+            t = EmbeddingTable(
+                rows, dim, dtype=dt, manager=manager, device=where, cache=cache, cacheslack=cacheslack, policy=policy
+            )
             _randn_rows(t, None, g)
             made.append(t)
         self.tables = made
@@ -441,26 +501,36 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             lo, hi = int(o[t * b]), int(o[(t + 1) * b])
             if not 0 <= lo <= hi <= len(v):
                 raise InvalidArgumentError(f"offsets of table {t} run from {lo} to {hi}, outside 0..{len(v)}")
-            out.append((v[lo:hi], o[t * b:(t + 1) * b + 1] - lo))
+            out.append((v[lo:hi], o[t * b : (t + 1) * b + 1] - lo))
         return out
 
-    def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
-                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         bags = self.split(indices, offsets)
         w = None
         _check_psw_mode(per_sample_weights, self.mode)
         if per_sample_weights is not None:
             flat = _psw(per_sample_weights)
+            assert flat is not None
             o = _np_i64(offsets, "offsets")
             b = (len(o) - 1) // len(self.tables)
-            w = [flat[int(o[t * b]):int(o[(t + 1) * b])] for t in range(len(self.tables))]
+            w = [flat[int(o[t * b]) : int(o[(t + 1) * b])] for t in range(len(self.tables))]
         return self._output(bags, w)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         for i, t in enumerate(self.tables):
             _save_table(t, destination, f"{prefix}tables.{i}.", keep_vars)
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
-                              missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
+    def _load_from_state_dict(
+        self,
+        state_dict: dict,
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list,
+        unexpected_keys: list,
+        error_msgs: list,
+    ) -> None:
         for i, t in enumerate(self.tables):
             _load_table(t, state_dict, f"{prefix}tables.{i}.", strict, missing_keys, error_msgs)

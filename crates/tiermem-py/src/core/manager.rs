@@ -11,9 +11,9 @@ use tiermem_core::manager::Manager;
 use tiermem_core::mechanism::{self, GuardUse, Place};
 use tiermem_core::policy;
 
+use super::policy::PyPolicy;
 use crate::convert::{json_to_object, to_object};
 use crate::error::{run, to_py};
-use super::policy::PyPolicy;
 use crate::shared::Shared;
 
 /// A place from its code ([`Place::CODES`], exported as `PLACES`).

@@ -6,9 +6,9 @@ use pyo3::prelude::*;
 use tiermem_core::manager::{reserve_model, Reservation};
 use tiermem_core::model::{TwoLm, EVENTS, EVENT_NAMES};
 
+use super::manager::PyManager;
 use crate::convert::to_object;
 use crate::error::run;
-use super::manager::PyManager;
 use crate::shared::Shared;
 
 /// A 2LM model: `cache_bytes` of device `fast` as a direct-mapped cache of `line`-byte lines

@@ -242,4 +242,3 @@ pub fn gather(
         tiermem_embed::lookup::gather(&refs, &bags, prefetch)
     })
 }
-

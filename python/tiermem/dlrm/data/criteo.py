@@ -96,9 +96,17 @@ class CriteoReader:
         max_line: longest line in bytes; a longer one is a malformed line.
     """
 
-    def __init__(self, path: str | os.PathLike[str], rows: Sequence[int], batch_size: int, *,
-                 bad_lines: str = "skip", start: int = 0, keep_last: bool = False,
-                 max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        rows: Sequence[int],
+        batch_size: int,
+        *,
+        bad_lines: str = "skip",
+        start: int = 0,
+        keep_last: bool = False,
+        max_line: int = MAX_LINE,
+    ) -> None:
         if not isinstance(max_line, int) or not 256 <= max_line <= 1 << 30:
             raise InvalidArgumentError(f"max_line must be an integer from 256 to 2**30 bytes, got {max_line!r}")
         if len(rows) != CAT_FEATURES:
@@ -171,8 +179,12 @@ class CriteoReader:
     @staticmethod
     def _batch(labels: np.ndarray, dense: np.ndarray, cats: np.ndarray, n: int) -> Batch:
         offs = torch.arange(n + 1, dtype=torch.int64)
-        return Batch(torch.from_numpy(dense[:n].copy()), [torch.from_numpy(c[:n].copy()) for c in cats],
-                     [offs] * CAT_FEATURES, torch.from_numpy(labels[:n].copy()))
+        return Batch(
+            torch.from_numpy(dense[:n].copy()),
+            [torch.from_numpy(c[:n].copy()) for c in cats],
+            [offs] * CAT_FEATURES,
+            torch.from_numpy(labels[:n].copy()),
+        )
 
     def report(self) -> dict[str, Any]:
         """Lines read, malformed lines skipped and examples of them."""

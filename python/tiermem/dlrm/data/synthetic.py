@@ -39,8 +39,16 @@ class SyntheticData:
         seed: selects the teacher, the LFSR phases and every batch.
     """
 
-    def __init__(self, rows: tuple[int, ...] | list[int], dense_features: int, batch_size: int, bag: int = 1,
-                 dist: str = "uniform", alpha: float = 1.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        rows: tuple[int, ...] | list[int],
+        dense_features: int,
+        batch_size: int,
+        bag: int = 1,
+        dist: str = "uniform",
+        alpha: float = 1.0,
+        seed: int = 0,
+    ) -> None:
         if dist not in DISTS:
             raise InvalidArgumentError(f"distribution {dist!r}: known are {', '.join(DISTS)}")
         if batch_size < 1 or bag < 1 or dense_features < 1:
@@ -49,7 +57,7 @@ class SyntheticData:
         self.dense_features, self.batch_size, self.bag = int(dense_features), int(batch_size), int(bag)
         self.dist, self.alpha, self.seed = dist, float(alpha), int(seed)
         g = torch.Generator().manual_seed(seed + 7919)
-        self._w = torch.randn(self.dense_features, generator=g) / self.dense_features ** 0.5
+        self._w = torch.randn(self.dense_features, generator=g) / self.dense_features**0.5
         self._c = 2.0
 
     def batch(self, step: int) -> Batch:

@@ -3,7 +3,8 @@ outputs cannot fit (a training step traced on the meta device), and the error th
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -14,8 +15,9 @@ from .ops import op_info
 __all__ = ["budget_message", "trace_step"]
 
 
-def trace_step(model: torch.nn.Module, inputs: tuple,
-               loss: Callable[[Any], torch.Tensor] | None) -> list[tuple[str, int, list[int]]]:
+def trace_step(
+    model: torch.nn.Module, inputs: tuple, loss: Callable[[Any], torch.Tensor] | None
+) -> list[tuple[str, int, list[int]]]:
     """``(op, output bytes, [input bytes])`` for every functional op of one training step
     (forward, ``loss`` — default the output's mean — and backward) of ``model`` on
     ``inputs``, run on the meta device: no memory is used. Raises whatever the model raises
@@ -36,12 +38,10 @@ def trace_step(model: torch.nn.Module, inputs: tuple,
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             r = func(*args, **(kwargs or {}))
             info = op_info(func)
-            ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0]
-                   if isinstance(x, torch.Tensor)]
+            ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
             # Factories (no tensor operand) make plain tensors in a real run.
             if info.kind == "functional" and ins:
-                outs = sum(x.numel() * x.element_size() for x in tree_flatten(r)[0]
-                           if isinstance(x, torch.Tensor))
+                outs = sum(x.numel() * x.element_size() for x in tree_flatten(r)[0] if isinstance(x, torch.Tensor))
                 seen.append((info.name, outs, ins))
             return r
 
@@ -56,7 +56,9 @@ def budget_message(op: str, inputs: list[int], outputs: list[int], budget: int, 
     """Why ``op`` cannot run: its operand sizes against the budget of fast ``device``."""
     fmt = ", ".join
     need = sum(outputs)
-    return (f"op {op}: its outputs need {format_bytes(need)} ({need} bytes) of fast memory but the budget "
-            f"('{device}') is {format_bytes(budget)} ({budget} bytes) (operands: inputs "
-            f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
-            "give the fast device more capacity or use a smaller batch")
+    return (
+        f"op {op}: its outputs need {format_bytes(need)} ({need} bytes) of fast memory but the budget "
+        f"('{device}') is {format_bytes(budget)} ({budget} bytes) (operands: inputs "
+        f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
+        "give the fast device more capacity or use a smaller batch"
+    )

@@ -60,8 +60,7 @@ class Lookahead:
         self._behind: deque[tuple[int, weakref.ref]] = deque()
         self._marked = 0  # bytes soft-evicted this iteration
         self._lag = int(tiering.budget * BEHIND_LAG)
-        self._counts = {"queued": 0, "prefetched": 0, "skipped": 0, "mismatches": 0, "resyncs": 0,
-                        "written_behind": 0}
+        self._counts = {"queued": 0, "prefetched": 0, "skipped": 0, "mismatches": 0, "resyncs": 0, "written_behind": 0}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="tiermem-prefetch", daemon=True)
         self._thread.start()
@@ -144,7 +143,7 @@ class Lookahead:
                 else:
                     native.prefetch(oid, True)
                     self._counts["prefetched"] += 1
-            except Exception:  # noqa: BLE001 - freed meanwhile, or no room: nothing to do
+            except Exception:
                 self._counts["skipped"] += 1
 
     def stop(self) -> None:

@@ -21,8 +21,18 @@ __all__ = ["OpInfo", "op_info"]
 # Ops that change a tensor's shape or storage in place: a tiered tensor's metadata belongs
 # to its wrapper, so these are refused with a clear error.
 METADATA_INPLACE = {
-    "set_", "resize_", "resize_as_", "as_strided_", "t_", "transpose_", "squeeze_", "unsqueeze_",
-    "swapaxes_", "swapdims_", "detach_", "_resize_output_",
+    "set_",
+    "resize_",
+    "resize_as_",
+    "as_strided_",
+    "t_",
+    "transpose_",
+    "squeeze_",
+    "unsqueeze_",
+    "swapaxes_",
+    "swapdims_",
+    "detach_",
+    "_resize_output_",
 }
 
 

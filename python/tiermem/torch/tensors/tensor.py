@@ -123,11 +123,17 @@ class TieredTensor(torch.Tensor):
     _span: int
 
     @staticmethod
-    def __new__(cls, obj: TensorObject, size: Any, stride: Any, offset: int, dtype: torch.dtype,
-                requires_grad: bool = False) -> TieredTensor:
+    def __new__(
+        cls, obj: TensorObject, size: Any, stride: Any, offset: int, dtype: torch.dtype, requires_grad: bool = False
+    ) -> TieredTensor:
         isz = itemsize(dtype)
-        r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-            cls, size, strides=stride, storage_offset=offset // isz, dtype=dtype, device="cpu",
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            size,
+            strides=stride,
+            storage_offset=offset // isz,
+            dtype=dtype,
+            device=torch.device("cpu"),
             requires_grad=requires_grad,
         )
         r._obj = obj
@@ -137,13 +143,13 @@ class TieredTensor(torch.Tensor):
         r._span = min(span_bytes(key[0], key[1], isz), obj.nbytes)
         return r
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: D107 - all in __new__
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
         tiering = _find_tiering(args, kwargs)
         return tiering.dispatch(func, args, kwargs or {})
 
@@ -173,7 +179,7 @@ class TieredTensor(torch.Tensor):
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         try:
             where = self.tier
-        except Exception:  # noqa: BLE001 - freed or manager gone
+        except Exception:
             where = "?"
         grad = ", requires_grad=True" if self.requires_grad else ""
         return f"TieredTensor(shape={tuple(self.shape)}, dtype={self.dtype}, on={where!r}{grad})"

@@ -34,8 +34,9 @@ Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
@@ -45,8 +46,7 @@ from ...manager import DeviceList, Manager
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .ops import OpInfo, meta_like, op_info
-from .tensor import (TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args,
-                     span_bytes)
+from .tensor import TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args, span_bytes
 
 __all__ = ["Tiering", "Variant", "VARIANTS", "TieredTensor"]
 
@@ -151,8 +151,14 @@ class Tiering:
             ``torch.get_num_threads()``).
     """
 
-    def __init__(self, devices: DeviceList | None = None, variant: str | Variant = "LM", *,
-                 manager: Manager | None = None, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        devices: DeviceList | None = None,
+        variant: str | Variant = "LM",
+        *,
+        manager: Manager | None = None,
+        threads: int | None = None,
+    ) -> None:
         if isinstance(variant, str):
             if variant not in VARIANTS:
                 raise InvalidArgumentError(f"variant {variant!r}: known are {', '.join(VARIANTS)}")
@@ -165,7 +171,8 @@ class Tiering:
             manager = Manager(devices, v.policy)  # type: ignore[arg-type]
         elif manager.policy != v.policy.replace("-", "_"):
             raise InvalidArgumentError(
-                f"variant {self.variant_name!r} needs policy {v.policy!r}; the manager runs {manager.policy!r}")
+                f"variant {self.variant_name!r} needs policy {v.policy!r}; the manager runs {manager.policy!r}"
+            )
         self.variant = v
         self.manager = manager
         self._native = manager._native
@@ -179,8 +186,16 @@ class Tiering:
         self._closed = False
         self._plans: dict[Any, Any] = {}
         self._views: dict[tuple, torch.Tensor] = {}
-        self._stats = {"ops": 0, "view_ops": 0, "out_ops": 0, "fallback_ops": 0, "fallback_bytes": 0,
-                       "inplace_ops": 0, "freed_at_once": 0, "freed_late": 0}
+        self._stats = {
+            "ops": 0,
+            "view_ops": 0,
+            "out_ops": 0,
+            "fallback_ops": 0,
+            "fallback_bytes": 0,
+            "inplace_ops": 0,
+            "freed_at_once": 0,
+            "freed_late": 0,
+        }
         self.fallbacks: dict[str, int] = {}
         self._lookahead = Lookahead(self, v.lookahead) if v.lookahead else None
 
@@ -215,7 +230,7 @@ class Tiering:
     def _free(self, oid: int) -> None:
         try:
             self._native.free(oid)
-        except Exception:  # noqa: BLE001 - already gone (manager closing)
+        except Exception:
             pass
 
     def tensor(self, x: torch.Tensor, requires_grad: bool | None = None) -> TieredTensor:
@@ -242,8 +257,7 @@ class Tiering:
         obj = t._obj
         ticket, addr, _ = self._native.open(obj.id, False)
         try:
-            out = plain_over(addr, obj.nbytes, t.dtype, t.shape, t.stride(), t._off).clone(
-                memory_format=torch.contiguous_format)
+            out = plain_over(addr, obj.nbytes, t.dtype, t.shape, t.stride(), t._off).clone(memory_format=torch.contiguous_format)
             self._native.charge([(obj.id, min(obj.nbytes, out.numel() * out.element_size()), 0)], 1)
         finally:
             self._native.close(ticket)
@@ -279,7 +293,8 @@ class Tiering:
                 if not isinstance(p, TieredTensor):
                     raise InvalidArgumentError(
                         "the optimizer holds a parameter that is not tiered: build it from "
-                        "model.parameters() after tiering.module(model)")
+                        "model.parameters() after tiering.module(model)"
+                    )
         opt.register_step_post_hook(lambda *_: self.end_iteration())
         return opt
 
@@ -327,7 +342,8 @@ class Tiering:
         if info.kind == "metadata":
             raise InvalidArgumentError(
                 f"{info.name} changes a tiered tensor's shape or storage in place; use the "
-                "out-of-place form (e.g. t() instead of t_())")
+                "out-of-place form (e.g. t() instead of t_())"
+            )
         return self._run(func, info, args, kwargs)
 
     def _view(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -372,15 +388,19 @@ class Tiering:
         a, k = rebuild_args(args, kwargs, metas)
         try:
             res = func(*a, **k)
-        except Exception:  # noqa: BLE001 - no meta kernel: run it for real
+        except Exception:
             plan = None
         else:
             rs = res if isinstance(res, (tuple, list)) else (res,)
             # An undefined result (e.g. a gradient convolution_backward was told to skip)
             # cannot be passed as an .out argument: such calls run the plain op.
-            plan = None if any(r is None for r in rs) else tuple(
-                (tuple(r.shape), r.stride(), r.dtype, _round(span_bytes(r.shape, r.stride(), r.element_size())))
-                for r in rs)
+            plan = (
+                None
+                if any(r is None for r in rs)
+                else tuple(
+                    (tuple(r.shape), r.stride(), r.dtype, _round(span_bytes(r.shape, r.stride(), r.element_size()))) for r in rs
+                )
+            )
         if key is not None:
             self._plans[key] = plan
         return plan
@@ -397,7 +417,8 @@ class Tiering:
                     if obj.tiering is not self:
                         raise InvalidArgumentError(
                             f"{info.name}: an operand belongs to another Tiering (its own manager); "
-                            "copy it over with tiering.tensor(t.to_plain()) first")
+                            "copy it over with tiering.tensor(t.to_plain()) first"
+                        )
                     op = operands[id(obj)] = _Operand(obj)
                 op.read_bytes += x._span
                 if written and id(x) in written:
@@ -465,8 +486,7 @@ class Tiering:
         charges = [(op.obj.id, op.read_bytes, op.written_bytes) for op in operands.values()]
         charges += [(o.id, 0, o.nbytes) for o in outs]
         evict: list[int] = []
-        if (self.variant.softevict and torch.is_grad_enabled()
-                and torch._C._current_autograd_node() is None):
+        if self.variant.softevict and torch.is_grad_enabled() and torch._C._current_autograd_node() is None:
             evict = [op.obj.id for op in operands.values() if not op.write]
         # One crossing closes it: charges, every guard, soft-evictions.
         self._native.op_close(tickets, charges, self.threads, evict)
@@ -483,13 +503,14 @@ class Tiering:
         bound = _bind(func, args, kwargs)
         for name in info.written:
             v = bound.get(name)
-            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            for t in v if isinstance(v, (list, tuple)) else (v,):
                 if isinstance(t, TieredTensor):
                     written.add(id(t))
         return written
 
-    def _open_op(self, operands: dict[int, _Operand], plan: Any,
-                 pos: int) -> tuple[list[int], list[TensorObject], list[torch.Tensor]]:
+    def _open_op(
+        self, operands: dict[int, _Operand], plan: Any, pos: int
+    ) -> tuple[list[int], list[TensorObject], list[torch.Tensor]]:
         """Open every operand's guard and make and open the planned outputs, in one call.
         Returns the tickets, the outputs' objects and plain tensors over them."""
         inputs = [(op.obj.id, op.write) for op in operands.values()]
@@ -521,8 +542,9 @@ class Tiering:
     def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
         need = sum(span_bytes(s, st, itemsize(d)) for s, st, d, _ in plan)
         if need > self.budget:
-            raise BudgetError(budget_message(info.name, [op.obj.nbytes for op in operands.values()],
-                                             [need], self.budget, self._fast))
+            raise BudgetError(
+                budget_message(info.name, [op.obj.nbytes for op in operands.values()], [need], self.budget, self._fast)
+            )
 
     def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list) -> Any:
         """Wrap an ``.out`` call's results, checking the kernel wrote where it was told."""
@@ -532,12 +554,12 @@ class Tiering:
             if (r is not p and (r.data_ptr() != p.data_ptr() or r.stride() != p.stride())) or r.shape != p.shape:
                 raise InvalidArgumentError(
                     f"{info.name}: the .out kernel resized its output ({tuple(p.shape)} -> {tuple(r.shape)}); "
-                    "this op cannot run on tiered tensors")
+                    "this op cannot run on tiered tensors"
+                )
             wrapped.append(TieredTensor(o, r.shape, r.stride(), 0, r.dtype))
         return tuple(wrapped) if isinstance(res, (tuple, list)) else wrapped[0]
 
-    def _adopt(self, info: OpInfo, res: Any, plains: dict, operands: dict, outs: list,
-               opened: list, pos: int) -> Any:
+    def _adopt(self, info: OpInfo, res: Any, plains: dict, operands: dict, outs: list, opened: list, pos: int) -> Any:
         """Wrap an op's plain results: returned operands map back to their tiered tensors,
         views of operands become tiered views, new tensors are copied into tiered memory."""
         counter = [0]
@@ -569,8 +591,7 @@ class Tiering:
 
     # ------------------------------------------------------------------ checks
 
-    def check(self, model: torch.nn.Module, *inputs: Any,
-              loss: Callable[[Any], torch.Tensor] | None = None) -> dict[str, Any]:
+    def check(self, model: torch.nn.Module, *inputs: Any, loss: Callable[[Any], torch.Tensor] | None = None) -> dict[str, Any]:
         """Trace one training step of ``model`` on the meta device (no memory is used) and
         raise :class:`~tiermem.BudgetError` naming the first op whose outputs exceed the
         fast budget. Returns the op count and the largest op's output bytes, or
@@ -578,7 +599,7 @@ class Tiering:
         makes CPU tensors of its own, say); the budget is then checked op by op as it runs."""
         try:
             seen = trace_step(model, inputs, loss)
-        except Exception as e:  # noqa: BLE001 - the model cannot run on meta tensors
+        except Exception as e:
             return {"traced": False, "reason": f"{type(e).__name__}: {e}"}
         worst = max(seen, key=lambda s: s[1], default=("none", 0, []))
         first = next((s for s in seen if s[1] > self.budget), None)
