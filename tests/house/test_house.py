@@ -5,6 +5,7 @@ nothing, and the dispatch benchmark keeps its JSON shape."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,34 @@ def test_bench_dispatch_json(tmp_path: Path) -> None:
         assert o["tiered_us"] > 0 and o["plain_us"] > 0 and o["floor_us"] > 0
         assert o["ratio_to_floor"] == pytest.approx(o["tiered_us"] / o["floor_us"], rel=0.02)
     assert "loadavg_start" in res["load"] and "tiered / floor" in r.stdout
+
+
+def _rss_growth_mib(env: dict[str, str]) -> int:
+    code = (
+        "import tiermem\n"
+        "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 >> 20\n"
+        "tiermem.dram_figures()\n"  # the DRAM probe (if any) before the baseline
+        "r0 = rss()\n"
+        "m = tiermem.Manager({'dram': '16 MiB', 'emulated:cxl': '1 GiB'})\n"
+        "print(rss() - r0)\n"
+    )
+    full = {k: v for k, v in os.environ.items() if k != "TIERMEM_PREFAULT"}
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip())
+
+
+def test_slow_tiers_are_not_faulted_in_unless_asked() -> None:
+    """The fast device is faulted in when a manager is made; an emulated slow tier by
+    default only as it is used; `TIERMEM_PREFAULT=now` (what the measuring commands set)
+    faults every device in first."""
+    assert _rss_growth_mib({"TIERMEM_PREFAULT": "now"}) >= 1000
+    assert _rss_growth_mib({}) < 256
+    bad = subprocess.run(
+        [sys.executable, "-c", "import tiermem; tiermem.Manager({'dram': '1 MiB', 'emulated:cxl': '1 MiB'})"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TIERMEM_PREFAULT": "eager"},
+    )
+    assert bad.returncode != 0 and "TIERMEM_PREFAULT" in bad.stderr and "expected now, background or lazy" in bad.stderr

@@ -3,11 +3,15 @@
 //!
 //! | spec | backing |
 //! | --- | --- |
-//! | `dram` | anonymous memory, transparent huge pages where allowed, pre-faulted |
-//! | `numa:N` | anonymous memory bound to NUMA node N (`mbind`), pre-faulted |
+//! | `dram` | anonymous memory, transparent huge pages where allowed |
+//! | `numa:N` | anonymous memory bound to NUMA node N (`mbind`) |
 //! | `mapped:PATH` | a file mapped shared (App Direct persistent memory is a file on DAX) |
 //! | `block:PATH` | a file on an SSD, read and written with direct I/O in aligned blocks |
 //! | `emulated:PROFILE` | DRAM whose tiermem traffic is throttled to a published device |
+//!
+//! Memory devices are checked against the memory the process can take when opened, and
+//! faulted in ([`Prefault`]): [`Device::open`] now; a manager's ([`open_all`]) fast device
+//! now and the others as [`default_prefault`] says, unless `TIERMEM_PREFAULT` says otherwise.
 
 pub mod emulated;
 
@@ -19,7 +23,7 @@ use serde::Serialize;
 use crate::counters::DeviceCounters;
 use crate::sys::devfile::{self, DevFile, DevFileError};
 use crate::sys::direct_io::{self, DirectFile};
-use crate::sys::mmap::Mapping;
+use crate::sys::mmap::{Mapping, Prefault};
 use crate::{Error, Result};
 pub use emulated::{Profile, Throttle, PROFILES};
 
@@ -141,6 +145,12 @@ impl Device {
     /// spec may end in `?overwrite` to use an existing non-empty file or a block-device
     /// node (destroying what it holds); without it those are refused.
     pub fn open(spec: &str, capacity: u64) -> Result<Self> {
+        Self::open_with(spec, capacity, Prefault::Now)
+    }
+
+    /// As [`Device::open`], with memory devices (`dram`, `emulated`, `numa`) faulted in as
+    /// `prefault` says. The capacity checks are the same whatever the choice.
+    pub fn open_with(spec: &str, capacity: u64, prefault: Prefault) -> Result<Self> {
         let (spec, overwrite) = strip_overwrite(spec);
         let kind = DeviceKind::parse(spec)?;
         if overwrite && !matches!(kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)) {
@@ -169,13 +179,16 @@ impl Device {
             DeviceKind::Dram | DeviceKind::Emulated(_) => {
                 let (avail, what) = crate::sys::cgroup::available_memory();
                 check_fits(spec, capacity, avail, &what)?;
-                let map = Mapping::anonymous(len, true, None).map_err(|e| io("map memory", e))?;
+                // The DRAM figures first: measured (once per process, when no calibration
+                // file has them) before this map's pages are faulted in beside the probe.
                 let throttle = match &kind {
                     DeviceKind::Emulated(p) => {
                         Some(Throttle::new(p, crate::calib::dram_figures()?))
                     }
                     _ => None,
                 };
+                let map = Mapping::anonymous_with(len, true, None, prefault)
+                    .map_err(|e| io("map memory", e))?;
                 (Storage::Memory(map), throttle)
             }
             DeviceKind::Numa(node) => {
@@ -197,7 +210,7 @@ impl Device {
                     n.free_bytes,
                     &format!("free on NUMA node {node}"),
                 )?;
-                let map = Mapping::anonymous(len, true, Some(*node))
+                let map = Mapping::anonymous_with(len, true, Some(*node), prefault)
                     .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
                 (Storage::Memory(map), None)
             }
@@ -361,7 +374,51 @@ pub fn open_all(specs: &[(String, u64)]) -> Result<Vec<Device>> {
             }
         }
     }
-    specs.iter().map(|(s, c)| Device::open(s, *c)).collect()
+    let forced = forced_prefault()?;
+    let mut devices = Vec::with_capacity(specs.len());
+    for (i, (s, c)) in specs.iter().enumerate() {
+        let kind = DeviceKind::parse(strip_overwrite(s).0)?;
+        if matches!(kind, DeviceKind::Emulated(_)) {
+            // Measured (if it must be) before any map is faulted in, here or in the
+            // background: a probe beside a populating thread would read low figures.
+            crate::calib::dram_figures()?;
+        }
+        let prefault = match (i, forced) {
+            (0, _) => Prefault::Now,
+            (_, Some(p)) => p,
+            _ => default_prefault(&kind),
+        };
+        devices.push(Device::open_with(s, *c, prefault)?);
+    }
+    Ok(devices)
+}
+
+/// How [`open_all`] faults in a device after the first (the fast tier, always faulted in
+/// now) when `TIERMEM_PREFAULT` says nothing: `dram` and `numa` devices in the background
+/// (usable at once, the memory the process's soon after); `emulated` ones lazily, as they
+/// are used (a stand-in for memory that is not this machine's DRAM should not take DRAM it
+/// never fills; its capacity was checked against the memory available all the same).
+#[must_use]
+pub fn default_prefault(kind: &DeviceKind) -> Prefault {
+    match kind {
+        DeviceKind::Emulated(_) => Prefault::Lazy,
+        _ => Prefault::Background,
+    }
+}
+
+/// `TIERMEM_PREFAULT` = `now` (what the measuring commands set: no first-touch fault may
+/// reach a timing), `background` or `lazy`, for every device after the first; `None` when
+/// unset or empty.
+pub fn forced_prefault() -> Result<Option<Prefault>> {
+    match std::env::var("TIERMEM_PREFAULT") {
+        Err(_) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => Prefault::parse(&v).map(Some).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "TIERMEM_PREFAULT={v:?}: expected now, background or lazy"
+            ))
+        }),
+    }
 }
 
 /// `spec` without a trailing `?overwrite`, and whether it had one.

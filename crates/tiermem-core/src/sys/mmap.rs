@@ -3,8 +3,47 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use super::HUGE_PAGE;
+
+/// When an anonymous map's pages are faulted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefault {
+    /// Before the constructor returns: measurements never see a first-touch fault, and the
+    /// memory is the process's from the start.
+    Now,
+    /// On a background thread, in chunks, after the constructor returns: the map is usable at
+    /// once (a page touched first is faulted by whoever touches it) and resident soon after.
+    Background,
+    /// Never ahead: pages are faulted as they are first touched.
+    Lazy,
+}
+
+impl Prefault {
+    /// Parse `now`, `background` or `lazy`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "now" => Some(Prefault::Now),
+            "background" => Some(Prefault::Background),
+            "lazy" => Some(Prefault::Lazy),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes a background pre-fault populates per call, checking for cancellation in between.
+const BACKGROUND_CHUNK: usize = 64 << 20;
+
+/// A background pre-fault in progress: cancelled and joined before the map goes away.
+#[derive(Debug)]
+struct Background {
+    cancel: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
 
 /// An owned memory map. Its contract: `ptr` points to `len` readable and writable bytes
 /// that stay mapped until the `Mapping` is dropped, and nothing else unmaps them.
@@ -18,6 +57,7 @@ pub struct Mapping {
     map_len: usize,
     /// Whether transparent huge pages were requested for this map.
     pub huge_pages: bool,
+    background: Option<Background>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; concurrent access to the bytes
@@ -28,8 +68,19 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Map `len` bytes of anonymous memory, aligned to 2 MiB, ask for transparent huge
-    /// pages when `huge` is set, and optionally bind it to a NUMA node before faulting it in.
+    /// pages when `huge` is set, and optionally bind it to a NUMA node before faulting it in
+    /// (now).
     pub fn anonymous(len: usize, huge: bool, numa_node: Option<u32>) -> std::io::Result<Self> {
+        Self::anonymous_with(len, huge, numa_node, Prefault::Now)
+    }
+
+    /// As [`Mapping::anonymous`], faulting pages in as `prefault` says.
+    pub fn anonymous_with(
+        len: usize,
+        huge: bool,
+        numa_node: Option<u32>,
+        prefault: Prefault,
+    ) -> std::io::Result<Self> {
         let total = len.checked_add(HUGE_PAGE).ok_or_else(overflow)?;
         // SAFETY: a fresh anonymous private map; no existing memory is affected.
         let raw = unsafe {
@@ -55,6 +106,7 @@ impl Mapping {
             lead,
             map_len: total,
             huge_pages: false,
+            background: None,
         };
         if huge {
             // SAFETY: the range is inside our own map.
@@ -65,7 +117,11 @@ impl Mapping {
             // SAFETY: the range is our own fresh map, not yet faulted in.
             unsafe { super::numa::bind(ptr, len, node)? };
         }
-        map.prefault()?;
+        match prefault {
+            Prefault::Now => map.prefault()?,
+            Prefault::Background => map.prefault_in_background()?,
+            Prefault::Lazy => {}
+        }
         Ok(map)
     }
 
@@ -93,6 +149,7 @@ impl Mapping {
             lead: 0,
             map_len: len,
             huge_pages: false,
+            background: None,
         };
         map.prefault()?;
         Ok(map)
@@ -100,34 +157,57 @@ impl Mapping {
 
     /// Touch every page so later measurements see no first-touch page faults.
     fn prefault(&self) -> std::io::Result<()> {
-        // MADV_POPULATE_WRITE faults pages in writable without changing their contents;
-        // kernels before 5.14 lack it, so fall back to touching one byte per page.
-        // SAFETY: the range is inside our own map.
-        let rc = unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().cast(),
-                self.len,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ENOMEM) || err.raw_os_error() == Some(libc::EFAULT) {
-            return Err(err);
-        }
-        let step = super::page_size();
-        let mut off = 0;
-        while off < self.len {
-            // SAFETY: off < len; reading then writing back a byte of our own map.
-            unsafe {
-                let p = self.ptr.as_ptr().add(off);
-                std::ptr::write_volatile(p, std::ptr::read_volatile(p));
-            }
-            off += step;
-        }
+        // SAFETY: the whole map is ours and mapped.
+        unsafe { populate(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Start a thread that faults the map in, 64 MiB at a time; dropping the map cancels
+    /// and joins it first. Populating never changes contents, so pages the owner already
+    /// uses are unaffected.
+    fn prefault_in_background(&mut self) -> std::io::Result<()> {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let (c, d) = (cancel.clone(), done.clone());
+        let (base, len) = (self.ptr.as_ptr() as usize, self.len);
+        let thread = std::thread::Builder::new()
+            .name("tiermem-prefault".into())
+            .spawn(move || {
+                let mut off = 0;
+                while off < len && !c.load(Ordering::Relaxed) {
+                    let n = BACKGROUND_CHUNK.min(len - off);
+                    // SAFETY: [base + off, + n) lies in the map, which stays mapped until this
+                    // thread is joined (Drop cancels and joins before unmapping).
+                    if unsafe { populate((base + off) as *mut u8, n) }.is_err() {
+                        // Out of memory now: the rest faults on first touch, as a lazy map.
+                        break;
+                    }
+                    off += n;
+                }
+                d.store(off >= len, Ordering::Release);
+            })?;
+        self.background = Some(Background {
+            cancel,
+            done,
+            thread: Some(thread),
+        });
         Ok(())
+    }
+
+    /// Whether every page has been faulted in ahead (always, for maps pre-faulted now).
+    #[must_use]
+    pub fn prefaulted(&self) -> bool {
+        self.background
+            .as_ref()
+            .is_none_or(|b| b.done.load(Ordering::Acquire))
+    }
+
+    /// Wait for a background pre-fault to finish (no-op otherwise).
+    pub fn wait_prefaulted(&mut self) {
+        if let Some(b) = self.background.as_mut() {
+            if let Some(t) = b.thread.take() {
+                let _ = t.join();
+            }
+        }
     }
 
     /// Base address of the map.
@@ -149,8 +229,43 @@ impl Mapping {
     }
 }
 
+/// Fault `len` bytes at `ptr` in, writable, without changing their contents.
+///
+/// # Safety
+/// The range must be mapped, readable and writable.
+unsafe fn populate(ptr: *mut u8, len: usize) -> std::io::Result<()> {
+    // MADV_POPULATE_WRITE faults pages in writable without changing their contents;
+    // kernels before 5.14 lack it, so fall back to touching one byte per page.
+    // SAFETY: the caller's range.
+    let rc = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ENOMEM) || err.raw_os_error() == Some(libc::EFAULT) {
+        return Err(err);
+    }
+    let step = super::page_size();
+    let mut off = 0;
+    while off < len {
+        // SAFETY: off < len; an atomic add of zero keeps the byte (and any concurrent
+        // writer's value) while faulting the page in writable.
+        unsafe {
+            (*ptr.add(off).cast::<std::sync::atomic::AtomicU8>()).fetch_add(0, Ordering::Relaxed);
+        }
+        off += step;
+    }
+    Ok(())
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(b) = self.background.as_mut() {
+            b.cancel.store(true, Ordering::Relaxed);
+            if let Some(t) = b.thread.take() {
+                let _ = t.join();
+            }
+        }
         // SAFETY: unmapping exactly the map created in the constructor (base = ptr - lead,
         // length = map_len), which nothing references any more: the owner is being dropped.
         unsafe {
@@ -164,4 +279,60 @@ fn overflow() -> std::io::Error {
         std::io::ErrorKind::InvalidInput,
         "size overflows the address space",
     )
+}
+
+/// Pages of `[ptr, ptr + len)` resident in memory now (`mincore`), for tests and reports.
+pub fn resident_pages(map: &Mapping) -> std::io::Result<usize> {
+    let page = super::page_size();
+    let mut vec = vec![0u8; map.len.div_ceil(page)];
+    // SAFETY: the range is the map's own; `vec` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map.as_ptr().cast(), map.len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(vec.iter().filter(|b| *b & 1 != 0).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEN: usize = 64 << 20;
+
+    #[test]
+    fn prefault_now_background_and_lazy() {
+        let pages = LEN / super::super::page_size();
+        let now = Mapping::anonymous_with(LEN, false, None, Prefault::Now).unwrap();
+        assert!(now.prefaulted());
+        assert_eq!(resident_pages(&now).unwrap(), pages);
+
+        let lazy = Mapping::anonymous_with(LEN, false, None, Prefault::Lazy).unwrap();
+        assert_eq!(resident_pages(&lazy).unwrap(), 0);
+
+        // Usable at once: a write before the background thread reaches the page survives it.
+        let mut bg = Mapping::anonymous_with(LEN, false, None, Prefault::Background).unwrap();
+        // SAFETY: inside the map.
+        unsafe {
+            bg.as_ptr().write(7);
+            bg.as_ptr().add(LEN - 1).write(9);
+        }
+        bg.wait_prefaulted();
+        assert!(bg.prefaulted());
+        assert_eq!(resident_pages(&bg).unwrap(), pages);
+        // SAFETY: inside the map.
+        unsafe {
+            assert_eq!(
+                (bg.as_ptr().read(), bg.as_ptr().add(LEN - 1).read()),
+                (7, 9)
+            );
+        }
+    }
+
+    #[test]
+    fn dropping_a_map_while_it_faults_in_cancels_the_thread_first() {
+        for _ in 0..8 {
+            let m = Mapping::anonymous_with(4 * LEN, false, None, Prefault::Background).unwrap();
+            drop(m); // joins the thread before unmapping: no fault on an unmapped range
+        }
+    }
 }
