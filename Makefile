@@ -55,8 +55,12 @@ stress: build $(TORCH_STAMP) ## tiermem stress for STRESS_SECONDS (default 600) 
 stress-ci: build $(TORCH_STAMP) ## tiermem stress for 60 s on 4 threads (part of make test)
 	$(VENV)/bin/tiermem stress --seconds 60 --threads 4
 
+.PHONY: wheel-check
+wheel-check: $(TORCH_STAMP) ## build the abi3 wheel, install it in a fresh venv without Rust on PATH, run the README examples from it
+	scripts/check_wheel.sh $(VENV)
+
 .PHONY: test
-test: lint test-rs stress-ci test-py ## everything CI runs: lint, Rust tests, a minute of stress, Python tests (pytest closes the run)
+test: lint test-rs wheel-check stress-ci test-py ## everything CI runs: lint, Rust tests, the wheel, a minute of stress, Python tests (pytest closes the run)
 
 .PHONY: demo
 demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mode, tables 4x the fast budget), a small ResNet trained with tiered tensors at 8:1 (results/demo/)
