@@ -26,7 +26,7 @@ from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
 from ..report.load import MachineLoad
 from ..report.output import write_json
 from ..torch.tensors import VARIANTS, Tiering
-from .models import Workload, build
+from .models import WORKLOADS, Workload, build
 
 __all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
 
@@ -140,6 +140,9 @@ def run(
     for v in chosen:
         if v not in VARIANTS:
             raise InvalidArgumentError(f"variant {v!r}: known are {', '.join(VARIANTS)}")
+    for name in models:
+        if name not in WORKLOADS:
+            raise InvalidArgumentError(f"model {name!r}: known are {', '.join(WORKLOADS)}")
     parsed = [(r, parse_ratio(r)) for r in ratios]
     out: dict[str, Any] = {
         "slow_device": slow_spec,

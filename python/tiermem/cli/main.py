@@ -51,11 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--model",
         action="append",
-        choices=["resnet", "densenet", "vgg", "gpt"],
-        help="model to train (repeatable; default resnet)",
+        help="model to train, a name in tiermem.bench.models.WORKLOADS (repeatable; default resnet)",
     )
     tr.add_argument("--ratio", action="append", metavar="SLOW:FAST", help="slow:fast ratio (repeatable; default 1:1 4:1 8:1)")
-    tr.add_argument("--variants", help="comma-separated subset of all-fast,all-slow,first-touch,2lm-model,L,LM,LMP,async")
+    tr.add_argument("--variants", help="comma-separated subset of the variants (default all; tiermem.torch.tensors.VARIANTS)")
     tr.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 2, 1 with --quick)")
     tr.add_argument(
         "--rounds",
