@@ -67,14 +67,15 @@ demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mo
 	mkdir -p results
 	$(VENV)/bin/tiermem info
 	$(VENV)/bin/tiermem demo --out results/demo --json results/demo.json
-	$(VENV)/bin/tiermem bench train --quick --model resnet --ratio 8:1 --iters 3 --rounds 2 --stat median --out results/demo/train --json results/demo/train.json
+	$(VENV)/bin/tiermem bench tensors --quick --model resnet --ratio 8:1 --iters 3 --rounds 2 --stat median --out results/demo/train --json results/demo/train.json
 
 .PHONY: bench-quick
 bench-quick: build $(TORCH_STAMP) ## quick copy, embedding and training benchmarks with JSON and plots into results/
 	mkdir -p results
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
 	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
-	$(VENV)/bin/tiermem bench train --quick --json results/bench-train.json --out results/bench-train
+	$(VENV)/bin/tiermem bench tensors --quick --json results/bench-train.json --out results/bench-train
+	$(VENV)/bin/tiermem bench dispatch --quick --json results/bench-dispatch.json
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZ_SECONDS (default 600); installs cargo-fuzz (stable toolchain, RUSTC_BOOTSTRAP)
