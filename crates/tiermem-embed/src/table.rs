@@ -116,6 +116,19 @@ impl Table {
         })
     }
 
+    /// A direct table over the home `make` builds for rows of the stride it is given (after
+    /// the shape is checked): what every home's constructor below is made of.
+    pub fn over_home(
+        rows: usize,
+        width: usize,
+        dtype: DType,
+        make: impl FnOnce(usize) -> Result<Home>,
+    ) -> Result<Self> {
+        Self::check_shape(rows, width)?;
+        let home = make(stride_of(width, dtype))?;
+        Self::build(rows, width, dtype, Storage::Direct(home))
+    }
+
     /// A table whose rows live directly on manager device `device`. Rows start as zeros.
     pub fn direct(
         manager: &Arc<Manager>,
@@ -124,9 +137,9 @@ impl Table {
         width: usize,
         dtype: DType,
     ) -> Result<Self> {
-        Self::check_shape(rows, width)?;
-        let home = MemoryHome::new(manager, device, rows, stride_of(width, dtype))?;
-        Self::build(rows, width, dtype, Storage::Direct(home.into()))
+        Self::over_home(rows, width, dtype, |stride| {
+            Ok(MemoryHome::new(manager, device, rows, stride)?.into())
+        })
     }
 
     /// A table whose rows live on the 2LM model's slow device, every access running through
@@ -138,9 +151,9 @@ impl Table {
         width: usize,
         dtype: DType,
     ) -> Result<Self> {
-        Self::check_shape(rows, width)?;
-        let home = ModelHome::new(manager, model, rows, stride_of(width, dtype))?;
-        Self::build(rows, width, dtype, Storage::Direct(home.into()))
+        Self::over_home(rows, width, dtype, |stride| {
+            Ok(ModelHome::new(manager, model, rows, stride)?.into())
+        })
     }
 
     /// A cached table: base rows on device `slow`, cache pages for `cachelower + cacheslack`
