@@ -67,11 +67,19 @@ impl DramFigures {
     }
 }
 
+/// This process's DRAM figures, once [`dram_figures`] has them.
+static FIGS: OnceLock<Result<DramFigures, String>> = OnceLock::new();
+
+/// The DRAM figures if this process already has them (never measures).
+#[must_use]
+pub fn dram_figures_if_known() -> Option<&'static DramFigures> {
+    FIGS.get().and_then(|r| r.as_ref().ok())
+}
+
 /// DRAM figures for this process: the calibration file's if it has them, else measured now.
 /// A calibration file with bad figures (zero, negative, not finite, beyond physical bounds)
 /// is an error naming the file and the figure, every time it is asked for.
 pub fn dram_figures() -> crate::Result<&'static DramFigures> {
-    static FIGS: OnceLock<Result<DramFigures, String>> = OnceLock::new();
     FIGS.get_or_init(|| match load_calibrated() {
         Some(r) => r,
         None => {

@@ -14,6 +14,9 @@
 //! now and the others as [`default_prefault`] says, unless `TIERMEM_PREFAULT` says otherwise.
 
 pub mod emulated;
+mod traits;
+
+pub use traits::DeviceTraits;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -138,6 +141,8 @@ pub struct DeviceInfo {
     pub latency_ns: Option<f64>,
     /// Where the emulated figures come from.
     pub profile_source: Option<&'static str>,
+    /// What the device is ([`Device::traits`]).
+    pub traits: DeviceTraits,
 }
 
 impl Device {
@@ -312,6 +317,32 @@ impl Device {
         }
     }
 
+    /// What the device is, for placement decisions ([`DeviceTraits`]). Figures are never
+    /// measured here: an emulated device has its throttle's, `dram` the process's DRAM
+    /// figures if it already has them ([`crate::calib::dram_figures_if_known`]).
+    #[must_use]
+    pub fn traits(&self) -> DeviceTraits {
+        let figures = match (&self.throttle, &self.kind) {
+            (Some(t), _) => Some((t.read_bps / 1e9, t.write_bps / 1e9, t.latency_ns)),
+            (None, DeviceKind::Dram) => crate::calib::dram_figures_if_known()
+                .map(|f| (f.read_gbps, f.write_gbps, f.latency_ns)),
+            _ => None,
+        };
+        DeviceTraits {
+            byte_addressable: self.byte_addressable(),
+            capacity: self.capacity,
+            persistent: matches!(self.kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)),
+            emulated: self.throttle.is_some(),
+            numa_node: match self.kind {
+                DeviceKind::Numa(n) => Some(n),
+                _ => None,
+            },
+            read_gbps: figures.map(|f| f.0),
+            write_gbps: figures.map(|f| f.1),
+            latency_ns: figures.map(|f| f.2),
+        }
+    }
+
     /// Plain description.
     #[must_use]
     pub fn info(&self) -> DeviceInfo {
@@ -327,6 +358,7 @@ impl Device {
             write_gbps: t.map(|t| t.write_bps / 1e9),
             latency_ns: t.map(|t| t.latency_ns),
             profile_source: t.map(|t| t.profile.source),
+            traits: self.traits(),
         }
     }
 }

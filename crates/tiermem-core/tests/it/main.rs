@@ -1,6 +1,7 @@
 //! Integration tests of the core: property tests, stress tests, bad input.
 
 mod bad_input;
+mod devices;
 mod heap_props;
 mod lock_order;
 mod manager_props;

@@ -384,10 +384,10 @@ impl CachedRows {
             return home;
         };
         let dst = self.slot_ptr(slot);
-        // SAFETY: `slot` was just bumped, so no other thread uses it; home and slot are
-        // `stride` bytes inside their regions and distinct allocations. We own row i (lock
-        // bit), and rows are written in place only under the exclusive table lock.
-        unsafe { std::ptr::copy_nonoverlapping(home, dst, self.stride) };
+        // SAFETY: `slot` was just bumped, so no other thread uses it; the slot is `stride`
+        // bytes inside the cache, apart from the home. We own row i (lock bit), i < rows, and
+        // rows are written in place only under the exclusive table lock.
+        unsafe { self.home_rows.load_row(i, dst) };
         self.back[slot].store(i as u32 + 1, Ordering::Relaxed);
         self.entry(i)
             .store(((slot as u32) << 2) | CACHED, Ordering::Release);
@@ -491,9 +491,7 @@ impl CachedRows {
         if dirty {
             // SAFETY: exclusive table lock: no one reads or writes the row or the slot; both
             // ranges lie inside their regions.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.slot_ptr(slot), self.home_ptr(row), self.stride);
-            }
+            unsafe { self.home_rows.store_row(row, self.slot_ptr(slot)) };
             t.cache_read += self.stride as u64;
             t.home_written += self.stride as u64;
         }

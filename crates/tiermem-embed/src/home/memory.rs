@@ -54,6 +54,17 @@ impl RowHome for MemoryHome {
     fn memory(&self) -> Option<*mut u8> {
         Some(self.base)
     }
+
+    unsafe fn load_row(&self, i: usize, dst: *mut u8) {
+        // SAFETY: row i lies inside the reserved rows (i < rows); the caller's contract
+        // covers `dst` and the lock.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(i * self.stride), dst, self.stride) };
+    }
+
+    unsafe fn store_row(&self, i: usize, src: *const u8) {
+        // SAFETY: as in `load_row`, under the exclusive lock.
+        unsafe { std::ptr::copy_nonoverlapping(src, self.base.add(i * self.stride), self.stride) };
+    }
 }
 
 // SAFETY: the rows are plain memory owned by the table (pinned in the manager for its

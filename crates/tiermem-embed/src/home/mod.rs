@@ -32,8 +32,21 @@ pub trait RowHome: RowSource + Send + Sync {
     fn device(&self) -> &Arc<Device>;
 
     /// The rows' memory (`rows * stride` contiguous bytes) when a cache in front of this
-    /// home may read and write rows there directly; `None` otherwise.
+    /// home may read rows there in place; `None` otherwise.
     fn memory(&self) -> Option<*mut u8>;
+
+    /// Copy row `i` (`stride` bytes) to `dst`: how a cache fills a slot.
+    ///
+    /// # Safety
+    /// `i` is below the table's rows; `dst` is valid for `stride` bytes of writes and does
+    /// not overlap the home; the caller holds the table's lock (shared at least).
+    unsafe fn load_row(&self, i: usize, dst: *mut u8);
+
+    /// Copy `stride` bytes from `src` into row `i`: how a cache writes a dirty row back.
+    ///
+    /// # Safety
+    /// As [`RowHome::load_row`], with `src` readable, under the table's exclusive lock.
+    unsafe fn store_row(&self, i: usize, src: *const u8);
 }
 
 macro_rules! homes {
@@ -86,6 +99,28 @@ macro_rules! homes {
             pub fn memory(&self) -> Option<*mut u8> {
                 match self {
                     $(Home::$variant(h) => h.memory(),)*
+                }
+            }
+
+            /// See [`RowHome::load_row`].
+            ///
+            /// # Safety
+            /// As [`RowHome::load_row`].
+            pub unsafe fn load_row(&self, i: usize, dst: *mut u8) {
+                match self {
+                    // SAFETY: the caller's contract.
+                    $(Home::$variant(h) => unsafe { h.load_row(i, dst) },)*
+                }
+            }
+
+            /// See [`RowHome::store_row`].
+            ///
+            /// # Safety
+            /// As [`RowHome::store_row`].
+            pub unsafe fn store_row(&self, i: usize, src: *const u8) {
+                match self {
+                    // SAFETY: the caller's contract.
+                    $(Home::$variant(h) => unsafe { h.store_row(i, src) },)*
                 }
             }
         }

@@ -106,4 +106,22 @@ impl RowHome for ModelHome {
     fn memory(&self) -> Option<*mut u8> {
         None
     }
+
+    /// The row through the model: counted as the read it is.
+    unsafe fn load_row(&self, i: usize, dst: *mut u8) {
+        let mut t = Tally::default();
+        let p = self.read(i, &mut t);
+        // SAFETY: the row source gives `stride` readable bytes; the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst, self.direct.stride) };
+        self.charge(&t);
+    }
+
+    /// The row through the model: counted as the read-modify-write it is.
+    unsafe fn store_row(&self, i: usize, src: *const u8) {
+        let mut t = Tally::default();
+        let p = self.write(i, &mut t);
+        // SAFETY: as in `load_row`, under the exclusive lock.
+        unsafe { std::ptr::copy_nonoverlapping(src, p, self.direct.stride) };
+        self.charge(&t);
+    }
 }

@@ -552,6 +552,7 @@ class Tiering:
         wrapped = []
         for r, p, o in zip(rs, pouts, outs):
             if (r is not p and (r.data_ptr() != p.data_ptr() or r.stride() != p.stride())) or r.shape != p.shape:
+                self._views.clear()  # the kernel may have resized a cached plain view
                 raise InvalidArgumentError(
                     f"{info.name}: the .out kernel resized its output ({tuple(p.shape)} -> {tuple(r.shape)}); "
                     "this op cannot run on tiered tensors"

@@ -1,0 +1,28 @@
+//! What a device is, apart from how it is backed: the description placement decisions read
+//! (H2M's memory spaces, a planner's cost model, a GPU kind later).
+
+use serde::Serialize;
+
+/// A device's traits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceTraits {
+    /// Whether loads and stores reach it (else data is staged through memory).
+    pub byte_addressable: bool,
+    /// Usable bytes.
+    pub capacity: u64,
+    /// Whether its data outlives the process (a `mapped:` or `block:` file).
+    pub persistent: bool,
+    /// Whether it is DRAM throttled to stand in for another device.
+    pub emulated: bool,
+    /// The NUMA node its memory is bound to, if any.
+    pub numa_node: Option<u32>,
+    /// Read and write bandwidth (GB/s) and load-to-use latency (ns), where known: an
+    /// emulated device's profile scaled to this machine, DRAM's figures for `dram` once
+    /// this process has them (calibrated or measured for an emulated device); `None` until
+    /// then, and for other kinds until `tiermem calibrate` measures them.
+    pub read_gbps: Option<f64>,
+    /// See `read_gbps`.
+    pub write_gbps: Option<f64>,
+    /// See `read_gbps`.
+    pub latency_ns: Option<f64>,
+}
