@@ -70,7 +70,7 @@ demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mo
 	$(VENV)/bin/tiermem bench tensors --quick --model resnet --ratio 8:1 --iters 3 --rounds 2 --stat median --out results/demo/train --json results/demo/train.json
 
 .PHONY: bench-quick
-bench-quick: build $(TORCH_STAMP) ## quick copy, embedding and training benchmarks with JSON and plots into results/
+bench-quick: build $(TORCH_STAMP) ## quick copy, embedding, tiered-tensor and dispatch benchmarks with JSON and plots into results/
 	mkdir -p results
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
 	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png

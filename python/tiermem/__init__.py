@@ -10,7 +10,7 @@ object lives and when it moves. Arrays are reached only inside guards::
     with a.read() as v:
         print(v.sum())
 
-Importing tiermem never imports torch or matplotlib.
+Importing tiermem never imports torch, rich or matplotlib.
 """
 
 from __future__ import annotations

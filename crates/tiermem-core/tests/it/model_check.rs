@@ -82,7 +82,7 @@ fn guard_pins_against_eviction_no_torn_write() {
     );
 }
 
-/// `embedding::cache`: a row's pointer-table entry (`slot << 2 | CACHED`, bit 1 the lock
+/// `tiermem_embed::cache`: a row's pointer-table entry (`slot << 2 | CACHED`, bit 1 the lock
 /// taken by compare-and-swap). Lookups under the table's shared lock cache rows
 /// concurrently: the CAS winner copies the home row into a fresh slot and publishes it;
 /// losers read the home row, which stays valid until the slot is published. Updates and
