@@ -24,6 +24,7 @@ from .array import Guard, GuardedArray, TieredArray
 from .exceptions import (
     AllPinnedError,
     BudgetError,
+    CorruptFileError,
     DeviceFullError,
     DeviceIOError,
     GuardError,

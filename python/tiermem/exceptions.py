@@ -20,6 +20,7 @@ core ``Error``             tiermem exception           also catchable as
 ``Policy``                 ``PolicyError``             ``RuntimeError``
 ``LockOrder``              ``LockOrderError``          ``RuntimeError``
 ``Poisoned``               ``PoisonedError``           ``RuntimeError``
+``Corrupt``                ``CorruptFileError``        ``OSError``
 =========================  ==========================  ===========================
 
 :class:`BudgetError` is raised by the Python layer alone (tiered tensors, :mod:`tiermem.torch.tensors.tiering`).
@@ -41,6 +42,7 @@ __all__ = [
     "PolicyError",
     "LockOrderError",
     "PoisonedError",
+    "CorruptFileError",
     "BudgetError",
 ]
 
@@ -137,6 +139,15 @@ class LockOrderError(TiermemError, RuntimeError):
 class PoisonedError(TiermemError, RuntimeError):
     """An earlier operation panicked midway; the manager refuses every later call rather
     than act on state it cannot vouch for."""
+
+
+class CorruptFileError(TiermemError, OSError):
+    """A file tiermem keeps (an embedding table's block file) is damaged, truncated, foreign
+    or contradicts itself; the message names the table, the block and the numbers. Nothing
+    is read from it as if it were right."""
+
+    #: The file.
+    path: str
 
 
 class BudgetError(TiermemError, MemoryError):

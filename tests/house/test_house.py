@@ -163,3 +163,11 @@ def test_bench_tensors_names_unknown_models_and_variants(capsys: pytest.CaptureF
     assert "model 'nope': known are resnet" in capsys.readouterr().err
     assert main(["bench", "train", "--quick", "--variants", "LM,fast"]) == 2
     assert "variant 'fast': known are all-fast" in capsys.readouterr().err
+
+
+def test_every_exported_exception_is_importable_from_the_package() -> None:
+    ns: dict[str, object] = {}
+    exec("from tiermem import *", ns)
+    for name in tiermem.exceptions.__all__:
+        assert isinstance(ns[name], type) and issubclass(ns[name], Exception), name  # type: ignore[arg-type]
+    assert issubclass(tiermem.CorruptFileError, OSError) and issubclass(tiermem.CorruptFileError, tiermem.TiermemError)

@@ -115,6 +115,16 @@ pub enum Error {
     #[error("{0}")]
     Poisoned(String),
 
+    /// A file tiermem keeps (an embedding table's block file) is not what it must be: a
+    /// checksum mismatch, a truncated or foreign file, a header that contradicts itself.
+    #[error("{path}: {what}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the table, block and numbers.
+        what: String,
+    },
+
     /// A policy (built-in or user-written) failed or broke a manager rule.
     #[error("policy '{policy}': {message}")]
     Policy {

@@ -9,6 +9,7 @@
 //! serves the direct table, the cached table and every cache policy.
 
 pub mod bags;
+pub mod blockfile;
 pub mod cache;
 pub(crate) mod elem;
 pub mod home;

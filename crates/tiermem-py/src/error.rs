@@ -17,12 +17,13 @@ mod exc {
     pyo3::import_exception!(tiermem.exceptions, PolicyError);
     pyo3::import_exception!(tiermem.exceptions, LockOrderError);
     pyo3::import_exception!(tiermem.exceptions, PoisonedError);
+    pyo3::import_exception!(tiermem.exceptions, CorruptFileError);
 }
 
 /// Convert a core error into the matching Python exception, with the error's fields as
 /// attributes of the exception (`device`, `requested`, `free`, `largest`, `capacity`,
 /// `object`, `pins`, `held`, `action`, `pinned_bytes`, `path`, `what`, `table`, `position`,
-/// `value`, `rows`, `policy`; documented on the classes in `tiermem/exceptions.py`).
+/// `value`, `rows`, `policy`, `path`; documented on the classes in `tiermem/exceptions.py`).
 pub fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     let (err, fields): (PyErr, Vec<(&str, Field)>) = match e {
@@ -110,6 +111,10 @@ pub fn to_py(e: Error) -> PyErr {
         ),
         Error::LockOrder(_) => (exc::LockOrderError::new_err(msg), vec![]),
         Error::Poisoned(_) => (exc::PoisonedError::new_err(msg), vec![]),
+        Error::Corrupt { path, .. } => (
+            exc::CorruptFileError::new_err(msg),
+            vec![("path", Field::Str(path))],
+        ),
     };
     if !fields.is_empty() {
         Python::attach(|py| {

@@ -475,6 +475,8 @@ fn open_file(
         overwrite,
         direct: block,
         refuse_memory_fs: block,
+        attach: false,
+        keep: false,
     };
     DevFile::open(path, opts).map_err(|e| match e {
         DevFileError::Os(what, e) => Error::io(spec, &shown, what, e),

@@ -61,6 +61,11 @@ pub struct Options {
     pub direct: bool,
     /// Refuse memory file systems (a `block` device there would not be a disk).
     pub refuse_memory_fs: bool,
+    /// Open an existing regular file as it is, to use what it holds (a table file that
+    /// outlives processes): no overwrite refusal, nothing reserved, never removed.
+    pub attach: bool,
+    /// Keep a file this call creates when the owner drops it (a table file).
+    pub keep: bool,
 }
 
 impl DevFile {
@@ -86,7 +91,12 @@ impl DevFile {
                     what: "something that is neither a regular file nor a block device".into(),
                 });
             }
-            if !o.overwrite && (block_node || m.len() > 0) {
+            if o.attach && !m.is_file() {
+                return Err(DevFileError::Exists {
+                    what: "a block device, not a table file".into(),
+                });
+            }
+            if !o.overwrite && !o.attach && (block_node || m.len() > 0) {
                 return Err(DevFileError::Exists {
                     what: if block_node {
                         "a block device (its contents would be destroyed)".into()
@@ -109,7 +119,7 @@ impl DevFile {
                 return Err(DevFileError::MemoryFs("ramfs"));
             }
             let have = existing.unwrap_or(0);
-            if o.len > have && o.len - have > free {
+            if !o.attach && o.len > have && o.len - have > free {
                 return Err(DevFileError::NoSpace { free });
             }
         }
@@ -126,6 +136,12 @@ impl DevFile {
             opts.create_new(true);
         }
         opts.custom_flags(flags);
+        if o.attach && meta.is_none() {
+            return Err(DevFileError::Os(
+                "open (no such file to attach)",
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            ));
+        }
         let created = meta.is_none();
         let file = opts.open(path).map_err(|e| {
             if created {
@@ -145,7 +161,7 @@ impl DevFile {
         let mut me = DevFile {
             file,
             path: path.to_owned(),
-            created,
+            created: created && !o.keep,
             block_node,
         };
         // SAFETY: the fd is open and owned by `me.file`; flock has no memory effects.
@@ -163,8 +179,15 @@ impl DevFile {
             if size < o.len {
                 return Err(DevFileError::TooSmall { size });
             }
-        } else {
-            me.reserve(o.len)?;
+        } else if !o.attach {
+            if let Err(e) = me.reserve(o.len) {
+                if created {
+                    // Nothing of it is anyone's yet, whether or not it was to be kept.
+                    let _ = std::fs::remove_file(path);
+                    me.created = false;
+                }
+                return Err(e);
+            }
         }
         Ok(me)
     }

@@ -1,6 +1,7 @@
 //! Integration tests of the embedding crate: cached tables against direct ones, concurrency
 //! and the lock order, bad input.
 
+mod blockfile;
 mod embedding;
 mod kernels;
 mod lock_order;
@@ -19,4 +20,12 @@ pub fn two_tier(fast: u64, slow: u64, pol: &str) -> Manager {
         policy::builtin(pol).unwrap(),
     )
     .unwrap()
+}
+
+/// A fresh scratch directory on the disk (not tmpfs: block files refuse memory file systems).
+pub fn scratch(tag: &str) -> std::path::PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, Into::into);
+    let d = base.join(format!("tiermem-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }

@@ -1,0 +1,516 @@
+//! A table's rows in a file on a block device (Bandana's store, §4.1): a header, the row →
+//! position layout and 4 KiB blocks of rows, each checksummed ([`format`]). The file is
+//! read and written with direct I/O in whole blocks; it outlives the process ([`BlockFile::open`]
+//! re-attaches it) and is locked while open, so a second process is refused instead of
+//! corrupting it. Every block read is verified: a damaged, truncated or misplaced block is a
+//! [`Error::Corrupt`] naming the table, the block and the file, never a wrong row.
+//!
+//! Reads and writes of a batch are deduplicated per block and issued from a pool of
+//! `depth` threads (the queue depth), one block (or one run of a wide row's blocks) per
+//! request; writes are read-modify-write of whole blocks, each block once per batch.
+//!
+//! This is the store only: the row home over it (a cache that stages rows through its slots)
+//! and the layouts, admission, miniature caches and prefetch pipeline of issue 14 build on it.
+
+pub mod format;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use format::{Header, BLOCK, HEADER_BYTES, PAYLOAD};
+use tiermem_core::sys::devfile::{DevFile, DevFileError, Options};
+use tiermem_core::sys::direct_io::{AlignedBuf, DirectFile};
+use tiermem_core::{ensure, Error, Result};
+
+use crate::DType;
+
+/// Queue depth when none is given: what `tiermem calibrate` finds best on NVMe-class disks.
+pub const DEFAULT_DEPTH: usize = 16;
+
+/// An open, locked table file.
+pub struct BlockFile {
+    name: String,
+    path: PathBuf,
+    io: DirectFile,
+    /// Held for the lock (and, for a file this process created but failed to initialise,
+    /// its removal).
+    _file: DevFile,
+    header: Header,
+    /// Row → position.
+    layout: Vec<u32>,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for BlockFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockFile")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a row's bytes are: the first data block and the offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    block: u64,
+    offset: usize,
+}
+
+impl BlockFile {
+    /// Create the table file `path` for `rows` zeroed rows of `width` elements of `dtype`,
+    /// in the original order (row i at position i). The file must not exist unless
+    /// `overwrite` (what it holds is lost). `name` names the table in errors; `depth` is
+    /// the number of requests kept in flight.
+    pub fn create(
+        path: &Path,
+        name: &str,
+        rows: u64,
+        width: u32,
+        dtype: DType,
+        overwrite: bool,
+        depth: usize,
+    ) -> Result<Self> {
+        ensure!(
+            rows > 0 && rows <= u64::from(u32::MAX) && width > 0,
+            "table '{name}': {rows} rows of width {width} cannot be a block table (1 to 2^32 - 1 \
+             rows of width 1 or more)"
+        );
+        ensure!(
+            width as usize <= crate::table::MAX_WIDTH,
+            "table '{name}': row width {width} exceeds {}",
+            crate::table::MAX_WIDTH
+        );
+        let mut header = Header::new(rows, width, dtype);
+        let layout: Vec<u32> = (0..rows as u32).collect();
+        header.layout_crc = crc32c::crc32c(&layout_bytes(&layout));
+        let opts = Options {
+            len: header.file_bytes(),
+            overwrite,
+            direct: true,
+            refuse_memory_fs: true,
+            attach: false,
+            keep: true,
+        };
+        let file = DevFile::open(path, opts).map_err(|e| open_error(name, path, e))?;
+        let me = Self::assemble(name, path, file, header, layout, depth)?;
+        me.initialise().inspect_err(|_| {
+            // A file that never held a table is not left behind to be mistaken for one.
+            let _ = std::fs::remove_file(path);
+        })?;
+        Ok(me)
+    }
+
+    /// Re-attach the table file `path` written by [`BlockFile::create`] (in this process or
+    /// an earlier one). Checks the header, the file's length and the layout; blocks are
+    /// verified as they are read.
+    pub fn open(path: &Path, name: &str, depth: usize) -> Result<Self> {
+        let opts = Options {
+            len: 0,
+            overwrite: false,
+            direct: true,
+            refuse_memory_fs: true,
+            attach: true,
+            keep: true,
+        };
+        let file = DevFile::open(path, opts).map_err(|e| open_error(name, path, e))?;
+        let io = DirectFile::new(
+            file.file
+                .try_clone()
+                .map_err(|e| Error::io(name, &path.display().to_string(), "open", e))?,
+        );
+        let corrupt = |what: String| Error::Corrupt {
+            path: path.display().to_string(),
+            what: format!("table '{name}': {what}"),
+        };
+        let len = file
+            .file
+            .metadata()
+            .map_err(|e| Error::io(name, &path.display().to_string(), "stat", e))?
+            .len();
+        if len < BLOCK as u64 {
+            return Err(corrupt(format!("{len} bytes: shorter than a header block")));
+        }
+        let mut head = AlignedBuf::new(BLOCK);
+        io.read_at(head.as_mut_slice(), 0)
+            .map_err(|e| Error::io(name, &path.display().to_string(), "read the header", e))?;
+        let header = Header::decode(&head.as_mut_slice()[..BLOCK]).map_err(corrupt)?;
+        if len < header.file_bytes() {
+            return Err(corrupt(format!(
+                "truncated: {len} bytes, the header describes {} ({} data blocks)",
+                header.file_bytes(),
+                header.data_blocks
+            )));
+        }
+        let mut raw = AlignedBuf::new(header.layout_blocks as usize * BLOCK);
+        io.read_at(raw.as_mut_slice(), BLOCK as u64)
+            .map_err(|e| Error::io(name, &path.display().to_string(), "read the layout", e))?;
+        let bytes = &raw.as_mut_slice()[..header.rows as usize * 4];
+        let crc = crc32c::crc32c(bytes);
+        if crc != header.layout_crc {
+            return Err(corrupt(format!(
+                "layout checksum mismatch (stored {:#010x}, computed {crc:#010x})",
+                header.layout_crc
+            )));
+        }
+        let layout: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let mut seen = vec![false; layout.len()];
+        for (row, &p) in layout.iter().enumerate() {
+            let slot = seen.get_mut(p as usize).filter(|s| !**s);
+            let Some(slot) = slot else {
+                return Err(corrupt(format!(
+                    "layout is not a permutation: row {row} at position {p} (of {} rows)",
+                    layout.len()
+                )));
+            };
+            *slot = true;
+        }
+        drop(io);
+        Self::assemble(name, path, file, header, layout, depth)
+    }
+
+    fn assemble(
+        name: &str,
+        path: &Path,
+        file: DevFile,
+        header: Header,
+        layout: Vec<u32>,
+        depth: usize,
+    ) -> Result<Self> {
+        let shown = path.display().to_string();
+        let io = DirectFile::new(
+            file.file
+                .try_clone()
+                .map_err(|e| Error::io(name, &shown, "open", e))?,
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(depth.clamp(1, 256))
+            .thread_name(|i| format!("tiermem-blockio-{i}"))
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("table '{name}': I/O threads: {e}")))?;
+        Ok(BlockFile {
+            name: name.to_owned(),
+            path: path.to_owned(),
+            io,
+            _file: file,
+            header,
+            layout,
+            pool,
+        })
+    }
+
+    /// Write the header, the layout and every data block (zero rows, sealed), then sync.
+    fn initialise(&self) -> Result<()> {
+        let h = &self.header;
+        let mut head = AlignedBuf::new(BLOCK);
+        head.as_mut_slice().copy_from_slice(&h.encode());
+        self.write_raw(head.as_mut_slice(), 0, "write the header")?;
+        let mut lay = AlignedBuf::new(h.layout_blocks as usize * BLOCK);
+        let bytes = layout_bytes(&self.layout);
+        lay.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
+        self.write_raw(lay.as_mut_slice(), BLOCK as u64, "write the layout")?;
+        // Data blocks in 1 MiB runs: zero payloads, each sealed with its own index.
+        const RUN: u64 = 256;
+        let mut buf = AlignedBuf::new(RUN as usize * BLOCK);
+        let mut b = 0;
+        while b < h.data_blocks {
+            let n = RUN.min(h.data_blocks - b);
+            let s = &mut buf.as_mut_slice()[..n as usize * BLOCK];
+            s.fill(0);
+            for (k, blk) in s.chunks_exact_mut(BLOCK).enumerate() {
+                format::seal(blk, b + k as u64);
+            }
+            self.write_raw(s, h.data_offset(b), "write the data blocks")?;
+            b += n;
+        }
+        self.sync()
+    }
+
+    fn write_raw(&self, buf: &[u8], offset: u64, what: &str) -> Result<()> {
+        self.io
+            .write_at(buf, offset)
+            .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), what, e))
+    }
+
+    /// The table's name (as errors give it).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The geometry and generation.
+    #[must_use]
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Rows.
+    #[must_use]
+    pub fn rows(&self) -> u64 {
+        self.header.rows
+    }
+
+    /// Bytes per row.
+    #[must_use]
+    pub fn stride(&self) -> usize {
+        self.header.stride as usize
+    }
+
+    /// Requests kept in flight.
+    #[must_use]
+    pub fn depth(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    fn place(&self, row: u64) -> Place {
+        let h = &self.header;
+        let p = u64::from(self.layout[row as usize]);
+        let rpb = u64::from(h.rows_per_block);
+        Place {
+            block: p / rpb * u64::from(h.blocks_per_row),
+            offset: (p % rpb) as usize * h.stride as usize,
+        }
+    }
+
+    /// The data blocks row `row` occupies.
+    fn blocks_of(&self, row: u64) -> std::ops::Range<u64> {
+        let b = self.place(row).block;
+        b..b + u64::from(self.header.blocks_per_row)
+    }
+
+    fn check_rows(&self, rows: &[u64]) -> Result<()> {
+        if let Some((k, &r)) = rows
+            .iter()
+            .enumerate()
+            .find(|(_, &r)| r >= self.header.rows)
+        {
+            return Err(Error::IndexOutOfRange {
+                table: 0,
+                position: k,
+                value: r as i64,
+                rows: self.header.rows as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Read and verify the given data blocks (sorted, distinct) at the queue depth; returns
+    /// one buffer holding them in order.
+    fn read_blocks(&self, blocks: &[u64]) -> Result<AlignedBuf> {
+        let mut buf = AlignedBuf::new(blocks.len().max(1) * BLOCK);
+        let base = buf.as_mut_slice().as_mut_ptr() as usize;
+        // Runs of consecutive blocks (a wide row's) are one request each.
+        let runs = runs(blocks, 64);
+        let next = AtomicUsize::new(0);
+        let shown = self.path.display().to_string();
+        let result: Result<()> = self.pool.install(|| {
+            rayon::broadcast(|_| -> Result<()> {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(first_idx, first, n)) = runs.get(k) else {
+                        return Ok(());
+                    };
+                    // SAFETY: run k covers buffer blocks first_idx..first_idx + n, which no
+                    // other run covers; the buffer outlives the pool call.
+                    let s = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (base + first_idx * BLOCK) as *mut u8,
+                            n * BLOCK,
+                        )
+                    };
+                    self.io
+                        .read_at(s, self.header.data_offset(first))
+                        .map_err(|e| {
+                            Error::io(&self.name, &shown, format!("read block {first}"), e)
+                        })?;
+                    for (j, blk) in s.chunks_exact(BLOCK).enumerate() {
+                        let b = first + j as u64;
+                        format::verify(blk, b).map_err(|what| Error::Corrupt {
+                            path: shown.clone(),
+                            what: format!("table '{}': {what}", self.name),
+                        })?;
+                    }
+                }
+            })
+            .into_iter()
+            .collect()
+        });
+        result.map(|()| buf)
+    }
+
+    /// Copy rows `rows` (any order, repeats allowed) into `out` (`rows.len() * stride`
+    /// bytes, row k at `k * stride`). Each block is read once.
+    pub fn read_rows(&self, rows: &[u64], out: &mut [u8]) -> Result<()> {
+        let stride = self.stride();
+        ensure!(
+            out.len() == rows.len() * stride,
+            "table '{}': {} bytes of output for {} rows of {stride} bytes",
+            self.name,
+            out.len(),
+            rows.len()
+        );
+        self.check_rows(rows)?;
+        let blocks = self.distinct_blocks(rows);
+        let mut buf = self.read_blocks(&blocks)?;
+        let data = buf.as_mut_slice();
+        for (k, &r) in rows.iter().enumerate() {
+            self.copy_out(r, &blocks, data, &mut out[k * stride..(k + 1) * stride]);
+        }
+        Ok(())
+    }
+
+    /// Overwrite rows `rows` from `src` (`rows.len() * stride` bytes); a row given twice
+    /// takes its last value. Each touched block is read, changed and written once
+    /// (read-modify-write), at the queue depth.
+    pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+        let stride = self.stride();
+        ensure!(
+            src.len() == rows.len() * stride,
+            "table '{}': {} bytes of input for {} rows of {stride} bytes",
+            self.name,
+            src.len(),
+            rows.len()
+        );
+        self.check_rows(rows)?;
+        let blocks = self.distinct_blocks(rows);
+        let mut buf = self.read_blocks(&blocks)?;
+        let data = buf.as_mut_slice();
+        for (k, &r) in rows.iter().enumerate() {
+            self.copy_in(r, &blocks, data, &src[k * stride..(k + 1) * stride]);
+        }
+        for (j, blk) in data.chunks_exact_mut(BLOCK).take(blocks.len()).enumerate() {
+            format::seal(blk, blocks[j]);
+        }
+        let runs = runs(&blocks, 64);
+        let next = AtomicUsize::new(0);
+        let shown = self.path.display().to_string();
+        let base = data.as_ptr() as usize;
+        self.pool.install(|| {
+            rayon::broadcast(|_| -> Result<()> {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(first_idx, first, n)) = runs.get(k) else {
+                        return Ok(());
+                    };
+                    // SAFETY: as in `read_blocks`; here only read.
+                    let s = unsafe {
+                        std::slice::from_raw_parts(
+                            (base + first_idx * BLOCK) as *const u8,
+                            n * BLOCK,
+                        )
+                    };
+                    self.io
+                        .write_at(s, self.header.data_offset(first))
+                        .map_err(|e| {
+                            Error::io(&self.name, &shown, format!("write block {first}"), e)
+                        })?;
+                }
+            })
+            .into_iter()
+            .collect()
+        })
+    }
+
+    /// Make every write so far durable (`fdatasync`).
+    pub fn sync(&self) -> Result<()> {
+        self._file
+            .file
+            .sync_data()
+            .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), "sync", e))
+    }
+
+    fn distinct_blocks(&self, rows: &[u64]) -> Vec<u64> {
+        let mut blocks: Vec<u64> = rows.iter().flat_map(|&r| self.blocks_of(r)).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks
+    }
+
+    /// Row `r`'s bytes, gathered from the blocks read (`blocks` sorted, `data` in that order).
+    fn copy_out(&self, r: u64, blocks: &[u64], data: &[u8], out: &mut [u8]) {
+        self.walk(r, blocks, |buf_off, row_off, n| {
+            out[row_off..row_off + n].copy_from_slice(&data[buf_off..buf_off + n]);
+        });
+    }
+
+    fn copy_in(&self, r: u64, blocks: &[u64], data: &mut [u8], src: &[u8]) {
+        self.walk(r, blocks, |buf_off, row_off, n| {
+            data[buf_off..buf_off + n].copy_from_slice(&src[row_off..row_off + n]);
+        });
+    }
+
+    /// Call `f(offset in the read buffer, offset in the row, bytes)` for each piece of row
+    /// `r` (one piece for a row in one block; one per block for a wide row).
+    fn walk(&self, r: u64, blocks: &[u64], mut f: impl FnMut(usize, usize, usize)) {
+        let stride = self.stride();
+        let place = self.place(r);
+        let mut done = 0;
+        for b in self.blocks_of(r) {
+            let j = blocks
+                .binary_search(&b)
+                .expect("the row's blocks were read");
+            let within = if done == 0 { place.offset } else { 0 };
+            let n = (stride - done).min(PAYLOAD - within);
+            f(j * BLOCK + within, done, n);
+            done += n;
+        }
+        debug_assert_eq!(done, stride);
+    }
+}
+
+/// `(index in blocks, first block, length)` of each run of consecutive blocks, at most
+/// `max` long.
+fn runs(blocks: &[u64], max: usize) -> Vec<(usize, u64, usize)> {
+    let mut out: Vec<(usize, u64, usize)> = Vec::new();
+    for (i, &b) in blocks.iter().enumerate() {
+        match out.last_mut() {
+            Some((_, first, n)) if *first + *n as u64 == b && *n < max => *n += 1,
+            _ => out.push((i, b, 1)),
+        }
+    }
+    out
+}
+
+fn layout_bytes(layout: &[u32]) -> Vec<u8> {
+    layout.iter().flat_map(|p| p.to_le_bytes()).collect()
+}
+
+/// A table file's open error, naming the table and the file.
+fn open_error(name: &str, path: &Path, e: DevFileError) -> Error {
+    let shown = path.display().to_string();
+    match e {
+        DevFileError::Os(what, e) => Error::io(name, &shown, what, e),
+        DevFileError::MemoryFs(fs) => Error::InvalidArgument(format!(
+            "table '{name}': '{shown}' is on {fs}, a memory file system: a block table there \
+             keeps its rows in RAM and direct I/O is not real; use a path on an SSD"
+        )),
+        DevFileError::NoSpace { free } => Error::InvalidArgument(format!(
+            "table '{name}': '{shown}' needs more than the {free} bytes free on its file system"
+        )),
+        DevFileError::Exists { what } => Error::InvalidArgument(format!(
+            "table '{name}': '{shown}' is {what}; a new table file is never written over one \
+             (open it to re-attach the table, or allow overwriting: what it holds is lost)"
+        )),
+        DevFileError::Locked => Error::InvalidArgument(format!(
+            "table '{name}': '{shown}' is open in another process or table (it is locked): two \
+             owners of one table file would corrupt it"
+        )),
+        DevFileError::TooSmall { size } => Error::InvalidArgument(format!(
+            "table '{name}': '{shown}' holds {size} bytes, too few for the table"
+        )),
+    }
+}
+
+/// Rows in a header's table are at most `u32::MAX`, so positions fit the layout's `u32`s;
+/// `HEADER_BYTES` fields fit the header block.
+const _: () = assert!(HEADER_BYTES <= BLOCK);
