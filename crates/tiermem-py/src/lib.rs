@@ -24,6 +24,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::policy::DataApi>()?;
     m.add_class::<core::model::PyTwoLm>()?;
     m.add_class::<embed::table::PyTable>()?;
+    m.add_class::<embed::blockfile::PyBlockFile>()?;
     m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::update_from, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::sparse_grad, m)?)?;

@@ -1,5 +1,5 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
-``bench tensors`` (alias ``bench train``), ``train dlrm``, ``stress``, ``demo``."""
+``bench blockio``, ``bench tensors`` (alias ``bench train``), ``train dlrm``, ``stress``, ``demo``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     emb = bsub.add_parser("embedding", help="embedding lookups and updates vs torch and FBGEMM, DRAM and tiered")
     _add_output(emb)
     emb.add_argument("--plot", metavar="PNG", help="write a chart of the tiered cases (needs matplotlib)")
+    bio = bsub.add_parser("blockio", help="random rows of a block table file vs the disk's random reads (real disk)")
+    _add_output(bio)
+    bio.add_argument("--dir", help="directory on the disk to measure (default: a disk-backed temp dir)")
+    bio.add_argument("--size", help="table file and device size (default 1 GiB, 256 MiB with --quick)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(
@@ -138,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.embedding import run_cli as run_embedding
 
             return run_embedding(args)
+        if args.command == "bench" and args.bench == "blockio":
+            from ..bench.blockio import run_cli as run_blockio
+
+            return run_blockio(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

@@ -1,5 +1,5 @@
 //! The only module that talks to the operating system with `unsafe` code: memory maps,
-//! NUMA binding, direct I/O, huge-page arrays, and what the machine reports (topology,
+//! NUMA binding, direct I/O (and io_uring batches), huge-page arrays, and what the machine reports (topology,
 //! memory cgroups). Every `unsafe` block carries a `// SAFETY:` comment.
 
 pub mod cgroup;
@@ -9,6 +9,7 @@ pub mod discover;
 pub mod huge;
 pub mod mmap;
 pub mod numa;
+pub mod uring;
 
 /// The system page size in bytes.
 #[must_use]

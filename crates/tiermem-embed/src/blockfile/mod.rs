@@ -5,21 +5,25 @@
 //! corrupting it. Every block read is verified: a damaged, truncated or misplaced block is a
 //! [`Error::Corrupt`] naming the table, the block and the file, never a wrong row.
 //!
-//! Reads and writes of a batch are deduplicated per block and issued from a pool of
-//! `depth` threads (the queue depth), one block (or one run of a wide row's blocks) per
-//! request; writes are read-modify-write of whole blocks, each block once per batch.
+//! Reads and writes of a batch are deduplicated per block, one block (or one run of a wide
+//! row's blocks) per request, `depth` requests in flight (the queue depth): reads through
+//! io_uring where the kernel allows it ([`tiermem_core::sys::uring`]), else from a pool of
+//! `depth` threads (`TIERMEM_IO=threads` forces the pool); writes from the pool, as
+//! read-modify-write of whole blocks, each block once per batch.
 //!
 //! This is the store only: the row home over it (a cache that stages rows through its slots)
 //! and the layouts, admission, miniature caches and prefetch pipeline of issue 14 build on it.
 
 pub mod format;
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use format::{Header, BLOCK, HEADER_BYTES, PAYLOAD};
 use tiermem_core::sys::devfile::{DevFile, DevFileError, Options};
 use tiermem_core::sys::direct_io::{AlignedBuf, DirectFile};
+use tiermem_core::sys::uring::Uring;
 use tiermem_core::{ensure, Error, Result};
 
 use crate::DType;
@@ -39,6 +43,8 @@ pub struct BlockFile {
     /// Row → position.
     layout: Vec<u32>,
     pool: rayon::ThreadPool,
+    /// Batched reads through io_uring, where the kernel allows it.
+    uring: Option<Uring>,
 }
 
 impl std::fmt::Debug for BlockFile {
@@ -192,6 +198,12 @@ impl BlockFile {
             .thread_name(|i| format!("tiermem-blockio-{i}"))
             .build()
             .map_err(|e| Error::InvalidArgument(format!("table '{name}': I/O threads: {e}")))?;
+        let threads_only = std::env::var("TIERMEM_IO").is_ok_and(|v| v == "threads");
+        let uring = if threads_only {
+            None
+        } else {
+            Uring::new(depth.clamp(1, 256) as u32).ok()
+        };
         Ok(BlockFile {
             name: name.to_owned(),
             path: path.to_owned(),
@@ -200,6 +212,7 @@ impl BlockFile {
             header,
             layout,
             pool,
+            uring,
         })
     }
 
@@ -272,6 +285,22 @@ impl BlockFile {
         self.pool.current_num_threads()
     }
 
+    /// Issue reads from the thread pool from now on, even where io_uring works (what
+    /// `TIERMEM_IO=threads` does for every file; tests compare the two).
+    pub fn use_threads(&mut self) {
+        self.uring = None;
+    }
+
+    /// How reads are issued: `"io_uring"` or `"threads"`.
+    #[must_use]
+    pub fn read_engine(&self) -> &'static str {
+        if self.uring.is_some() {
+            "io_uring"
+        } else {
+            "threads"
+        }
+    }
+
     fn place(&self, row: u64) -> Place {
         let h = &self.header;
         let p = u64::from(self.layout[row as usize]);
@@ -308,44 +337,63 @@ impl BlockFile {
     /// one buffer holding them in order.
     fn read_blocks(&self, blocks: &[u64]) -> Result<AlignedBuf> {
         let mut buf = AlignedBuf::new(blocks.len().max(1) * BLOCK);
-        let base = buf.as_mut_slice().as_mut_ptr() as usize;
         // Runs of consecutive blocks (a wide row's) are one request each.
         let runs = runs(blocks, 64);
-        let next = AtomicUsize::new(0);
         let shown = self.path.display().to_string();
-        let result: Result<()> = self.pool.install(|| {
-            rayon::broadcast(|_| -> Result<()> {
-                loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(first_idx, first, n)) = runs.get(k) else {
-                        return Ok(());
-                    };
-                    // SAFETY: run k covers buffer blocks first_idx..first_idx + n, which no
-                    // other run covers; the buffer outlives the pool call.
-                    let s = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            (base + first_idx * BLOCK) as *mut u8,
-                            n * BLOCK,
-                        )
-                    };
-                    self.io
-                        .read_at(s, self.header.data_offset(first))
-                        .map_err(|e| {
-                            Error::io(&self.name, &shown, format!("read block {first}"), e)
-                        })?;
-                    for (j, blk) in s.chunks_exact(BLOCK).enumerate() {
-                        let b = first + j as u64;
-                        format::verify(blk, b).map_err(|what| Error::Corrupt {
-                            path: shown.clone(),
-                            what: format!("table '{}': {what}", self.name),
-                        })?;
+        let failed =
+            |first: u64, e| Error::io(&self.name, &shown, format!("read block {first}"), e);
+        if let Some(u) = &self.uring {
+            let mut rest = buf.as_mut_slice();
+            let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(runs.len());
+            for &(_, first, n) in &runs {
+                let (s, tail) = rest.split_at_mut(n * BLOCK);
+                reqs.push((self.header.data_offset(first), s));
+                rest = tail;
+            }
+            let fd = self._file.file.as_raw_fd();
+            for (r, &(_, first, _)) in u.read_all(fd, &mut reqs).into_iter().zip(&runs) {
+                r.map_err(|e| failed(first, e))?;
+            }
+        } else {
+            let base = buf.as_mut_slice().as_mut_ptr() as usize;
+            let next = AtomicUsize::new(0);
+            let result: Result<()> = self.pool.install(|| {
+                rayon::broadcast(|_| -> Result<()> {
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(first_idx, first, n)) = runs.get(k) else {
+                            return Ok(());
+                        };
+                        // SAFETY: run k covers buffer blocks first_idx..first_idx + n, which no
+                        // other run covers; the buffer outlives the pool call.
+                        let s = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                (base + first_idx * BLOCK) as *mut u8,
+                                n * BLOCK,
+                            )
+                        };
+                        self.io
+                            .read_at(s, self.header.data_offset(first))
+                            .map_err(|e| failed(first, e))?;
                     }
-                }
-            })
-            .into_iter()
-            .collect()
-        });
-        result.map(|()| buf)
+                })
+                .into_iter()
+                .collect()
+            });
+            result?;
+        }
+        for (j, blk) in buf
+            .as_mut_slice()
+            .chunks_exact(BLOCK)
+            .take(blocks.len())
+            .enumerate()
+        {
+            format::verify(blk, blocks[j]).map_err(|what| Error::Corrupt {
+                path: shown.clone(),
+                what: format!("table '{}': {what}", self.name),
+            })?;
+        }
+        Ok(buf)
     }
 
     /// Copy rows `rows` (any order, repeats allowed) into `out` (`rows.len() * stride`

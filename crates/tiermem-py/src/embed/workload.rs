@@ -7,7 +7,6 @@ use tiermem_embed::workload::{self, Dist};
 use crate::buffer::view;
 use crate::error::{run, to_py};
 
-/// Fill each `outs[t]` (int64, `batch * bag` long) with a batch of indices for a table of
 /// Fill a float32 buffer with values uniform in `[low, high)`, element k a function of
 /// `(seed, start + k)` only.
 #[pyfunction]
@@ -26,6 +25,7 @@ pub fn uniform_into(
     Ok(())
 }
 
+/// Fill each `outs[t]` (int64, `batch * bag` long) with a batch of indices for a table of
 /// `tables[t]` rows. `dist`: uniform, zipf (exponent `alpha`) or production (`histogram`).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]

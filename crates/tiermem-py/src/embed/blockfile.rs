@@ -1,0 +1,117 @@
+//! `tiermem._tiermem.BlockFile`: a table's block file (`tiermem_embed::blockfile`), rows in
+//! and out as bytes, with the GIL released.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use tiermem_embed::blockfile::BlockFile;
+use tiermem_embed::DType;
+
+use crate::buffer::view;
+use crate::error::{run, to_py};
+use crate::shared::Shared;
+
+/// An open, locked table file.
+#[pyclass(name = "BlockFile", module = "tiermem._tiermem", frozen)]
+pub struct PyBlockFile {
+    inner: Shared<BlockFile>,
+}
+
+#[pymethods]
+impl PyBlockFile {
+    /// Create the file for `rows` zeroed rows of `width` elements of `dtype`.
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        name: &str,
+        rows: u64,
+        width: u32,
+        dtype: &str,
+        overwrite: bool,
+        depth: usize,
+    ) -> PyResult<Self> {
+        let dt = DType::parse(dtype).map_err(to_py)?;
+        let f = run(py, || {
+            BlockFile::create(&path, name, rows, width, dt, overwrite, depth)
+        })?;
+        Ok(PyBlockFile {
+            inner: Shared::new(f),
+        })
+    }
+
+    /// Re-attach an existing table file.
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf, name: &str, depth: usize) -> PyResult<Self> {
+        let f = run(py, || BlockFile::open(&path, name, depth))?;
+        Ok(PyBlockFile {
+            inner: Shared::new(f),
+        })
+    }
+
+    #[getter]
+    fn rows(&self) -> u64 {
+        self.inner.rows()
+    }
+
+    #[getter]
+    fn stride(&self) -> usize {
+        self.inner.stride()
+    }
+
+    #[getter]
+    fn depth(&self) -> usize {
+        self.inner.depth()
+    }
+
+    #[getter]
+    fn read_engine(&self) -> &'static str {
+        self.inner.read_engine()
+    }
+
+    /// Rows per block (1 for rows wider than a block) and blocks per row.
+    #[getter]
+    fn geometry(&self) -> (u32, u32) {
+        let h = self.inner.header();
+        (h.rows_per_block, h.blocks_per_row)
+    }
+
+    /// Copy rows `rows` (uint64) into `out` (uint8, `len(rows) * stride` bytes).
+    fn read_rows(
+        &self,
+        py: Python<'_>,
+        rows: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let r = view::<u64>(rows, "rows (uint64)", false)?;
+        let o = view::<u8>(out, "out (uint8)", true)?;
+        run(py, || {
+            // SAFETY: both views keep their buffers exported for the call; `out` is written
+            // only here, `rows` only read.
+            let (r, o) = unsafe { (r.slice(), o.slice_mut()) };
+            self.inner.read_rows(r, o)
+        })
+    }
+
+    /// Overwrite rows `rows` (uint64) from `src` (uint8, `len(rows) * stride` bytes).
+    fn write_rows(
+        &self,
+        py: Python<'_>,
+        rows: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let r = view::<u64>(rows, "rows (uint64)", false)?;
+        let s = view::<u8>(src, "src (uint8)", false)?;
+        run(py, || {
+            // SAFETY: both views keep their buffers exported for the call; only read.
+            let (r, s) = unsafe { (r.slice(), s.slice()) };
+            self.inner.write_rows(r, s)
+        })
+    }
+
+    /// Make every write durable.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, || self.inner.sync())
+    }
+}
