@@ -36,9 +36,8 @@ pub struct BlockFile {
     name: String,
     path: PathBuf,
     io: DirectFile,
-    /// Held for the lock (and, for a file this process created but failed to initialise,
-    /// its removal).
-    _file: DevFile,
+    /// The open file: its lock lasts as long as this value; io_uring and `sync` use it.
+    file: DevFile,
     header: Header,
     /// Row → position.
     layout: Vec<u32>,
@@ -208,7 +207,7 @@ impl BlockFile {
             name: name.to_owned(),
             path: path.to_owned(),
             io,
-            _file: file,
+            file,
             header,
             layout,
             pool,
@@ -350,37 +349,22 @@ impl BlockFile {
                 reqs.push((self.header.data_offset(first), s));
                 rest = tail;
             }
-            let fd = self._file.file.as_raw_fd();
+            let fd = self.file.file.as_raw_fd();
             for (r, &(_, first, _)) in u.read_all(fd, &mut reqs).into_iter().zip(&runs) {
                 r.map_err(|e| failed(first, e))?;
             }
         } else {
             let base = buf.as_mut_slice().as_mut_ptr() as usize;
-            let next = AtomicUsize::new(0);
-            let result: Result<()> = self.pool.install(|| {
-                rayon::broadcast(|_| -> Result<()> {
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(first_idx, first, n)) = runs.get(k) else {
-                            return Ok(());
-                        };
-                        // SAFETY: run k covers buffer blocks first_idx..first_idx + n, which no
-                        // other run covers; the buffer outlives the pool call.
-                        let s = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                (base + first_idx * BLOCK) as *mut u8,
-                                n * BLOCK,
-                            )
-                        };
-                        self.io
-                            .read_at(s, self.header.data_offset(first))
-                            .map_err(|e| failed(first, e))?;
-                    }
-                })
-                .into_iter()
-                .collect()
-            });
-            result?;
+            self.on_pool(&runs, |first_idx, first, n| {
+                // SAFETY: run `first_idx..first_idx + n` of the buffer is this request's
+                // alone (`on_pool` hands each run to one thread); the buffer outlives the call.
+                let s = unsafe {
+                    std::slice::from_raw_parts_mut((base + first_idx * BLOCK) as *mut u8, n * BLOCK)
+                };
+                self.io
+                    .read_at(s, self.header.data_offset(first))
+                    .map_err(|e| failed(first, e))
+            })?;
         }
         for (j, blk) in buf
             .as_mut_slice()
@@ -440,9 +424,27 @@ impl BlockFile {
             format::seal(blk, blocks[j]);
         }
         let runs = runs(&blocks, 64);
-        let next = AtomicUsize::new(0);
         let shown = self.path.display().to_string();
         let base = data.as_ptr() as usize;
+        self.on_pool(&runs, |first_idx, first, n| {
+            // SAFETY: as in `read_blocks`; here only read.
+            let s = unsafe {
+                std::slice::from_raw_parts((base + first_idx * BLOCK) as *const u8, n * BLOCK)
+            };
+            self.io
+                .write_at(s, self.header.data_offset(first))
+                .map_err(|e| Error::io(&self.name, &shown, format!("write block {first}"), e))
+        })
+    }
+
+    /// Run `f(index in the buffer, first block, blocks)` for every run on the I/O pool, each
+    /// run on one thread, `depth` at a time; the first error is returned.
+    fn on_pool(
+        &self,
+        runs: &[(usize, u64, usize)],
+        f: impl Fn(usize, u64, usize) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let next = AtomicUsize::new(0);
         self.pool.install(|| {
             rayon::broadcast(|_| -> Result<()> {
                 loop {
@@ -450,18 +452,7 @@ impl BlockFile {
                     let Some(&(first_idx, first, n)) = runs.get(k) else {
                         return Ok(());
                     };
-                    // SAFETY: as in `read_blocks`; here only read.
-                    let s = unsafe {
-                        std::slice::from_raw_parts(
-                            (base + first_idx * BLOCK) as *const u8,
-                            n * BLOCK,
-                        )
-                    };
-                    self.io
-                        .write_at(s, self.header.data_offset(first))
-                        .map_err(|e| {
-                            Error::io(&self.name, &shown, format!("write block {first}"), e)
-                        })?;
+                    f(first_idx, first, n)?;
                 }
             })
             .into_iter()
@@ -471,7 +462,7 @@ impl BlockFile {
 
     /// Make every write so far durable (`fdatasync`).
     pub fn sync(&self) -> Result<()> {
-        self._file
+        self.file
             .file
             .sync_data()
             .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), "sync", e))
