@@ -15,6 +15,7 @@ pub(crate) mod elem;
 pub mod home;
 pub(crate) mod locks;
 pub mod lookup;
+pub mod mrc;
 pub mod optim;
 pub mod reference;
 pub mod reindex;
