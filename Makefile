@@ -39,8 +39,8 @@ build-dev: $(STAMP) ## build the extension in debug mode into .venv
 	$(VENV)/bin/maturin develop -q
 
 .PHONY: test-rs
-test-rs: ## Rust tests of the core (unit, property, stress, bad input, doc)
-	cargo test --release -p tiermem-core
+test-rs: ## Rust tests of the core and the embedding crate (unit, property, stress, bad input, kernels against references on every ISA, doc)
+	cargo test --release -p tiermem-core -p tiermem-embed
 
 .PHONY: test-py
 test-py: build $(TORCH_STAMP) ## Python tests
