@@ -5,6 +5,7 @@ from typing import Any, final
 __version__: str
 __all__ = [
     "CACHE_POLICIES",
+    "DISTRIBUTIONS",
     "DTYPES",
     "DataApi",
     "HOME_KINDS",
@@ -14,6 +15,7 @@ __all__ = [
     "OPTIMIZERS",
     "PLACES",
     "POLICIES",
+    "REUSE_BUCKETS",
     "Recorder",
     "BlockFile",
     "Table",
@@ -43,6 +45,8 @@ CACHE_POLICIES: list[str]
 MODES: list[str]
 DTYPES: list[str]
 HOME_KINDS: list[str]
+DISTRIBUTIONS: list[str]
+REUSE_BUCKETS: list[tuple[int, int]]
 ISAS: list[str]
 
 @final

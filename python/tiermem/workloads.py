@@ -25,28 +25,13 @@ from .exceptions import InvalidArgumentError
 
 __all__ = ["DISTRIBUTIONS", "META_REUSE", "REUSE_BUCKETS", "batch", "reuse_histogram"]
 
-DISTRIBUTIONS = ("uniform", "zipf", "production")
+#: Index distributions the generators draw from (the core's registry).
+DISTRIBUTIONS: tuple[str, ...] = tuple(_tiermem.DISTRIBUTIONS)
 
-#: Reuse-factor buckets: a row used (lo, hi] times in a batch (the last is open-ended).
-REUSE_BUCKETS = [
-    (0, 1),
-    (1, 2),
-    (2, 4),
-    (4, 8),
-    (8, 16),
-    (16, 32),
-    (32, 64),
-    (64, 128),
-    (128, 256),
-    (256, 512),
-    (512, 1024),
-    (1024, 2048),
-    (2048, 4096),
-    (4096, 8192),
-    (8192, 16384),
-    (16384, 32768),
-    (32768, None),
-]
+#: Reuse-factor buckets: a row used (lo, hi] times in a batch (the last is open-ended); the
+#: core's ``REUSE_BUCKETS``, whose last bucket is capped where generators need a bound.
+REUSE_BUCKETS: list[tuple[int, int | None]] = [(lo, hi) for lo, hi in _tiermem.REUSE_BUCKETS[:-1]]
+REUSE_BUCKETS.append((_tiermem.REUSE_BUCKETS[-1][0], None))
 
 #: Share of distinct rows per reuse bucket, averaged over the datasets of each release of
 #: facebookresearch/dlrm_datasets (MIT licence): "Histogram of col sizes" in the locality

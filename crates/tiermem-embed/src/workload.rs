@@ -258,6 +258,28 @@ pub enum Dist {
     Production(Vec<f64>),
 }
 
+impl Dist {
+    /// Every distribution's name, as [`Dist::parse`] takes them.
+    pub const NAMES: &'static [&'static str] = &["uniform", "zipf", "production"];
+
+    /// The distribution called `name`: `zipf` takes the exponent `alpha`, `production` the
+    /// reuse histogram (one share per [`REUSE_BUCKETS`] entry).
+    pub fn parse(name: &str, alpha: f64, histogram: Option<Vec<f64>>) -> Result<Self> {
+        Ok(match (name, histogram) {
+            ("uniform", _) => Dist::Uniform,
+            ("zipf", _) => Dist::Zipf(alpha),
+            ("production", Some(h)) => Dist::Production(h),
+            ("production", None) => {
+                tiermem_core::bail!("distribution 'production' needs a reuse histogram")
+            }
+            _ => tiermem_core::bail!(
+                "unknown distribution '{name}' (known: {})",
+                Self::NAMES.join(", ")
+            ),
+        })
+    }
+}
+
 /// Generate one batch of fixed-size bags for each table: `tables[t]` rows, `batch` bags of
 /// `bag` indices, reproducible from `seed` and `step` (the batch number). Returns each
 /// table's `values` (length `batch * bag`).

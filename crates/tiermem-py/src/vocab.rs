@@ -1,6 +1,7 @@
 //! The names Python validates against, exported from the crates' own registries so that no
 //! layer above keeps a copy: policies, places, optimizers, cache policies, lookup modes,
-//! storage types, row-home kinds and instruction sets.
+//! storage types, row-home kinds, instruction sets, and the reuse buckets of the
+//! production-like workloads.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -22,6 +23,14 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MODES", tiermem_embed::lookup::Mode::NAMES.to_vec())?;
     m.add("DTYPES", tiermem_embed::DType::NAMES.to_vec())?;
     m.add("HOME_KINDS", tiermem_embed::home::KINDS.to_vec())?;
+    m.add(
+        "DISTRIBUTIONS",
+        tiermem_embed::workload::Dist::NAMES.to_vec(),
+    )?;
+    m.add(
+        "REUSE_BUCKETS",
+        tiermem_embed::workload::REUSE_BUCKETS.to_vec(),
+    )?;
     m.add(
         "ISAS",
         tiermem_core::arch::available()

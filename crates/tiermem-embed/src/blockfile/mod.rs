@@ -384,16 +384,7 @@ impl BlockFile {
     /// bytes, row k at `k * stride`). Each block is read once.
     pub fn read_rows(&self, rows: &[u64], out: &mut [u8]) -> Result<()> {
         let stride = self.stride();
-        ensure!(
-            out.len() == rows.len() * stride,
-            "table '{}': {} bytes of output for {} rows of {stride} bytes",
-            self.name,
-            out.len(),
-            rows.len()
-        );
-        self.check_rows(rows)?;
-        let blocks = self.distinct_blocks(rows);
-        let mut buf = self.read_blocks(&blocks)?;
+        let (blocks, mut buf) = self.fetch(rows, out.len(), "output")?;
         let data = buf.as_mut_slice();
         for (k, &r) in rows.iter().enumerate() {
             self.copy_out(r, &blocks, data, &mut out[k * stride..(k + 1) * stride]);
@@ -406,16 +397,7 @@ impl BlockFile {
     /// (read-modify-write), at the queue depth.
     pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
         let stride = self.stride();
-        ensure!(
-            src.len() == rows.len() * stride,
-            "table '{}': {} bytes of input for {} rows of {stride} bytes",
-            self.name,
-            src.len(),
-            rows.len()
-        );
-        self.check_rows(rows)?;
-        let blocks = self.distinct_blocks(rows);
-        let mut buf = self.read_blocks(&blocks)?;
+        let (blocks, mut buf) = self.fetch(rows, src.len(), "input")?;
         let data = buf.as_mut_slice();
         for (k, &r) in rows.iter().enumerate() {
             self.copy_in(r, &blocks, data, &src[k * stride..(k + 1) * stride]);
@@ -458,6 +440,22 @@ impl BlockFile {
             .into_iter()
             .collect()
         })
+    }
+
+    /// Check a batch (`bytes` of `what` for `rows`, every row in range) and read, once each,
+    /// the blocks its rows occupy: the blocks (sorted) and a buffer holding them in order.
+    fn fetch(&self, rows: &[u64], bytes: usize, what: &str) -> Result<(Vec<u64>, AlignedBuf)> {
+        let stride = self.stride();
+        ensure!(
+            bytes == rows.len() * stride,
+            "table '{}': {bytes} bytes of {what} for {} rows of {stride} bytes",
+            self.name,
+            rows.len()
+        );
+        self.check_rows(rows)?;
+        let blocks = self.distinct_blocks(rows);
+        let buf = self.read_blocks(&blocks)?;
+        Ok((blocks, buf))
     }
 
     /// Make every write so far durable (`fdatasync`).

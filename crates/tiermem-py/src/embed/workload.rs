@@ -40,16 +40,7 @@ pub fn generate_into(
     seed: u64,
     step: u64,
 ) -> PyResult<()> {
-    let d = match (dist, histogram) {
-        ("uniform", _) => Dist::Uniform,
-        ("zipf", _) => Dist::Zipf(alpha),
-        ("production", Some(h)) => Dist::Production(h),
-        _ => {
-            return Err(to_py(Error::InvalidArgument(format!(
-                "unknown distribution '{dist}' (known: uniform, zipf, production with a histogram)"
-            ))))
-        }
-    };
+    let d = Dist::parse(dist, alpha, histogram).map_err(to_py)?;
     let vs = outs
         .iter()
         .map(|o| view::<i64>(o, "indices out (int64)", true))
