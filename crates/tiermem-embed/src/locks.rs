@@ -4,7 +4,7 @@
 //! in address order, shared or exclusive alike; none taken on a thread of the rayon pool.
 //! Kernels that run on the pool only touch tables whose locks their caller holds. Every
 //! table lock in the crate is taken through [`shared`] / [`exclusive`] (one table) or
-//! [`shared_all`] / [`exclusive_all`] (several, sorted here).
+//! [`for_lookup`] / [`exclusive_all`] (several, sorted here).
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
@@ -35,16 +35,32 @@ fn order(tables: &[&Table]) -> Vec<usize> {
     o
 }
 
-/// Shared locks on every table, taken in address order (a table named twice is locked once).
-pub(crate) fn shared_all<'a>(tables: &[&'a Table]) -> Result<Vec<RwLockReadGuard<'a, Mutable>>> {
-    may_block(SHARED)?;
+/// A lock held by a lookup: shared, or exclusive for a table that stages its rows. Held for
+/// its drop, which releases the lock; never read.
+#[expect(dead_code, reason = "a guard is held, not read")]
+pub(crate) enum Held<'a> {
+    /// Shared.
+    Shared(RwLockReadGuard<'a, Mutable>),
+    /// Exclusive.
+    Exclusive(RwLockWriteGuard<'a, Mutable>),
+}
+
+/// A lookup's locks, in address order: exclusive on tables whose cache stages rows (the
+/// staging and the kernel must not be separated by another call's eviction), shared on
+/// the rest. A table named twice is locked once.
+pub(crate) fn for_lookup<'a>(tables: &[&'a Table]) -> Result<Vec<Held<'a>>> {
+    may_block(EXCLUSIVE)?;
     let o = order(tables);
     let mut out = Vec::with_capacity(o.len());
     for (k, &t) in o.iter().enumerate() {
         if k > 0 && std::ptr::eq(tables[o[k - 1]], tables[t]) {
             continue;
         }
-        out.push(tables[t].lock.read_recursive());
+        out.push(if tables[t].staged() {
+            Held::Exclusive(tables[t].lock.write())
+        } else {
+            Held::Shared(tables[t].lock.read_recursive())
+        });
     }
     Ok(out)
 }

@@ -178,7 +178,7 @@ pub fn lookup(
         .iter()
         .filter(|t| {
             t.cache()
-                .is_some_and(|c| c.policy.reclaims_when_full() && c.isfull())
+                .is_some_and(|c| !c.staged() && c.policy.reclaims_when_full() && c.isfull())
         })
         .collect();
     match full.as_slice() {
@@ -197,12 +197,13 @@ pub fn lookup(
     }
     for t in tables {
         if let Some(c) = t.cache() {
-            if c.policy.fills_on_first_use() && !c.filled() {
+            if !c.staged() && c.policy.fills_on_first_use() && !c.filled() {
                 t.fill_cache(0)?;
             }
         }
     }
-    let _locks = super::locks::shared_all(tables)?;
+    let _locks = super::locks::for_lookup(tables)?;
+    let staged = stage_all(tables, bags)?;
     let ptr = SharedMut(out.data.as_mut_ptr());
     let mut jobs = Vec::new();
     for (t, (tab, b)) in tables.iter().zip(bags).enumerate() {
@@ -248,12 +249,43 @@ pub fn lookup(
     for (t, x) in &tallies {
         per[*t].add(x);
     }
+    for (t, s) in staged {
+        // A staged table's kernel only hits: the staging saw the misses.
+        per[t].hits = s.hits;
+        per[t].misses = s.misses;
+        per[t].cached += s.cached;
+        per[t].home_read += s.home_read;
+    }
     let mut total = Tally::default();
     for (tab, x) in tables.iter().zip(&per) {
         tab.record(x);
         total.add(x);
     }
     Ok(total)
+}
+
+/// Stage the rows of every staged table (exclusive lock held by the caller), each table
+/// once with the indices of all its bags; every index is checked first. Returns, per
+/// table staged, the first position it has in `tables` and the staging's tally.
+pub(crate) fn stage_all(tables: &[&Table], bags: &[Bags<'_>]) -> Result<Vec<(usize, Tally)>> {
+    let mut out: Vec<(usize, Tally)> = Vec::new();
+    for (t, tab) in tables.iter().enumerate() {
+        let Some(c) = tab.cache().filter(|c| c.staged()) else {
+            continue;
+        };
+        if tables[..t].iter().any(|o| std::ptr::eq(*o, *tab)) {
+            continue;
+        }
+        let mut rows = Vec::new();
+        for (u, b) in bags.iter().enumerate() {
+            if std::ptr::eq(tables[u], *tab) {
+                super::bags::check_indices(u, b.values(), tab.rows())?;
+                rows.extend(b.values().iter().map(|&v| v as u64));
+            }
+        }
+        out.push((t, c.stage(&mut rows, true)?));
+    }
+    Ok(out)
 }
 
 struct Run<'a, 'b> {
@@ -396,7 +428,8 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
         tables.len(),
         bags.len()
     );
-    let _locks = super::locks::shared_all(tables)?;
+    let _locks = super::locks::for_lookup(tables)?;
+    stage_all(tables, bags)?;
     let mut jobs = Vec::new();
     for (t, b) in bags.iter().enumerate() {
         super::bags::check_indices(t, b.values(), tables[t].rows())?;

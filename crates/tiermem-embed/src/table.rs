@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::blockfile::BlockFile;
 use super::cache::{CacheConfig, CachedRows, MAX_ROWS};
-use super::home::{Home, MemoryHome, ModelHome};
+use super::home::{BlockHome, Home, MemoryHome, ModelHome};
 use super::rows::{RowSource, Tally};
 use super::DType;
 use tiermem_core::manager::{Manager, Reservation};
@@ -126,6 +127,10 @@ impl Table {
     ) -> Result<Self> {
         Self::check_shape(rows, width)?;
         let home = make(stride_of(width, dtype))?;
+        ensure!(
+            home.block().is_none(),
+            "a block table's rows are read through a cache: give it one (Table::block)"
+        );
         Self::build(rows, width, dtype, Storage::Direct(home))
     }
 
@@ -167,12 +172,67 @@ impl Table {
         dtype: DType,
         config: CacheConfig,
     ) -> Result<Self> {
+        ensure!(slow != fast, "a cached table needs two different devices");
+        let n = manager.devices().len();
+        ensure!(
+            slow < n,
+            "device index {slow} (base rows) must be below {n}"
+        );
+        Self::cached_over(manager, fast, rows, width, dtype, config, |stride| {
+            Ok(MemoryHome::new(manager, slow, rows, stride)?.into())
+        })
+    }
+
+    /// A block table: rows in the table file `file` (created or re-attached), a cache of
+    /// `cachelower + cacheslack` bytes on manager device `fast`, rows of the file's shape.
+    /// Every call stages the rows it touches into the cache first (read from the file in
+    /// one batch); dirty rows go back to the file as the cache makes room, on
+    /// [`Table::sync`] and when the table is dropped.
+    pub fn block(
+        manager: &Arc<Manager>,
+        fast: usize,
+        file: BlockFile,
+        config: CacheConfig,
+    ) -> Result<Self> {
+        let h = *file.header();
+        let rows = usize::try_from(h.rows).map_err(|_| {
+            Error::InvalidArgument(format!("{} rows do not fit this machine", h.rows))
+        })?;
+        Self::cached_over(
+            manager,
+            fast,
+            rows,
+            h.width as usize,
+            h.dtype,
+            config,
+            |stride| {
+                ensure!(
+                    stride == file.stride(),
+                    "table file '{}' has rows of {} bytes, expected {stride}",
+                    file.path().display(),
+                    file.stride()
+                );
+                Ok(BlockHome::new(file).into())
+            },
+        )
+    }
+
+    /// A cached table over the home `make` builds for rows of the stride it is given, its
+    /// cache on device `fast`.
+    fn cached_over(
+        manager: &Arc<Manager>,
+        fast: usize,
+        rows: usize,
+        width: usize,
+        dtype: DType,
+        config: CacheConfig,
+        make: impl FnOnce(usize) -> Result<Home>,
+    ) -> Result<Self> {
         Self::check_shape(rows, width)?;
         ensure!(
             rows < MAX_ROWS,
             "{rows} rows: cached tables hold fewer than {MAX_ROWS} rows"
         );
-        ensure!(slow != fast, "a cached table needs two different devices");
         let stride = stride_of(width, dtype);
         let table_bytes = rows as u64 * stride as u64;
         let want = config.lower.saturating_add(config.slack).min(table_bytes);
@@ -182,10 +242,7 @@ impl Table {
         let frames = cache_rows.div_ceil(frame_rows);
         let cache_bytes = (frames * frame_rows * stride) as u64;
         let n = manager.devices().len();
-        ensure!(
-            slow < n && fast < n,
-            "device indices {slow} (base rows) and {fast} (cache) must be below {n}"
-        );
+        ensure!(fast < n, "device index {fast} (cache) must be below {n}");
         let fast_dev = &manager.devices()[fast];
         ensure!(
             cache_bytes <= fast_dev.capacity,
@@ -193,7 +250,7 @@ impl Table {
             fast_dev.name,
             fast_dev.capacity
         );
-        let home = MemoryHome::new(manager, slow, rows, stride)?;
+        let home = make(stride)?;
         let cache = Reservation::new(manager, fast, cache_bytes)?;
         let config = CacheConfig {
             lower: config.lower.min(cache_bytes),
@@ -202,13 +259,13 @@ impl Table {
                 .min(cache_bytes - config.lower.min(cache_bytes)),
             ..config
         };
-        // SAFETY: the home holds rows * stride bytes, the cache frames * frame_rows * stride;
-        // the cached rows own both.
+        // SAFETY: the home holds rows * stride bytes (or stages them), the cache frames *
+        // frame_rows * stride; the cached rows own both.
         let rows_impl = unsafe {
             CachedRows::new(
                 rows,
                 stride,
-                home.into(),
+                home,
                 (cache, manager.devices()[fast].clone()),
                 frame_rows,
                 frames,
@@ -282,9 +339,15 @@ impl Table {
         }
     }
 
-    /// Manager device indices: (home, cache).
+    /// Whether the table stages the rows each call touches into its cache (a block table).
     #[must_use]
-    pub fn devices(&self) -> (usize, Option<usize>) {
+    pub fn staged(&self) -> bool {
+        self.cache().is_some_and(CachedRows::staged)
+    }
+
+    /// Manager device indices: (home, cache); the home's is `None` for a table file.
+    #[must_use]
+    pub fn devices(&self) -> (Option<usize>, Option<usize>) {
         match &self.storage {
             Storage::Direct(h) => (h.device_index(), None),
             Storage::Cached(c) => (c.home().device_index(), Some(c.cache_device())),
@@ -366,7 +429,11 @@ impl Table {
             return Ok(0);
         };
         let order = super::workload::Lfsr::permutation(self.rows, seed)?;
-        let t = c.fill(order);
+        let t = if c.staged() {
+            c.stage_fill(order)?
+        } else {
+            c.fill(order)
+        };
         self.record(&Tally {
             hits: 0,
             misses: 0,
@@ -391,7 +458,12 @@ impl Table {
         let Some(c) = self.cache() else {
             return Ok(0);
         };
-        let t = c.fill(rows.iter().map(|&r| r as usize));
+        let order = rows.iter().map(|&r| r as usize);
+        let t = if c.staged() {
+            c.stage_fill(order)?
+        } else {
+            c.fill(order)
+        };
         self.record(&Tally {
             hits: 0,
             misses: 0,
@@ -403,34 +475,78 @@ impl Table {
     /// Copy rows `start..start + n` out as `f32` (following the pointer table, so cached
     /// and updated rows read their newest value) into `out` (`n * width` floats).
     pub fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
-        self.span(start, out.len())?;
+        let n = self.span(start, out.len())?;
+        if self.staged() {
+            let w = self.width;
+            return self.staged_span(start, n, |first, k| {
+                self.copy_rows(
+                    first,
+                    CopyDir::Out(&mut out[(first - start) * w..][..k * w]),
+                );
+            });
+        }
         let _s = self.shared()?;
+        self.copy_rows(start, CopyDir::Out(out));
+        Ok(())
+    }
+
+    fn copy_rows(&self, start: usize, out: CopyDir<'_>) {
         self.with_rows(
             false,
             RowCopy {
                 start,
                 width: self.width,
                 dtype: self.dtype,
-                out: CopyDir::Out(out),
+                out,
             },
         );
+    }
+
+    /// Rows `start..start + n` of a staged table in pieces the cache holds: each piece
+    /// staged, then `f(first row, rows)` (exclusive lock held throughout).
+    fn staged_span(&self, start: usize, n: usize, mut f: impl FnMut(usize, usize)) -> Result<()> {
+        let _x = self.exclusive()?;
+        let Some(c) = self.cache() else {
+            return Ok(());
+        };
+        let piece = (c.capacity() as usize / self.stride / 2).max(1);
+        let mut first = start;
+        while first < start + n {
+            let k = piece.min(start + n - first);
+            let mut rows: Vec<u64> = (first as u64..(first + k) as u64).collect();
+            c.stage(&mut rows, true)?;
+            f(first, k);
+            first += k;
+        }
         Ok(())
+    }
+
+    /// Make a block table's file hold every row's newest value, durably: dirty cached rows
+    /// are written back (they stay cached) and the file is synced. No-op for other tables.
+    pub fn sync(&self) -> Result<()> {
+        let _x = self.exclusive()?;
+        let Some(c) = self.cache().filter(|c| c.staged()) else {
+            return Ok(());
+        };
+        c.write_back_dirty()?;
+        match c.home().block() {
+            Some(b) => b.sync(),
+            None => Ok(()),
+        }
     }
 
     /// Overwrite rows `start..start + n` from `f32` values (`n * width` floats), rounding
     /// to the storage type. Cached copies are updated too.
     pub fn write_rows(&self, start: usize, src: &[f32]) -> Result<()> {
-        self.span(start, src.len())?;
+        let n = self.span(start, src.len())?;
+        if self.staged() {
+            let w = self.width;
+            return self.staged_span(start, n, |first, k| {
+                self.copy_rows(first, CopyDir::In(&src[(first - start) * w..][..k * w]));
+            });
+        }
         let _x = self.exclusive()?;
-        self.with_rows(
-            false,
-            RowCopy {
-                start,
-                width: self.width,
-                dtype: self.dtype,
-                out: CopyDir::In(src),
-            },
-        );
+        self.copy_rows(start, CopyDir::In(src));
         Ok(())
     }
 

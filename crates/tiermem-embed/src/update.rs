@@ -60,6 +60,7 @@ pub fn update(
     let mut guards = super::locks::exclusive_all(tables)?;
     let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut **g).collect();
     let csrs = prepare(tables, bags, &mut states)?;
+    super::lookup::stage_all(tables, bags)?;
     run(
         tables,
         bags,
@@ -97,6 +98,7 @@ pub fn sparse_grad(
     let mut guard = table.exclusive()?;
     let mut states = vec![&mut *guard];
     let csrs = prepare(&[table], std::slice::from_ref(bags), &mut states)?;
+    super::lookup::stage_all(&[table], std::slice::from_ref(bags))?;
     let rows = csrs[0].rows.clone();
     let mut out = vec![0f32; rows.len() * w];
     let sink = Sink::Collect(super::lookup::SharedMut(out.as_mut_ptr()));

@@ -20,6 +20,10 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "CACHE_POLICIES",
         tiermem_embed::cache::policy::NAMES.to_vec(),
     )?;
+    m.add(
+        "PREFETCH_ADMISSIONS",
+        tiermem_embed::cache::policy::prefetch::NAMES.to_vec(),
+    )?;
     m.add("MODES", tiermem_embed::lookup::Mode::NAMES.to_vec())?;
     m.add("DTYPES", tiermem_embed::DType::NAMES.to_vec())?;
     m.add("HOME_KINDS", tiermem_embed::home::KINDS.to_vec())?;

@@ -41,6 +41,8 @@ pub struct BlockFile {
     header: Header,
     /// Row → position.
     layout: Vec<u32>,
+    /// Position → row (the layout's inverse): which rows share a block.
+    rows_at: Vec<u32>,
     pool: rayon::ThreadPool,
     /// Batched reads through io_uring, where the kernel allows it.
     uring: Option<Uring>,
@@ -203,6 +205,10 @@ impl BlockFile {
         } else {
             Uring::new(depth.clamp(1, 256) as u32).ok()
         };
+        let mut rows_at = vec![0u32; layout.len()];
+        for (row, &p) in layout.iter().enumerate() {
+            rows_at[p as usize] = row as u32;
+        }
         Ok(BlockFile {
             name: name.to_owned(),
             path: path.to_owned(),
@@ -210,6 +216,7 @@ impl BlockFile {
             file,
             header,
             layout,
+            rows_at,
             pool,
             uring,
         })
@@ -390,6 +397,48 @@ impl BlockFile {
             self.copy_out(r, &blocks, data, &mut out[k * stride..(k + 1) * stride]);
         }
         Ok(())
+    }
+
+    /// Read, once each, the blocks holding `rows` (any order, repeats allowed) and call
+    /// `f(row, bytes)` for every row stored in them, each once: the rows asked for and the
+    /// rows sharing their blocks (Bandana's prefetch of a block's other rows). A row wider
+    /// than a block has no neighbours. Returns the blocks read.
+    pub fn read_blocks_of(&self, rows: &[u64], mut f: impl FnMut(u64, &[u8])) -> Result<u64> {
+        self.check_rows(rows)?;
+        let blocks = self.distinct_blocks(rows);
+        let mut buf = self.read_blocks(&blocks)?;
+        let data = buf.as_mut_slice();
+        let h = &self.header;
+        let stride = self.stride();
+        if h.blocks_per_row > 1 {
+            let mut distinct = rows.to_vec();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let mut row = vec![0u8; stride];
+            for r in distinct {
+                self.copy_out(r, &blocks, data, &mut row);
+                f(r, &row);
+            }
+        } else {
+            let rpb = u64::from(h.rows_per_block);
+            for (j, &b) in blocks.iter().enumerate() {
+                for k in 0..rpb {
+                    let p = b * rpb + k;
+                    let Some(&r) = self.rows_at.get(p as usize) else {
+                        break;
+                    };
+                    let at = j * BLOCK + k as usize * stride;
+                    f(u64::from(r), &data[at..at + stride]);
+                }
+            }
+        }
+        Ok(blocks.len() as u64)
+    }
+
+    /// The data block holding row `row` (its first, for a row spanning blocks).
+    #[must_use]
+    pub fn block_of(&self, row: u64) -> u64 {
+        self.place(row).block
     }
 
     /// Overwrite rows `rows` from `src` (`rows.len() * stride` bytes); a row given twice

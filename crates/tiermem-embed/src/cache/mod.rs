@@ -23,8 +23,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 pub mod policy;
+mod stage;
 
-pub use policy::{Admission, CachePolicy, PolicyRef};
+pub use policy::{Admission, CachePolicy, PolicyRef, Prefetch};
+pub use stage::StageCounters;
 
 use super::home::Home;
 use super::rows::{charge, RowSource, Tally};
@@ -58,6 +60,8 @@ pub const MAX_ROWS: usize = 1 << 29;
 pub struct CacheConfig {
     /// Flushes shrink the cache to at most this many bytes.
     pub lower: u64,
+    /// What a cache over a block home does with a block's other rows.
+    pub prefetch: Prefetch,
     /// The cache may grow this far beyond `lower` before it is full.
     pub slack: u64,
     /// Policy.
@@ -86,7 +90,11 @@ pub struct CachedRows {
     rows: usize,
     stride: usize,
     /// The home's rows in memory ([`Home::memory`]): misses read there, dirty rows go back.
+    /// Null for a home whose rows are not in memory (a block home): every row a kernel
+    /// touches is staged into a slot first ([`CachedRows::stage`]).
     home: *mut u8,
+    /// Staging state, for a home whose rows are not in memory.
+    staging: Option<Mutex<stage::Staging>>,
     cache: *mut u8,
     entries: HugeSlice<AtomicU32>,
     entries_ptr: *const AtomicU32,
@@ -131,8 +139,9 @@ impl CachedRows {
         ((2usize << 20) / stride).min(cache_rows.div_ceil(8)).max(1)
     }
 
-    /// Build over `home` (the base rows, which must be in memory: [`Home::memory`]) and the
-    /// reservation `cache` on device `cache_dev` (`frames * frame_rows` slots).
+    /// Build over `home` (base rows in memory, [`Home::memory`], or a block home, whose rows
+    /// are staged) and the reservation `cache` on device `cache_dev` (`frames * frame_rows`
+    /// slots).
     ///
     /// # Safety
     /// `home` must hold `rows * stride` bytes of rows and `cache` at least `frames *
@@ -147,12 +156,17 @@ impl CachedRows {
         frames: usize,
         config: CacheConfig,
     ) -> Result<Self> {
-        let Some(home_base) = home.memory() else {
-            tiermem_core::bail!(
+        let staging = home
+            .block()
+            .map(|_| Mutex::new(stage::Staging::new(config.prefetch)));
+        let home_base = match home.memory() {
+            Some(p) => p,
+            None if staging.is_some() => std::ptr::null_mut(),
+            None => tiermem_core::bail!(
                 "a cache in front of a '{}' home is not supported: its rows are not in memory \
                  the cache can read in place",
                 home.kind()
-            );
+            ),
         };
         let slots = frame_rows * frames;
         let entries = HugeSlice::<AtomicU32>::zeroed(rows)?;
@@ -160,6 +174,7 @@ impl CachedRows {
             rows,
             stride,
             home: home_base,
+            staging,
             cache: cache.0.ptr,
             entries_ptr: entries.as_ptr(),
             entries,
@@ -186,6 +201,11 @@ impl CachedRows {
         };
         c.update_marks();
         Ok(c)
+    }
+
+    /// The home's manager device, if it is one.
+    fn home_device(&self) -> Option<&Device> {
+        self.home_rows.device().map(|d| &**d)
     }
 
     fn frame_bytes(&self) -> u64 {
@@ -297,7 +317,14 @@ impl CachedRows {
         self.cache.wrapping_add(slot * self.stride)
     }
 
+    /// Row `row` in its home. A staged home has no rows in memory: reaching here for one is
+    /// a broken invariant (every row a kernel touches is staged first), so it stops loudly
+    /// rather than hand out a wild pointer.
     fn home_ptr(&self, row: usize) -> *mut u8 {
+        assert!(
+            !self.home.is_null(),
+            "row {row} of a block table was not staged into the cache before a kernel used it"
+        );
         self.home.wrapping_add(row * self.stride)
     }
 
@@ -407,7 +434,7 @@ impl CachedRows {
             }
             self.locate(i, true, false, &mut t);
         }
-        charge(self.home_rows.device(), Some(&self.cache_dev), &t);
+        charge(self.home_device(), Some(&self.cache_dev), &t);
         t
     }
 
@@ -470,19 +497,23 @@ impl CachedRows {
         p.active.drain(..n);
         p.free.extend(victims.iter().rev());
         drop(p);
-        self.after_room_made(&t, n as u64, written);
+        self.after_room_made(&t, n as u64, written)?;
         Ok(rows)
     }
 
     /// After a flush or reclaim (pages lock released): tell the policy, clear `full`,
-    /// charge the traffic and count freed pages and written-back rows.
-    fn after_room_made(&self, t: &Tally, pages_freed: u64, written: u64) {
+    /// charge the traffic, count freed pages and written-back rows, and have the home finish
+    /// the write-backs (a block home writes them together; if that fails they stay buffered
+    /// there, still the rows' values, and the error is returned).
+    fn after_room_made(&self, t: &Tally, pages_freed: u64, written: u64) -> Result<()> {
         self.policy.after_room_made(self);
         self.full.store(false, Ordering::Relaxed);
-        charge(self.home_rows.device(), Some(&self.cache_dev), t);
+        charge(self.home_device(), Some(&self.cache_dev), t);
         let mut c = self.counters.lock();
         c.pages_flushed += pages_freed;
         c.rows_written_back += written;
+        drop(c);
+        self.home_rows.stores_done()
     }
 
     /// Take `row` out of the cache from `slot`, writing it home first if `dirty`; returns
@@ -507,9 +538,13 @@ impl CachedRows {
     /// the page with the packing cursor becomes the one new rows fill, emptied pages are
     /// freed. Call with the table's exclusive lock held. Returns rows dropped.
     pub(crate) fn reclaim(&self) -> Result<u64> {
+        self.reclaim_for((self.cacheslack() / self.stride as u64).max(1) as usize)
+    }
+
+    /// [`CachedRows::reclaim`], stopping once `want` slots are free in the walked pages.
+    fn reclaim_for(&self, want: usize) -> Result<u64> {
         let mut p = self.pages.lock();
         let fr = self.frame_rows;
-        let want = (self.cacheslack() / self.stride as u64).max(1) as usize;
         let mut t = Tally::default();
         let (mut dropped, mut written) = (0u64, 0u64);
         let mut walked: Vec<usize> = Vec::new();
@@ -573,7 +608,7 @@ impl CachedRows {
             .len()
             .saturating_sub(full_pages + usize::from(current != NONE));
         drop(p);
-        self.after_room_made(&t, freed as u64, written);
+        self.after_room_made(&t, freed as u64, written)?;
         Ok(dropped)
     }
 
@@ -703,7 +738,8 @@ unsafe impl RowSource for CachedView<'_> {
         let p = if e & CACHED != 0 {
             self.rows.slot_ptr(slot_of(e))
         } else {
-            self.rows.home_ptr(i)
+            // A staged home's null base only yields a harmless prefetch address.
+            self.rows.home.wrapping_add(i * self.rows.stride)
         };
         prefetch(p, self.rows.stride);
     }
@@ -714,6 +750,6 @@ unsafe impl RowSource for CachedView<'_> {
     }
 
     fn charge(&self, t: &Tally) {
-        charge(self.rows.home_rows.device(), Some(&self.rows.cache_dev), t);
+        charge(self.rows.home_device(), Some(&self.rows.cache_dev), t);
     }
 }

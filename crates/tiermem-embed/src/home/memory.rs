@@ -43,12 +43,12 @@ impl MemoryHome {
 impl RowHome for MemoryHome {
     const KIND: &'static str = "memory";
 
-    fn device_index(&self) -> usize {
-        self.mem.device
+    fn device_index(&self) -> Option<usize> {
+        Some(self.mem.device)
     }
 
-    fn device(&self) -> &Arc<Device> {
-        &self.device
+    fn device(&self) -> Option<&Arc<Device>> {
+        Some(&self.device)
     }
 
     fn memory(&self) -> Option<*mut u8> {
@@ -106,6 +106,6 @@ unsafe impl RowSource for MemoryHome {
     }
 
     fn charge(&self, t: &Tally) {
-        charge(&self.device, None, t);
+        charge(Some(&self.device), None, t);
     }
 }

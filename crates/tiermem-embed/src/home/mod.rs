@@ -3,14 +3,16 @@
 //! one name in the [`homes!`] list below, which generates the [`Home`] enum tables hold
 //! and the static dispatch of kernels to each home's own code.
 //!
-//! Homes today: [`MemoryHome`] (contiguous rows on a byte-addressable device) and
-//! [`ModelHome`] (the same behind the 2LM model). A home whose rows are not in memory (a
-//! block store) returns `None` from [`RowHome::memory`]; a cache over it then has to stage
-//! rows through its slots.
+//! Homes today: [`MemoryHome`] (contiguous rows on a byte-addressable device),
+//! [`ModelHome`] (the same behind the 2LM model) and [`BlockHome`] (a table file on a block
+//! device). A home whose rows are not in memory (the block home) returns `None` from
+//! [`RowHome::memory`]; a cache over it stages each call's rows into its slots first.
 
+mod block;
 mod memory;
 mod model;
 
+pub use block::{BlockCounters, BlockHome};
 pub use memory::MemoryHome;
 pub use model::ModelHome;
 
@@ -25,11 +27,12 @@ pub trait RowHome: RowSource + Send + Sync {
     /// Kind name for reports.
     const KIND: &'static str;
 
-    /// Manager index of the device the rows are on.
-    fn device_index(&self) -> usize;
+    /// Manager index of the device the rows are on (`None`: not a manager device, e.g. a
+    /// file on a block device).
+    fn device_index(&self) -> Option<usize>;
 
     /// That device.
-    fn device(&self) -> &Arc<Device>;
+    fn device(&self) -> Option<&Arc<Device>>;
 
     /// The rows' memory (`rows * stride` contiguous bytes) when a cache in front of this
     /// home may read rows there in place; `None` otherwise.
@@ -47,6 +50,12 @@ pub trait RowHome: RowSource + Send + Sync {
     /// # Safety
     /// As [`RowHome::load_row`], with `src` readable, under the table's exclusive lock.
     unsafe fn store_row(&self, i: usize, src: *const u8);
+
+    /// Finish the [`RowHome::store_row`]s so far (a home may buffer them to write many at
+    /// once); an error leaves them buffered, never lost. Exclusive lock held.
+    fn stores_done(&self) -> tiermem_core::Result<()> {
+        Ok(())
+    }
 }
 
 macro_rules! homes {
@@ -78,17 +87,17 @@ macro_rules! homes {
                 }
             }
 
-            /// Manager index of the rows' device.
+            /// Manager index of the rows' device, if a manager device.
             #[must_use]
-            pub fn device_index(&self) -> usize {
+            pub fn device_index(&self) -> Option<usize> {
                 match self {
                     $(Home::$variant(h) => h.device_index(),)*
                 }
             }
 
-            /// The rows' device.
+            /// The rows' device, if a manager device.
             #[must_use]
-            pub fn device(&self) -> &Arc<Device> {
+            pub fn device(&self) -> Option<&Arc<Device>> {
                 match self {
                     $(Home::$variant(h) => h.device(),)*
                 }
@@ -123,6 +132,13 @@ macro_rules! homes {
                     $(Home::$variant(h) => unsafe { h.store_row(i, src) },)*
                 }
             }
+
+            /// See [`RowHome::stores_done`].
+            pub fn stores_done(&self) -> tiermem_core::Result<()> {
+                match self {
+                    $(Home::$variant(h) => h.stores_done(),)*
+                }
+            }
         }
 
         $(
@@ -135,4 +151,15 @@ macro_rules! homes {
     };
 }
 
-homes!(MemoryHome, ModelHome);
+homes!(MemoryHome, ModelHome, BlockHome);
+
+impl Home {
+    /// The block home, if this is one.
+    #[must_use]
+    pub fn block(&self) -> Option<&BlockHome> {
+        match self {
+            Home::BlockHome(b) => Some(b),
+            _ => None,
+        }
+    }
+}

@@ -94,12 +94,12 @@ impl ModelHome {
 impl RowHome for ModelHome {
     const KIND: &'static str = "2lm_model";
 
-    fn device_index(&self) -> usize {
+    fn device_index(&self) -> Option<usize> {
         self.direct.device_index()
     }
 
-    fn device(&self) -> &Arc<Device> {
-        &self.direct.device
+    fn device(&self) -> Option<&Arc<Device>> {
+        Some(&self.direct.device)
     }
 
     /// `None`: a cache in front of the model would bypass it.

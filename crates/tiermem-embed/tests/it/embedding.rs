@@ -34,6 +34,7 @@ fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -
         (20, &Admit),
     ] {
         let cfg = CacheConfig {
+            prefetch: Default::default(),
             lower: bytes(pct) * 3 / 4,
             slack: bytes(pct) / 4,
             policy,
@@ -200,6 +201,7 @@ fn flush_stress(policy: PolicyRef) {
             width,
             DType::F32,
             CacheConfig {
+                prefetch: Default::default(),
                 lower: stride_bytes / 8,
                 slack: stride_bytes / 8,
                 policy,
@@ -411,6 +413,7 @@ fn bad_input_is_refused_before_anything_changes() {
         64,
         DType::F32,
         CacheConfig {
+            prefetch: Default::default(),
             lower: 200 << 20,
             slack: 0,
             policy: &Dynamic,
@@ -426,6 +429,7 @@ fn bad_input_is_refused_before_anything_changes() {
         16,
         DType::F32,
         CacheConfig {
+            prefetch: Default::default(),
             lower: 0,
             slack: 640,
             policy: &Dynamic,
@@ -470,6 +474,7 @@ fn reclaim_keeps_rows_hit_since_cached_and_matches_direct() {
     let m = manager();
     let width = 16;
     let cfg = CacheConfig {
+        prefetch: Default::default(),
         lower: 100 * 64,
         slack: 20 * 64,
         policy: &Dynamic,

@@ -1,6 +1,7 @@
 //! Integration tests of the embedding crate: cached tables against direct ones, concurrency
 //! and the lock order, bad input.
 
+mod block_table;
 mod blockfile;
 mod embedding;
 mod kernels;

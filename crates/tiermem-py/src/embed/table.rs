@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use tiermem_core::Error;
+use tiermem_embed::blockfile::BlockFile;
+use tiermem_embed::cache::Prefetch;
 use tiermem_embed::{CacheConfig, DType, Table};
 
 use crate::buffer::view;
@@ -76,6 +79,7 @@ impl PyTable {
         let policy = tiermem_embed::cache::policy::by_name(policy).map_err(to_py)?;
         let m = Arc::clone(&manager.inner);
         let cfg = CacheConfig {
+            prefetch: Default::default(),
             lower,
             slack,
             policy,
@@ -84,6 +88,103 @@ impl PyTable {
         Ok(PyTable {
             inner: Shared::new(t),
         })
+    }
+
+    /// Rows in the table file `path` (created with `shape` = (rows, width, dtype), or
+    /// re-attached when `shape` is None), a cache of `lower + slack` bytes on device `fast`,
+    /// `prefetch` the admission of a read block's other rows.
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (manager, fast, path, name, shape, overwrite, depth, lower, slack, prefetch))]
+    fn block(
+        py: Python<'_>,
+        manager: &PyManager,
+        fast: usize,
+        path: std::path::PathBuf,
+        name: &str,
+        shape: Option<(u64, u32, String)>,
+        overwrite: bool,
+        depth: usize,
+        lower: u64,
+        slack: u64,
+        prefetch: &str,
+    ) -> PyResult<Self> {
+        let prefetch = Prefetch::parse(prefetch).map_err(to_py)?;
+        let shape = match shape {
+            Some((r, w, d)) => Some((r, w, DType::parse(&d).map_err(to_py)?)),
+            None => None,
+        };
+        let m = Arc::clone(&manager.inner);
+        let cfg = CacheConfig {
+            prefetch,
+            lower,
+            slack,
+            policy: &tiermem_embed::cache::policy::Dynamic,
+        };
+        let t = run(py, || {
+            let file = match shape {
+                Some((r, w, d)) => BlockFile::create(&path, name, r, w, d, overwrite, depth)?,
+                None => BlockFile::open(&path, name, depth)?,
+            };
+            Table::block(&m, fast, file, cfg)
+        })?;
+        Ok(PyTable {
+            inner: Shared::new(t),
+        })
+    }
+
+    /// Write a block table's updated rows to its file and sync it (no-op for others).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, || self.inner.sync())
+    }
+
+    /// A block table's file, layout generation, prefetch admission and I/O counters; None
+    /// for other tables.
+    fn block_info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(c) = self.inner.cache() else {
+            return Ok(None);
+        };
+        let (Some((prefetch, st)), Some(b)) = (c.stage_info(), c.home().block()) else {
+            return Ok(None);
+        };
+        let (io, f) = (b.counters(), b.file());
+        let h = f.header();
+        let d = PyDict::new(py);
+        d.set_item("path", f.path())?;
+        d.set_item("generation", h.generation)?;
+        d.set_item("prefetch", prefetch.name())?;
+        d.set_item("depth", f.depth())?;
+        d.set_item("read_engine", f.read_engine())?;
+        d.set_item("rows_per_block", h.rows_per_block)?;
+        d.set_item("data_blocks", h.data_blocks)?;
+        for (k, v) in [
+            ("accesses", st.accesses),
+            ("misses", st.misses),
+            ("blocks_read", st.blocks_read),
+            ("prefetched", st.prefetched),
+            ("rows_written", io.rows_written),
+            ("blocks_written", io.blocks_written),
+            ("pending_rows", b.pending_rows() as u64),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(Some(d))
+    }
+
+    /// Per-row query counts of the layout's training trace (threshold admission).
+    fn set_access_counts(&self, counts: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = view::<u32>(counts, "counts", false)?;
+        // SAFETY: `v` keeps the buffer exported for the call.
+        let counts = unsafe { v.slice() }.to_vec();
+        let c = self.cache()?;
+        c.set_access_counts(counts).map_err(to_py)
+    }
+
+    /// Change a block table's prefetch admission (`row`, `block`, `threshold:T`, `shadow:M`).
+    fn set_prefetch(&self, prefetch: &str) -> PyResult<()> {
+        let p = Prefetch::parse(prefetch).map_err(to_py)?;
+        self.cache()?.set_prefetch(p);
+        Ok(())
     }
 
     #[getter]
@@ -108,7 +209,7 @@ impl PyTable {
 
     /// (home device index, cache device index or None).
     #[getter]
-    fn devices(&self) -> (usize, Option<usize>) {
+    fn devices(&self) -> (Option<usize>, Option<usize>) {
         self.inner.devices()
     }
 

@@ -8,10 +8,12 @@
 
 mod admit;
 mod dynamic;
+pub mod prefetch;
 mod static_fill;
 
 pub use admit::Admit;
 pub use dynamic::Dynamic;
+pub use prefetch::Prefetch;
 pub use static_fill::Static;
 
 use super::CachedRows;

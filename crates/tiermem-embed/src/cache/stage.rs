@@ -1,0 +1,306 @@
+//! Staging: how a cache works in front of a home whose rows are not in memory (a block
+//! home). Before a kernel runs, every row it will touch is made cached: the rows missing
+//! from the cache are read from the file in one batch (each block once, at the file's queue
+//! depth), room is made first by the second-chance reclaim (dirty rows leaving are written
+//! back block by block), and the blocks' other rows are admitted as the [`Prefetch`] policy
+//! says (Bandana §4.3). The kernel then only hits. Staging and the kernel run under the
+//! table's exclusive lock, so nothing is evicted between them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+use super::{slot_of, CachedRows, Prefetch, CACHED, DIRTY, NONE, REF};
+use crate::blockfile::format::BLOCK;
+use crate::rows::Tally;
+use tiermem_core::{ensure, Result};
+
+/// Counters of a staged cache since creation.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct StageCounters {
+    /// Row accesses staged (every index of every call).
+    pub accesses: u64,
+    /// Distinct rows a call needed that were not cached (each read from the file).
+    pub misses: u64,
+    /// Blocks read.
+    pub blocks_read: u64,
+    /// A block's other rows admitted by the prefetch policy.
+    pub prefetched: u64,
+}
+
+/// A least-recently-used list of row ids (no contents): Bandana's shadow cache.
+#[derive(Default)]
+struct Shadow {
+    capacity: usize,
+    clock: u64,
+    at: HashMap<u64, u64>,
+    order: BTreeMap<u64, u64>,
+}
+
+impl Shadow {
+    fn touch(&mut self, row: u64) {
+        self.clock += 1;
+        if let Some(old) = self.at.insert(row, self.clock) {
+            self.order.remove(&old);
+        }
+        self.order.insert(self.clock, row);
+        while self.at.len() > self.capacity {
+            let Some((_, r)) = self.order.pop_first() else {
+                break;
+            };
+            self.at.remove(&r);
+        }
+    }
+
+    fn contains(&self, row: u64) -> bool {
+        self.at.contains_key(&row)
+    }
+}
+
+/// A staged cache's admission state.
+pub(crate) struct Staging {
+    prefetch: Prefetch,
+    /// Per row, how many queries of the layout's training trace held it (for `Threshold`).
+    counts: Option<Vec<u32>>,
+    shadow: Shadow,
+    counters: StageCounters,
+}
+
+impl Staging {
+    pub(crate) fn new(prefetch: Prefetch) -> Self {
+        Staging {
+            prefetch,
+            counts: None,
+            shadow: Shadow::default(),
+            counters: StageCounters::default(),
+        }
+    }
+
+    fn admits(&self, row: u64) -> bool {
+        match self.prefetch {
+            Prefetch::Row => false,
+            Prefetch::Block => true,
+            Prefetch::Threshold(t) => self
+                .counts
+                .as_ref()
+                .is_some_and(|c| c.get(row as usize).is_some_and(|&n| n > t)),
+            Prefetch::Shadow(_) => self.shadow.contains(row),
+        }
+    }
+}
+
+impl CachedRows {
+    /// Whether this cache stages rows (its home's rows are not in memory).
+    #[must_use]
+    pub fn staged(&self) -> bool {
+        self.staging.is_some()
+    }
+
+    /// Slots that can still be bumped before the page limit.
+    fn free_slots(&self) -> usize {
+        let p = self.pages.lock();
+        let cur = self.current.load(Ordering::Acquire);
+        let in_current = if cur == NONE {
+            0
+        } else {
+            self.frame_rows - self.bumps[cur].load(Ordering::Relaxed).min(self.frame_rows)
+        };
+        self.limit_frames().saturating_sub(p.active.len()) * self.frame_rows + in_current
+    }
+
+    /// Mark the cached ones of `rows` referenced, so a reclaim keeps them.
+    fn mark(&self, rows: &[u64]) {
+        for &r in rows {
+            let e = self.entry(r as usize).load(Ordering::Relaxed);
+            if e & CACHED != 0 {
+                self.back[slot_of(e)].fetch_or(REF, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Make every row of `rows` (in range; any order, repeats allowed: one per access)
+    /// cached. With `evict`, room is made for them (refused if the cache cannot hold them
+    /// all at once); without, rows that do not fit are left out (a fill). The prefetch
+    /// policy decides which of the read blocks' other rows come in too. Call with the
+    /// table's exclusive lock held. Returns the tally: hits and misses per access.
+    pub(crate) fn stage(&self, rows: &mut Vec<u64>, evict: bool) -> Result<Tally> {
+        let mut t = Tally::default();
+        let Some(staging) = &self.staging else {
+            return Ok(t);
+        };
+        let accesses = rows.len() as u64;
+        rows.sort_unstable();
+        rows.dedup();
+        let missing: Vec<u64> = rows
+            .iter()
+            .copied()
+            .filter(|&r| self.entry(r as usize).load(Ordering::Relaxed) & CACHED == 0)
+            .collect();
+        let mut st = staging.lock();
+        if let Prefetch::Shadow(m) = st.prefetch {
+            st.shadow.capacity = (self.frames * self.frame_rows * m as usize / 100).max(1);
+            for &r in rows.iter() {
+                st.shadow.touch(r);
+            }
+        }
+        st.counters.accesses += accesses;
+        st.counters.misses += missing.len() as u64;
+        t.hits = accesses - missing.len() as u64;
+        t.misses = missing.len() as u64;
+        if missing.is_empty() {
+            return Ok(t);
+        }
+        if evict {
+            let capacity = self.limit_frames() * self.frame_rows;
+            ensure!(
+                rows.len() <= capacity,
+                "this call touches {} distinct rows but the table's cache holds {capacity} \
+                 (rows of {} bytes): a block table's rows are read through its cache, so give \
+                 it a larger cache or split the batch",
+                rows.len(),
+                self.stride
+            );
+            self.mark(rows);
+            let slack = (self.cacheslack() / self.stride as u64).max(1) as usize;
+            for _ in 0..4 {
+                if self.free_slots() >= missing.len() {
+                    break;
+                }
+                self.reclaim_for(missing.len().max(slack))?;
+                self.mark(rows);
+            }
+        }
+        let Some(home) = self.home_rows.block() else {
+            unreachable!("a staged cache's home is a block home");
+        };
+        let mut remaining = missing.len();
+        let mut prefetched = 0u64;
+        let blocks = home.read_blocks_of(&missing, |row, bytes| {
+            let asked = missing.binary_search(&row).is_ok();
+            if asked {
+                remaining -= 1;
+            } else if self.entry(row as usize).load(Ordering::Relaxed) & CACHED != 0
+                || !st.admits(row)
+                || self.free_slots() <= remaining
+            {
+                return;
+            }
+            let Some(slot) = self.alloc_slot() else {
+                return;
+            };
+            // SAFETY: the slot was just bumped (ours alone, inside the cache); `bytes` is one
+            // row of `stride` bytes from the read buffer; exclusive table lock held.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(slot), self.stride);
+            }
+            let referenced = if asked { REF } else { 0 };
+            self.back[slot].store((row as u32 + 1) | referenced, Ordering::Relaxed);
+            self.entry(row as usize)
+                .store(((slot as u32) << 2) | CACHED, Ordering::Release);
+            t.cached += 1;
+            prefetched += u64::from(!asked);
+        })?;
+        st.counters.blocks_read += blocks;
+        st.counters.prefetched += prefetched;
+        t.home_read += blocks * BLOCK as u64;
+        t.home_rows += missing.len() as u64;
+        t.cache_written += t.cached * self.stride as u64;
+        if evict {
+            let left = missing
+                .iter()
+                .filter(|&&r| self.entry(r as usize).load(Ordering::Relaxed) & CACHED == 0)
+                .count();
+            ensure!(
+                left == 0,
+                "{left} rows could not be staged into the cache (no free slots after making room)"
+            );
+        }
+        Ok(t)
+    }
+
+    /// Stage rows in `order` until the cache is full (no eviction): a fill.
+    pub(crate) fn stage_fill(&self, order: impl Iterator<Item = usize>) -> Result<Tally> {
+        let mut total = Tally::default();
+        let mut order = order.peekable();
+        loop {
+            let free = self.free_slots();
+            if free == 0 || order.peek().is_none() {
+                return Ok(total);
+            }
+            let mut chunk: Vec<u64> = order
+                .by_ref()
+                .filter(|&r| self.entry(r).load(Ordering::Relaxed) & CACHED == 0)
+                .take(free)
+                .map(|r| r as u64)
+                .collect();
+            if chunk.is_empty() {
+                return Ok(total);
+            }
+            let t = self.stage(&mut chunk, false)?;
+            total.add(&Tally {
+                hits: 0,
+                misses: 0,
+                ..t
+            });
+        }
+    }
+
+    /// Write every dirty cached row home (they stay cached, now clean), then finish the
+    /// home's stores. Exclusive lock held. Returns the rows written.
+    pub(crate) fn write_back_dirty(&self) -> Result<u64> {
+        let mut n = 0;
+        for (row, e) in self.entries.iter().enumerate() {
+            let v = e.load(Ordering::Relaxed);
+            if v & CACHED != 0 && v & DIRTY != 0 {
+                // SAFETY: exclusive table lock: the slot holds the row and no one writes it.
+                unsafe { self.home_rows.store_row(row, self.slot_ptr(slot_of(v))) };
+                e.store(v & !DIRTY, Ordering::Relaxed);
+                n += 1;
+            }
+        }
+        self.counters.lock().rows_written_back += n;
+        self.home_rows.stores_done()?;
+        Ok(n)
+    }
+
+    /// Set the per-row counts of the layout's training trace (threshold admission).
+    pub fn set_access_counts(&self, counts: Vec<u32>) -> Result<()> {
+        ensure!(
+            counts.len() == self.rows,
+            "{} access counts for a table of {} rows",
+            counts.len(),
+            self.rows
+        );
+        if let Some(s) = &self.staging {
+            s.lock().counts = Some(counts);
+        }
+        Ok(())
+    }
+
+    /// Change the prefetch admission (a block table's).
+    pub fn set_prefetch(&self, prefetch: Prefetch) {
+        if let Some(s) = &self.staging {
+            s.lock().prefetch = prefetch;
+        }
+    }
+
+    /// The prefetch admission and staging counters, for a staged cache.
+    #[must_use]
+    pub fn stage_info(&self) -> Option<(Prefetch, StageCounters)> {
+        self.staging.as_ref().map(|s| {
+            let s = s.lock();
+            (s.prefetch, s.counters)
+        })
+    }
+}
+
+impl Drop for CachedRows {
+    /// A staged cache's dirty rows go home when the table goes: the file is where they
+    /// live. A failure is reported on stderr (a drop has no caller to return it to).
+    fn drop(&mut self) {
+        if self.staged() {
+            if let Err(e) = self.write_back_dirty() {
+                eprintln!("tiermem: writing a block table's updated rows back on close: {e}");
+            }
+        }
+    }
+}
