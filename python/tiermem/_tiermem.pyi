@@ -1,5 +1,6 @@
 """Type stubs of the native module (the binding crate `tiermem-py`)."""
 
+import os
 from typing import Any, final
 
 __version__: str
@@ -15,12 +16,14 @@ __all__ = [
     "OPTIMIZERS",
     "PLACES",
     "POLICIES",
+    "PREFETCH_ADMISSIONS",
     "REUSE_BUCKETS",
     "Recorder",
     "BlockFile",
     "Table",
     "TwoLmModel",
     "__version__",
+    "block_depth",
     "calibration_path",
     "dram_figures",
     "gather",
@@ -30,6 +33,7 @@ __all__ = [
     "measure_dram",
     "memcpy_seconds",
     "profiles",
+    "random_reads_per_s",
     "reuse_histogram",
     "sparse_grad",
     "topology",
@@ -43,6 +47,7 @@ PLACES: dict[str, int]
 OPTIMIZERS: list[str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
+PREFETCH_ADMISSIONS: list[str]
 DTYPES: list[str]
 HOME_KINDS: list[str]
 DISTRIBUTIONS: list[str]
@@ -143,6 +148,23 @@ class Table:
     ) -> Table: ...
     @staticmethod
     def behind_model(manager: Manager, model: TwoLmModel, rows: int, width: int, dtype: str) -> Table: ...
+    @staticmethod
+    def block(
+        manager: Manager,
+        fast: int,
+        path: str | os.PathLike[str],
+        name: str,
+        shape: tuple[int, int, str] | None,
+        overwrite: bool,
+        depth: int | None,
+        lower: int,
+        slack: int,
+        prefetch: str,
+    ) -> Table: ...
+    def sync(self) -> None: ...
+    def block_info(self) -> dict[str, Any] | None: ...
+    def set_access_counts(self, counts: Any) -> None: ...
+    def set_prefetch(self, prefetch: str) -> None: ...
     @property
     def rows(self) -> int: ...
     @property
@@ -152,7 +174,7 @@ class Table:
     @property
     def stride(self) -> int: ...
     @property
-    def devices(self) -> tuple[int, int | None]: ...
+    def devices(self) -> tuple[int | None, int | None]: ...
     @property
     def padding_idx(self) -> int | None: ...
     def set_padding_idx(self, row: int | None) -> None: ...
@@ -261,6 +283,8 @@ def topology() -> dict[str, Any]: ...
 def profiles() -> list[dict[str, Any]]: ...
 def dram_figures() -> dict[str, Any]: ...
 def measure_dram(bytes: int, reps: int) -> dict[str, Any]: ...
+def block_depth() -> int: ...
+def random_reads_per_s(path: str | os.PathLike[str], len: int, depth: int, count: int, reps: int) -> tuple[float, str]: ...
 def memcpy_seconds(dst: int, src: int, len: int, threads: int, reps: int) -> float: ...
 def calibration_path() -> str: ...
 def kernel_isa() -> str: ...

@@ -273,3 +273,69 @@ pub unsafe fn memcpy_seconds(
     }
     t
 }
+
+/// Random 4 KiB reads per second from the file `path` (read with direct I/O; its first `len`
+/// bytes), `depth` reads in flight: through io_uring where the kernel allows it (what block
+/// tables use), else from `depth` threads. Best of `reps` runs of `count` reads. Returns the
+/// rate and the engine (`"io_uring"` or `"threads"`).
+pub fn random_reads_per_s(
+    path: &std::path::Path,
+    len: u64,
+    depth: usize,
+    count: usize,
+    reps: usize,
+) -> Result<(f64, &'static str)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display().to_string();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| Error::io("random reads", &shown, "open", e))?;
+    let file = &file;
+    let blocks = (len / ALIGN as u64) as usize;
+    crate::ensure!(
+        blocks >= 1 && depth >= 1 && count >= depth,
+        "random reads need a file of at least one block, a depth of 1 or more and at least \
+         depth reads (file {len} bytes, depth {depth}, {count} reads)"
+    );
+    let io = |e| Error::io("random reads", &shown, "read", e);
+    let mut r = rng(depth as u64 * 7 + 1);
+    let offsets: Vec<u64> = (0..count)
+        .map(|_| (r() as usize % blocks * ALIGN) as u64)
+        .collect();
+    if let Ok(ring) = crate::sys::uring::Uring::new(depth as u32) {
+        let mut buf = AlignedBuf::new(count * ALIGN);
+        let t = best(reps, || {
+            let mut reqs: Vec<(u64, &mut [u8])> = offsets
+                .iter()
+                .copied()
+                .zip(buf.as_mut_slice().chunks_exact_mut(ALIGN))
+                .collect();
+            for res in ring.read_all(file.as_raw_fd(), &mut reqs) {
+                res.map_err(io)?;
+            }
+            Ok(())
+        })?;
+        return Ok((count as f64 / t, "io_uring"));
+    }
+    let direct = crate::sys::direct_io::DirectFile::new(file.try_clone().map_err(io)?);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(depth)
+        .build()
+        .map_err(|e| Error::InvalidArgument(format!("I/O threads: {e}")))?;
+    let t = best(reps, || {
+        pool.install(|| {
+            offsets.par_chunks(count.div_ceil(depth)).try_for_each_init(
+                || AlignedBuf::new(ALIGN),
+                |b, part| {
+                    part.iter()
+                        .try_for_each(|&o| direct.read_at(b.as_mut_slice(), o))
+                },
+            )
+        })
+        .map_err(io)
+    })?;
+    Ok((count as f64 / t, "threads"))
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,11 @@ class EmbeddingTable:
             private manager is made: ``dram`` plus ``device`` when that is another spec.
         device: where the base rows live: a device name or index of ``manager`` (default:
             the fastest device, or the slowest one when ``cache`` is given); without a
-            manager, a device spec such as ``"emulated:optane-pmem"``.
+            manager, a device spec such as ``"emulated:optane-pmem"``; or
+            ``"block:PATH"``, a table file on a block device (the real disk), created if
+            missing and re-attached if it exists (its rows then keep their values; the
+            shape must match). A block table needs ``cache``; its cache pages go on the
+            manager's fastest device.
         cache: ``None`` for a direct table, or the cache's lower size (``cachelower``) as a
             fraction of the table (0 < cache <= 1): base rows stay on ``device``, cache
             pages go on the manager's fastest device.
@@ -78,11 +83,20 @@ class EmbeddingTable:
             access runs through the model of the hardware DRAM cache (the ``2lm-model``
             baseline; ``manager`` defaults to the model's, ``device`` and ``cache`` must be
             left out).
+        prefetch: a block table's admission of the other rows of a block it reads (Bandana
+            §4.3): ``"row"`` (none: the baseline), ``"block"`` (all), ``"threshold:T"`` (rows
+            seen in more than T queries of the layout's trace, see
+            :meth:`set_access_counts`) or ``"shadow:M"`` (rows in a shadow cache of M times
+            the cache's size).
+        depth: a block table's reads in flight (default: the best depth ``tiermem
+            calibrate`` found, else 16).
 
     Raises:
         InvalidArgumentError: bad sizes, dtype, policy or cache fraction; rows or a cache
             larger than their device; a cache with nowhere slower for the base rows.
         DeviceFullError: the device has no contiguous room left for the rows or the cache.
+        CorruptFileError: a block table's existing file is damaged, truncated or not a
+            table file (it is never overwritten).
     """
 
     def __init__(
@@ -98,6 +112,8 @@ class EmbeddingTable:
         policy: str = "dynamic",
         padding_idx: int | None = None,
         model: Any = None,
+        prefetch: str = "row",
+        depth: int | None = None,
     ) -> None:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
@@ -113,6 +129,22 @@ class EmbeddingTable:
             if manager is not None and manager is not model.manager:
                 raise InvalidArgumentError("the 2LM model belongs to another manager")
             manager = model.manager
+        #: A block table's file, or ``None``.
+        self.path: str | None = None
+        if isinstance(device, str) and device.startswith("block:"):
+            self._open_block(
+                rows_=int(num_embeddings),
+                width=int(embedding_dim),
+                dtype=dt,
+                place=place,
+                manager=manager,
+                model=model,
+                prefetch=prefetch,
+                depth=depth,
+            )
+            if padding_idx is not None:
+                self._set_padding(padding_idx)
+            return
         if cache is not None and manager is None and device in (None, "dram"):
             raise InvalidArgumentError(
                 "a cached table keeps its base rows on a slower device: pass device= a spec such as "
@@ -161,9 +193,7 @@ class EmbeddingTable:
             slack = int(table_bytes * cacheslack)
             self._native = _tiermem.Table.cached(manager._native, dev, 0, rows, width, dt, lower, slack, policy)
         if padding_idx is not None:
-            if not -rows <= int(padding_idx) < rows:
-                raise InvalidArgumentError(f"padding_idx {padding_idx} is outside -{rows}..{rows - 1}")
-            self._native.set_padding_idx(int(padding_idx) % rows)
+            self._set_padding(padding_idx)
         #: ``dynamic``/``static`` (cached), ``simple`` (direct on a slower device than the
         #: manager's fastest, or on a non-DRAM spec) or ``direct``.
         on_slow = dev != 0 or private_slow
@@ -173,6 +203,87 @@ class EmbeddingTable:
         #: The 2LM model in front of the rows, if any.
         self.model = model
         self.cache_fraction = cache
+
+    def _set_padding(self, padding_idx: int) -> None:
+        rows = self.num_embeddings
+        if not -rows <= int(padding_idx) < rows:
+            raise InvalidArgumentError(f"padding_idx {padding_idx} is outside -{rows}..{rows - 1}")
+        self._native.set_padding_idx(int(padding_idx) % rows)
+
+    def _open_block(
+        self,
+        *,
+        rows_: int,
+        width: int,
+        dtype: str,
+        place: Placement,
+        manager: Manager | None,
+        model: Any,
+        prefetch: str,
+        depth: int | None,
+    ) -> None:
+        """Create or re-attach the table file of a ``block:PATH`` device."""
+        assert isinstance(place.device, str)
+        path = place.device[len("block:") :]
+        if not path:
+            raise InvalidArgumentError("device 'block:' names no file: pass 'block:PATH'")
+        if model is not None:
+            raise InvalidArgumentError("a block table lives in its file, not behind the 2LM model")
+        if place.cache is None:
+            raise InvalidArgumentError(
+                f"a block table reads its rows through a DRAM cache: pass cache= a fraction of the table (e.g. 0.05) for {path}"
+            )
+        stride = -(-width * (4 if dtype == "float32" else 2) // 4) * 4
+        table_bytes = rows_ * stride
+        lower = max(int(table_bytes * place.cache), stride)
+        slack = int(table_bytes * place.cacheslack)
+        if manager is None:
+            manager = Manager([("dram", max(min(lower + slack, table_bytes) + (4 << 20), 1 << 20))], policy="all_fast")
+        exists = os.path.exists(path)
+        shape = None if exists else (rows_, width, dtype)
+        name = os.path.basename(path) or path
+        d = None if depth is None else int(depth)
+        if d is not None and not 1 <= d <= 256:
+            raise InvalidArgumentError(f"depth must be from 1 to 256 reads in flight, got {depth!r}")
+        self._native = _tiermem.Table.block(manager._native, 0, path, name, shape, False, d, lower, slack, prefetch)
+        got = (int(self._native.rows), int(self._native.width), str(self._native.dtype))
+        if exists and got != (rows_, width, dtype):
+            del self._native
+            raise InvalidArgumentError(
+                f"table file {path} holds {got[0]} rows of width {got[1]} ({got[2]}); asked for "
+                f"{rows_} x {width} ({dtype}): open it with its own shape or use another path"
+            )
+        self.manager = manager
+        self.path = path
+        self.policy = "block"
+        self.model = None
+        self.cache_fraction = place.cache
+
+    # Block tables --------------------------------------------------------------------
+    @property
+    def block_info(self) -> dict[str, Any] | None:
+        """A block table's file, layout generation, prefetch admission, queue depth and I/O
+        counters (accesses, misses, blocks read, rows prefetched, rows and blocks written,
+        rows waiting to be written); ``None`` for other tables."""
+        info = self._native.block_info()
+        return None if info is None else dict(info)
+
+    def sync(self) -> None:
+        """Write a block table's updated rows to its file and make it durable (no-op for
+        other tables). Closing or dropping the table writes them back too."""
+        self._native.sync()
+
+    def set_prefetch(self, prefetch: str) -> None:
+        """Change a block table's prefetch admission (see the constructor)."""
+        self._native.set_prefetch(str(prefetch))
+
+    def set_access_counts(self, counts: Any) -> None:
+        """Per-row counts of queries holding each row in the trace the layout was trained
+        on: what ``threshold:T`` admission compares against."""
+        c = np.asarray(counts)
+        if c.ndim != 1 or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
+            raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")
+        self._native.set_access_counts(np.ascontiguousarray(np.minimum(c, 2**32 - 1), np.uint32))
 
     # Shape ---------------------------------------------------------------------------
     @property
@@ -194,11 +305,15 @@ class EmbeddingTable:
     @property
     def placement(self) -> str:
         """``"<device>"`` for a direct table, ``"cached:<pct>"`` for a cached one,
+        ``"block:<pct>"`` for a block table (its cache's percentage of the table),
         ``"2lm-model"`` behind the 2LM model."""
         home, cache = self._native.devices
         if self.model is not None:
             return "2lm-model"
+        if self.path is not None:
+            return f"block:{round(100 * (self.cache_fraction or 0))}"
         if cache is None:
+            assert home is not None, "a direct table's rows are on a manager device"
             return self.manager.device_names[home]
         return f"cached:{round(100 * (self.cache_fraction or 0))}"
 

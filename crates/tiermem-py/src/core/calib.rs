@@ -69,3 +69,25 @@ pub fn calibration_path() -> String {
 pub fn kernel_isa() -> String {
     format!("{:?}", tiermem_core::arch::isa())
 }
+
+/// The block device's queue depth: calibrated, else the default.
+#[pyfunction]
+pub fn block_depth() -> usize {
+    calib::block_depth()
+}
+
+/// Random 4 KiB reads per second from the first `len` bytes of the file `path` (direct
+/// I/O), `depth` in flight; best of `reps` runs of `count` reads. Returns (rate, engine).
+#[pyfunction]
+pub fn random_reads_per_s(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    len: u64,
+    depth: usize,
+    count: usize,
+    reps: usize,
+) -> PyResult<(f64, &'static str)> {
+    crate::error::run(py, || {
+        tiermem_core::measure::random_reads_per_s(&path, len, depth, count, reps)
+    })
+}

@@ -92,7 +92,8 @@ impl PyTable {
 
     /// Rows in the table file `path` (created with `shape` = (rows, width, dtype), or
     /// re-attached when `shape` is None), a cache of `lower + slack` bytes on device `fast`,
-    /// `prefetch` the admission of a read block's other rows.
+    /// `prefetch` the admission of a read block's other rows, `depth` reads in flight
+    /// (None: the calibrated depth).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (manager, fast, path, name, shape, overwrite, depth, lower, slack, prefetch))]
@@ -104,7 +105,7 @@ impl PyTable {
         name: &str,
         shape: Option<(u64, u32, String)>,
         overwrite: bool,
-        depth: usize,
+        depth: Option<usize>,
         lower: u64,
         slack: u64,
         prefetch: &str,
@@ -121,6 +122,7 @@ impl PyTable {
             slack,
             policy: &tiermem_embed::cache::policy::Dynamic,
         };
+        let depth = depth.unwrap_or_else(tiermem_core::calib::block_depth);
         let t = run(py, || {
             let file = match shape {
                 Some((r, w, d)) => BlockFile::create(&path, name, r, w, d, overwrite, depth)?,
