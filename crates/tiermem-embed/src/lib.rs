@@ -13,6 +13,7 @@ pub mod blockfile;
 pub mod cache;
 pub(crate) mod elem;
 pub mod home;
+pub mod layout;
 pub(crate) mod locks;
 pub mod lookup;
 pub mod mrc;

@@ -521,6 +521,28 @@ impl Table {
         Ok(())
     }
 
+    /// Put a block table's rows in a new order (`layout`: row → position, e.g. from
+    /// [`crate::layout::shp`]): dirty rows are written back, then the file is rewritten
+    /// aside in chunks of at most `budget` bytes and switched in atomically
+    /// ([`BlockFile::relayout`]). Cached rows stay cached. `progress(done, total)` gets
+    /// blocks written.
+    pub fn relayout(
+        &self,
+        layout: Vec<u32>,
+        budget: usize,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<()> {
+        let _x = self.exclusive()?;
+        let Some(c) = self.cache().filter(|c| c.staged()) else {
+            tiermem_core::bail!("only a block table has a layout to change");
+        };
+        c.write_back_dirty()?;
+        match c.home().block() {
+            Some(b) => b.relayout(layout, budget, progress),
+            None => Ok(()),
+        }
+    }
+
     /// Make a block table's file hold every row's newest value, durably: dirty cached rows
     /// are written back (they stay cached) and the file is synced. No-op for other tables.
     pub fn sync(&self) -> Result<()> {

@@ -15,6 +15,9 @@
 //! and the layouts, admission, miniature caches and prefetch pipeline of issue 14 build on it.
 
 pub mod format;
+mod relayout;
+
+pub use relayout::aside;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -222,8 +225,8 @@ impl BlockFile {
         })
     }
 
-    /// Write the header, the layout and every data block (zero rows, sealed), then sync.
-    fn initialise(&self) -> Result<()> {
+    /// Write the header and the layout.
+    fn write_meta(&self) -> Result<()> {
         let h = &self.header;
         let mut head = AlignedBuf::new(BLOCK);
         head.as_mut_slice().copy_from_slice(&h.encode());
@@ -231,7 +234,13 @@ impl BlockFile {
         let mut lay = AlignedBuf::new(h.layout_blocks as usize * BLOCK);
         let bytes = layout_bytes(&self.layout);
         lay.as_mut_slice()[..bytes.len()].copy_from_slice(&bytes);
-        self.write_raw(lay.as_mut_slice(), BLOCK as u64, "write the layout")?;
+        self.write_raw(lay.as_mut_slice(), BLOCK as u64, "write the layout")
+    }
+
+    /// Write the header, the layout and every data block (zero rows, sealed), then sync.
+    fn initialise(&self) -> Result<()> {
+        let h = &self.header;
+        self.write_meta()?;
         // Data blocks in 1 MiB runs: zero payloads, each sealed with its own index.
         const RUN: u64 = 256;
         let mut buf = AlignedBuf::new(RUN as usize * BLOCK);

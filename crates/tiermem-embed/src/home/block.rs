@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::RowHome;
 use crate::blockfile::BlockFile;
@@ -33,8 +33,9 @@ pub struct BlockCounters {
 
 /// Rows in a table file.
 pub struct BlockHome {
-    /// Boxed: the file's pool and ring are large beside the other homes.
-    file: Box<BlockFile>,
+    /// Boxed: the file's pool and ring are large beside the other homes. Replaced by a
+    /// relayout (a leaf lock, taken under the table's lock).
+    file: RwLock<Box<BlockFile>>,
     /// Rows written back but not yet in the file (row → bytes).
     pending: Mutex<BTreeMap<u64, Box<[u8]>>>,
     blocks_read: AtomicU64,
@@ -47,7 +48,7 @@ impl BlockHome {
     #[must_use]
     pub fn new(file: BlockFile) -> Self {
         BlockHome {
-            file: Box::new(file),
+            file: RwLock::new(Box::new(file)),
             pending: Mutex::new(BTreeMap::new()),
             blocks_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
@@ -56,9 +57,24 @@ impl BlockHome {
     }
 
     /// The table file.
-    #[must_use]
-    pub fn file(&self) -> &BlockFile {
-        &self.file
+    pub fn file(&self) -> RwLockReadGuard<'_, Box<BlockFile>> {
+        self.file.read()
+    }
+
+    /// Write back, then put the rows in `layout`'s order in a new file switched in for the
+    /// old one ([`BlockFile::relayout`]). Call with the table's exclusive lock held and
+    /// every dirty cached row already stored here.
+    pub fn relayout(
+        &self,
+        layout: Vec<u32>,
+        budget: usize,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<()> {
+        self.write_back()?;
+        let mut f = self.file.write();
+        let new = f.relayout(layout, budget, progress)?;
+        **f = new;
+        Ok(())
     }
 
     /// I/O counters.
@@ -82,7 +98,7 @@ impl BlockHome {
     /// the file's bytes. Returns the blocks read.
     pub fn read_blocks_of(&self, rows: &[u64], mut f: impl FnMut(u64, &[u8])) -> Result<u64> {
         let pending = self.pending.lock();
-        let n = self.file.read_blocks_of(rows, |r, bytes| {
+        let n = self.file().read_blocks_of(rows, |r, bytes| {
             f(r, pending.get(&r).map_or(bytes, |p| p));
         })?;
         self.blocks_read.fetch_add(n, Ordering::Relaxed);
@@ -96,14 +112,16 @@ impl BlockHome {
         if pending.is_empty() {
             return Ok(0);
         }
-        let stride = self.file.stride();
+        let file = self.file();
+        let stride = file.stride();
         let rows: Vec<u64> = pending.keys().copied().collect();
         let mut src = Vec::with_capacity(rows.len() * stride);
         for v in pending.values() {
             src.extend_from_slice(v);
         }
-        self.file.write_rows(&rows, &src)?;
-        let mut blocks: Vec<u64> = rows.iter().map(|&r| self.file.block_of(r)).collect();
+        file.write_rows(&rows, &src)?;
+        let mut blocks: Vec<u64> = rows.iter().map(|&r| file.block_of(r)).collect();
+        blocks.sort_unstable();
         blocks.dedup();
         pending.clear();
         self.rows_written
@@ -116,7 +134,7 @@ impl BlockHome {
     /// Write back, then make the file durable (`fdatasync`).
     pub fn sync(&self) -> Result<()> {
         self.write_back()?;
-        self.file.sync()
+        self.file().sync()
     }
 }
 
@@ -136,7 +154,7 @@ impl RowHome for BlockHome {
     }
 
     unsafe fn load_row(&self, i: usize, dst: *mut u8) {
-        let stride = self.file.stride();
+        let stride = self.file().stride();
         // SAFETY: the caller's contract: `dst` is valid for `stride` bytes of writes.
         let out = unsafe { std::slice::from_raw_parts_mut(dst, stride) };
         let r = i as u64;
@@ -153,7 +171,7 @@ impl RowHome for BlockHome {
     }
 
     unsafe fn store_row(&self, i: usize, src: *const u8) {
-        let stride = self.file.stride();
+        let stride = self.file().stride();
         // SAFETY: the caller's contract: `src` is readable for `stride` bytes.
         let row = unsafe { std::slice::from_raw_parts(src, stride) };
         self.pending.lock().insert(i as u64, row.into());
@@ -169,7 +187,7 @@ impl RowHome for BlockHome {
 // every row a kernel touches into its slots first. These bodies are unreachable.
 unsafe impl RowSource for BlockHome {
     fn stride(&self) -> usize {
-        self.file.stride()
+        self.file().stride()
     }
 
     fn read(&self, i: usize, _t: &mut Tally) -> *const u8 {

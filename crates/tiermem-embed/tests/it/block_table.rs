@@ -83,6 +83,10 @@ fn step(t: &Table, bags: Bags<'_>, grad: &[f32], width: usize, opt: Optimizer) {
     update(&[t], &[bags], Mode::Sum, g, opt, false).unwrap();
 }
 
+fn header(t: &Table) -> tiermem_embed::blockfile::format::Header {
+    *t.cache().unwrap().home().block().unwrap().file().header()
+}
+
 fn all_rows(t: &Table) -> Vec<f32> {
     let mut v = vec![0f32; t.rows() * t.featuresize()];
     t.read_rows(0, &mut v).unwrap();
@@ -157,6 +161,24 @@ fn block_tables_match_direct_tables_bit_for_bit() {
                     }
                     4 => block = reopen(&m, block, &path, cfg),
                     5 => block.sync().unwrap(),
+                    6 => {
+                        // A random order, written in chunks of about a third of the file
+                        // (several passes over the old file).
+                        let mut layout: Vec<u32> = (0..ROWS as u32).collect();
+                        for i in (1..ROWS).rev() {
+                            layout.swap(i, rng.below(i as u64 + 1) as usize);
+                        }
+                        let h = header(&block);
+                        let mut calls = 0;
+                        let chunk = (h.data_blocks / 3).max(2) / 2 * 2; // whole wide rows
+                        let budget = chunk as usize * 4096;
+                        block.relayout(layout, budget, |_, _| calls += 1).unwrap();
+                        let f = header(&block).generation;
+                        assert_eq!(f, h.generation + 1, "{what}");
+                        assert_eq!(calls, h.data_blocks.div_ceil(chunk), "{what}: chunks");
+                        assert!(calls > 1, "{what}");
+                        assert!(!tiermem_embed::blockfile::aside(&path).exists());
+                    }
                     _ => {}
                 }
             }
