@@ -26,7 +26,7 @@ import numpy as np
 from ._files import atomic_write
 from .exceptions import InvalidArgumentError
 
-__all__ = ["Trace", "QueryTraceConfig", "query_trace"]
+__all__ = ["Trace", "QueryTraceConfig", "query_trace", "group_embeddings"]
 
 
 @dataclass(frozen=True)
@@ -155,13 +155,35 @@ def _zipf_cdf(n: int, alpha: float) -> np.ndarray:
     return c / c[-1]
 
 
+def _members(cfg: QueryTraceConfig, rng: np.random.Generator) -> tuple[int, np.ndarray]:
+    """The co-access groups: ``groups`` rows of ``group_size`` row ids, scattered over the
+    table (so a layout has something to find)."""
+    groups = max(1, cfg.rows // cfg.group_size)
+    return groups, rng.permutation(cfg.rows)[: groups * cfg.group_size].reshape(groups, cfg.group_size)
+
+
+def group_embeddings(config: QueryTraceConfig, dim: int, spread: float = 0.5) -> np.ndarray:
+    """Rows of a table as a trained model would leave them for :func:`query_trace`'s
+    queries: each co-access group's rows near a random centre (Gaussian, ``spread`` times the
+    centres' scale), rows in no group anywhere. What semantic (K-means) layouts cluster on;
+    float32, ``(rows, dim)``."""
+    cfg = config.validate()
+    if dim < 1 or not spread >= 0:
+        raise InvalidArgumentError(f"dim must be >= 1 and spread >= 0, got {dim!r} and {spread!r}")
+    groups, members = _members(cfg, np.random.default_rng(cfg.seed))
+    rng = np.random.default_rng(cfg.seed + 1)
+    out = rng.standard_normal((cfg.rows, dim)).astype(np.float32)
+    centres = rng.standard_normal((groups, dim)).astype(np.float32)
+    noise = spread * rng.standard_normal((groups, cfg.group_size, dim)).astype(np.float32)
+    out[members.reshape(-1)] = (centres[:, None, :] + noise).reshape(-1, dim)
+    return out
+
+
 def query_trace(config: QueryTraceConfig | None = None, **overrides: Any) -> Trace:
     """A query-structured trace (see the module docs); ``overrides`` change single fields."""
     cfg = QueryTraceConfig(**{**(config.__dict__ if config else {}), **overrides}).validate()
     rng = np.random.default_rng(cfg.seed)
-    groups = max(1, cfg.rows // cfg.group_size)
-    # Rows of each group scattered over the table: a layout has something to find.
-    members = rng.permutation(cfg.rows)[: groups * cfg.group_size].reshape(groups, cfg.group_size)
+    groups, members = _members(cfg, rng)
     rank_of = rng.permutation(groups)  # group popularity ranks, rotated by drift
     gcdf = _zipf_cdf(groups, cfg.group_alpha)
     rcdf = _zipf_cdf(cfg.group_size, cfg.row_alpha)

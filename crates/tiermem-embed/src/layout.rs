@@ -175,7 +175,11 @@ fn coin(a: u32, c: u32, round: usize) -> bool {
 
 /// Probabilistic fan-out of `k` rows on one side.
 fn pf(k: u32) -> f64 {
-    1.0 - 0.5f64.powi(k as i32)
+    if k >= 64 {
+        1.0
+    } else {
+        1.0 - 1.0 / (1u64 << k) as f64
+    }
 }
 
 /// SHP's layout of a table of `n` rows in blocks of `rows_per_block` from the trace, with
@@ -195,7 +199,7 @@ pub fn shp(n: usize, rows_per_block: usize, trace: Queries<'_>, iters: usize) ->
     let mut parts: Vec<(usize, usize)> = vec![(0, m)];
     let mut part = vec![0u32; m];
     let mut side = vec![0u8; m];
-    let mut pin_n = vec![(0u32, 0u32); g.qpins.len()];
+    let mut pin_gain = vec![0f32; g.qpins.len()];
     loop {
         // Split every part holding more than one block: left = half its blocks, whole.
         let mut split: Vec<(usize, usize, usize)> = Vec::new(); // (start, mid, end)
@@ -228,45 +232,50 @@ pub fn shp(n: usize, rows_per_block: usize, trace: Queries<'_>, iters: usize) ->
             a
         };
         for round in 0..iters {
-            // Per pin: its query's rows of the same part on the left and on the right.
-            let counts: Vec<(u32, u32)> = (0..g.qoff.len() - 1)
-                .into_par_iter()
-                .flat_map_iter(|q| {
+            // Per pin: the gain of moving its row to the other side, as far as its query
+            // sees it (its rows of the same part on each side). Queries own disjoint runs
+            // of pins, so they run in parallel.
+            let mut runs: Vec<(usize, &mut [f32])> = Vec::with_capacity(g.qoff.len() - 1);
+            let mut rest = pin_gain.as_mut_slice();
+            for q in 0..g.qoff.len() - 1 {
+                let (head, tail) = rest.split_at_mut(g.qoff[q + 1] - g.qoff[q]);
+                runs.push((q, head));
+                rest = tail;
+            }
+            runs.into_par_iter()
+                .for_each_init(Vec::new, |keys: &mut Vec<u32>, (q, out)| {
                     let pins = &g.qpins[g.qoff[q]..g.qoff[q + 1]];
-                    let mut by: Vec<(u32, u8)> = pins
-                        .iter()
-                        .filter(|&&v| active[v as usize])
-                        .map(|&v| (part[v as usize], side[v as usize]))
-                        .collect();
-                    by.sort_unstable();
-                    pins.iter()
-                        .map(|&v| {
-                            if !active[v as usize] {
-                                return (0, 0);
-                            }
-                            let p = part[v as usize];
-                            let lo = by.partition_point(|x| x.0 < p);
-                            let mid = by.partition_point(|x| x.0 < p || (x.0 == p && x.1 == 0));
-                            let hi = by.partition_point(|x| x.0 <= p);
-                            ((mid - lo) as u32, (hi - mid) as u32)
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            pin_n.copy_from_slice(&counts);
+                    keys.clear();
+                    keys.extend(
+                        pins.iter()
+                            .filter(|&&v| active[v as usize])
+                            .map(|&v| part[v as usize] << 1 | u32::from(side[v as usize])),
+                    );
+                    keys.sort_unstable();
+                    for (o, &v) in out.iter_mut().zip(pins) {
+                        if !active[v as usize] {
+                            *o = 0.0;
+                            continue;
+                        }
+                        let k = part[v as usize] << 1;
+                        let lo = keys.partition_point(|&x| x < k);
+                        let mid = keys.partition_point(|&x| x <= k);
+                        let hi = keys.partition_point(|&x| x <= k | 1);
+                        let (l, r) = ((mid - lo) as u32, (hi - mid) as u32);
+                        let (from, to) = if side[v as usize] == 0 {
+                            (l, r)
+                        } else {
+                            (r, l)
+                        };
+                        *o = (pf(from) + pf(to) - pf(from - 1) - pf(to + 1)) as f32;
+                    }
+                });
             let gain: Vec<f64> = (0..m)
                 .into_par_iter()
                 .map(|v| {
-                    if !active[v] {
-                        return 0.0;
-                    }
                     g.vpins[g.voff[v]..g.voff[v + 1]]
                         .iter()
-                        .map(|&pin| {
-                            let (l, r) = pin_n[pin as usize];
-                            let (from, to) = if side[v] == 0 { (l, r) } else { (r, l) };
-                            pf(from) + pf(to) - pf(from - 1) - pf(to + 1)
-                        })
+                        .map(|&pin| f64::from(pin_gain[pin as usize]))
                         .sum()
                 })
                 .collect();

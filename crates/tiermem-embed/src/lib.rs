@@ -16,6 +16,7 @@ pub mod home;
 pub mod layout;
 pub(crate) mod locks;
 pub mod lookup;
+pub mod minicache;
 pub mod mrc;
 pub mod optim;
 pub mod reference;

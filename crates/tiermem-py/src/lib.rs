@@ -32,6 +32,17 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed::workload::generate_into, m)?)?;
     m.add_function(wrap_pyfunction!(embed::workload::uniform_into, m)?)?;
     m.add_function(wrap_pyfunction!(embed::workload::reuse_histogram, m)?)?;
+    for f in [
+        wrap_pyfunction!(embed::layout::layout_shp, m)?,
+        wrap_pyfunction!(embed::layout::layout_fanout, m)?,
+        wrap_pyfunction!(embed::layout::query_counts_into, m)?,
+        wrap_pyfunction!(embed::layout::minicache_sweep, m)?,
+        wrap_pyfunction!(embed::layout::lru_curve, m)?,
+        wrap_pyfunction!(embed::layout::shards_curve, m)?,
+        wrap_pyfunction!(embed::layout::belady_hits, m)?,
+    ] {
+        m.add_function(f)?;
+    }
     m.add_function(wrap_pyfunction!(core::calib::topology, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::profiles, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::dram_figures, m)?)?;

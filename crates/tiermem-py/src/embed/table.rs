@@ -135,6 +135,15 @@ impl PyTable {
         })
     }
 
+    /// Put a block table's rows in `layout`'s order (uint32, row → position): written
+    /// aside in chunks of at most `budget` bytes and switched in atomically.
+    fn relayout(&self, py: Python<'_>, layout: &Bound<'_, PyAny>, budget: usize) -> PyResult<()> {
+        let v = view::<u32>(layout, "layout (uint32)", false)?;
+        // SAFETY: `v` keeps the buffer exported for the call; only read.
+        let l = unsafe { v.slice() }.to_vec();
+        run(py, || self.inner.relayout(l, budget, |_, _| {}))
+    }
+
     /// Write a block table's updated rows to its file and sync it (no-op for others).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         run(py, || self.inner.sync())

@@ -1,0 +1,190 @@
+//! Layouts, hit-rate curves and miniature caches of `tiermem-embed` (`layout`, `mrc`,
+//! `minicache`) for Python: traces come in as int64 `offsets` and `rows` buffers, layouts
+//! go out into uint32 buffers, with the GIL released.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tiermem_embed::cache::Prefetch;
+use tiermem_embed::layout::{self, Queries};
+use tiermem_embed::minicache::{self, Admit};
+use tiermem_embed::mrc;
+
+use crate::buffer::{view, View};
+use crate::error::{run, to_py};
+
+fn trace(offsets: &Bound<'_, PyAny>, rows: &Bound<'_, PyAny>) -> PyResult<(View<i64>, View<i64>)> {
+    Ok((
+        view::<i64>(offsets, "offsets (int64)", false)?,
+        view::<i64>(rows, "rows (int64)", false)?,
+    ))
+}
+
+/// SHP's layout (row → position) of the table `out` covers (uint32, one per row).
+#[pyfunction]
+pub fn layout_shp(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    rows_per_block: usize,
+    offsets: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+    iters: usize,
+) -> PyResult<()> {
+    let o = view::<u32>(out, "out (uint32)", true)?;
+    let (off, r) = trace(offsets, rows)?;
+    run(py, || {
+        // SAFETY: the views keep their buffers exported for the call; `out` is written only
+        // here, the others only read.
+        let (o, off, r) = unsafe { (o.slice_mut(), off.slice(), r.slice()) };
+        let q = Queries {
+            offsets: off,
+            rows: r,
+        };
+        o.copy_from_slice(&layout::shp(o.len(), rows_per_block, q, iters)?);
+        Ok(())
+    })
+}
+
+/// Average blocks per query of `layout` (uint32) on the trace.
+#[pyfunction]
+pub fn layout_fanout(
+    py: Python<'_>,
+    layout: &Bound<'_, PyAny>,
+    rows_per_block: usize,
+    offsets: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+) -> PyResult<f64> {
+    let l = view::<u32>(layout, "layout (uint32)", false)?;
+    let (off, r) = trace(offsets, rows)?;
+    run(py, || {
+        // SAFETY: the views keep their buffers exported for the call; only read.
+        let (l, off, r) = unsafe { (l.slice(), off.slice(), r.slice()) };
+        layout::fanout(
+            l,
+            rows_per_block,
+            Queries {
+                offsets: off,
+                rows: r,
+            },
+        )
+    })
+}
+
+/// Per row, the queries of the trace that use it, into `out` (uint32, one per row).
+#[pyfunction]
+pub fn query_counts_into(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    offsets: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let o = view::<u32>(out, "out (uint32)", true)?;
+    let (off, r) = trace(offsets, rows)?;
+    run(py, || {
+        // SAFETY: as in `layout_shp`.
+        let (o, off, r) = unsafe { (o.slice_mut(), off.slice(), r.slice()) };
+        let c = layout::query_counts(
+            o.len(),
+            Queries {
+                offsets: off,
+                rows: r,
+            },
+        )?;
+        o.copy_from_slice(&c);
+        Ok(())
+    })
+}
+
+/// Miniature caches: for each admission (`row`, `block`, `threshold:T`) and cache size
+/// (rows), the simulated accesses, hits and blocks read, on blocks sampled at `rate`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn minicache_sweep<'py>(
+    py: Python<'py>,
+    layout: &Bound<'_, PyAny>,
+    rows_per_block: usize,
+    offsets: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+    capacities: Vec<usize>,
+    admits: Vec<String>,
+    counts: Option<&Bound<'_, PyAny>>,
+    rate: f64,
+) -> PyResult<Vec<Vec<Bound<'py, PyDict>>>> {
+    let admits: Vec<Admit> = admits
+        .iter()
+        .map(|a| match Prefetch::parse(a).map_err(to_py)? {
+            Prefetch::Row => Ok(Admit::Row),
+            Prefetch::Block => Ok(Admit::Block),
+            Prefetch::Threshold(t) => Ok(Admit::Threshold(t)),
+            Prefetch::Shadow(_) => Err(to_py(tiermem_core::Error::InvalidArgument(format!(
+                "admission '{a}': shadow caches are not simulated by the miniature caches"
+            )))),
+        })
+        .collect::<PyResult<_>>()?;
+    let l = view::<u32>(layout, "layout (uint32)", false)?;
+    let (off, r) = trace(offsets, rows)?;
+    let c = counts
+        .map(|c| view::<u32>(c, "counts (uint32)", false))
+        .transpose()?;
+    let res = run(py, || {
+        // SAFETY: the views keep their buffers exported for the call; only read.
+        let (l, off, r) = unsafe { (l.slice(), off.slice(), r.slice()) };
+        // SAFETY: as above.
+        let c = c.as_ref().map(|c| unsafe { c.slice() });
+        let q = Queries {
+            offsets: off,
+            rows: r,
+        };
+        minicache::sweep(l, rows_per_block, q, &capacities, &admits, c, rate)
+    })?;
+    res.into_iter()
+        .map(|per| {
+            per.into_iter()
+                .map(|s| {
+                    let d = PyDict::new(py);
+                    d.set_item("accesses", s.accesses)?;
+                    d.set_item("hits", s.hits)?;
+                    d.set_item("blocks_read", s.blocks_read)?;
+                    Ok(d)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn row_trace(rows: &Bound<'_, PyAny>) -> PyResult<View<i64>> {
+    view::<i64>(rows, "rows (int64)", false)
+}
+
+fn as_u64(v: &View<i64>) -> Vec<u64> {
+    // SAFETY: the view keeps its buffer exported while it lives; only read.
+    unsafe { v.slice() }.iter().map(|&r| r as u64).collect()
+}
+
+/// The exact LRU hit rate of each cache size (rows) on a row trace.
+#[pyfunction]
+pub fn lru_curve(py: Python<'_>, rows: &Bound<'_, PyAny>, sizes: Vec<u64>) -> PyResult<Vec<f64>> {
+    let v = row_trace(rows)?;
+    let t = as_u64(&v);
+    Ok(py.detach(|| mrc::lru_curve(&t, &sizes)))
+}
+
+/// The SHARDS-adj estimate of the LRU hit-rate curve from a `rate` sample of the rows.
+#[pyfunction]
+pub fn shards_curve(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+    rate: f64,
+    sizes: Vec<u64>,
+) -> PyResult<Vec<f64>> {
+    let v = row_trace(rows)?;
+    let t = as_u64(&v);
+    Ok(py.detach(|| mrc::shards_curve(&t, rate, &sizes)))
+}
+
+/// Hits of the optimal (Belady) cache of `capacity` rows on a row trace.
+#[pyfunction]
+pub fn belady_hits(py: Python<'_>, rows: &Bound<'_, PyAny>, capacity: usize) -> PyResult<u64> {
+    let v = row_trace(rows)?;
+    let t = as_u64(&v);
+    Ok(py.detach(|| mrc::belady_hits(&t, capacity)))
+}

@@ -1,0 +1,145 @@
+"""Layouts of block tables: which rows share a 4 KiB block of the table file (Bandana §4.2).
+
+A layout is a permutation, row → position (``uint32``); a block holds ``rows_per_block``
+consecutive positions. A query that needs rows in ``k`` blocks reads ``k`` blocks: its
+*fan-out*. Layouts here:
+
+* :func:`original`: row ``i`` at position ``i``.
+* :func:`shp`: supervised, from a query trace: SHP's balanced recursive bisection of the
+  query hypergraph, minimising fan-out (§4.2.2; the partitioner is in ``tiermem-embed``).
+* :func:`kmeans`: unsupervised, from the rows' values: rows with similar embeddings share
+  blocks (§4.2.1, K-means then the clusters' rows in order of distance).
+* :func:`kahypar_layout`: the KaHyPar hypergraph partitioner on the same hypergraph, when
+  the ``kahypar`` package is installed (a reference for SHP's fan-out).
+
+:func:`fanout` measures any of them on a (held-out) trace; :func:`query_counts` gives the
+per-row query counts that threshold admission compares against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _tiermem
+from .exceptions import InvalidArgumentError
+from .traces import Trace
+
+__all__ = ["original", "shp", "kmeans", "kahypar_layout", "fanout", "query_counts", "KINDS"]
+
+#: Layout kinds :func:`make` builds.
+KINDS = ("original", "shp", "kmeans")
+
+
+def original(rows: int) -> np.ndarray:
+    """Row ``i`` at position ``i``."""
+    return np.arange(rows, dtype=np.uint32)
+
+
+def shp(trace: Trace, rows_per_block: int, iters: int = 16) -> np.ndarray:
+    """SHP's layout of ``trace.rows_total`` rows from the trace's queries."""
+    out = np.empty(trace.rows_total, np.uint32)
+    _tiermem.layout_shp(out, int(rows_per_block), trace.offsets, trace.rows, int(iters))
+    return out
+
+
+def kmeans(weights: np.ndarray, rows_per_block: int, clusters: int | None = None, iters: int = 8, seed: int = 0) -> np.ndarray:
+    """A semantic layout: K-means on the rows' values (``(rows, dim)``), then rows ordered
+    by cluster and, within a cluster, by distance to its centre. ``clusters`` defaults to
+    one per 4 blocks of rows, at most 4096."""
+    w = np.asarray(weights, np.float32)
+    if w.ndim != 2 or len(w) == 0:
+        raise InvalidArgumentError(f"weights must be (rows, dim), got shape {w.shape}")
+    n = len(w)
+    k = clusters or max(1, min(4096, n // (4 * max(1, int(rows_per_block)))))
+    rng = np.random.default_rng(seed)
+    centres = w[rng.choice(n, size=min(k, n), replace=False)].copy()
+    sq = (w * w).sum(1)
+    label = np.zeros(n, np.int64)
+    dist = np.zeros(n, np.float32)
+    for _ in range(iters):
+        label, dist = _assign(w, sq, centres)
+        sums = np.zeros_like(centres)
+        np.add.at(sums, label, w)
+        counts = np.bincount(label, minlength=len(centres)).astype(np.float32)
+        live = counts > 0
+        centres[live] = sums[live] / counts[live, None]
+    order = np.lexsort((dist, label))
+    out = np.empty(n, np.uint32)
+    out[order] = np.arange(n, dtype=np.uint32)
+    return out
+
+
+def _assign(w: np.ndarray, sq: np.ndarray, centres: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centre of each row, in chunks (bounded memory)."""
+    csq = (centres * centres).sum(1)
+    label = np.empty(len(w), np.int64)
+    dist = np.empty(len(w), np.float32)
+    for s in range(0, len(w), chunk):
+        d = sq[s : s + chunk, None] - 2 * w[s : s + chunk] @ centres.T + csq[None, :]
+        label[s : s + chunk] = d.argmin(1)
+        dist[s : s + chunk] = d[np.arange(len(d)), label[s : s + chunk]]
+    return label, dist
+
+
+def kahypar_layout(trace: Trace, rows_per_block: int, epsilon: float = 0.03) -> np.ndarray | None:
+    """KaHyPar's partition of the trace's query hypergraph into blocks (``None`` when the
+    ``kahypar`` package is not installed). Rows no query uses fill the blocks' leftover
+    slots and the positions after them."""
+    try:
+        import kahypar  # type: ignore[import-not-found]  # optional reference partitioner
+    except ImportError:
+        return None
+    n = trace.rows_total
+    used = np.unique(trace.rows)
+    vid = np.full(n, -1, np.int64)
+    vid[used] = np.arange(len(used))
+    edges: list[np.ndarray] = []
+    for q in range(trace.queries):
+        e = np.unique(vid[trace.query(q)])
+        if len(e) > 1:
+            edges.append(e)
+    k = max(2, -(-len(used) // rows_per_block))
+    idx = np.concatenate([[0], np.cumsum([len(e) for e in edges])]).astype(np.uint64)
+    pins = np.concatenate(edges).astype(np.uint64) if edges else np.zeros(0, np.uint64)
+    h = kahypar.Hypergraph(len(used), len(edges), idx.tolist(), pins.tolist(), k, [1] * len(edges), [1] * len(used))
+    ctx = kahypar.Context()
+    ctx.setK(k)
+    ctx.setEpsilon(epsilon)
+    ctx.suppressOutput(True)
+    kahypar.partition(h, ctx)
+    part = np.array([h.blockID(v) for v in range(len(used))], np.int64)
+    order = used[np.argsort(part, kind="stable")]
+    rest = np.setdiff1d(np.arange(n), used)
+    out = np.empty(n, np.uint32)
+    out[np.concatenate([order, rest])] = np.arange(n, dtype=np.uint32)
+    return out
+
+
+def fanout(layout: np.ndarray, rows_per_block: int, trace: Trace) -> float:
+    """Average blocks per (non-empty) query of ``trace`` under ``layout``."""
+    lay = np.ascontiguousarray(layout, np.uint32)
+    if len(lay) != trace.rows_total:
+        raise InvalidArgumentError(f"a layout of {len(lay)} rows for a trace over {trace.rows_total}")
+    return float(_tiermem.layout_fanout(lay, int(rows_per_block), trace.offsets, trace.rows))
+
+
+def query_counts(trace: Trace) -> np.ndarray:
+    """Per row, the queries of ``trace`` that use it (``uint32``)."""
+    out = np.empty(trace.rows_total, np.uint32)
+    _tiermem.query_counts_into(out, trace.offsets, trace.rows)
+    return out
+
+
+def make(kind: str, *, trace: Trace, rows_per_block: int, weights: Any = None) -> np.ndarray:
+    """The layout ``kind`` (one of :data:`KINDS`) for ``trace.rows_total`` rows."""
+    if kind == "original":
+        return original(trace.rows_total)
+    if kind == "shp":
+        return shp(trace, rows_per_block)
+    if kind == "kmeans":
+        if weights is None:
+            raise InvalidArgumentError("a kmeans layout clusters the rows' values: pass weights")
+        return kmeans(weights, rows_per_block)
+    raise InvalidArgumentError(f"layout {kind!r}: known are {', '.join(KINDS)}")
