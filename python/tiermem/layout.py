@@ -18,6 +18,7 @@ per-row query counts that threshold admission compares against.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,37 +84,42 @@ def _assign(w: np.ndarray, sq: np.ndarray, centres: np.ndarray, chunk: int = 655
     return label, dist
 
 
-def kahypar_layout(trace: Trace, rows_per_block: int, epsilon: float = 0.03) -> np.ndarray | None:
+def kahypar_layout(trace: Trace, rows_per_block: int) -> np.ndarray | None:
     """KaHyPar's partition of the trace's query hypergraph into blocks (``None`` when the
-    ``kahypar`` package is not installed). Rows no query uses fill the blocks' leftover
-    slots and the positions after them."""
+    ``kahypar`` package is not installed): as many parts as the rows queries use fill
+    blocks, perfectly balanced, part ``p`` in block ``p``. Rows no query uses fill the
+    blocks' leftover slots and the positions after them."""
     try:
-        import kahypar  # type: ignore[import-not-found]  # optional reference partitioner
+        import kahypar  # optional: the reference partitioner
     except ImportError:
         return None
-    n = trace.rows_total
+    n, rpb = trace.rows_total, int(rows_per_block)
     used = np.unique(trace.rows)
     vid = np.full(n, -1, np.int64)
     vid[used] = np.arange(len(used))
-    edges: list[np.ndarray] = []
-    for q in range(trace.queries):
-        e = np.unique(vid[trace.query(q)])
-        if len(e) > 1:
-            edges.append(e)
-    k = max(2, -(-len(used) // rows_per_block))
+    edges = [e for q in range(trace.queries) if len(e := np.unique(vid[trace.query(q)])) > 1]
+    k = max(2, -(-len(used) // rpb))
     idx = np.concatenate([[0], np.cumsum([len(e) for e in edges])]).astype(np.uint64)
     pins = np.concatenate(edges).astype(np.uint64) if edges else np.zeros(0, np.uint64)
     h = kahypar.Hypergraph(len(used), len(edges), idx.tolist(), pins.tolist(), k, [1] * len(edges), [1] * len(used))
     ctx = kahypar.Context()
+    ctx.loadINIconfiguration(str(Path(__file__).parent / "data" / "kahypar_km1_recursive.ini"))
     ctx.setK(k)
-    ctx.setEpsilon(epsilon)
+    ctx.setEpsilon(0.0)  # parts of at most ceil(used / k) <= rows_per_block rows
     ctx.suppressOutput(True)
     kahypar.partition(h, ctx)
     part = np.array([h.blockID(v) for v in range(len(used))], np.int64)
-    order = used[np.argsort(part, kind="stable")]
+    out = np.full(n, np.iinfo(np.uint32).max, np.uint32)
+    order = np.argsort(part, kind="stable")
+    rank = np.arange(len(order)) - np.searchsorted(part[order], part[order])  # slot within its part
+    if (rank >= rpb).any():
+        raise InvalidArgumentError(f"KaHyPar returned a part larger than a block ({rpb} rows)")
+    out[used[order]] = (part[order] * rpb + rank).astype(np.uint32)
+    free = np.setdiff1d(np.arange(max(n, k * rpb), dtype=np.int64), out[used].astype(np.int64))
     rest = np.setdiff1d(np.arange(n), used)
-    out = np.empty(n, np.uint32)
-    out[np.concatenate([order, rest])] = np.arange(n, dtype=np.uint32)
+    out[rest] = free[: len(rest)].astype(np.uint32)
+    if int(out.max()) >= n:  # blocks past the table's end: pack positions down, keeping order
+        out = np.argsort(np.argsort(out, kind="stable"), kind="stable").astype(np.uint32)
     return out
 
 
