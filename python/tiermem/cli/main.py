@@ -1,5 +1,5 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
-``bench blockio``, ``bench tensors`` (alias ``bench train``), ``train dlrm``, ``stress``, ``demo``."""
+``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``train dlrm``, ``stress``, ``demo``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(bio)
     bio.add_argument("--dir", help="directory on the disk to measure (default: a disk-backed temp dir)")
     bio.add_argument("--size", help="table file and device size (default 1 GiB, 256 MiB with --quick)")
+    ssd = bsub.add_parser(
+        "ssd", help="block tables on the real disk: layouts, admission, miniature caches, miss path (Bandana)"
+    )
+    _add_output(ssd)
+    ssd.add_argument("--plot", metavar="PNG", help="write effective bandwidth and hit rates per case (needs matplotlib)")
+    ssd.add_argument("--dir", help="directory on the disk for the table files (default: a disk-backed temp dir)")
+    ssd.add_argument("--trace", metavar="FILE", help="a trace file (.npz, tiermem.traces) instead of the generated traces")
+    ssd.add_argument(
+        "--train-fraction", type=float, default=0.5, help="share of the queries layouts and admission train on (default 0.5)"
+    )
+    ssd.add_argument("--cache", metavar="PCTS", help="cache sizes in percent of the table (default 1,5,20; 5 with --quick)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(
@@ -146,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.blockio import run_cli as run_blockio
 
             return run_blockio(args)
+        if args.command == "bench" and args.bench == "ssd":
+            from ..bench.ssd import run_cli as run_ssd
+
+            return run_ssd(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

@@ -149,8 +149,8 @@ impl CachedRows {
         if missing.is_empty() {
             return Ok(t);
         }
+        let capacity = self.limit_frames() * self.frame_rows;
         if evict {
-            let capacity = self.limit_frames() * self.frame_rows;
             ensure!(
                 rows.len() <= capacity,
                 "this call touches {} distinct rows but the table's cache holds {capacity} \
@@ -159,46 +159,69 @@ impl CachedRows {
                 rows.len(),
                 self.stride
             );
-            self.mark(rows);
-            let slack = (self.cacheslack() / self.stride as u64).max(1) as usize;
-            for _ in 0..4 {
-                if self.free_slots() >= missing.len() {
-                    break;
-                }
-                self.reclaim_for(missing.len().max(slack))?;
-                self.mark(rows);
-            }
         }
         let Some(home) = self.home_rows.block() else {
             unreachable!("a staged cache's home is a block home");
         };
-        let mut remaining = missing.len();
-        let mut prefetched = 0u64;
+        // Read the blocks; keep the rows asked for and the neighbours the policy admits.
+        let stride = self.stride;
+        let (mut asked, mut extra): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+        let (mut asked_rows, mut extra_rows): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
         let blocks = home.read_blocks_of(&missing, |row, bytes| {
-            let asked = missing.binary_search(&row).is_ok();
-            if asked {
-                remaining -= 1;
-            } else if self.entry(row as usize).load(Ordering::Relaxed) & CACHED != 0
-                || !st.admits(row)
-                || self.free_slots() <= remaining
+            if missing.binary_search(&row).is_ok() {
+                asked_rows.push(row);
+                asked.extend_from_slice(bytes);
+            } else if self.entry(row as usize).load(Ordering::Relaxed) & CACHED == 0
+                && st.admits(row)
             {
-                return;
+                extra_rows.push(row);
+                extra.extend_from_slice(bytes);
             }
+        })?;
+        // Room for the rows asked for, and for as many admitted neighbours as fit beside
+        // this call's rows: the second-chance reclaim keeps rows used since their last pass
+        // (this call's cached rows are marked so), and drops unused prefetches first.
+        let want = missing.len() + extra_rows.len().min(capacity.saturating_sub(rows.len()));
+        if evict {
+            self.mark(rows);
+            let slack = (self.cacheslack() / stride as u64).max(1) as usize;
+            // A reclaim moves new rows to the page its packing ends on, so the current
+            // page's unused slots are given up: each pass asks for all `want` slots itself.
+            for _ in 0..4 {
+                if self.free_slots() >= want {
+                    break;
+                }
+                self.reclaim_for(want.max(slack))?;
+                self.mark(rows);
+            }
+        }
+        let mut insert = |row: u64, bytes: &[u8], referenced: u32| -> bool {
             let Some(slot) = self.alloc_slot() else {
-                return;
+                return false;
             };
             // SAFETY: the slot was just bumped (ours alone, inside the cache); `bytes` is one
-            // row of `stride` bytes from the read buffer; exclusive table lock held.
+            // row of `stride` bytes; exclusive table lock held.
             unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(slot), self.stride);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(slot), stride);
             }
-            let referenced = if asked { REF } else { 0 };
             self.back[slot].store((row as u32 + 1) | referenced, Ordering::Relaxed);
             self.entry(row as usize)
                 .store(((slot as u32) << 2) | CACHED, Ordering::Release);
             t.cached += 1;
-            prefetched += u64::from(!asked);
-        })?;
+            true
+        };
+        for (row, bytes) in asked_rows.iter().zip(asked.chunks_exact(stride)) {
+            if !insert(*row, bytes, REF) {
+                break;
+            }
+        }
+        let mut prefetched = 0u64;
+        for (row, bytes) in extra_rows.iter().zip(extra.chunks_exact(stride)) {
+            if !insert(*row, bytes, 0) {
+                break;
+            }
+            prefetched += 1;
+        }
         st.counters.blocks_read += blocks;
         st.counters.prefetched += prefetched;
         t.home_read += blocks * BLOCK as u64;
@@ -211,7 +234,11 @@ impl CachedRows {
                 .count();
             ensure!(
                 left == 0,
-                "{left} rows could not be staged into the cache (no free slots after making room)"
+                "{left} of {} rows could not be staged into the cache of {capacity} rows (this \
+                 call touches {}; {} slots free after making room)",
+                missing.len(),
+                rows.len(),
+                self.free_slots()
             );
         }
         Ok(t)

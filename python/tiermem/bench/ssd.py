@@ -1,0 +1,438 @@
+"""``tiermem bench ssd``: embedding tables on the real disk (block tables, Bandana's store).
+
+Everything here runs on the machine's disk (a scratch directory on it), never on emulated
+memory. For each trace (the query-structured one, Zipf and uniform queries, or a trace
+file), layouts (original order, SHP and, where rows carry meaning, K-means) are trained on
+the first part of the queries and everything is measured on the rest:
+
+* **layouts**: the held-out fan-out of each, and of KaHyPar's partition of the same
+  hypergraph on a smaller reference table when ``kahypar`` is installed;
+* **miniature caches**: at 1 % block sampling, the prefetch threshold ``t`` each cache size
+  should use, against the best ``t`` of exact simulations, and their hit-rate curves
+  against the exact (stack-distance) curve;
+* **cases**: a block table replays the held-out queries (one bag per query, batches of
+  queries per call) for each layout, admission (``row``, the baseline; ``block``;
+  ``threshold:t`` with the miniature caches' ``t``; ``shadow``) and cache size (1-20 % of
+  the table): effective bandwidth increase over the baseline (original order, ``row``, same
+  cache: with the same lookups served, useful bytes are equal, so it is the baseline's
+  blocks read over the case's), hit rate beside Belady's at the same capacity, device reads
+  per second against the calibrated random-read rate, lookups per second;
+* **miss path**: a table's reads when every lookup misses, against the disk's random 4 KiB
+  reads at the same depth, measured alternately (and ``fio``'s, when installed);
+* **dlrm**: DLRM steps per second with tables on the disk against ``all-fast`` and FBGEMM
+  in DRAM (same model, same batches), with ``--dlrm``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import _tiermem, layout, traces
+from .._sizes import format_bytes
+from ..embedding import EmbeddingTable
+from ..exceptions import InvalidArgumentError
+from ..report.load import MachineLoad
+from ..report.output import write_outputs
+from ..report.progress import Progress
+from ..report.scratch import scratch_dir
+from ..report.table import print_table
+from ..traces import QueryTraceConfig, Trace
+
+__all__ = ["run", "run_cli", "QUERY_TRACE"]
+
+#: The query-structured trace's shape, modelled on Bandana's table 2 (the table its
+#: admission study uses): about 90 lookups per query (§3, Table 1: 92.8), drawn from a few
+#: co-accessed groups; the generator's defaults otherwise.
+QUERY_TRACE = {"groups_per_query": 4.0, "rows_per_group": 22.0}
+DIM = 32
+THRESHOLDS = (0, 1, 2, 4, 8, 16)
+SAMPLE_RATE = 0.01
+
+
+def _zipf_trace(rows: int, queries: int, per_query: int, alpha: float, seed: int) -> Trace:
+    """Queries of ``per_query`` lookups, each row drawn Zipf(``alpha``) over a shuffled table."""
+    rng = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, rows + 1, dtype=np.float64) ** alpha
+    cdf = np.cumsum(w) / w.sum()
+    perm = rng.permutation(rows)
+    picks = perm[np.minimum(np.searchsorted(cdf, rng.random(queries * per_query)), rows - 1)]
+    return Trace(np.arange(queries + 1, dtype=np.int64) * per_query, picks.astype(np.int64), rows)
+
+
+def _uniform_trace(rows: int, queries: int, per_query: int, seed: int) -> Trace:
+    rng = np.random.default_rng(seed)
+    return Trace(
+        np.arange(queries + 1, dtype=np.int64) * per_query,
+        rng.integers(0, rows, queries * per_query, dtype=np.int64),
+        rows,
+    )
+
+
+def _traces(rows: int, queries: int, trace_file: str | None) -> list[tuple[str, Trace, np.ndarray | None]]:
+    """(name, trace, row values for semantic layouts or None)."""
+    if trace_file:
+        t = Trace.load(trace_file)
+        return [(Path(trace_file).stem, t, None)]
+    cfg = QueryTraceConfig(rows=rows, queries=queries, **QUERY_TRACE)  # type: ignore[arg-type]
+    q = traces.query_trace(cfg)
+    per = max(1, round(len(q.rows) / q.queries))
+    return [
+        ("query", q, traces.group_embeddings(cfg, DIM)),
+        ("zipf", _zipf_trace(rows, queries, per, 1.05, 1), None),
+        ("uniform", _uniform_trace(rows, queries, per, 2), None),
+    ]
+
+
+def _device_max(path: Path, size: int, depth: int) -> tuple[float, str]:
+    """The disk's random 4 KiB reads per second at ``depth``: ``tiermem calibrate``'s
+    figure when it measured at this depth, else measured now on ``path``."""
+    import json
+
+    try:
+        with open(_tiermem.calibration_path(), encoding="utf-8") as f:
+            q = json.load(f).get("block_depth") or {}
+        if depth in q.get("depths", []):
+            return float(q["reads_per_s"][q["depths"].index(depth)]), "tiermem calibrate"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    rate, _ = _tiermem.random_reads_per_s(path, size, depth, max(4096, 256 * depth), 3)
+    return rate, "measured now"
+
+
+def _fio(path: Path, depth: int, seconds: int) -> float | None:
+    """``fio``'s random 4 KiB read IOPS on ``path`` at ``depth`` (io_uring, direct), or None
+    when fio is not installed."""
+    if shutil.which("fio") is None:
+        return None
+    cmd = [
+        "fio", "--name=ssd", f"--filename={path}", "--rw=randread", "--bs=4k", "--direct=1",
+        "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={seconds}", "--time_based",
+        "--readonly", "--output-format=json",
+    ]  # fmt: skip
+    import json
+
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
+        return float(json.loads(out)["jobs"][0]["read"]["iops"])
+    except (subprocess.SubprocessError, ValueError, KeyError, IndexError, OSError):
+        return None
+
+
+def _replay(t: EmbeddingTable, trace: Trace, batch: int) -> dict[str, float]:
+    """Look up every query of ``trace`` (one bag each), ``batch`` queries per call; the
+    block table's counters and the time it took."""
+    before = t.block_info or {}
+    start = time.perf_counter()
+    for q in range(0, trace.queries, batch):
+        e = min(trace.queries, q + batch)
+        lo, hi = int(trace.offsets[q]), int(trace.offsets[e])
+        t.lookup(trace.rows[lo:hi], trace.offsets[q:e] - lo)
+    secs = time.perf_counter() - start
+    after = t.block_info or {}
+    return {k: float(after[k] - before.get(k, 0)) for k in ("accesses", "misses", "blocks_read", "prefetched")} | {
+        "seconds": secs
+    }
+
+
+def _batch_for(cache_rows: int, trace: Trace) -> int:
+    """Queries per call: their distinct rows must fit half the cache (a block table stages
+    every row of a call)."""
+    sample = [len(np.unique(trace.query(q))) for q in range(min(200, trace.queries))]
+    per = max(1.0, float(np.percentile(sample, 99)))
+    return int(max(1, min(256, cache_rows // (2 * per))))
+
+
+def _pick_t(lay: np.ndarray, rpb: int, train: Trace, counts: np.ndarray, cap: int, rate: float) -> tuple[int, list[float]]:
+    """The threshold whose simulated cache reads the fewest blocks, and each one's blocks."""
+    admits = [f"threshold:{t}" for t in THRESHOLDS]
+    res = _tiermem.minicache_sweep(lay, rpb, train.offsets, train.rows, [cap], admits, counts, rate)
+    blocks = [r[0]["blocks_read"] for r in res]
+    return THRESHOLDS[int(np.argmin(blocks))], blocks
+
+
+def run(
+    quick: bool,
+    directory: str | None = None,
+    trace_file: str | None = None,
+    train_fraction: float = 0.5,
+    fractions: list[float] | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Measure and return the JSON-able results."""
+    if not 0 < train_fraction < 1:
+        raise InvalidArgumentError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
+    rows = 1 << (17 if quick else 20)
+    queries = 30_000 if quick else 200_000
+    fracs = fractions or ([0.05] if quick else [0.01, 0.05, 0.2])
+    if any(not 0 < f <= 1 for f in fracs):
+        raise InvalidArgumentError(f"cache fractions must be in (0, 1], got {fracs}")
+    d = scratch_dir(directory) / f"tiermem-bench-ssd-{os.getpid()}"
+    all_traces = _traces(rows, queries, trace_file)
+    stride = DIM * 4
+    rpb = 4088 // stride
+    biggest = max(t.rows_total for _, t, _ in all_traces)
+    need = 3 * (biggest // rpb + 1) * 4096 + (64 << 20)  # table, relayout copy, miss-path file
+    d.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(d).free
+    if free < need:
+        shutil.rmtree(d, ignore_errors=True)
+        raise InvalidArgumentError(
+            f"{d.parent} has {format_bytes(free)} free; bench ssd needs {format_bytes(need)} for tables of "
+            f"{biggest} rows: free some space, pass --dir on a larger disk, or --quick"
+        )
+    depth = _tiermem.block_depth()
+    layouts_out: list[dict[str, Any]] = []
+    minis: list[dict[str, Any]] = []
+    cases: list[dict[str, Any]] = []
+    try:
+        n_cases = sum(len(fracs) * (3 if v is None else 4) * 3 for _, _, v in all_traces)
+        with MachineLoad() as load, Progress(n_cases + 4, "bench ssd", progress) as bar:
+            for name, trace, values in all_traces:
+                train, test = trace.split(train_fraction)
+                counts = layout.query_counts(train)
+                kinds = ["original", "shp"] + (["kmeans"] if values is not None else [])
+                lays = {k: layout.make(k, trace=train, rows_per_block=rpb, weights=values) for k in kinds}
+                for k, lay in lays.items():
+                    layouts_out.append(
+                        {"trace": name, "layout": k, "fanout_train": layout.fanout(lay, rpb, train),
+                         "fanout_heldout": layout.fanout(lay, rpb, test)}  # fmt: skip
+                    )
+                bar.step(f"{name}: layouts")
+                n = trace.rows_total
+                path = d / f"{name}.tmb"
+                table = EmbeddingTable(n, DIM, device=f"block:{path}", cache=0.01, depth=depth)
+                init = values if values is not None else np.random.default_rng(0).standard_normal((n, DIM), np.float32)
+                table.load(init)
+                table.sync()
+                del table
+                for k, lay in lays.items():
+                    _relayout(path, n, lay)
+                    for frac in fracs:
+                        cap = max(1, int(n * frac))
+                        # The miniature caches run on the training queries (as they would
+                        # online); the exact simulations judge their pick on the held-out ones.
+                        t_mini, _ = _pick_t(lay, rpb, train, counts, cap, SAMPLE_RATE)
+                        if k == "shp":
+                            t_best, exact = _pick_t(lay, rpb, test, counts, cap, 1.0)
+                            sizes = [max(1, int(n * f)) for f in (0.01, 0.02, 0.05, 0.1, 0.2)]
+                            exact_curve = _tiermem.lru_curve(test.rows, sizes)
+                            sampled = _tiermem.shards_curve(test.rows, SAMPLE_RATE, sizes)
+                            minis.append(
+                                {"trace": name, "cache_fraction": frac, "sample_rate": SAMPLE_RATE,
+                                 "t_picked": t_mini, "t_best": t_best,
+                                 "gain_picked_over_best": exact[THRESHOLDS.index(t_best)] / exact[THRESHOLDS.index(t_mini)],
+                                 "curve_sizes": sizes, "curve_exact": exact_curve, "curve_sampled": sampled,
+                                 "curve_max_error": max(abs(a - b) for a, b in zip(exact_curve, sampled, strict=True))}  # fmt: skip
+                            )
+                        belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
+                        admits = ["row", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
+                        for adm in admits:
+                            cases.append(
+                                _case(path, n, frac, adm, counts, train, test, depth)
+                                | {"trace": name, "layout": k, "belady_hit_rate": belady}
+                            )
+                            bar.step(f"{name} {k} {adm} {frac:.0%}")
+            miss = _miss_path(d, depth, 3 if quick else 5)
+            bar.step("miss path")
+            ref = _reference_layouts(quick)
+            bar.step("reference partitioner")
+        base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
+        for c in cases:
+            b = base[(c["trace"], c["cache_fraction"])]
+            c["effective_bandwidth_increase"] = b["blocks_read"] / max(1.0, c["blocks_read"])
+            c["device_max_reads_per_s"] = miss["device_reads_per_s"]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return {
+        "benchmark": "ssd",
+        "device": "block (the real disk)",
+        "dir": str(d.parent),
+        "rows_per_block": rpb,
+        "dim": DIM,
+        "depth": depth,
+        "train_fraction": train_fraction,
+        "query_trace": QUERY_TRACE,
+        "load": load.summary(),
+        "load_line": load.line(),
+        "layouts": layouts_out,
+        "reference_layouts": ref,
+        "miniature_caches": minis,
+        "miss_path": miss,
+        "cases": cases,
+        "dlrm": [],
+    }
+
+
+def _relayout(path: Path, n: int, lay: np.ndarray) -> None:
+    t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=0.01)
+    t._native.relayout(np.ascontiguousarray(lay, np.uint32), 256 << 20)
+    del t
+
+
+def _case(
+    path: Path, n: int, frac: float, admission: str, counts: np.ndarray, train: Trace, test: Trace, depth: int
+) -> dict[str, Any]:
+    """One block table replaying the held-out queries after warming on the end of the
+    training queries."""
+    t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=frac, cacheslack=0.0, prefetch=admission, depth=depth)
+    t.set_access_counts(counts)
+    cache_rows = int(t.cache_info["capacity"] // (DIM * 4)) if t.cache_info else 1
+    batch = _batch_for(cache_rows, test)
+    _, warm = train.split(0.8)
+    _replay(t, warm, batch)
+    r = _replay(t, test, batch)
+    del t
+    return {
+        "admission": admission,
+        "cache_fraction": frac,
+        "cache_rows": cache_rows,
+        "batch_queries": batch,
+        "accesses": r["accesses"],
+        "blocks_read": r["blocks_read"],
+        "prefetched": r["prefetched"],
+        "hit_rate": 1.0 - r["misses"] / max(1.0, r["accesses"]),
+        "device_reads_per_s": r["blocks_read"] / r["seconds"],
+        "lookups_per_s": r["accesses"] / r["seconds"],
+        "seconds": r["seconds"],
+    }
+
+
+def _miss_path(d: Path, depth: int, rounds: int) -> dict[str, Any]:
+    """Every lookup a miss: batches of rows in distinct blocks of a 256 MiB table, against
+    the disk's random reads at the same depth on the same file, alternating."""
+    n, per = (256 << 20) // 4096 * (4088 // (DIM * 4)), 4088 // (DIM * 4)
+    path = d / "miss.tmb"
+    t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=4096 * 2 / n, cacheslack=0.0, depth=depth)
+    rng = np.random.default_rng(5)
+    table_rates, device_rates = [], []
+    blocks = n // per
+    for _ in range(rounds):
+        before = (t.block_info or {})["blocks_read"]
+        start = time.perf_counter()
+        for _ in range(8):
+            rows = rng.choice(blocks, 4096, replace=False) * per
+            t.lookup(rows, np.arange(4096))
+        secs = time.perf_counter() - start
+        table_rates.append(((t.block_info or {})["blocks_read"] - before) / secs)
+        rate, engine = _tiermem.random_reads_per_s(path, n // per * 4096, depth, 32768, 1)
+        device_rates.append(rate)
+    calibrated, source = _device_max(path, n // per * 4096, depth)
+    fio = _fio(path, depth, 3)
+    del t
+    tr, dr = statistics.median(table_rates), statistics.median(device_rates)
+    return {
+        "depth": depth,
+        "engine": engine,
+        "table_blocks_per_s": tr,
+        "device_reads_per_s": dr,
+        "ratio": tr / dr,
+        "calibrated_reads_per_s": calibrated,
+        "calibrated_source": source,
+        "fio_reads_per_s": fio,
+        "statistic": f"median of {rounds} alternating rounds",
+    }
+
+
+def _reference_layouts(quick: bool) -> dict[str, Any]:
+    """SHP against KaHyPar on one smaller query trace (KaHyPar is slow at full size)."""
+    rows = 1 << (13 if quick else 15)
+    cfg = QueryTraceConfig(rows=rows, queries=rows // 2, **QUERY_TRACE)  # type: ignore[arg-type]
+    train, test = traces.query_trace(cfg).split(0.5)
+    rpb = 4088 // (DIM * 4)
+    out: dict[str, Any] = {"rows": rows, "queries": cfg.queries}
+    for k, lay in (
+        ("original", layout.original(rows)),
+        ("shp", layout.shp(train, rpb)),
+        ("kmeans", layout.kmeans(traces.group_embeddings(cfg, DIM), rpb)),
+    ):
+        out[k] = layout.fanout(lay, rpb, test)
+    start = time.perf_counter()
+    kh = layout.kahypar_layout(train, rpb)
+    out["kahypar"] = None if kh is None else layout.fanout(kh, rpb, test)
+    out["kahypar_seconds"] = None if kh is None else time.perf_counter() - start
+    return out
+
+
+def run_cli(args: Any) -> int:
+    fr = None
+    if args.cache:
+        try:
+            fr = [float(x) / 100 for x in args.cache.split(",")]
+        except ValueError:
+            raise InvalidArgumentError(f"--cache takes percentages such as 1,5,20, got {args.cache!r}") from None
+    res = run(args.quick, args.dir, args.trace, args.train_fraction, fr)
+    print_table(
+        ["trace", "layout", "fan-out (held out)"],
+        [[x["trace"], x["layout"], f"{x['fanout_heldout']:.2f}"] for x in res["layouts"]],
+        title=f"layouts of {res['rows_per_block']} rows per 4 KiB block (trained on {res['train_fraction']:.0%})",
+    )
+    ref = res["reference_layouts"]
+    kh = "not installed" if ref["kahypar"] is None else f"{ref['kahypar']:.2f} ({ref['kahypar_seconds']:.0f} s)"
+    print(
+        f"reference ({ref['rows']} rows): original {ref['original']:.2f}, SHP {ref['shp']:.2f}, "
+        f"K-means {ref['kmeans']:.2f}, KaHyPar {kh}"
+    )
+    print_table(
+        ["trace", "layout", "admission", "cache", "eff. bandwidth", "hit rate", "Belady", "dev reads/s", "lookups/s"],
+        [
+            [
+                c["trace"], c["layout"], c["admission"], f"{c['cache_fraction']:.0%}",
+                f"{c['effective_bandwidth_increase']:.2f}x", f"{c['hit_rate']:.3f}", f"{c['belady_hit_rate']:.3f}",
+                f"{c['device_reads_per_s']:,.0f}", f"{c['lookups_per_s']:,.0f}",
+            ]  # fmt: skip
+            for c in res["cases"]
+        ],
+        title="block tables on the real disk: held-out queries (effective bandwidth over original + row)",
+    )
+    print_table(
+        ["trace", "cache", "t (1% sample)", "t (exact)", "gain of picked / best", "curve max error"],
+        [
+            [m["trace"], f"{m['cache_fraction']:.0%}", m["t_picked"], m["t_best"],
+             f"{m['gain_picked_over_best']:.3f}", f"{m['curve_max_error']:.4f}"]  # fmt: skip
+            for m in res["miniature_caches"]
+        ],
+        title="miniature caches (SHP layout)",
+    )
+    m = res["miss_path"]
+    fio = "not installed" if m["fio_reads_per_s"] is None else f"{m['fio_reads_per_s']:,.0f}"
+    print(
+        f"miss path at depth {m['depth']} ({m['engine']}): table {m['table_blocks_per_s']:,.0f} blocks/s, disk "
+        f"{m['device_reads_per_s']:,.0f} reads/s, ratio {m['ratio']:.2f}; calibrated {m['calibrated_reads_per_s']:,.0f} "
+        f"({m['calibrated_source']}); fio {fio}"
+    )
+    print(res["load_line"])
+    write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)
+    return 0
+
+
+def plot_ssd(res: dict[str, Any], path: str) -> None:
+    """Effective bandwidth increase and hit rate (beside Belady's) per case."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = res["cases"]
+    labels = [f"{c['trace']}\n{c['layout']}\n{c['admission']}\n{c['cache_fraction']:.0%}" for c in cases]
+    fig, (a, b) = plt.subplots(2, 1, figsize=(max(8, 0.6 * len(cases)), 8), sharex=True)
+    x = np.arange(len(cases))
+    a.bar(x, [c["effective_bandwidth_increase"] for c in cases])
+    a.axhline(1.0, color="grey", lw=0.8)
+    a.set_ylabel("effective bandwidth\n(x original + row)")
+    b.bar(x - 0.2, [c["hit_rate"] for c in cases], 0.4, label="cache")
+    b.bar(x + 0.2, [c["belady_hit_rate"] for c in cases], 0.4, label="Belady (optimal)")
+    b.set_ylabel("hit rate")
+    b.legend()
+    b.set_xticks(x, labels, fontsize=6)
+    fig.suptitle("block tables on the real disk (tiermem bench ssd)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
