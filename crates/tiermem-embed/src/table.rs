@@ -521,6 +521,23 @@ impl Table {
         Ok(())
     }
 
+    /// Stage rows ahead of the call that will use them (the prefetch pipeline: the next
+    /// batch's indices, while the current step computes): a block table reads the missing
+    /// ones into its cache now, so that call only hits. Every index is checked first. No-op
+    /// for tables that do not stage. Returns the distinct rows that were missing.
+    pub fn prefetch(&self, indices: &[i64]) -> Result<u64> {
+        if !self.staged() {
+            return Ok(0);
+        }
+        super::bags::check_indices(0, indices, self.rows)?;
+        let _x = self.exclusive()?;
+        let Some(c) = self.cache() else {
+            return Ok(0);
+        };
+        let mut rows: Vec<u64> = indices.iter().map(|&v| v as u64).collect();
+        Ok(c.stage(&mut rows, true)?.misses)
+    }
+
     /// Put a block table's rows in a new order (`layout`: row → position, e.g. from
     /// [`crate::layout::shp`]): dirty rows are written back, then the file is rewritten
     /// aside in chunks of at most `budget` bytes and switched in atomically

@@ -202,8 +202,12 @@ def run(
                 lays = {k: layout.make(k, trace=train, rows_per_block=rpb, weights=values) for k in kinds}
                 for k, lay in lays.items():
                     layouts_out.append(
-                        {"trace": name, "layout": k, "fanout_train": layout.fanout(lay, rpb, train),
-                         "fanout_heldout": layout.fanout(lay, rpb, test)}  # fmt: skip
+                        {
+                            "trace": name,
+                            "layout": k,
+                            "fanout_train": layout.fanout(lay, rpb, train),
+                            "fanout_heldout": layout.fanout(lay, rpb, test),
+                        }  # fmt: skip
                     )
                 bar.step(f"{name}: layouts")
                 n = trace.rows_total
@@ -226,11 +230,18 @@ def run(
                             exact_curve = _tiermem.lru_curve(test.rows, sizes)
                             sampled = _tiermem.shards_curve(test.rows, SAMPLE_RATE, sizes)
                             minis.append(
-                                {"trace": name, "cache_fraction": frac, "sample_rate": SAMPLE_RATE,
-                                 "t_picked": t_mini, "t_best": t_best,
-                                 "gain_picked_over_best": exact[THRESHOLDS.index(t_best)] / exact[THRESHOLDS.index(t_mini)],
-                                 "curve_sizes": sizes, "curve_exact": exact_curve, "curve_sampled": sampled,
-                                 "curve_max_error": max(abs(a - b) for a, b in zip(exact_curve, sampled, strict=True))}  # fmt: skip
+                                {
+                                    "trace": name,
+                                    "cache_fraction": frac,
+                                    "sample_rate": SAMPLE_RATE,
+                                    "t_picked": t_mini,
+                                    "t_best": t_best,
+                                    "gain_picked_over_best": exact[THRESHOLDS.index(t_best)] / exact[THRESHOLDS.index(t_mini)],
+                                    "curve_sizes": sizes,
+                                    "curve_exact": exact_curve,
+                                    "curve_sampled": sampled,
+                                    "curve_max_error": max(abs(a - b) for a, b in zip(exact_curve, sampled, strict=True)),
+                                }  # fmt: skip
                             )
                         belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
                         admits = ["row", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
@@ -384,9 +395,15 @@ def run_cli(args: Any) -> int:
         ["trace", "layout", "admission", "cache", "eff. bandwidth", "hit rate", "Belady", "dev reads/s", "lookups/s"],
         [
             [
-                c["trace"], c["layout"], c["admission"], f"{c['cache_fraction']:.0%}",
-                f"{c['effective_bandwidth_increase']:.2f}x", f"{c['hit_rate']:.3f}", f"{c['belady_hit_rate']:.3f}",
-                f"{c['device_reads_per_s']:,.0f}", f"{c['lookups_per_s']:,.0f}",
+                c["trace"],
+                c["layout"],
+                c["admission"],
+                f"{c['cache_fraction']:.0%}",
+                f"{c['effective_bandwidth_increase']:.2f}x",
+                f"{c['hit_rate']:.3f}",
+                f"{c['belady_hit_rate']:.3f}",
+                f"{c['device_reads_per_s']:,.0f}",
+                f"{c['lookups_per_s']:,.0f}",
             ]  # fmt: skip
             for c in res["cases"]
         ],
@@ -395,8 +412,14 @@ def run_cli(args: Any) -> int:
     print_table(
         ["trace", "cache", "t (1% sample)", "t (exact)", "gain of picked / best", "curve max error"],
         [
-            [m["trace"], f"{m['cache_fraction']:.0%}", m["t_picked"], m["t_best"],
-             f"{m['gain_picked_over_best']:.3f}", f"{m['curve_max_error']:.4f}"]  # fmt: skip
+            [
+                m["trace"],
+                f"{m['cache_fraction']:.0%}",
+                m["t_picked"],
+                m["t_best"],
+                f"{m['gain_picked_over_best']:.3f}",
+                f"{m['curve_max_error']:.4f}",
+            ]  # fmt: skip
             for m in res["miniature_caches"]
         ],
         title="miniature caches (SHP layout)",

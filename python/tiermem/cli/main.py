@@ -44,9 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(bio)
     bio.add_argument("--dir", help="directory on the disk to measure (default: a disk-backed temp dir)")
     bio.add_argument("--size", help="table file and device size (default 1 GiB, 256 MiB with --quick)")
-    ssd = bsub.add_parser(
-        "ssd", help="block tables on the real disk: layouts, admission, miniature caches, miss path (Bandana)"
-    )
+    ssd = bsub.add_parser("ssd", help="block tables on the real disk: layouts, admission, miniature caches, miss path (Bandana)")
     _add_output(ssd)
     ssd.add_argument("--plot", metavar="PNG", help="write effective bandwidth and hit rates per case (needs matplotlib)")
     ssd.add_argument("--dir", help="directory on the disk for the table files (default: a disk-backed temp dir)")

@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> None:
     tsub = tr.add_subparsers(dest="model", required=True)
     p = tsub.add_parser(
         "dlrm",
-        help="DLRM: reference, all-slow, static, dynamic and 2lm-model modes side by side",
+        help="DLRM: reference, all-fast, fbgemm, all-slow, static, dynamic, 2lm-model and block modes side by side",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--preset", default="demo", help="small, mlperf, large or demo")
@@ -31,7 +31,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--interaction", choices=("dot", "cat"))
     p.add_argument("--batch-size", type=integer(1, 1 << 24))
     p.add_argument("--bag", type=integer(1, 1 << 16), help="lookups per table per sample (synthetic data)")
-    p.add_argument("--modes", default="reference,all-slow,static,dynamic,2lm-model", help="comma-separated")
+    p.add_argument(
+        "--modes",
+        help="comma-separated modes (tiermem.dlrm.model.MODES; default reference,all-slow,static,dynamic,2lm-model, "
+        "or all-fast,fbgemm,block with --slow block:DIR)",
+    )
     p.add_argument("--dist", default="zipf", help="uniform, zipf or both comma-separated (synthetic data)")
     p.add_argument("--alpha", type=number(0, 100, low_open=True), default=1.0, help="Zipf exponent")
     p.add_argument("--criteo", metavar="TSV", help="train on a Criteo-format file instead of synthetic data")
@@ -39,7 +43,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--iters", type=integer(1, 10**9), default=50, help="timed iterations")
     p.add_argument("--warmup", type=integer(0, 10**9), default=5, help="iterations before timing (also the static profile)")
     p.add_argument("--fast-budget", help="fast memory for the tables (default: a quarter of them)")
-    p.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec")
+    p.add_argument(
+        "--slow",
+        default="emulated:optane-pmem",
+        help="slow device spec, or block:DIR: mode 'block' keeps the tables in files in DIR on the disk",
+    )
     p.add_argument(
         "--lr", type=number(0, 1e6, low_open=True), default=0.01, help="SGD learning rate (the DLRM reference's default)"
     )
@@ -73,10 +81,23 @@ def _config(args: Any) -> Any:
 
 
 def run_train(args: Any) -> int:
+    from ..dlrm.model import MODES, SLOW_MODES
     from ..dlrm.report import report, run_modes, write
 
     config = _config(args)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    on_disk = args.slow.startswith("block:")
+    default = "all-fast,fbgemm,block" if on_disk else "reference,all-slow,static,dynamic,2lm-model"
+    modes = [m.strip() for m in (args.modes or default).split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise InvalidArgumentError(f"modes {unknown}: known are {', '.join(MODES)}")
+    if on_disk and (bad := [m for m in modes if m in SLOW_MODES]):
+        raise InvalidArgumentError(
+            f"--slow {args.slow} is a directory for block tables; modes {bad} need a byte-addressable slow device "
+            "(e.g. --slow emulated:optane-pmem): run them separately"
+        )
+    if not on_disk and "block" in modes:
+        raise InvalidArgumentError("mode 'block' keeps its tables on the disk: pass --slow block:DIR (a directory on it)")
     dists = [d.strip() for d in args.dist.split(",") if d.strip()]
     budget = parse_size(args.fast_budget, "--fast-budget") if args.fast_budget else config.table_bytes // 4
     iters, warmup = (min(args.iters, 10), min(args.warmup, 3)) if args.quick else (args.iters, args.warmup)
@@ -142,7 +163,7 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
     synth = SyntheticData(
         config.rows, config.dense_features, config.batch_size, config.bag, dist=dist, alpha=args.alpha, seed=args.seed
     )
-    prof = [synth.batch(i) for i in range(max(1, warmup))] if mode == "static" and not args.criteo else None
+    prof = [synth.batch(i) for i in range(max(1, warmup))] if mode in ("static", "block") and not args.criteo else None
     t = Trainer(config, mode, fast_budget=budget, slow=args.slow, lr=args.lr, seed=args.seed, dist=dist, profile=prof)
     data_state: dict[str, Any] = {}
     if args.resume:

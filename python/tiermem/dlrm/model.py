@@ -34,9 +34,29 @@ from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..torch.embedding import TieredEmbeddingBagCollection
 
-__all__ = ["DLRMConfig", "DLRM", "PRESETS", "MODES", "ReferenceEmbeddings", "KAGGLE_ROWS", "TERABYTE_ROWS"]
+__all__ = [
+    "DLRMConfig",
+    "DLRM",
+    "PRESETS",
+    "MODES",
+    "SLOW_MODES",
+    "DRAM_MODES",
+    "ReferenceEmbeddings",
+    "KAGGLE_ROWS",
+    "TERABYTE_ROWS",
+]
 
-MODES = ("reference", "all-slow", "static", "dynamic", "2lm-model")
+#: Placement modes of the embedding tables: ``reference`` (torch.nn.EmbeddingBag, every
+#: row in DRAM), ``all-fast`` (tiermem's kernels, every row in DRAM: the upper bound),
+#: ``fbgemm`` (FBGEMM's CPU table-batched embeddings, every row in DRAM), ``all-slow``
+#: (every row on the slow device), ``static`` and ``dynamic`` (cached, rows on the slow
+#: device), ``2lm-model`` (behind the model of the hardware DRAM cache) and ``block``
+#: (block tables on the real disk behind a DRAM cache, with the prefetch pipeline).
+MODES = ("reference", "all-fast", "fbgemm", "all-slow", "static", "dynamic", "2lm-model", "block")
+#: Modes whose rows live on a byte-addressable slow device (``--slow``).
+SLOW_MODES = ("all-slow", "static", "dynamic", "2lm-model")
+#: Modes that keep every row in DRAM.
+DRAM_MODES = ("reference", "all-fast", "fbgemm")
 
 #: Rows per categorical feature of the Criteo Kaggle (display advertising challenge) data as
 #: the DLRM reference preprocesses it: the "small" model's tables.
@@ -346,7 +366,7 @@ class DLRM(torch.nn.Module):
     _li: torch.Tensor
     _lj: torch.Tensor
 
-    def __init__(self, config: DLRMConfig, embeddings: ReferenceEmbeddings | TieredEmbeddings, seed: int = 0) -> None:
+    def __init__(self, config: DLRMConfig, embeddings: Any, seed: int = 0) -> None:
         super().__init__()
         self.config = config
         self.embeddings = embeddings

@@ -11,10 +11,17 @@ Memory: the manager gets the fast budget (``dram``) and a slow device big enough
 tables; the budget covers what the tables keep in fast memory (cache pages, the 2LM model's
 cache and every table's DRAM metadata). Dense weights and activations are ordinary PyTorch
 memory in every mode and are not modelled (the 2LM model sees embedding traffic only).
+
+``block`` keeps the tables in files on the real disk (``--slow block:DIR``) behind DRAM
+caches of the fast budget; a table too small for a cache that holds one batch's rows stays
+in DRAM whole. It runs the prefetch pipeline: while a step's dense part computes, a
+background thread reads the next batch's missing rows into the caches, so its lookup hits.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -31,7 +38,8 @@ from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
 from ..twolm import TwoLmModel
 from .data.batch import Batch
-from .model import DLRM, MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
+from .model import DLRM, DRAM_MODES, MODES, SLOW_MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
+from .peers import FbgemmEmbeddings
 
 __all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
 
@@ -138,14 +146,17 @@ class Trainer:
         mode: one of ``MODES``.
         fast_budget: bytes of fast memory the tables may use (cache pages, the 2LM model's
             cache, DRAM metadata); default a quarter of the tables.
-        slow: the slow device spec (default ``emulated:optane-pmem``).
+        slow: the slow device spec (default ``emulated:optane-pmem``); for ``block``,
+            ``block:DIR``, a directory on the disk for the table files (removed by
+            :meth:`close`).
         lr: SGD learning rate of the dense layers and the tables (0.01, the DLRM reference's).
         seed: initial weights.
         dist: the input distribution's name (for reports).
         profile: for ``static``, a sample of the input (e.g. its first batches): the cache is
             filled, before training, with the rows this sample uses most, hottest first, then
             with rows in a scrambled order. Without it, ``static`` caches rows in a scrambled
-            order only (the thesis's random static partition).
+            order only (the thesis's random static partition). For ``block``, how many rows
+            a batch touches (which tables are too small for a cache of their share).
     """
 
     def __init__(
@@ -169,12 +180,33 @@ class Trainer:
         self.config, self.mode, self.lr, self.seed, self.dist = config, mode, float(lr), int(seed), dist
         self.fast_budget = int(fast_budget if fast_budget is not None else config.table_bytes // 4)
         slow_cap = config.table_bytes + (2 << 20) * (config.num_tables + 1)  # room for alignment
-        fit_check(config, 0 if mode in ("reference", "all-slow") else self.fast_budget)
+        on_disk = mode == "block"
+        if (on_disk and not slow.startswith("block:")) or (mode in SLOW_MODES and slow.startswith("block:")):
+            raise InvalidArgumentError(
+                f"mode {mode!r} with --slow {slow!r}: mode 'block' keeps its tables in files on the disk "
+                "(--slow block:DIR); the modes with a slow tier need a byte-addressable device (emulated:, numa:)"
+            )
+        fit_check(config, 0 if mode in ("all-slow", *DRAM_MODES) else self.fast_budget)
         self.manager: Manager | None = None
         self.twolm: TwoLmModel | None = None
         self.tables: list[EmbeddingTable] = []
+        #: Table files of mode ``block`` (removed by :meth:`close`).
+        self.files: list[str] = []
+        self._prefetcher: threading.Thread | None = None
+        self._prefetch_error: BaseException | None = None
+        emb: torch.nn.Module
         if mode == "reference":
-            emb: ReferenceEmbeddings | TieredEmbeddings = ReferenceEmbeddings(config, lr)
+            emb = ReferenceEmbeddings(config, lr)
+        elif mode == "fbgemm":
+            emb = FbgemmEmbeddings(config.rows, config.dim, lr)
+        elif mode == "all-fast":
+            self.manager = Manager([("dram", config.table_bytes + (2 << 20) * (config.num_tables + 1))], policy="all_fast")
+            self.tables = [EmbeddingTable(r, config.dim, dtype=config.dtype, manager=self.manager) for r in config.rows]
+            emb = TieredEmbeddings(self.tables, lr)
+        elif on_disk:
+            self.manager = Manager([("dram", self.fast_budget + (2 << 20) * (config.num_tables + 1))], policy="all_fast")
+            self.tables = self._block_tables(slow[len("block:") :], profile)
+            emb = TieredEmbeddings(self.tables, lr)
         else:
             self.manager = self._manager(slow, slow_cap)
             self.tables = self._tables()
@@ -200,6 +232,81 @@ class Trainer:
         # Room for heap alignment; what the tables take is measured, not this capacity.
         fast = self.fast_budget + (2 << 20) * (self.config.num_tables + 1)
         return Manager([("dram", fast), (slow, slow_cap)], policy="all_fast")
+
+    def _block_tables(self, directory: str, profile: Iterable[Batch] | None) -> list[EmbeddingTable]:
+        """Block tables in ``directory`` with caches that share the fast budget; a table
+        whose share could not hold one batch's rows (the most a ``profile`` batch touched,
+        with 5 % to spare; else ``batch_size * bag``) stays in DRAM whole, its bytes
+        taken from the budget first."""
+        c, m = self.config, self.manager
+        assert m is not None
+        if not os.path.isdir(directory):
+            raise InvalidArgumentError(f"--slow block:{directory}: no such directory (block tables need one on the disk)")
+        need = [c.batch_size * c.bag] * c.num_tables
+        if profile is not None:
+            seen = [0] * c.num_tables
+            for b in profile:
+                for t, idx in enumerate(b.indices):
+                    seen[t] = max(seen[t], len(np.unique(idx.numpy())))
+            need = [min(n, seen[t] * 21 // 20 + 16) for t, n in enumerate(need)]
+        budget = self.fast_budget - 8 * sum(c.rows)  # pointer tables and reindex scratch
+        dram: set[int] = set()
+        while True:
+            on_disk = [t for t in range(c.num_tables) if t not in dram]
+            left = budget - sum(c.rows[t] * c.row_bytes for t in dram)
+            disk_bytes = sum(c.rows[t] * c.row_bytes for t in on_disk)
+            frac = left / disk_bytes if disk_bytes else 1.0
+            small = {t for t in on_disk if frac * c.rows[t] < min(c.rows[t], need[t]) or frac >= 1.0}
+            if not small:
+                break
+            dram |= small
+        if budget - sum(c.rows[t] * c.row_bytes for t in dram) < 0:
+            raise InvalidArgumentError(
+                f"a fast budget of {format_bytes(self.fast_budget)} cannot hold the small tables and the caches "
+                "of the large ones; raise --fast-budget"
+            )
+        tag = f"dlrm-{os.getpid()}-{id(self):x}"
+        tables = []
+        for t, r in enumerate(c.rows):
+            if t in dram:
+                tables.append(EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m))
+                continue
+            path = os.path.join(directory, f"{tag}-t{t}.tmb")
+            self.files.append(path)
+            tables.append(EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=frac, cacheslack=0.0))
+        return tables
+
+    def close(self) -> None:
+        """Release the tables and remove mode ``block``'s table files."""
+        self._join_prefetch()
+        self.tables = []
+        self.embeddings = None  # type: ignore[assignment]
+        self.model = None  # type: ignore[assignment]
+        import gc
+
+        gc.collect()
+        for f in self.files:
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
+        self.files = []
+
+    def _prefetch(self, b: Batch) -> None:
+        try:
+            for t, idx in zip(self.tables, b.indices):
+                if t.path is not None:
+                    t.prefetch(idx.numpy())
+        except BaseException as e:  # handed to the training thread by _join_prefetch
+            self._prefetch_error = e
+
+    def _join_prefetch(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.join()
+            self._prefetcher = None
+        if self._prefetch_error is not None:
+            e, self._prefetch_error = self._prefetch_error, None
+            raise e
 
     def _tables(self) -> list[EmbeddingTable]:
         c, m = self.config, self.manager
@@ -248,10 +355,15 @@ class Trainer:
         return int(used + meta)
 
     # Training --------------------------------------------------------------------------
-    def train_step(self, b: Batch) -> tuple[float, float, float, float]:
-        """One iteration; returns (loss, lookup s, dense s, update s)."""
+    def train_step(self, b: Batch, nxt: Batch | None = None) -> tuple[float, float, float, float]:
+        """One iteration; returns (loss, lookup s, dense s, update s). With ``nxt`` (the
+        next batch) block tables start reading its rows once this lookup is done."""
         t0 = time.perf_counter()
+        self._join_prefetch()
         emb = self.embeddings(b.indices, b.offsets)
+        if nxt is not None and self.files:
+            self._prefetcher = threading.Thread(target=self._prefetch, args=(nxt,), name="tiermem-prefetch", daemon=True)
+            self._prefetcher.start()
         t1 = time.perf_counter()
         e = emb.detach().requires_grad_()
         p = self.model.dense_forward(b.dense, e)
@@ -276,12 +388,19 @@ class Trainer:
             t.reset_stats()
         if self.twolm is not None:
             self.twolm.reset_stats()
+        self._disk0 = self._disk_blocks()
         self._timed: list[tuple[float, float, float, float]] = []
 
-    def run_iteration(self, b: Batch, *, timed: bool, data_seconds: float = 0.0) -> float:
-        """One training step on ``b``; its phase times are kept when ``timed`` (after
-        :meth:`begin_timing`). Returns the loss. For running several trainers in lockstep."""
-        loss, lk, dn, up = self.train_step(b)
+    def _disk_blocks(self) -> tuple[int, int]:
+        """Blocks read and written by the block tables so far."""
+        infos = [i for t in self.tables if (i := t.block_info) is not None]
+        return sum(i["blocks_read"] for i in infos), sum(i["blocks_written"] for i in infos)
+
+    def run_iteration(self, b: Batch, *, timed: bool, data_seconds: float = 0.0, nxt: Batch | None = None) -> float:
+        """One training step on ``b`` (``nxt``: the next batch, for the prefetch pipeline);
+        its phase times are kept when ``timed`` (after :meth:`begin_timing`). Returns the
+        loss. For running several trainers in lockstep."""
+        loss, lk, dn, up = self.train_step(b, nxt)
         self._own += lk + dn + up
         self.loss_times.append(self._own)
         if timed:
@@ -308,16 +427,21 @@ class Trainer:
         start = len(self.losses)
         self._seen = 0
         try:
+            b: Batch | None = None
             for k in range(warmup + iters):
                 if k == warmup:
                     self.begin_timing()
                 t0 = time.perf_counter()
-                try:
-                    b = next(it)
-                except StopIteration:
-                    break
+                if b is None:
+                    b = next(it, None)
+                    if b is None:
+                        break
+                # Block tables read the next batch's rows during this step (the data is
+                # then one batch ahead of the steps taken).
+                nxt = next(it, None) if self.files and k + 1 < warmup + iters else None
                 self._seen += 1
-                loss = self.run_iteration(b, timed=k >= warmup, data_seconds=time.perf_counter() - t0)
+                loss = self.run_iteration(b, timed=k >= warmup, data_seconds=time.perf_counter() - t0, nxt=nxt)
+                b = nxt
                 if on_step:
                     on_step(k, loss)
                 if checkpoint and checkpoint_every and self.step % checkpoint_every == 0:
@@ -388,6 +512,11 @@ class Trainer:
             for name, s in self.manager.stats().items():
                 bytes_[name] = {"read": int(s["bytes_read"]), "written": int(s["bytes_written"])}
             counted = True
+            if self.files:
+                self._join_prefetch()
+                (r0, w0), (r1, w1) = getattr(self, "_disk0", (0, 0)), self._disk_blocks()
+                devices["disk"] = "real"
+                bytes_["disk"] = {"read": 4096 * (r1 - r0), "written": 4096 * (w1 - w0)}
             st = [t.stats() for t in self.tables]
             h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
             hit = h / (h + m) if h + m else None

@@ -273,6 +273,28 @@ class EmbeddingTable:
         other tables). Closing or dropping the table writes them back too."""
         self._native.sync()
 
+    def prefetch(self, indices: Any) -> int:
+        """Read the rows ``indices`` (any shape of integers) will look up into a block
+        table's cache now, so that lookup only hits: the prefetch pipeline calls this with
+        the next batch while the current step computes. Returns the distinct rows that
+        were missing; 0 (and nothing done) for other tables.
+
+        Raises:
+            IndexOutOfRangeError: an index outside the table (nothing is read then).
+        """
+        return int(self._native.prefetch(np.ascontiguousarray(_i64(indices, "indices").reshape(-1))))
+
+    def relayout(self, layout: Any, budget: int = 256 << 20) -> None:
+        """Put a block table's rows in ``layout``'s order (row -> position, a permutation,
+        e.g. from :mod:`tiermem.layout`): updated rows are written back, the file is
+        rewritten aside in chunks of at most ``budget`` bytes and switched in atomically
+        (a kill at any moment leaves the old file or the new one, whole). Cached rows stay
+        cached."""
+        lay = np.asarray(layout)
+        if lay.ndim != 1 or lay.dtype.kind not in "iu":
+            raise InvalidArgumentError("layout must be a 1-D integer array, one position per row")
+        self._native.relayout(np.ascontiguousarray(lay, np.uint32), int(budget))
+
     def set_prefetch(self, prefetch: str) -> None:
         """Change a block table's prefetch admission (see the constructor)."""
         self._native.set_prefetch(str(prefetch))

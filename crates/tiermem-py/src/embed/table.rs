@@ -144,6 +144,14 @@ impl PyTable {
         run(py, || self.inner.relayout(l, budget, |_, _| {}))
     }
 
+    /// Stage these rows (int64 indices) into a block table's cache ahead of the lookup that
+    /// will use them; returns the distinct rows that were missing (0 for other tables).
+    fn prefetch(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let v = view::<i64>(indices, "indices (int64)", false)?;
+        // SAFETY: `v` keeps the buffer exported for the call; only read.
+        run(py, || self.inner.prefetch(unsafe { v.slice() }))
+    }
+
     /// Write a block table's updated rows to its file and sync it (no-op for others).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         run(py, || self.inner.sync())
