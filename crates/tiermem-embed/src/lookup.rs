@@ -283,7 +283,7 @@ pub(crate) fn stage_all(tables: &[&Table], bags: &[Bags<'_>]) -> Result<Vec<(usi
                 rows.extend(b.values().iter().map(|&v| v as u64));
             }
         }
-        out.push((t, c.stage(&mut rows, true)?));
+        out.push((t, c.stage(&mut rows, super::cache::Room::All)?));
     }
     Ok(out)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::blockfile::BlockFile;
-use super::cache::{CacheConfig, CachedRows, MAX_ROWS};
+use super::cache::{CacheConfig, CachedRows, Room, MAX_ROWS};
 use super::home::{BlockHome, Home, MemoryHome, ModelHome};
 use super::rows::{RowSource, Tally};
 use super::DType;
@@ -514,7 +514,7 @@ impl Table {
         while first < start + n {
             let k = piece.min(start + n - first);
             let mut rows: Vec<u64> = (first as u64..(first + k) as u64).collect();
-            c.stage(&mut rows, true)?;
+            c.stage(&mut rows, Room::All)?;
             f(first, k);
             first += k;
         }
@@ -523,8 +523,10 @@ impl Table {
 
     /// Stage rows ahead of the call that will use them (the prefetch pipeline: the next
     /// batch's indices, while the current step computes): a block table reads the missing
-    /// ones into its cache now, so that call only hits. Every index is checked first. No-op
-    /// for tables that do not stage. Returns the distinct rows that were missing.
+    /// ones into its cache now, so that call only hits. Room is made by one reclaim pass,
+    /// which keeps the rows used since the previous one (the step in flight's), and what
+    /// does not fit is left for the call to stage. Every index is checked first. No-op for
+    /// tables that do not stage. Returns the distinct rows that were missing.
     pub fn prefetch(&self, indices: &[i64]) -> Result<u64> {
         if !self.staged() {
             return Ok(0);
@@ -535,7 +537,7 @@ impl Table {
             return Ok(0);
         };
         let mut rows: Vec<u64> = indices.iter().map(|&v| v as u64).collect();
-        Ok(c.stage(&mut rows, true)?.misses)
+        Ok(c.stage(&mut rows, Room::Once)?.misses)
     }
 
     /// Put a block table's rows in a new order (`layout`: row → position, e.g. from
@@ -577,12 +579,10 @@ impl Table {
     /// Overwrite rows `start..start + n` from `f32` values (`n * width` floats), rounding
     /// to the storage type. Cached copies are updated too.
     pub fn write_rows(&self, start: usize, src: &[f32]) -> Result<()> {
-        let n = self.span(start, src.len())?;
-        if self.staged() {
-            let w = self.width;
-            return self.staged_span(start, n, |first, k| {
-                self.copy_rows(first, CopyDir::In(&src[(first - start) * w..][..k * w]));
-            });
+        self.span(start, src.len())?;
+        if let Some(c) = self.cache().filter(|c| c.staged()) {
+            let _x = self.exclusive()?;
+            return c.write_through(start, src, self.width, self.dtype);
         }
         let _x = self.exclusive()?;
         self.copy_rows(start, CopyDir::In(src));

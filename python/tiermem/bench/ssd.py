@@ -20,7 +20,7 @@ the first part of the queries and everything is measured on the rest:
 * **miss path**: a table's reads when every lookup misses, against the disk's random 4 KiB
   reads at the same depth, measured alternately (and ``fio``'s, when installed);
 * **dlrm**: DLRM steps per second with tables on the disk against ``all-fast`` and FBGEMM
-  in DRAM (same model, same batches), with ``--dlrm``.
+  in DRAM (same model, same batches); ``--no-dlrm`` leaves it out.
 """
 
 from __future__ import annotations
@@ -158,6 +158,42 @@ def _pick_t(lay: np.ndarray, rpb: int, train: Trace, counts: np.ndarray, cap: in
     return THRESHOLDS[int(np.argmin(blocks))], blocks
 
 
+def _dlrm(d: Path, quick: bool) -> list[dict[str, Any]]:
+    """DLRM (the demo preset; a quarter of its rows with --quick) trained on Zipf inputs in
+    lockstep: tables on the disk (``block``, a fast budget of a quarter of the tables) against
+    ``all-fast`` and FBGEMM in DRAM, same model, same batches."""
+    from ..dlrm.model import DLRMConfig
+    from ..dlrm.peers import fbgemm_modules
+    from ..dlrm.report import run_modes
+
+    config = DLRMConfig.preset("demo", scale=0.25 if quick else 1.0)
+    budget = config.table_bytes // 4
+    modes = ["all-fast", "block"] + (["fbgemm"] if fbgemm_modules()[0] is not None else [])
+    warmup, iters = (3, 6) if quick else (5, 20)
+    res = run_modes(
+        config, modes, ["zipf"], iters=iters, warmup=warmup, fast_budget=budget, slow=f"block:{d}",
+        lr=0.01, seed=0, label="bench ssd: dlrm",
+    )  # fmt: skip
+    out = []
+    for r in res["runs"]:
+        placement = {"fbgemm": "fbgemm-dram"}.get(r["mode"], r["mode"])
+        out.append(
+            {
+                "placement": placement,
+                "dist": r["dist"],
+                "seconds_per_iter": r["seconds_per_iter"],
+                "breakdown": r["breakdown"],
+                "table_bytes": config.table_bytes,
+                "dram_cache_bytes": budget if r["mode"] == "block" else config.table_bytes,
+                "fast_bytes_peak": r["fast_bytes_peak"],
+                "bytes": r["bytes"],
+                "hit_rate": r["hit_rate"],
+                "vs_all_fast": r.get("speedup_vs_all-fast"),
+            }  # fmt: skip
+        )
+    return out
+
+
 def run(
     quick: bool,
     directory: str | None = None,
@@ -165,6 +201,7 @@ def run(
     train_fraction: float = 0.5,
     fractions: list[float] | None = None,
     progress: bool | None = None,
+    dlrm: bool = True,
 ) -> dict[str, Any]:
     """Measure and return the JSON-able results."""
     if not 0 < train_fraction < 1:
@@ -179,7 +216,11 @@ def run(
     stride = DIM * 4
     rpb = 4088 // stride
     biggest = max(t.rows_total for _, t, _ in all_traces)
-    need = 3 * (biggest // rpb + 1) * 4096 + (64 << 20)  # table, relayout copy, miss-path file
+    need = 3 * (biggest // rpb + 1) * 4096 + (320 << 20)  # table, relayout copy, miss-path file
+    if dlrm:
+        from ..dlrm.model import DLRMConfig
+
+        need += int(DLRMConfig.preset("demo", scale=0.25 if quick else 1.0).table_bytes * 1.1)
     d.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(d).free
     if free < need:
@@ -194,7 +235,7 @@ def run(
     cases: list[dict[str, Any]] = []
     try:
         n_cases = sum(len(fracs) * (3 if v is None else 4) * 3 for _, _, v in all_traces)
-        with MachineLoad() as load, Progress(n_cases + 4, "bench ssd", progress) as bar:
+        with MachineLoad() as load, Progress(n_cases + 5, "bench ssd", progress) as bar:
             for name, trace, values in all_traces:
                 train, test = trace.split(train_fraction)
                 counts = layout.query_counts(train)
@@ -255,6 +296,8 @@ def run(
             bar.step("miss path")
             ref = _reference_layouts(quick)
             bar.step("reference partitioner")
+            dlrm_runs = _dlrm(d, quick) if dlrm else []
+            bar.step("dlrm")
         base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
         for c in cases:
             b = base[(c["trace"], c["cache_fraction"])]
@@ -278,7 +321,7 @@ def run(
         "miniature_caches": minis,
         "miss_path": miss,
         "cases": cases,
-        "dlrm": [],
+        "dlrm": dlrm_runs,
     }
 
 
@@ -379,7 +422,7 @@ def run_cli(args: Any) -> int:
             fr = [float(x) / 100 for x in args.cache.split(",")]
         except ValueError:
             raise InvalidArgumentError(f"--cache takes percentages such as 1,5,20, got {args.cache!r}") from None
-    res = run(args.quick, args.dir, args.trace, args.train_fraction, fr)
+    res = run(args.quick, args.dir, args.trace, args.train_fraction, fr, dlrm=not args.no_dlrm)
     print_table(
         ["trace", "layout", "fan-out (held out)"],
         [[x["trace"], x["layout"], f"{x['fanout_heldout']:.2f}"] for x in res["layouts"]],
@@ -431,6 +474,25 @@ def run_cli(args: Any) -> int:
         f"{m['device_reads_per_s']:,.0f} reads/s, ratio {m['ratio']:.2f}; calibrated {m['calibrated_reads_per_s']:,.0f} "
         f"({m['calibrated_source']}); fio {fio}"
     )
+    if res["dlrm"]:
+        print_table(
+            ["placement", "ms/iter", "lookup/update/dense ms", "vs all-fast", "table", "DRAM for it", "disk GB r/w"],
+            [
+                [
+                    r["placement"],
+                    f"{1e3 * r['seconds_per_iter']:.1f}",
+                    "/".join(f"{1e3 * r['breakdown'][k]:.1f}" for k in ("lookup", "update", "dense")),
+                    "-" if r["vs_all_fast"] is None else f"{r['vs_all_fast']:.2f}x",
+                    format_bytes(r["table_bytes"]),
+                    format_bytes(r["dram_cache_bytes"]),
+                    "-"
+                    if "disk" not in r["bytes"]
+                    else f"{r['bytes']['disk']['read'] / 1e9:.2f}/{r['bytes']['disk']['written'] / 1e9:.2f}",
+                ]  # fmt: skip
+                for r in res["dlrm"]
+            ],
+            title="DLRM (demo preset) on Zipf inputs: tables on the disk against all-fast and FBGEMM in DRAM",
+        )
     print(res["load_line"])
     write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)
     return 0

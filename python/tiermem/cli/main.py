@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-fraction", type=float, default=0.5, help="share of the queries layouts and admission train on (default 0.5)"
     )
     ssd.add_argument("--cache", metavar="PCTS", help="cache sizes in percent of the table (default 1,5,20; 5 with --quick)")
+    ssd.add_argument("--no-dlrm", action="store_true", help="leave out the DLRM runs")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(

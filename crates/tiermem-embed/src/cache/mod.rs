@@ -26,7 +26,7 @@ pub mod policy;
 mod stage;
 
 pub use policy::{Admission, CachePolicy, PolicyRef, Prefetch};
-pub use stage::StageCounters;
+pub use stage::{Room, StageCounters};
 
 use super::home::Home;
 use super::rows::{charge, RowSource, Tally};

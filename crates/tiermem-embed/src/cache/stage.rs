@@ -27,6 +27,19 @@ pub struct StageCounters {
     pub prefetched: u64,
 }
 
+/// How hard staging makes room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// None: rows that do not fit the free slots are left out (a fill).
+    Fill,
+    /// One reclaim pass, then what fits (a prefetch: it must not push out the rows of the
+    /// call in flight, which the pass keeps as recently used; the lookup stages the rest).
+    Once,
+    /// Until every row fits (a call about to run its kernel; refused if the cache cannot
+    /// hold them all at once).
+    All,
+}
+
 /// A least-recently-used list of row ids (no contents): Bandana's shadow cache.
 #[derive(Default)]
 struct Shadow {
@@ -118,11 +131,10 @@ impl CachedRows {
     }
 
     /// Make every row of `rows` (in range; any order, repeats allowed: one per access)
-    /// cached. With `evict`, room is made for them (refused if the cache cannot hold them
-    /// all at once); without, rows that do not fit are left out (a fill). The prefetch
+    /// cached, making room as `room` says. The prefetch
     /// policy decides which of the read blocks' other rows come in too. Call with the
     /// table's exclusive lock held. Returns the tally: hits and misses per access.
-    pub(crate) fn stage(&self, rows: &mut Vec<u64>, evict: bool) -> Result<Tally> {
+    pub(crate) fn stage(&self, rows: &mut Vec<u64>, room: Room) -> Result<Tally> {
         let mut t = Tally::default();
         let Some(staging) = &self.staging else {
             return Ok(t);
@@ -150,7 +162,7 @@ impl CachedRows {
             return Ok(t);
         }
         let capacity = self.limit_frames() * self.frame_rows;
-        if evict {
+        if room == Room::All {
             ensure!(
                 rows.len() <= capacity,
                 "this call touches {} distinct rows but the table's cache holds {capacity} \
@@ -182,12 +194,13 @@ impl CachedRows {
         // this call's rows: the second-chance reclaim keeps rows used since their last pass
         // (this call's cached rows are marked so), and drops unused prefetches first.
         let want = missing.len() + extra_rows.len().min(capacity.saturating_sub(rows.len()));
-        if evict {
+        if room != Room::Fill {
             self.mark(rows);
             let slack = (self.cacheslack() / stride as u64).max(1) as usize;
+            let passes = if room == Room::Once { 1 } else { 4 };
             // A reclaim moves new rows to the page its packing ends on, so the current
             // page's unused slots are given up: each pass asks for all `want` slots itself.
-            for _ in 0..4 {
+            for _ in 0..passes {
                 if self.free_slots() >= want {
                     break;
                 }
@@ -227,7 +240,7 @@ impl CachedRows {
         t.home_read += blocks * BLOCK as u64;
         t.home_rows += missing.len() as u64;
         t.cache_written += t.cached * self.stride as u64;
-        if evict {
+        if room == Room::All {
             let left = missing
                 .iter()
                 .filter(|&&r| self.entry(r as usize).load(Ordering::Relaxed) & CACHED == 0)
@@ -262,7 +275,7 @@ impl CachedRows {
             if chunk.is_empty() {
                 return Ok(total);
             }
-            let t = self.stage(&mut chunk, false)?;
+            let t = self.stage(&mut chunk, Room::Fill)?;
             total.add(&Tally {
                 hits: 0,
                 misses: 0,
@@ -287,6 +300,47 @@ impl CachedRows {
         self.counters.lock().rows_written_back += n;
         self.home_rows.stores_done()?;
         Ok(n)
+    }
+
+    /// Overwrite rows `start..` from `src` (`width` floats per row, rounded to `dtype`):
+    /// cached rows in their slots (now dirty), the others straight into the file, each
+    /// touched block rewritten once (a bulk load does not pass through the cache). Call with
+    /// the table's exclusive lock held.
+    pub(crate) fn write_through(
+        &self,
+        start: usize,
+        src: &[f32],
+        width: usize,
+        dtype: crate::DType,
+    ) -> Result<()> {
+        use crate::elem::{store_row, Bf16};
+        let Some(home) = self.home_rows.block() else {
+            return Ok(());
+        };
+        let stride = self.stride;
+        let mut rows = Vec::new();
+        let mut bytes = vec![0u8; 0];
+        for (k, vals) in src.chunks_exact(width).enumerate() {
+            let row = start + k;
+            let e = self.entry(row).load(Ordering::Relaxed);
+            let dst = if e & CACHED != 0 {
+                self.entry(row).store(e | DIRTY, Ordering::Relaxed);
+                self.slot_ptr(slot_of(e))
+            } else {
+                rows.push(row as u64);
+                bytes.resize(rows.len() * stride, 0);
+                bytes[(rows.len() - 1) * stride..].as_mut_ptr()
+            };
+            // SAFETY: `dst` is a cached row's slot (exclusive lock) or a fresh `stride`-byte
+            // piece of `bytes`; `vals` holds `width` floats and a row holds `width` elements.
+            unsafe {
+                match dtype {
+                    crate::DType::F32 => store_row::<f32>(dst.cast(), vals, false),
+                    crate::DType::Bf16 => store_row::<Bf16>(dst.cast(), vals, false),
+                }
+            }
+        }
+        home.write_rows(&rows, &bytes)
     }
 
     /// Set the per-row counts of the layout's training trace (threshold admission).

@@ -105,6 +105,24 @@ impl BlockHome {
         Ok(n)
     }
 
+    /// Write rows straight to the file (`src`: `rows.len()` rows of bytes), each touched
+    /// block once; buffered write-backs of these rows are dropped first (these values are
+    /// newer).
+    pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut pending = self.pending.lock();
+        for r in rows {
+            pending.remove(r);
+        }
+        let file = self.file();
+        file.write_rows(rows, src)?;
+        self.rows_written
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Write every buffered row to the file, each touched block once; on error the rows
     /// stay buffered. Returns the rows written.
     pub fn write_back(&self) -> Result<u64> {
