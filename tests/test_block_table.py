@@ -4,6 +4,9 @@ refused with what and why."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +29,11 @@ def _batches(seed: int, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray
     return out
 
 
-@pytest.mark.parametrize("prefetch", ["row", "block", "threshold:1", "shadow:1.5"])
-def test_block_table_matches_a_dram_table(disk_dir: Path, prefetch: str) -> None:
-    path = disk_dir / f"t-{prefetch.replace(':', '_')}.tmb"
+@pytest.mark.parametrize("admission", ["row", "block", "threshold:1", "shadow:1.5"])
+def test_block_table_matches_a_dram_table(disk_dir: Path, admission: str) -> None:
+    path = disk_dir / f"t-{admission.replace(':', '_')}.tmb"
     ref = EmbeddingTable(ROWS, DIM)
-    t = EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.08, prefetch=prefetch)
+    t = EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.08, admission=admission)
     assert t.placement == "block:8" and t.policy == "block" and path.exists()
     w = np.random.default_rng(1).standard_normal((ROWS, DIM)).astype(np.float32)
     ref.load(w)
@@ -44,10 +47,10 @@ def test_block_table_matches_a_dram_table(disk_dir: Path, prefetch: str) -> None
             t.flush()
     np.testing.assert_array_equal(ref.to_numpy(), t.to_numpy())
     info = t.block_info
-    assert info is not None and info["prefetch"] == prefetch and info["misses"] > 0 and info["blocks_read"] > 0
-    if prefetch == "row":
+    assert info is not None and info["admission"] == admission and info["misses"] > 0 and info["blocks_read"] > 0
+    if admission == "row":
         assert info["prefetched"] == 0
-    if prefetch == "block":
+    if admission == "block":
         assert info["prefetched"] > 0
     t.sync()
     del t
@@ -62,7 +65,7 @@ def test_bad_block_tables_are_refused(disk_dir: Path) -> None:
     with pytest.raises(tiermem.InvalidArgumentError, match="names no file"):
         EmbeddingTable(ROWS, DIM, device="block:", cache=0.1)
     with pytest.raises(tiermem.InvalidArgumentError, match="prefetch admission 'blocks'"):
-        EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.1, prefetch="blocks")
+        EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.1, admission="blocks")
     with pytest.raises(tiermem.InvalidArgumentError, match="depth"):
         EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.1, depth=0)
     t = EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.1)
@@ -83,3 +86,139 @@ def test_bad_block_tables_are_refused(disk_dir: Path) -> None:
     with pytest.raises(tiermem.CorruptFileError, match="foreign.tmb"):
         EmbeddingTable(ROWS, DIM, device=f"block:{foreign}", cache=0.1)
     assert foreign.read_bytes() == b"not a table" * 1000
+
+
+_CHILD = r"""
+import sys, numpy as np
+from tiermem.embedding import EmbeddingTable
+path, rows, dim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t = EmbeddingTable(rows, dim, device=f"block:{path}", cache=0.05)
+rng = np.random.default_rng(0)
+k = 0
+while True:
+    k += 1
+    t.load(np.full((rows, dim), k, np.float32))  # rows cached in slots, the rest to the file
+    t.sync()
+    print("written", k, flush=True)
+    t.relayout(rng.permutation(rows))
+    print("relaid", k, flush=True)
+"""
+
+
+def test_kill_9_during_write_back_and_relayout_leaves_every_row_at_a_written_value(disk_dir: Path) -> None:
+    """A process killed at any moment (mid write, mid relayout) leaves a table file that
+    opens and reads every row at the last value synced or the one being written, never a
+    torn or damaged block."""
+    import signal
+    import time
+
+    rows, dim = 20_000, 16
+    path = disk_dir / "k.tmb"
+    rng = np.random.default_rng(7)
+    kills = 0
+    for attempt in range(6):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(path), str(rows), str(dim)], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(0.3 + float(rng.random()) * 1.2)
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate(timeout=60)
+        done = [int(x.split()[1]) for x in out.splitlines() if x.startswith("written")]
+        if not done:  # killed while creating the file: a half-made file is refused as damaged
+            path.unlink(missing_ok=True)
+            continue
+        kills += 1
+        t = EmbeddingTable(rows, dim, device=f"block:{path}", cache=0.05)
+        got = np.unique(t.to_numpy())
+        last = done[-1]
+        assert set(got.tolist()) <= {float(last), float(last + 1)}, (attempt, last, got[:5])
+        del t
+        path.unlink()
+    assert kills >= 3, "the child never got past its first write: the test checked nothing"
+
+
+def test_a_full_disk_during_relayout_is_refused_and_the_table_keeps_its_rows(disk_dir: Path) -> None:
+    """RLIMIT_FSIZE stands in for a full disk: the aside file cannot be written, the error
+    names the file, the table still reads every row and no aside file is left behind."""
+    path = disk_dir / "f.tmb"
+    code = r"""
+import resource, signal, sys, os, numpy as np
+import tiermem
+from tiermem.embedding import EmbeddingTable
+path = sys.argv[1]
+t = EmbeddingTable(5000, 16, device=f"block:{path}", cache=0.05)
+t.load(np.arange(5000 * 16, dtype=np.float32).reshape(5000, 16))
+t.sync()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+size = os.path.getsize(path)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, size // 2))
+try:
+    t.relayout(np.random.default_rng(0).permutation(5000))
+except OSError as e:
+    print("refused:", e)
+assert (t.to_numpy() == np.arange(5000 * 16, dtype=np.float32).reshape(5000, 16)).all()
+print("aside left:", os.path.exists(path + ".relayout"))
+print("generation:", t.block_info["generation"])
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "f.tmb" in out.stdout, out.stdout
+    assert "aside left: False" in out.stdout and "generation: 1" in out.stdout, out.stdout
+    t = EmbeddingTable(5000, 16, device=f"block:{path}", cache=0.05)
+    np.testing.assert_array_equal(t.to_numpy(), np.arange(5000 * 16, dtype=np.float32).reshape(5000, 16))
+
+
+def test_a_cache_larger_than_dram_is_refused_with_the_numbers(disk_dir: Path) -> None:
+    m = tiermem.Manager([("dram", 1 << 20)], policy="all_fast")
+    with pytest.raises(tiermem.InvalidArgumentError, match="does not fit fast device 'dram'"):
+        EmbeddingTable(100_000, 64, device=f"block:{disk_dir / 'c.tmb'}", cache=0.5, manager=m)
+
+
+def test_torch_modules_on_the_disk_prefetch_and_match_dram(disk_dir: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from tiermem.torch import TieredEmbeddingBag, TieredEmbeddingBagCollection
+
+    one = TieredEmbeddingBag(3000, 16, mode="sum", where=f"block:{disk_dir / 'one.tmb'}", cache=0.1, seed=1)
+    ref = TieredEmbeddingBag(3000, 16, mode="sum", seed=1)
+    idx = torch.randint(0, 3000, (64, 5), generator=torch.Generator().manual_seed(2))
+    assert one.prefetch(idx) > 0 and one.prefetch(idx) == 0  # the second finds them cached
+    torch.testing.assert_close(one(idx), ref(idx), rtol=0, atol=0)
+    both = TieredEmbeddingBagCollection([(1000, 8), (2000, 8)], where=f"block:{disk_dir}", cache=0.2, seed=3)
+    assert [t.path for t in both.tables] == [str(disk_dir / "table0.tmb"), str(disk_dir / "table1.tmb")]
+    values = torch.tensor([1, 2, 3, 1500, 7], dtype=torch.int64)  # table 0: 1, 2, 3; table 1: 1500, 7
+    with pytest.raises(tiermem.InvalidArgumentError, match="T \\* B \\+ 1"):
+        both.prefetch(values, torch.tensor([0, 3], dtype=torch.int64))
+    assert both.prefetch(values, torch.tensor([0, 3, 5], dtype=torch.int64)) == 5
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tiermem.cli.main", *args], capture_output=True, text=True, timeout=900)
+
+
+def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> None:
+    out = tmp_path / "s.json"
+    r = _cli(
+        "bench", "ssd", "--quick", "--rows", "8192", "--queries", "3000", "--no-dlrm", "--dir", str(disk_dir), "--json", str(out)
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["device"].startswith("block") and res["dlrm"] == []
+    assert {c["trace"] for c in res["cases"]} == {"query", "zipf", "uniform"}
+    for c in res["cases"]:
+        for k in ("layout", "admission", "cache_fraction", "effective_bandwidth_increase", "hit_rate", "belady_hit_rate"):
+            assert k in c, k
+        assert 0 <= c["hit_rate"] <= 1 and 0 <= c["belady_hit_rate"] <= 1
+        assert c["device_reads_per_s"] > 0 and c["device_max_reads_per_s"] > 0
+        if c["layout"] == "original" and c["admission"] == "row":
+            assert c["effective_bandwidth_increase"] == pytest.approx(1.0)
+    held = {(x["trace"], x["layout"]): x["fanout_heldout"] for x in res["layouts"]}
+    assert held[("query", "shp")] < held[("query", "original")], held
+    assert res["miss_path"]["ratio"] > 0 and res["miniature_caches"]
+    assert not list(disk_dir.glob("tiermem-bench-ssd-*")), "scratch files left behind"
+
+
+def test_bench_ssd_refuses_a_malformed_trace_by_name(tmp_path: Path, disk_dir: Path) -> None:
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, offsets=np.array([0, 5], np.int64), rows=np.array([1, 2], np.int64), rows_total=np.int64(10))
+    r = _cli("bench", "ssd", "--quick", "--no-dlrm", "--trace", str(bad), "--dir", str(disk_dir))
+    assert r.returncode != 0 and "bad.npz" in r.stderr and "last offset is 5" in r.stderr, r.stderr

@@ -202,12 +202,15 @@ def run(
     fractions: list[float] | None = None,
     progress: bool | None = None,
     dlrm: bool = True,
+    rows: int | None = None,
+    queries: int | None = None,
 ) -> dict[str, Any]:
-    """Measure and return the JSON-able results."""
+    """Measure and return the JSON-able results (``rows``/``queries``: the generated
+    traces' size instead of the default)."""
     if not 0 < train_fraction < 1:
         raise InvalidArgumentError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
-    rows = 1 << (17 if quick else 20)
-    queries = 30_000 if quick else 200_000
+    rows = rows or 1 << (17 if quick else 20)
+    queries = queries or (30_000 if quick else 200_000)
     fracs = fractions or ([0.05] if quick else [0.01, 0.05, 0.2])
     if any(not 0 < f <= 1 for f in fracs):
         raise InvalidArgumentError(f"cache fractions must be in (0, 1], got {fracs}")
@@ -294,7 +297,7 @@ def run(
                             bar.step(f"{name} {k} {adm} {frac:.0%}")
             miss = _miss_path(d, depth, 3 if quick else 5)
             bar.step("miss path")
-            ref = _reference_layouts(quick)
+            ref = _reference_layouts(min(rows, 1 << (13 if quick else 15)))
             bar.step("reference partitioner")
             dlrm_runs = _dlrm(d, quick) if dlrm else []
             bar.step("dlrm")
@@ -336,7 +339,7 @@ def _case(
 ) -> dict[str, Any]:
     """One block table replaying the held-out queries after warming on the end of the
     training queries."""
-    t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=frac, cacheslack=0.0, prefetch=admission, depth=depth)
+    t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=frac, cacheslack=0.0, admission=admission, depth=depth)
     t.set_access_counts(counts)
     cache_rows = int(t.cache_info["capacity"] // (DIM * 4)) if t.cache_info else 1
     batch = _batch_for(cache_rows, test)
@@ -395,9 +398,8 @@ def _miss_path(d: Path, depth: int, rounds: int) -> dict[str, Any]:
     }
 
 
-def _reference_layouts(quick: bool) -> dict[str, Any]:
+def _reference_layouts(rows: int) -> dict[str, Any]:
     """SHP against KaHyPar on one smaller query trace (KaHyPar is slow at full size)."""
-    rows = 1 << (13 if quick else 15)
     cfg = QueryTraceConfig(rows=rows, queries=rows // 2, **QUERY_TRACE)  # type: ignore[arg-type]
     train, test = traces.query_trace(cfg).split(0.5)
     rpb = 4088 // (DIM * 4)
@@ -422,7 +424,9 @@ def run_cli(args: Any) -> int:
             fr = [float(x) / 100 for x in args.cache.split(",")]
         except ValueError:
             raise InvalidArgumentError(f"--cache takes percentages such as 1,5,20, got {args.cache!r}") from None
-    res = run(args.quick, args.dir, args.trace, args.train_fraction, fr, dlrm=not args.no_dlrm)
+    res = run(
+        args.quick, args.dir, args.trace, args.train_fraction, fr, dlrm=not args.no_dlrm, rows=args.rows, queries=args.queries
+    )
     print_table(
         ["trace", "layout", "fan-out (held out)"],
         [[x["trace"], x["layout"], f"{x['fanout_heldout']:.2f}"] for x in res["layouts"]],

@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ssd.add_argument("--cache", metavar="PCTS", help="cache sizes in percent of the table (default 1,5,20; 5 with --quick)")
     ssd.add_argument("--no-dlrm", action="store_true", help="leave out the DLRM runs")
+    ssd.add_argument(
+        "--rows", type=integer(1024, 1 << 30), help="rows of the generated traces' tables (default 2^20, 2^17 with --quick)"
+    )
+    ssd.add_argument(
+        "--queries", type=integer(100, 1 << 30), help="queries per generated trace (default 200000, 30000 with --quick)"
+    )
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(

@@ -83,7 +83,7 @@ class EmbeddingTable:
             access runs through the model of the hardware DRAM cache (the ``2lm-model``
             baseline; ``manager`` defaults to the model's, ``device`` and ``cache`` must be
             left out).
-        prefetch: a block table's admission of the other rows of a block it reads (Bandana
+        admission: a block table's admission of the other rows of a block it reads (Bandana
             §4.3): ``"row"`` (none: the baseline), ``"block"`` (all), ``"threshold:T"`` (rows
             seen in more than T queries of the layout's trace, see
             :meth:`set_access_counts`) or ``"shadow:M"`` (rows in a shadow cache of M times
@@ -112,7 +112,7 @@ class EmbeddingTable:
         policy: str = "dynamic",
         padding_idx: int | None = None,
         model: Any = None,
-        prefetch: str = "row",
+        admission: str = "row",
         depth: int | None = None,
     ) -> None:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
@@ -139,7 +139,7 @@ class EmbeddingTable:
                 place=place,
                 manager=manager,
                 model=model,
-                prefetch=prefetch,
+                admission=admission,
                 depth=depth,
             )
             if padding_idx is not None:
@@ -219,7 +219,7 @@ class EmbeddingTable:
         place: Placement,
         manager: Manager | None,
         model: Any,
-        prefetch: str,
+        admission: str,
         depth: int | None,
     ) -> None:
         """Create or re-attach the table file of a ``block:PATH`` device."""
@@ -245,7 +245,7 @@ class EmbeddingTable:
         d = None if depth is None else int(depth)
         if d is not None and not 1 <= d <= 256:
             raise InvalidArgumentError(f"depth must be from 1 to 256 reads in flight, got {depth!r}")
-        self._native = _tiermem.Table.block(manager._native, 0, path, name, shape, False, d, lower, slack, prefetch)
+        self._native = _tiermem.Table.block(manager._native, 0, path, name, shape, False, d, lower, slack, admission)
         got = (int(self._native.rows), int(self._native.width), str(self._native.dtype))
         if exists and got != (rows_, width, dtype):
             del self._native
@@ -262,7 +262,7 @@ class EmbeddingTable:
     # Block tables --------------------------------------------------------------------
     @property
     def block_info(self) -> dict[str, Any] | None:
-        """A block table's file, layout generation, prefetch admission, queue depth and I/O
+        """A block table's file, layout generation, admission, queue depth and I/O
         counters (accesses, misses, blocks read, rows prefetched, rows and blocks written,
         rows waiting to be written); ``None`` for other tables."""
         info = self._native.block_info()
@@ -295,9 +295,10 @@ class EmbeddingTable:
             raise InvalidArgumentError("layout must be a 1-D integer array, one position per row")
         self._native.relayout(np.ascontiguousarray(lay, np.uint32), int(budget))
 
-    def set_prefetch(self, prefetch: str) -> None:
-        """Change a block table's prefetch admission (see the constructor)."""
-        self._native.set_prefetch(str(prefetch))
+    def set_admission(self, admission: str) -> None:
+        """Change a block table's admission of a read block's other rows (see the
+        constructor)."""
+        self._native.set_admission(str(admission))
 
     def set_access_counts(self, counts: Any) -> None:
         """Per-row counts of queries holding each row in the trace the layout was trained

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -39,6 +40,14 @@ def _np_i64(t: Any, what: str) -> np.ndarray:
 
 def _bags(input: Any, offsets: Any, include_last_offset: bool) -> tuple[np.ndarray, np.ndarray]:
     return as_bags(_np_i64(input, "input"), None if offsets is None else _np_i64(offsets, "offsets"), include_last_offset)
+
+
+def _table_where(where: str | int | None, k: int, n: int) -> str | int | None:
+    """Table ``k``'s ``where`` of ``n``: ``"block:PATH"`` for several tables names a directory
+    (table ``k`` in ``PATH/table{k}.tmb``); anything else is every table's."""
+    if n > 1 and isinstance(where, str) and where.startswith("block:"):
+        return f"block:{os.path.join(where[len('block:') :], f'table{k}.tmb')}"
+    return where
 
 
 def _storage(dtype: torch.dtype | None) -> str:
@@ -271,8 +280,9 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     gradients never materialise), plus:
 
     Args:
-        manager, where, cache, cacheslack, policy: where the rows live, as for
-            :class:`tiermem.embedding.EmbeddingTable` (``where`` is its ``device``).
+        manager, where, cache, cacheslack, policy, admission: where the rows live, as for
+            :class:`tiermem.embedding.EmbeddingTable` (``where`` is its ``device``;
+            ``"block:PATH"`` keeps the rows in a table file on the disk).
         optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward, or
             an :class:`~tiermem.embedding.OptimizerConfig` (then leave the settings below at
             their defaults).
@@ -309,6 +319,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         initial_accumulator_value: float = 0.0,
         nt_stores: bool = False,
         seed: int | None = None,
+        admission: str = "row",
     ) -> None:
         torch.nn.Module.__init__(self)
         for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq)):
@@ -336,6 +347,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             cacheslack=cacheslack,
             policy=policy,
             padding_idx=padding_idx,
+            admission=admission,
         )
         self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
@@ -359,6 +371,13 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         """A float32 copy of the rows (writes to it do not reach the table; use
         :meth:`load_state_dict` or ``self.table.load``)."""
         return torch.from_numpy(self.table.to_numpy())
+
+    def prefetch(self, input: torch.Tensor) -> int:
+        """Read the rows a coming batch's ``input`` (indices, any shape) will look up into
+        a block table's cache now, so its lookup only hits; call it on another thread while
+        the current step computes. No-op unless the rows are on the disk. Returns the rows
+        that were missing."""
+        return self.table.prefetch(input.detach().cpu().numpy())
 
     def forward(
         self, input: torch.Tensor, offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None
@@ -462,6 +481,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         initial_accumulator_value: float = 0.0,
         nt_stores: bool = False,
         seed: int | None = None,
+        admission: str = "row",
     ) -> None:
         torch.nn.Module.__init__(self)
         if mode not in ("sum", "mean"):
@@ -472,19 +492,34 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         self.mode = mode
         made: list[EmbeddingTable] = []
         g = torch.Generator().manual_seed(seed) if seed is not None else None
-        for spec in tables:
+        for k, spec in enumerate(tables):
             if isinstance(spec, EmbeddingTable):
                 made.append(spec)
                 continue
             rows, dim = spec
             t = EmbeddingTable(
-                rows, dim, dtype=dt, manager=manager, device=where, cache=cache, cacheslack=cacheslack, policy=policy
+                rows,
+                dim,
+                dtype=dt,
+                manager=manager,
+                device=_table_where(where, k, len(tables)),
+                cache=cache,
+                cacheslack=cacheslack,
+                policy=policy,
+                admission=admission,
             )
             _randn_rows(t, None, g)
             made.append(t)
         self.tables = made
         self._collection = EmbeddingCollection(made)
         self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
+
+    def prefetch(self, indices: Any, offsets: Any) -> int:
+        """Read the rows of a coming batch (FBGEMM layout, as :meth:`forward` takes it) into
+        the block tables' caches now, so its lookup only hits; call it on another thread
+        while the current step computes (the GIL is released while it reads). No-op for
+        tables not on the disk. Returns the rows that were missing."""
+        return sum(t.prefetch(v) for t, (v, _) in zip(self.tables, self.split(indices, offsets)))
 
     def split(self, indices: Any, offsets: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         """Split FBGEMM-layout ``indices``/``offsets`` into per-table ``(values, offsets)``."""

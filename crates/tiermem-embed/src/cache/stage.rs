@@ -17,7 +17,8 @@ use tiermem_core::{ensure, Result};
 /// Counters of a staged cache since creation.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
 pub struct StageCounters {
-    /// Row accesses staged (every index of every call).
+    /// Row accesses staged (every index of every lookup, update and prefetch: a prefetched
+    /// row is counted again, as a hit, by the lookup that uses it).
     pub accesses: u64,
     /// Distinct rows a call needed that were not cached (each read from the file).
     pub misses: u64,
@@ -131,9 +132,9 @@ impl CachedRows {
     }
 
     /// Make every row of `rows` (in range; any order, repeats allowed: one per access)
-    /// cached, making room as `room` says. The prefetch
-    /// policy decides which of the read blocks' other rows come in too. Call with the
-    /// table's exclusive lock held. Returns the tally: hits and misses per access.
+    /// cached, making room as `room` says; the prefetch policy decides which of the read
+    /// blocks' other rows come in too. Call with the table's exclusive lock held. Returns
+    /// the tally: hits and misses per access.
     pub(crate) fn stage(&self, rows: &mut Vec<u64>, room: Room) -> Result<Tally> {
         let mut t = Tally::default();
         let Some(staging) = &self.staging else {

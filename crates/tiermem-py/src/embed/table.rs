@@ -92,11 +92,11 @@ impl PyTable {
 
     /// Rows in the table file `path` (created with `shape` = (rows, width, dtype), or
     /// re-attached when `shape` is None), a cache of `lower + slack` bytes on device `fast`,
-    /// `prefetch` the admission of a read block's other rows, `depth` reads in flight
+    /// `admission` that of a read block's other rows, `depth` reads in flight
     /// (None: the calibrated depth).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (manager, fast, path, name, shape, overwrite, depth, lower, slack, prefetch))]
+    #[pyo3(signature = (manager, fast, path, name, shape, overwrite, depth, lower, slack, admission))]
     fn block(
         py: Python<'_>,
         manager: &PyManager,
@@ -108,9 +108,9 @@ impl PyTable {
         depth: Option<usize>,
         lower: u64,
         slack: u64,
-        prefetch: &str,
+        admission: &str,
     ) -> PyResult<Self> {
-        let prefetch = Prefetch::parse(prefetch).map_err(to_py)?;
+        let prefetch = Prefetch::parse(admission).map_err(to_py)?;
         let shape = match shape {
             Some((r, w, d)) => Some((r, w, DType::parse(&d).map_err(to_py)?)),
             None => None,
@@ -171,7 +171,7 @@ impl PyTable {
         let d = PyDict::new(py);
         d.set_item("path", f.path())?;
         d.set_item("generation", h.generation)?;
-        d.set_item("prefetch", prefetch.name())?;
+        d.set_item("admission", prefetch.name())?;
         d.set_item("depth", f.depth())?;
         d.set_item("read_engine", f.read_engine())?;
         d.set_item("rows_per_block", h.rows_per_block)?;
@@ -199,9 +199,10 @@ impl PyTable {
         c.set_access_counts(counts).map_err(to_py)
     }
 
-    /// Change a block table's prefetch admission (`row`, `block`, `threshold:T`, `shadow:M`).
-    fn set_prefetch(&self, prefetch: &str) -> PyResult<()> {
-        let p = Prefetch::parse(prefetch).map_err(to_py)?;
+    /// Change a block table's admission of a read block's other rows (`row`, `block`,
+    /// `threshold:T`, `shadow:M`).
+    fn set_admission(&self, admission: &str) -> PyResult<()> {
+        let p = Prefetch::parse(admission).map_err(to_py)?;
         self.cache()?.set_prefetch(p);
         Ok(())
     }
