@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import workloads
+from ..dlrm.peers import fbgemm_modules
 from ..embedding import EmbeddingCollection, EmbeddingTable
 from ..manager import Manager
 from ..report.load import MachineLoad
@@ -49,20 +50,6 @@ def sizes(quick: bool) -> dict[str, Any]:
 
 def _rows_for(width: int, rows: int) -> int:
     return rows if width <= 64 else rows * 64 // width
-
-
-def _fbgemm() -> tuple[Any, str | None]:
-    """FBGEMM's modules, or None and why not."""
-    try:
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-    except Exception as e:
-        return None, f"fbgemm-gpu-cpu is not importable next to this torch ({type(e).__name__}: {e})"
-    return (EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen), None
 
 
 class _Torch:
@@ -120,7 +107,7 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
 
     cfg = sizes(quick)
     T, B, reps = cfg["tables"], cfg["batch"], cfg["reps"]
-    mods, why_not = _fbgemm()
+    mods, why_not = fbgemm_modules()
     widths = (16, 64, 256)
     bags_ = (1, 40)
     dists = workloads.DISTRIBUTIONS

@@ -4,6 +4,7 @@ package that pairs with the pinned torch) with SGD fused into backward, every ro
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,17 +17,26 @@ __all__ = ["FbgemmEmbeddings", "fbgemm_modules"]
 
 
 def fbgemm_modules() -> tuple[Any, str | None]:
-    """FBGEMM's training TBE modules, or None and why they are not importable."""
+    """FBGEMM's training TBE modules, or None and why they are not importable. FBGEMM's
+    import warns about optional operators the CPU package does not build; that noise is
+    silenced here (it is not about anything tiermem asked for)."""
     try:
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _import_fbgemm(), None
     except Exception as e:  # any import failure: a missing or mismatched package
         return None, f"fbgemm-gpu-cpu is not importable next to this torch ({type(e).__name__}: {e})"
-    return (EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen), None
+
+
+def _import_fbgemm() -> tuple[Any, ...]:
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    return (EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
 
 
 class FbgemmEmbeddings(torch.nn.Module):

@@ -249,18 +249,22 @@ class Trainer:
                 for t, idx in enumerate(b.indices):
                     seen[t] = max(seen[t], len(np.unique(idx.numpy())))
             need = [min(n, seen[t] * 21 // 20 + 16) for t, n in enumerate(need)]
+        rb = c.row_bytes
         budget = self.fast_budget - 8 * sum(c.rows)  # pointer tables and reindex scratch
         dram: set[int] = set()
         while True:
             on_disk = [t for t in range(c.num_tables) if t not in dram]
-            left = budget - sum(c.rows[t] * c.row_bytes for t in dram)
-            disk_bytes = sum(c.rows[t] * c.row_bytes for t in on_disk)
-            frac = left / disk_bytes if disk_bytes else 1.0
+            left = budget - sum(c.rows[t] * rb for t in dram)
+            disk_bytes = sum(c.rows[t] * rb for t in on_disk)
+            frac = min(1.0, left / (1.0 + 4.0 / rb) / disk_bytes) if disk_bytes else 1.0
+            # Cache pages come in whole frames, each slot with a 4-byte back-edge.
+            while frac > 0 and sum(_cache_bytes(c.rows[t], rb, frac) * (1.0 + 4.0 / rb) for t in on_disk) > left:
+                frac *= 0.995
             small = {t for t in on_disk if frac * c.rows[t] < min(c.rows[t], need[t]) or frac >= 1.0}
             if not small:
                 break
             dram |= small
-        if budget - sum(c.rows[t] * c.row_bytes for t in dram) < 0:
+        if budget - sum(c.rows[t] * rb for t in dram) < 0:
             raise InvalidArgumentError(
                 f"a fast budget of {format_bytes(self.fast_budget)} cannot hold the small tables and the caches "
                 "of the large ones; raise --fast-budget"
