@@ -11,8 +11,8 @@
 //! `depth` threads (`TIERMEM_IO=threads` forces the pool); writes from the pool, as
 //! read-modify-write of whole blocks, each block once per batch.
 //!
-//! This is the store only: the row home over it (a cache that stages rows through its slots)
-//! and the layouts, admission, miniature caches and prefetch pipeline of issue 14 build on it.
+//! This is the store: the row home over it (`crate::home::BlockHome`, behind a staged cache),
+//! relayout ([`BlockFile::relayout`]) and layouts (`crate::layout`) build on it.
 
 pub mod format;
 mod relayout;
