@@ -25,6 +25,7 @@ the first part of the queries and everything is measured on the rest:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -94,8 +95,6 @@ def _traces(rows: int, queries: int, trace_file: str | None) -> list[tuple[str, 
 def _device_max(path: Path, size: int, depth: int) -> tuple[float, str]:
     """The disk's random 4 KiB reads per second at ``depth``: ``tiermem calibrate``'s
     figure when it measured at this depth, else measured now on ``path``."""
-    import json
-
     try:
         with open(_tiermem.calibration_path(), encoding="utf-8") as f:
             q = json.load(f).get("block_depth") or {}
@@ -117,8 +116,6 @@ def _fio(path: Path, depth: int, seconds: int) -> float | None:
         "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={seconds}", "--time_based",
         "--readonly", "--output-format=json",
     ]  # fmt: skip
-    import json
-
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
         return float(json.loads(out)["jobs"][0]["read"]["iops"])

@@ -70,7 +70,9 @@ impl Shadow {
     }
 }
 
-/// A staged cache's admission state.
+/// A staged cache's admission state. Held through a call's staging (under the table's
+/// exclusive lock), with the page list, the home's write-back buffer and its file taken
+/// inside it in that order (ARCHITECTURE.md, the lock order); elsewhere taken alone.
 pub(crate) struct Staging {
     prefetch: Prefetch,
     /// Per row, how many queries of the layout's training trace held it (for `Threshold`).
