@@ -16,6 +16,7 @@ __all__ = [
     "OPTIMIZERS",
     "PLACES",
     "POLICIES",
+    "PREFETCH",
     "PREFETCH_ADMISSIONS",
     "REUSE_BUCKETS",
     "Recorder",
@@ -54,6 +55,7 @@ PLACES: dict[str, int]
 OPTIMIZERS: list[str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
+PREFETCH: int
 PREFETCH_ADMISSIONS: list[str]
 DTYPES: list[str]
 HOME_KINDS: list[str]

@@ -1,6 +1,6 @@
 //! The names Python validates against, exported from the crates' own registries so that no
 //! layer above keeps a copy: policies, places, optimizers, cache policies, lookup modes,
-//! storage types, row-home kinds, instruction sets, and the reuse buckets of the
+//! storage types, row-home kinds, the default prefetch distance, instruction sets, and the reuse buckets of the
 //! production-like workloads.
 
 use pyo3::prelude::*;
@@ -25,6 +25,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         tiermem_embed::cache::policy::prefetch::NAMES.to_vec(),
     )?;
     m.add("MODES", tiermem_embed::lookup::Mode::NAMES.to_vec())?;
+    m.add("PREFETCH", tiermem_embed::lookup::DEFAULT_PREFETCH)?;
     m.add("DTYPES", tiermem_embed::DType::NAMES.to_vec())?;
     m.add("HOME_KINDS", tiermem_embed::home::KINDS.to_vec())?;
     m.add(

@@ -23,7 +23,7 @@ MODES: tuple[str, ...] = tuple(_tiermem.MODES)
 #: Storage types, with the short names also accepted.
 DTYPES: dict[str, str] = {**{d: d for d in _tiermem.DTYPES}, "f32": "float32", "bf16": "bfloat16"}
 #: Default software prefetch distance, in indices.
-PREFETCH = 8
+PREFETCH: int = _tiermem.PREFETCH
 
 #: ``eps`` when none is given: ``torch.optim.Adagrad``'s for ``adagrad``, FBGEMM's otherwise.
 _DEFAULT_EPS = {"adagrad": 1e-10}

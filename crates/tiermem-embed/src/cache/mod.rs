@@ -263,6 +263,13 @@ impl CachedRows {
         Ok(())
     }
 
+    /// Whether hits of a call that caches (`caching`) mark their rows: only when the cache
+    /// can fill up. Read once per call, not per row (a stale answer only costs a row its
+    /// second chance).
+    fn marking(&self, caching: bool) -> bool {
+        caching && self.marks.load(Ordering::Relaxed)
+    }
+
     fn update_marks(&self) {
         let can_fill = self.limit_frames() * self.frame_rows < self.rows;
         self.marks.store(can_fill, Ordering::Relaxed);
@@ -366,16 +373,17 @@ impl CachedRows {
     }
 
     /// `access_and_cache` (or `access` when `caching` is false): where row `i` is now.
-    /// With `admit` ([`Admission::SecondMiss`]), a row is cached only if it missed before
-    /// (its `SEEN` bit is set); otherwise the miss sets the bit.
+    /// With `mark`, a hit sets its row's `REF` mark (decided once per call by
+    /// [`CachedRows::marking`]). With `admit` ([`Admission::SecondMiss`]), a row is cached
+    /// only if it missed before (its `SEEN` bit is set); otherwise the miss sets the bit.
     #[inline(always)]
-    fn locate(&self, i: usize, caching: bool, admit: bool, t: &mut Tally) -> *const u8 {
+    fn locate(&self, i: usize, caching: bool, mark: bool, admit: bool, t: &mut Tally) -> *const u8 {
         let e = self.entry(i).load(Ordering::Acquire);
         if e & CACHED != 0 {
             t.hits += 1;
             t.cache_read += self.stride as u64;
             let s = slot_of(e);
-            if caching && self.marks.load(Ordering::Relaxed) {
+            if mark {
                 // Read first: the store (one per row between reclaims) is the rare case.
                 let b = &self.back[s];
                 if b.load(Ordering::Relaxed) & REF == 0 {
@@ -432,7 +440,7 @@ impl CachedRows {
             if self.full.load(Ordering::Relaxed) {
                 break;
             }
-            self.locate(i, true, false, &mut t);
+            self.locate(i, true, self.marking(true), false, &mut t);
         }
         charge(self.home_device(), Some(&self.cache_dev), &t);
         t
@@ -653,6 +661,7 @@ impl CachedRows {
         CachedView {
             rows: self,
             caching,
+            mark: self.marking(caching),
             admit: self.admits(),
         }
     }
@@ -692,6 +701,8 @@ impl CachedRows {
 pub struct CachedView<'a> {
     rows: &'a CachedRows,
     caching: bool,
+    /// Whether hits mark their rows ([`CachedRows::marking`]), read once per view.
+    mark: bool,
     /// The policy's admission, read once per view (no virtual call per row).
     admit: bool,
 }
@@ -706,7 +717,7 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        self.rows.locate(i, self.caching, self.admit, t)
+        self.rows.locate(i, self.caching, self.mark, self.admit, t)
     }
 
     #[inline(always)]
