@@ -7,14 +7,26 @@ Sections are ``state`` (``torch.save`` of tensors and plain data, read back with
 ``torch.load(weights_only=True)``, which executes no code) and, per tiered table, its rows
 (``float32``, row-major) and optimizer state (``float32``), streamed in chunks between the
 table's tier and the file: a table larger than DRAM is never copied into DRAM whole.
+
+A block table (``device="block:PATH"``) is not streamed: its file is already on the disk.
+The checkpoint records the file instead. The table is synced and its file snapshotted by the
+kernel (:meth:`~tiermem.embedding.EmbeddingTable.snapshot`: a reflink where the filesystem
+offers one, else an in-kernel copy) into ``CHECKPOINT.tables/NAME-TOKEN.tmb``, and a manifest
+section ``block:NAME`` holds the snapshot's name, layout generation, size and shape. Each save
+uses a fresh token and, once the checkpoint is renamed into place, removes the snapshots it no
+longer names: a kill at any moment leaves the previous checkpoint with its own snapshots. The
+snapshot's blocks keep their checksums, verified as they are read back on restore.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import re
+import secrets
 import struct
 from collections.abc import Iterator
 from typing import IO, Any
@@ -26,7 +38,9 @@ from .embedding import EmbeddingTable
 from .exceptions import InvalidArgumentError
 
 MAGIC = b"TMCKPT02"
-FORMAT = "tiermem-checkpoint-2"
+FORMAT = "tiermem-checkpoint-3"
+#: Formats this module reads (2 had no block tables).
+_READS = ("tiermem-checkpoint-2", FORMAT)
 _TRAILER = struct.Struct("<Q32s8s")
 #: Bytes per streamed chunk.
 CHUNK = 32 << 20
@@ -75,25 +89,61 @@ def _state_chunks(t: EmbeddingTable, n: int) -> Iterator[bytes]:
         yield buf[:k].tobytes()
 
 
+def snapshot_folder(path: str) -> str:
+    """Where the checkpoint at ``path`` keeps its block tables' snapshots."""
+    return path + ".tables"
+
+
+def _snapshot(folder: str, name: str, token: str, t: EmbeddingTable) -> dict[str, Any]:
+    os.makedirs(folder, exist_ok=True)
+    file = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-{token}.tmb"
+    info = t.snapshot(os.path.join(folder, file))
+    return {"file": file, "dtype": t.dtype, **info}
+
+
+def _prune(folder: str, keep: set[str]) -> None:
+    """Remove the snapshots (and partial ones) in ``folder`` that ``keep`` does not name."""
+    if not os.path.isdir(folder):
+        return
+    for f in os.listdir(folder):
+        if f.endswith((".tmb", ".tmb.partial")) and f not in keep:
+            os.unlink(os.path.join(folder, f))
+
+
 def save(path: str, state: dict[str, Any], tables: dict[str, EmbeddingTable] | None = None) -> None:
     """Write ``state`` (tensors, numbers, strings, lists and dicts of them) and every table of
-    ``tables`` (by name) to ``path`` atomically."""
+    ``tables`` (by name) to ``path`` atomically. Block tables are snapshotted beside it
+    (:func:`snapshot_folder`), not streamed."""
     import torch
 
-    with atomic_write(path) as f:
-        w = _Writer(f)
-        blob = io.BytesIO()
-        torch.save(state, blob)
-        w.section("state", iter([blob.getvalue()]))
-        for name, t in (tables or {}).items():
-            w.section(f"rows:{name}", _table_chunks(t), rows=t.num_embeddings, width=t.embedding_dim)
-            info = t._native.optimizer_state_info()
-            if info is not None:
-                kind, n, steps = info
-                w.section(f"optimizer:{name}", _state_chunks(t, n), kind=kind, values=n, steps=int(steps))
-        manifest = json.dumps({"format": FORMAT, "sections": w.sections}).encode()
-        f.write(manifest)
-        f.write(_TRAILER.pack(len(manifest), hashlib.sha256(manifest).digest(), MAGIC))
+    folder, token = snapshot_folder(path), secrets.token_hex(6)
+    made: list[str] = []
+    try:
+        with atomic_write(path) as f:
+            w = _Writer(f)
+            blob = io.BytesIO()
+            torch.save(state, blob)
+            w.section("state", iter([blob.getvalue()]))
+            for name, t in (tables or {}).items():
+                if t.path is not None:
+                    snap = _snapshot(folder, name, token, t)
+                    made.append(snap["file"])
+                    w.section(f"block:{name}", iter(()), rows=t.num_embeddings, width=t.embedding_dim, **snap)
+                else:
+                    w.section(f"rows:{name}", _table_chunks(t), rows=t.num_embeddings, width=t.embedding_dim)
+                info = t._native.optimizer_state_info()
+                if info is not None:
+                    kind, n, steps = info
+                    w.section(f"optimizer:{name}", _state_chunks(t, n), kind=kind, values=n, steps=int(steps))
+            manifest = json.dumps({"format": FORMAT, "sections": w.sections}).encode()
+            f.write(manifest)
+            f.write(_TRAILER.pack(len(manifest), hashlib.sha256(manifest).digest(), MAGIC))
+    except BaseException:
+        for m in made:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, m))
+        raise
+    _prune(folder, set(made))
 
 
 class Checkpoint:
@@ -122,8 +172,8 @@ class Checkpoint:
                 manifest = json.loads(raw)
             except ValueError:
                 raise _bad(path, "its manifest is not JSON (damaged)") from None
-            if manifest.get("format") != FORMAT:
-                raise _bad(path, f"format {manifest.get('format')!r}, expected {FORMAT!r}")
+            if manifest.get("format") not in _READS:
+                raise _bad(path, f"format {manifest.get('format')!r}, expected one of {', '.join(_READS)}")
             self.sections = {s["name"]: s for s in manifest["sections"]}
             end = size - _TRAILER.size - length
             for s in self.sections.values():
@@ -140,6 +190,20 @@ class Checkpoint:
                     left -= len(c)
                 if h.hexdigest() != s["sha256"]:
                     raise _bad(path, f"section {s['name']!r} does not match its checksum (damaged): nothing was restored from it")
+        for s in self.sections.values():
+            if s["name"].startswith("block:"):
+                snap = os.path.join(snapshot_folder(path), s["file"])
+                if not os.path.isfile(snap):
+                    raise _bad(
+                        path,
+                        f"table {s['name'][6:]!r}: its snapshot {snap!r} is missing "
+                        f"(the folder {snapshot_folder(path)!r} travels with the checkpoint)",
+                    )
+                if os.path.getsize(snap) != s["bytes"]:
+                    raise _bad(
+                        path,
+                        f"table {s['name'][6:]!r}: its snapshot {snap!r} is {os.path.getsize(snap)} bytes, recorded {s['bytes']} (truncated or replaced)",
+                    )
 
     def state(self) -> dict[str, Any]:
         """The ``state`` section, loaded with ``weights_only=True`` (no code runs)."""
@@ -158,24 +222,29 @@ class Checkpoint:
 
     def tables(self) -> list[str]:
         """Names of the tables it holds."""
-        return [n.split(":", 1)[1] for n in self.sections if n.startswith("rows:")]
+        return [n.split(":", 1)[1] for n in self.sections if n.startswith(("rows:", "block:"))]
 
     def restore_table(self, name: str, t: EmbeddingTable) -> None:
-        """Stream table ``name``'s rows (and optimizer state) into ``t``."""
-        s = self.sections.get(f"rows:{name}")
+        """Stream table ``name``'s rows (and optimizer state) into ``t``, from the
+        checkpoint or, for a block table, from its snapshot (any kind of table may receive
+        them)."""
+        s = self.sections.get(f"rows:{name}") or self.sections.get(f"block:{name}")
         if s is None:
             raise _bad(self.path, f"has no table {name!r} (it has {', '.join(self.tables()) or 'none'})")
         if (s["rows"], s["width"]) != (t.num_embeddings, t.embedding_dim):
             raise _bad(
                 self.path, f"table {name!r} is {s['rows']} x {s['width']}, the model's {t.num_embeddings} x {t.embedding_dim}"
             )
+        rows = max(1, CHUNK // (4 * t.embedding_dim))
+        if s["name"].startswith("block:"):
+            self._restore_snapshot(name, s, t, rows)
         with open(self.path, "rb") as f:
-            f.seek(s["offset"])
-            rows = max(1, CHUNK // (4 * t.embedding_dim))
-            for start in range(0, t.num_embeddings, rows):
-                n = min(rows, t.num_embeddings - start)
-                data = np.frombuffer(f.read(4 * n * t.embedding_dim), np.float32)
-                t.load(data.reshape(n, t.embedding_dim), start)
+            if s["name"].startswith("rows:"):
+                f.seek(s["offset"])
+                for start in range(0, t.num_embeddings, rows):
+                    n = min(rows, t.num_embeddings - start)
+                    data = np.frombuffer(f.read(4 * n * t.embedding_dim), np.float32)
+                    t.load(data.reshape(n, t.embedding_dim), start)
             o = self.sections.get(f"optimizer:{name}")
             if o is not None:
                 f.seek(o["offset"])
@@ -183,3 +252,26 @@ class Checkpoint:
                 for start in range(0, o["values"], step):
                     k = min(step, o["values"] - start)
                     t.set_optimizer_state(o["kind"], np.frombuffer(f.read(4 * k), np.float32), o["steps"], start)
+
+    def _restore_snapshot(self, name: str, s: dict[str, Any], t: EmbeddingTable, rows: int) -> None:
+        """Read a block table's snapshot (opened as a table of its own, blocks checked as
+        they are read) into ``t`` in chunks of ``rows`` rows."""
+        snap = os.path.join(snapshot_folder(self.path), s["file"])
+        stride = 4 * s["width"]
+        cache = min(1.0, max(rows * stride, 1 << 20) / (s["rows"] * stride))
+        src = EmbeddingTable(s["rows"], s["width"], dtype=s["dtype"], device=f"block:{snap}", cache=cache, cacheslack=0.0)
+        try:
+            info = src.block_info
+            assert info is not None, "a block: device gives a block table"
+            if info["generation"] != s["generation"]:
+                raise _bad(
+                    self.path,
+                    f"table {name!r}: its snapshot {snap!r} has layout generation {info['generation']}, recorded {s['generation']} (replaced)",
+                )
+            buf = np.empty((min(rows, t.num_embeddings), t.embedding_dim), np.float32)
+            for start in range(0, t.num_embeddings, rows):
+                n = min(rows, t.num_embeddings - start)
+                src._native.read_rows(start, buf[:n])
+                t.load(buf[:n], start)
+        finally:
+            del src

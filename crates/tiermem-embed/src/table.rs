@@ -15,6 +15,7 @@ use super::rows::{RowSource, Tally};
 use super::DType;
 use tiermem_core::manager::{Manager, Reservation};
 use tiermem_core::model::TwoLm;
+use tiermem_core::sys::clone::CloneHow;
 use tiermem_core::sys::huge::HugeSlice;
 use tiermem_core::{ensure, Error, Result};
 
@@ -560,6 +561,26 @@ impl Table {
             Some(b) => b.relayout(layout, budget, progress),
             None => Ok(()),
         }
+    }
+
+    /// Snapshot a block table's file to `dst`: its newest values are made durable first
+    /// ([`Table::sync`]), then the file is copied whole without passing through this process
+    /// ([`BlockFile::snapshot`]), all under the
+    /// exclusive lock so no write-back lands mid-copy. Returns how it was copied and the
+    /// file's layout generation.
+    pub fn snapshot(&self, dst: &std::path::Path) -> Result<(CloneHow, u64)> {
+        let _x = self.exclusive()?;
+        let Some((c, b)) = self
+            .cache()
+            .filter(|c| c.staged())
+            .and_then(|c| c.home().block().map(|b| (c, b)))
+        else {
+            tiermem_core::bail!("only a block table has a file to snapshot");
+        };
+        c.write_back_dirty()?;
+        b.sync()?;
+        let f = b.file();
+        Ok((f.snapshot(dst)?, f.header().generation))
     }
 
     /// Make a block table's file hold every row's newest value, durably: dirty cached rows

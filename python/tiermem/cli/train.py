@@ -175,9 +175,15 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
         batches = _criteo(args, config, readers, int(data_state.get("position", 0)))
         state = lambda: {"position": readers[-1].position}  # noqa: E731
     else:
-        first = t.step
-        batches = (synth.batch(first + i) for i in range(10**12))
-        state = lambda: {"step": t.step}  # noqa: E731
+        drawn = [t.step]  # batches drawn so far: the data state a checkpoint records
+
+        def synthetic() -> Any:
+            while True:
+                drawn[0] += 1
+                yield synth.batch(drawn[0] - 1)
+
+        batches = synthetic()
+        state = lambda: {"step": drawn[0]}  # noqa: E731
     total = warmup + iters
     with Progress(total, f"{'infer' if args.inference else 'train'} dlrm {mode}") as p:
         if args.inference:

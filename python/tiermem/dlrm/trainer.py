@@ -425,13 +425,21 @@ class Trainer:
         """Run ``warmup`` then ``iters`` timed iterations from ``batches``.
 
         ``checkpoint``: a path written every ``checkpoint_every`` iterations, at the end,
-        and when interrupted (then the interrupt is raised again)."""
+        and when interrupted (then the interrupt is raised again). ``data_state()`` describes
+        the data source (e.g. a reader's position); it is called right after each batch is
+        drawn, and a checkpoint records its value after the last batch a finished step
+        consumed."""
         _check_counts(iters, warmup, checkpoint_every)
         it: Iterator[Batch] = iter(batches)
         start = len(self.losses)
         self._seen = 0
+        # The data state after the last batch a finished step consumed: block tables read
+        # the next batch ahead (the prefetch pipeline), so the iterator's own state runs one
+        # batch ahead of the steps taken and a checkpoint must not record that.
+        done = data_state() if data_state else None
         try:
             b: Batch | None = None
+            after_b = done
             for k in range(warmup + iters):
                 if k == warmup:
                     self.begin_timing()
@@ -440,22 +448,22 @@ class Trainer:
                     b = next(it, None)
                     if b is None:
                         break
-                # Block tables read the next batch's rows during this step (the data is
-                # then one batch ahead of the steps taken).
+                    after_b = data_state() if data_state else None
                 nxt = next(it, None) if self.files and k + 1 < warmup + iters else None
+                after_nxt = data_state() if data_state and nxt is not None else None
                 self._seen += 1
                 loss = self.run_iteration(b, timed=k >= warmup, data_seconds=time.perf_counter() - t0, nxt=nxt)
-                b = nxt
+                done, b, after_b = after_b, nxt, after_nxt
                 if on_step:
                     on_step(k, loss)
                 if checkpoint and checkpoint_every and self.step % checkpoint_every == 0:
-                    self.save(checkpoint, data_state() if data_state else None)
+                    self.save(checkpoint, done)
         except KeyboardInterrupt:
             if checkpoint:
-                self.save(checkpoint, data_state() if data_state else None)
+                self.save(checkpoint, done)
             raise
         if checkpoint:
-            self.save(checkpoint, data_state() if data_state else None)
+            self.save(checkpoint, done)
         return self.result(start)
 
     def infer(self, batches: Iterable[Batch], iters: int, warmup: int = 1) -> RunResult:
@@ -552,7 +560,8 @@ class Trainer:
     # Checkpoints -----------------------------------------------------------------------
     def save(self, path: str, data_state: dict[str, Any] | None = None) -> None:
         """Write a checkpoint (:mod:`tiermem.checkpoint`): atomically, checksummed, tiered
-        tables streamed from their tier to the file."""
+        tables streamed from their tier to the file, block tables' files snapshotted beside
+        it."""
         with tables_aside():
             model_state = self.model.state_dict()
         state = {

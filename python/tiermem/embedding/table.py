@@ -273,6 +273,23 @@ class EmbeddingTable:
         other tables). Closing or dropping the table writes them back too."""
         self._native.sync()
 
+    def snapshot(self, path: str) -> dict[str, Any]:
+        """Copy a block table's file to ``path``: its updated rows are written back and
+        synced first, then the file is copied whole by the kernel (a reflink, instant and
+        copy-on-write, where the filesystem offers one; otherwise an in-kernel copy), under
+        the table's lock. ``path`` appears whole or not at all. Returns ``{"how": "reflink" |
+        "copy", "generation": layout generation, "bytes": file size}``; a checkpoint records
+        this instead of the rows (:mod:`tiermem.checkpoint`).
+
+        Raises:
+            InvalidArgumentError: not a block table.
+            DeviceIOError: the copy failed (e.g. a full disk); nothing is left at ``path``.
+        """
+        if self.path is None:
+            raise InvalidArgumentError("only a block table has a file to snapshot")
+        how, generation = self._native.snapshot(os.fspath(path))
+        return {"how": how, "generation": int(generation), "bytes": os.path.getsize(path)}
+
     def prefetch(self, indices: Any) -> int:
         """Read the rows ``indices`` (any shape of integers) will look up into a block
         table's cache now, so that lookup only hits: the prefetch pipeline calls this with

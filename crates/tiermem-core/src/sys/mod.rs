@@ -1,8 +1,9 @@
 //! The only module that talks to the operating system with `unsafe` code: memory maps,
-//! NUMA binding, direct I/O (and io_uring batches), huge-page arrays, and what the machine reports (topology,
+//! NUMA binding, direct I/O (and io_uring batches), file clones, huge-page arrays, and what the machine reports (topology,
 //! memory cgroups). Every `unsafe` block carries a `// SAFETY:` comment.
 
 pub mod cgroup;
+pub mod clone;
 pub mod devfile;
 pub mod direct_io;
 pub mod discover;

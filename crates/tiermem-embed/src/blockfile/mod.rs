@@ -16,6 +16,7 @@
 
 pub mod format;
 mod relayout;
+mod snapshot;
 
 pub use relayout::aside;
 

@@ -157,6 +157,14 @@ impl PyTable {
         run(py, || self.inner.sync())
     }
 
+    /// Copy a block table's file, synced first, to `path`; returns how ("reflink" or
+    /// "copy") and the file's layout generation.
+    fn snapshot(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<(&'static str, u64)> {
+        run(py, || {
+            self.inner.snapshot(&path).map(|(how, g)| (how.name(), g))
+        })
+    }
+
     /// A block table's file, layout generation, prefetch admission and I/O counters; None
     /// for other tables.
     fn block_info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
