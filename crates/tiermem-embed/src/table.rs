@@ -583,6 +583,19 @@ impl Table {
         Ok((f.snapshot(dst)?, f.header().generation))
     }
 
+    /// Make a block table's reads fail with `EIO` after `reads` more requests and its
+    /// writes after `writes` more (`None`: never); for fault tests
+    /// ([`BlockFile::inject_faults`]).
+    pub fn inject_faults(&self, reads: Option<u64>, writes: Option<u64>) -> Result<()> {
+        match self.cache().and_then(|c| c.home().block()) {
+            Some(b) => {
+                b.file().inject_faults(reads, writes);
+                Ok(())
+            }
+            None => tiermem_core::bail!("only a block table has a file to inject faults into"),
+        }
+    }
+
     /// Make a block table's file hold every row's newest value, durably: dirty cached rows
     /// are written back (they stay cached) and the file is synced. No-op for other tables.
     pub fn sync(&self) -> Result<()> {

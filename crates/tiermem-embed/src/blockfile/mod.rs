@@ -14,6 +14,7 @@
 //! This is the store: the row home over it (`crate::home::BlockHome`, behind a staged cache),
 //! relayout ([`BlockFile::relayout`]) and layouts (`crate::layout`) build on it.
 
+mod faults;
 pub mod format;
 mod relayout;
 mod snapshot;
@@ -50,6 +51,8 @@ pub struct BlockFile {
     pool: rayon::ThreadPool,
     /// Batched reads through io_uring, where the kernel allows it.
     uring: Option<Uring>,
+    /// Injected I/O errors (tests).
+    faults: faults::Faults,
 }
 
 impl std::fmt::Debug for BlockFile {
@@ -223,6 +226,7 @@ impl BlockFile {
             rows_at,
             pool,
             uring,
+            faults: faults::Faults::default(),
         })
     }
 
@@ -260,9 +264,11 @@ impl BlockFile {
     }
 
     fn write_raw(&self, buf: &[u8], offset: u64, what: &str) -> Result<()> {
-        self.io
-            .write_at(buf, offset)
-            .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), what, e))
+        match self.faults.write() {
+            Some(e) => Err(e),
+            None => self.io.write_at(buf, offset),
+        }
+        .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), what, e))
     }
 
     /// The table's name (as errors give it).
@@ -383,6 +389,11 @@ impl BlockFile {
                     .map_err(|e| failed(first, e))
             })?;
         }
+        for &(_, first, _) in &runs {
+            if let Some(e) = self.faults.read() {
+                return Err(failed(first, e));
+            }
+        }
         for (j, blk) in buf
             .as_mut_slice()
             .chunks_exact(BLOCK)
@@ -472,9 +483,11 @@ impl BlockFile {
             let s = unsafe {
                 std::slice::from_raw_parts((base + first_idx * BLOCK) as *const u8, n * BLOCK)
             };
-            self.io
-                .write_at(s, self.header.data_offset(first))
-                .map_err(|e| Error::io(&self.name, &shown, format!("write block {first}"), e))
+            match self.faults.write() {
+                Some(e) => Err(e),
+                None => self.io.write_at(s, self.header.data_offset(first)),
+            }
+            .map_err(|e| Error::io(&self.name, &shown, format!("write block {first}"), e))
         })
     }
 

@@ -157,6 +157,13 @@ impl PyTable {
         run(py, || self.inner.sync())
     }
 
+    /// Fault tests: a block table's reads fail with EIO after `reads` more requests, its
+    /// writes after `writes` more (None: never).
+    #[pyo3(signature = (reads=None, writes=None))]
+    fn inject_io_faults(&self, reads: Option<u64>, writes: Option<u64>) -> PyResult<()> {
+        self.inner.inject_faults(reads, writes).map_err(to_py)
+    }
+
     /// Copy a block table's file, synced first, to `path`; returns how ("reflink" or
     /// "copy") and the file's layout generation.
     fn snapshot(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<(&'static str, u64)> {
