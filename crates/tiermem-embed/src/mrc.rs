@@ -5,7 +5,7 @@
 //!   (Mattson's algorithm, O(n log n) with a Fenwick tree over access times).
 //! * [`shards_curve`]: the same curve estimated from a spatially hashed sample of the rows
 //!   (SHARDS, Waldspurger et al., FAST'15): rows whose hash falls below `rate` are kept,
-//!   their stack distances scaled by `1 / rate`.
+//!   their stack distances scaled by the sampled share of rows.
 //! * [`belady_hits`]: the hits of the optimal (Belady, MIN) cache of a given size: on a
 //!   miss with the cache full, evict the row used furthest in the future.
 
@@ -68,23 +68,34 @@ pub fn lru_curve(trace: &[u64], sizes: &[u64]) -> Vec<f64> {
 
 /// The LRU hit-rate curve estimated from the rows whose hash falls in the lowest `rate`
 /// of the hash space (0 < rate <= 1), as SHARDS-adj does: each sampled access's stack
-/// distance is scaled by `1 / rate`, and the difference between the accesses a `rate`
-/// sample should hold and those it holds (a hot row in or out of the sample swings it) is
-/// credited to the shortest distances, so the estimate keeps the trace's access count.
+/// distance is scaled by the sampled share of rows, and the difference between the accesses
+/// that share should hold and those the sample holds (a hot row in or out of the sample
+/// swings it) is credited to the shortest distances, so the estimate keeps the trace's
+/// access count.
+///
+/// The sampled share is `rate` unless the table's row count `rows` is given: then it is the
+/// share of the ids `0..rows` the hash actually samples. A fixed set of ids never samples
+/// exactly `rate` of them (1 M ids at 1 %: 10,748 instead of 10,486 with this hash), and
+/// under near-uniform access that 2.5 % surplus of sampled accesses, taken by SHARDS-adj
+/// from the shortest distances, cost up to 0.04 of hit rate; counting the share removes it.
 #[must_use]
-pub fn shards_curve(trace: &[u64], rate: f64, sizes: &[u64]) -> Vec<f64> {
+pub fn shards_curve(trace: &[u64], rate: f64, sizes: &[u64], rows: Option<u64>) -> Vec<f64> {
     let rate = rate.clamp(f64::MIN_POSITIVE, 1.0);
     let threshold = (rate * u64::MAX as f64) as u64;
-    let sample: Vec<u64> = trace
-        .iter()
-        .copied()
-        .filter(|&r| mix(r) <= threshold)
-        .collect();
-    let expected = trace.len() as f64 * rate;
+    let sampled = |r: u64| mix(r) <= threshold;
+    let share = match rows {
+        Some(n) if n > 0 && rate < 1.0 => {
+            let k = (0..n).filter(|&r| sampled(r)).count();
+            (k as f64 / n as f64).max(f64::MIN_POSITIVE)
+        }
+        _ => rate,
+    };
+    let sample: Vec<u64> = trace.iter().copied().filter(|&r| sampled(r)).collect();
+    let expected = trace.len() as f64 * share;
     let adjust = expected - sample.len() as f64;
     curve_from(
         &stack_distances(&sample),
-        rate,
+        share,
         adjust,
         trace.len() as f64,
         sizes,
@@ -252,10 +263,12 @@ mod tests {
     fn a_one_percent_sample_tracks_the_exact_curve() {
         // Caches of 1 % to 20 % of a 1M-row table under Zipf(1) and uniform accesses (the
         // sizes Bandana's caches take; below 1 % a 1 % sample holds too few rows to see).
-        // On 2M accesses the worst error is 0.022 (at the 1 % cache under Zipf: which hot
-        // rows the hash samples); issue 14 asks for 0.01, which this sample does not reach.
+        // With the sampled share counted over the table's ids the worst error on these 2M
+        // accesses is 0.0087, within issue 14's 0.01; with the nominal rate it is 0.022
+        // (the sample's surplus of ids, under uniform). Traces and hash are fixed, so the
+        // bound is checked exactly.
         let sizes: Vec<u64> = [10_000, 50_000, 100_000, 200_000].to_vec();
-        let mut worst: f64 = 0.0;
+        let (mut worst, mut worst_nominal): (f64, f64) = (0.0, 0.0);
         for seed in [5, 6] {
             let uniform: Vec<u64> = {
                 let mut rng = Rng::new(seed);
@@ -263,19 +276,27 @@ mod tests {
             };
             for trace in [zipf_trace(2_000_000, 1_000_000, seed), uniform] {
                 let exact = lru_curve(&trace, &sizes);
-                let est = shards_curve(&trace, 0.01, &sizes);
-                for ((c, e), s) in sizes.iter().zip(&exact).zip(&est) {
+                let est = shards_curve(&trace, 0.01, &sizes, Some(1_000_000));
+                let nominal = shards_curve(&trace, 0.01, &sizes, None);
+                for (((c, e), s), n) in sizes.iter().zip(&exact).zip(&est).zip(&nominal) {
                     worst = worst.max((e - s).abs());
+                    worst_nominal = worst_nominal.max((e - n).abs());
                     assert!(
-                        (e - s).abs() < 0.03,
+                        (e - s).abs() < 0.01,
                         "seed {seed}, size {c}: exact {e:.4}, 1% sample {s:.4}"
                     );
                 }
             }
         }
-        eprintln!("largest error of a 1 % sample over the cases: {worst:.4}");
+        eprintln!(
+            "largest error of a 1 % sample over the cases: {worst:.4} (nominal rate: \
+             {worst_nominal:.4})"
+        );
+        assert!(worst < worst_nominal, "counting the sampled share helps");
         // The full sample is the exact curve.
         let trace = zipf_trace(50_000, 10_000, 1);
-        assert_eq!(shards_curve(&trace, 1.0, &sizes), lru_curve(&trace, &sizes));
+        let exact = lru_curve(&trace, &sizes);
+        assert_eq!(shards_curve(&trace, 1.0, &sizes, None), exact);
+        assert_eq!(shards_curve(&trace, 1.0, &sizes, Some(10_000)), exact);
     }
 }

@@ -272,7 +272,7 @@ def run(
                             t_best, exact = _pick_t(lay, rpb, test, counts, cap, 1.0)
                             sizes = [max(1, int(n * f)) for f in (0.01, 0.02, 0.05, 0.1, 0.2)]
                             exact_curve = _tiermem.lru_curve(test.rows, sizes)
-                            sampled = _tiermem.shards_curve(test.rows, SAMPLE_RATE, sizes)
+                            sampled = _tiermem.shards_curve(test.rows, SAMPLE_RATE, sizes, n)
                             minis.append(
                                 {
                                     "trace": name,

@@ -168,17 +168,20 @@ pub fn lru_curve(py: Python<'_>, rows: &Bound<'_, PyAny>, sizes: Vec<u64>) -> Py
     Ok(py.detach(|| mrc::lru_curve(&t, &sizes)))
 }
 
-/// The SHARDS-adj estimate of the LRU hit-rate curve from a `rate` sample of the rows.
+/// The SHARDS-adj estimate of the LRU hit-rate curve from a `rate` sample of the rows;
+/// `table_rows` (the table's row count) lets it count the share of ids actually sampled.
 #[pyfunction]
+#[pyo3(signature = (rows, rate, sizes, table_rows=None))]
 pub fn shards_curve(
     py: Python<'_>,
     rows: &Bound<'_, PyAny>,
     rate: f64,
     sizes: Vec<u64>,
+    table_rows: Option<u64>,
 ) -> PyResult<Vec<f64>> {
     let v = row_trace(rows)?;
     let t = as_u64(&v);
-    Ok(py.detach(|| mrc::shards_curve(&t, rate, &sizes)))
+    Ok(py.detach(|| mrc::shards_curve(&t, rate, &sizes, table_rows)))
 }
 
 /// Hits of the optimal (Belady) cache of `capacity` rows on a row trace.
