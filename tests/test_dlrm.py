@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 import tiermem  # noqa: E402
 from tiermem.cli.main import main  # noqa: E402
 from tiermem.dlrm.data import CriteoFormatError, CriteoReader, SyntheticData, write_criteo  # noqa: E402
-from tiermem.dlrm.model import DRAM_MODES, MODES, DLRMConfig  # noqa: E402
+from tiermem.dlrm.model import DRAM_MODES, MODES, PROFILED_MODES, DLRMConfig  # noqa: E402
 from tiermem.dlrm.trainer import Trainer  # noqa: E402
 from tiermem.embedding import EmbeddingTable  # noqa: E402
 from tiermem.twolm import TwoLmModel  # noqa: E402
@@ -26,7 +26,7 @@ SMALL = DLRMConfig(rows=(3000, 2000, 5000), dim=16, bottom_mlp=(32, 16), top_mlp
 
 def _losses(mode: str, dist: str = "zipf", iters: int = 50, config: DLRMConfig = SMALL, disk: Path | None = None) -> list[float]:
     d = SyntheticData(config.rows, config.dense_features, config.batch_size, config.bag, dist=dist, seed=2)
-    prof = [d.batch(i) for i in range(3)] if mode in ("static", "block") else None
+    prof = [d.batch(i) for i in range(3)] if mode in PROFILED_MODES else None
     # Block tables' caches must hold a batch's rows: half the tables here.
     extra: dict[str, Any] = {"slow": f"block:{disk}", "fast_budget": config.table_bytes // 2} if mode == "block" else {}
     t = Trainer(config, mode, lr=0.1, seed=5, profile=prof, **extra)

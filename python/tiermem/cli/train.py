@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 from typing import Any
 
@@ -156,6 +157,7 @@ def _criteo(args: Any, config: Any, readers: list[Any], start: int = 0) -> Any:
 def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: int, warmup: int) -> int:
     """One mode with checkpoints, resume or inference."""
     from ..dlrm.data import SyntheticData
+    from ..dlrm.model import PROFILED_MODES
     from ..dlrm.trainer import Trainer
     from ..report.progress import Progress
 
@@ -163,7 +165,12 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
     synth = SyntheticData(
         config.rows, config.dense_features, config.batch_size, config.bag, dist=dist, alpha=args.alpha, seed=args.seed
     )
-    prof = [synth.batch(i) for i in range(max(1, warmup))] if mode in ("static", "block") and not args.criteo else None
+    prof = None
+    if mode in PROFILED_MODES:
+        # The first batches (the warm-up's) profile the input: Criteo's from a reader of
+        # their own, so training still starts at the first line.
+        n = max(1, warmup)
+        prof = list(itertools.islice(_criteo(args, config, []), n)) if args.criteo else [synth.batch(i) for i in range(n)]
     t = Trainer(config, mode, fast_budget=budget, slow=args.slow, lr=args.lr, seed=args.seed, dist=dist, profile=prof)
     data_state: dict[str, Any] = {}
     if args.resume:

@@ -40,6 +40,7 @@ __all__ = [
     "PRESETS",
     "MODES",
     "SLOW_MODES",
+    "PROFILED_MODES",
     "DRAM_MODES",
     "ReferenceEmbeddings",
     "KAGGLE_ROWS",
@@ -50,11 +51,17 @@ __all__ = [
 #: row in DRAM), ``all-fast`` (tiermem's kernels, every row in DRAM: the upper bound),
 #: ``fbgemm`` (FBGEMM's CPU table-batched embeddings, every row in DRAM), ``all-slow``
 #: (every row on the slow device), ``static`` and ``dynamic`` (cached, rows on the slow
-#: device), ``2lm-model`` (behind the model of the hardware DRAM cache) and ``block``
-#: (block tables on the real disk behind a DRAM cache, with the prefetch pipeline).
-MODES = ("reference", "all-fast", "fbgemm", "all-slow", "static", "dynamic", "2lm-model", "block")
+#: device), ``auto`` (each table's cache size and policy, or no cache, planned from hit-rate
+#: curves of a profile: :mod:`tiermem.embedding.cacheplan`), ``2lm-model`` (behind the
+#: model of the hardware DRAM cache) and ``block`` (block tables on the real disk behind a
+#: DRAM cache, with the prefetch pipeline).
+MODES = ("reference", "all-fast", "fbgemm", "all-slow", "static", "dynamic", "auto", "2lm-model", "block")
 #: Modes whose rows live on a byte-addressable slow device (``--slow``).
-SLOW_MODES = ("all-slow", "static", "dynamic", "2lm-model")
+SLOW_MODES = ("all-slow", "static", "dynamic", "auto", "2lm-model")
+#: Modes that plan from a profile of the input (its first batches): ``static`` fills its
+#: cache with the rows used most, ``auto`` plans every table's cache from hit-rate curves,
+#: ``block`` sizes its caches to hold a batch's rows.
+PROFILED_MODES = ("static", "auto", "block")
 #: Modes that keep every row in DRAM.
 DRAM_MODES = ("reference", "all-fast", "fbgemm")
 

@@ -37,6 +37,7 @@ def run_modes(
     the order rotating, so a noisy stretch of the machine falls on all modes alike.
     ``batches(dist)`` overrides the synthetic data."""
     from .data import SyntheticData
+    from .model import PROFILED_MODES
     from .trainer import Trainer
 
     runs: list[dict[str, Any]] = []
@@ -62,7 +63,7 @@ def run_modes(
                     lr=lr,
                     seed=seed,
                     dist=dist,
-                    profile=first if mode in ("static", "block") else None,
+                    profile=first if mode in PROFILED_MODES else None,
                 )
             # The warm-up batches again, then the rest of the source.
             stream = itertools.chain(first, source)
@@ -89,6 +90,8 @@ def run_modes(
                 r = t.result()
                 run_json = r.to_json()
                 run_json["static_fill"] = t.static_fill
+                if t.mode == "auto":
+                    run_json["cache_plan"] = [p.to_dict() for p in t.cache_plan]
                 runs.append(run_json)
                 devices.update(r.devices)
             for t in trainers.values():

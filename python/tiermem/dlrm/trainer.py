@@ -32,6 +32,7 @@ import torch
 
 from .. import checkpoint
 from .._sizes import format_bytes
+from ..embedding.cacheplan import Costs, TablePlan, plan
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
@@ -156,7 +157,8 @@ class Trainer:
             filled, before training, with the rows this sample uses most, hottest first, then
             with rows in a scrambled order. Without it, ``static`` caches rows in a scrambled
             order only (the thesis's random static partition). For ``block``, how many rows
-            a batch touches (which tables are too small for a cache of their share).
+            a batch touches (which tables are too small for a cache of their share). For
+            ``auto`` (required), the accesses whose hit-rate curves plan every table's cache.
     """
 
     def __init__(
@@ -209,6 +211,9 @@ class Trainer:
             emb = TieredEmbeddings(self.tables, lr)
         else:
             self.manager = self._manager(slow, slow_cap)
+            #: Mode ``auto``'s plan, one entry per table.
+            self.cache_plan: list[TablePlan] = []
+            self._profile = list(profile) if mode == "auto" and profile is not None else None
             self.tables = self._tables()
             emb = TieredEmbeddings(self.tables, lr)
         self.model = DLRM(config, emb, seed=seed)
@@ -216,6 +221,8 @@ class Trainer:
         self.static_fill: str | None = None
         if mode == "static":
             self._fill_static(profile)
+        if mode == "auto":
+            self._fill_static(self._profile, only=[p.policy == "static" for p in self.cache_plan])
         self.embeddings = emb
         self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
         self.loss_fn = torch.nn.BCELoss()
@@ -326,6 +333,8 @@ class Trainer:
                 raise InvalidArgumentError(f"a fast budget of {format_bytes(self.fast_budget)} leaves no room for a 2LM cache")
             self.twolm = TwoLmModel(m, cache_bytes=cache)
             return [EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, model=self.twolm) for r in rows]
+        if self.mode == "auto":
+            return self._auto_tables()
         frac, slack = _tier_caches(c, self.fast_budget)
         tables = [
             EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack, policy=self.mode)
@@ -333,13 +342,52 @@ class Trainer:
         ]
         return tables
 
-    def _fill_static(self, profile: Iterable[Batch] | None) -> None:
+    def _auto_tables(self) -> list[EmbeddingTable]:
+        """Mode ``auto``: the fast budget (less every table's pointer table and reindex
+        scratch) split by :func:`tiermem.embedding.cacheplan.plan` over the profile."""
+        c, m, prof = self.config, self.manager, self._profile
+        assert m is not None
+        if not prof:
+            raise InvalidArgumentError("mode 'auto' plans each table's cache from a profile of the input: pass profile=")
+        traces = [np.concatenate([b.indices[t].numpy().reshape(-1) for b in prof]) for t in range(c.num_tables)]
+        meta = 8 * sum(c.rows)
+        costs = Costs.of(m, 0, 1)
+        room = self.fast_budget - meta
+        while True:
+            plans = plan(traces, c.rows, [c.row_bytes] * c.num_tables, max(0, room), costs)
+            # Pages come in whole frames: shrink the plan until they fit.
+            used = meta + sum(
+                _cache_bytes(r, c.row_bytes, p.cache_rows / r) * (1.0 + 4.0 / c.row_bytes)
+                for r, p in zip(c.rows, plans)
+                if p.policy
+            )
+            if used <= self.fast_budget or room <= 0:
+                break
+            room -= int(used - self.fast_budget) + c.row_bytes
+        self.cache_plan = plans
+        tables = []
+        for r, p in zip(c.rows, plans):
+            if p.policy is None:
+                tables.append(EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1))
+                continue
+            total = p.cache_rows / r
+            lower = total / (1.0 + SLACK_SHARE) if p.policy == "dynamic" else total
+            tables.append(
+                EmbeddingTable(
+                    r, c.dim, dtype=c.dtype, manager=m, device=1, cache=lower, cacheslack=total - lower, policy=p.policy
+                )
+            )
+        return tables
+
+    def _fill_static(self, profile: Iterable[Batch] | None, only: list[bool] | None = None) -> None:
         counts = [np.zeros(r, np.int64) for r in self.config.rows] if profile is not None else None
         if counts is not None:
             for b in profile:  # type: ignore[union-attr]
                 for c, idx in zip(counts, b.indices):
                     c += np.bincount(idx.numpy(), minlength=len(c))
         for t, tab in enumerate(self.tables):
+            if only is not None and not only[t]:
+                continue
             if counts is not None:
                 c = counts[t]
                 hot = np.argsort(-c, kind="stable")[: int(np.count_nonzero(c))]

@@ -1,0 +1,184 @@
+"""Cache plans from hit-rate curves: how much of a fast-memory budget each table's cache gets,
+and whether that cache is filled once from a profile (``static``) or caches what it misses
+(``dynamic``), or whether the table is better left uncached.
+
+For each table, a sample of its accesses (a profile: e.g. the first batches of training)
+gives two curves against cache size:
+
+* ``dynamic``: the hit rate of an LRU cache (exact stack distances, or a SHARDS sample of
+  the rows for long traces, :func:`tiermem._tiermem.shards_curve`); every miss also pays
+  to insert the row (write it into fast memory, make room).
+* ``static``: the hit rate of a cache holding the rows the profile's first half used most,
+  measured on its second half (what a fill from a profile would hit next).
+
+The value of giving table ``t`` a cache of ``c`` rows is its accesses times its row bytes
+times the better of ``h_static(c) * delta`` and ``h_dynamic(c) * delta - (1 - h_dynamic(c)) *
+insert`` (per byte: ``delta`` is a slow read's extra time over a fast one, ``insert`` a write
+into fast memory; :class:`Costs` takes them from the devices' traits). The budget
+is split greedily by value gained per byte over each curve's upper concave hull, so a table
+whose cache would lose gets no cache at all and reads its slow rows directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import _tiermem
+from ..exceptions import InvalidArgumentError
+
+__all__ = ["Costs", "TablePlan", "curves", "plan"]
+
+#: Points on each table's size axis (0 .. all rows).
+STEPS = 64
+#: Traces longer than this are sampled (SHARDS at :data:`RATE`) for the dynamic curve.
+EXACT_LIMIT = 2_000_000
+RATE = 0.01
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per-byte times (nanoseconds) that weigh a hit against an insertion."""
+
+    #: A row read from the slow device, less the same read from fast memory.
+    delta_ns: float
+    #: Inserting a row into the cache: writing it into fast memory.
+    insert_ns: float
+    #: Where the figures came from.
+    source: str
+
+    @classmethod
+    def of(cls, manager: Any, fast: int = 0, slow: int = 1) -> Costs:
+        """From the traits of the manager's devices ``fast`` and ``slow`` (calibrated or
+        emulated bandwidths: :attr:`tiermem.Manager.devices`)."""
+        devs = manager.devices
+        try:
+            f, sl = devs[fast]["traits"], devs[slow]["traits"]
+            delta = 1 / sl["read_gbps"] - 1 / f["read_gbps"]
+            insert = 1 / f["write_gbps"]
+        except (IndexError, KeyError, TypeError, ZeroDivisionError) as e:
+            raise InvalidArgumentError(
+                f"devices {fast} and {slow} of the manager have no read and write bandwidths ({type(e).__name__}: {e})"
+            ) from None
+        return cls(delta_ns=max(delta, 0.0), insert_ns=insert, source=f"{devs[fast]['name']} -> {devs[slow]['name']} traits")
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """One table's share: ``cache_rows`` rows of cache (0: none) run by ``policy``
+    (``"static"``, ``"dynamic"`` or ``None``), with the hit rates its curves predict."""
+
+    rows: int
+    row_bytes: int
+    cache_rows: int
+    policy: str | None
+    hit_static: float
+    hit_dynamic: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def curves(trace: np.ndarray, rows: int, sizes: Sequence[int]) -> tuple[list[float], list[float]]:
+    """(dynamic, static) hit rates of ``trace`` (row ids of one table) at each cache size."""
+    tr = np.ascontiguousarray(trace, np.int64).reshape(-1)
+    if tr.size and (int(tr.min()) < 0 or int(tr.max()) >= rows):
+        raise InvalidArgumentError(f"the profile holds rows outside 0..{rows - 1}")
+    if tr.size == 0:
+        return [0.0] * len(sizes), [0.0] * len(sizes)
+    pos = [max(1, int(c)) for c in sizes]
+    if tr.size <= EXACT_LIMIT:
+        dyn = list(_tiermem.lru_curve(tr, pos))
+    else:
+        dyn = list(_tiermem.shards_curve(tr, RATE, pos, rows))
+    half = tr.size // 2
+    first = np.bincount(tr[:half], minlength=rows)
+    second = np.bincount(tr[half:], minlength=rows)
+    order = np.argsort(-first, kind="stable")
+    cum = np.concatenate([[0], np.cumsum(second[order])]) / max(1, tr.size - half)
+    stat = [float(cum[min(int(c), rows)]) for c in sizes]
+    dyn = [0.0 if c == 0 else d for c, d in zip(sizes, dyn)]
+    return dyn, stat
+
+
+def _hull(xs: list[int], ys: list[float]) -> list[int]:
+    """Indices of the upper concave hull of the points (xs increasing, starting at 0)."""
+    out: list[int] = []
+    for i in range(len(xs)):
+        while len(out) >= 2:
+            a, b = out[-2], out[-1]
+            # Drop b if it lies on or below the line from a to i.
+            if (ys[b] - ys[a]) * (xs[i] - xs[a]) <= (ys[i] - ys[a]) * (xs[b] - xs[a]):
+                out.pop()
+            else:
+                break
+        out.append(i)
+    return out
+
+
+def plan(
+    traces: Sequence[np.ndarray],
+    rows: Sequence[int],
+    row_bytes: Sequence[int],
+    budget: int,
+    costs: Costs,
+    overhead_per_row: int = 4,
+) -> list[TablePlan]:
+    """Split ``budget`` bytes of fast memory over the tables' caches (see the module).
+
+    ``traces[t]`` is table ``t``'s profile (row ids in access order); ``overhead_per_row`` is
+    the fast memory a cached row costs beside its bytes (its back-edge).
+    """
+    if not len(traces) == len(rows) == len(row_bytes):
+        raise InvalidArgumentError("one profile, row count and row size per table")
+    if budget < 0:
+        raise InvalidArgumentError(f"budget must be at least 0 bytes, got {budget}")
+    per_table = []
+    for tr, n, rb in zip(traces, rows, row_bytes):
+        sizes = sorted({int(round(n * k / STEPS)) for k in range(STEPS + 1)})
+        dyn, stat = curves(tr, n, sizes)
+        acc = float(np.asarray(tr).size) * rb
+        val_d = [acc * (h * costs.delta_ns - (1 - h) * costs.insert_ns) for h in dyn]
+        val_s = [acc * h * costs.delta_ns for h in stat]
+        value = [max(0.0, a, b) for a, b in zip(val_d, val_s)]
+        cost = [s * (rb + overhead_per_row) for s in sizes]
+        per_table.append((sizes, dyn, stat, value, cost, val_d, val_s))
+    # Greedy over hull segments: the best value gained per byte first.
+    at = [0] * len(per_table)
+    hulls = [_hull(p[4], p[3]) for p in per_table]
+    left = budget
+    while True:
+        best, pick = 0.0, -1
+        for t, (p, h) in enumerate(zip(per_table, hulls)):
+            if at[t] + 1 >= len(h):
+                continue
+            i, j = h[at[t]], h[at[t] + 1]
+            dc = p[4][j] - p[4][i]
+            gain = (p[3][j] - p[3][i]) / dc if dc > 0 else 0.0
+            if dc <= left and gain > best:
+                best, pick = gain, t
+        if pick < 0:
+            break
+        p, h = per_table[pick], hulls[pick]
+        left -= p[4][h[at[pick] + 1]] - p[4][h[at[pick]]]
+        at[pick] += 1
+    out = []
+    for t, (p, h) in enumerate(zip(per_table, hulls)):
+        k = h[at[t]]
+        sizes, dyn, stat, value, _, val_d, val_s = p
+        c = sizes[k]
+        policy = None if c == 0 or value[k] <= 0 else ("dynamic" if val_d[k] > val_s[k] else "static")
+        out.append(
+            TablePlan(
+                rows=int(rows[t]),
+                row_bytes=int(row_bytes[t]),
+                cache_rows=c if policy else 0,
+                policy=policy,
+                hit_static=float(stat[k]),
+                hit_dynamic=float(dyn[k]),
+            )
+        )
+    return out

@@ -1,0 +1,104 @@
+"""Cache plans from hit-rate curves (tiermem.embedding.cacheplan): the curves against brute
+force, the budget split, the policy each table gets, bad input, and DLRM's ``auto`` mode."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import tiermem
+from tiermem.embedding.cacheplan import Costs, curves, plan
+
+COSTS = Costs(delta_ns=1.0, insert_ns=0.3, source="test")
+
+
+def _lru(trace: np.ndarray, c: int) -> float:
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for r in trace.tolist():
+        if r in cache:
+            hits += 1
+            cache.move_to_end(r)
+        elif c > 0:
+            cache[r] = None
+            if len(cache) > c:
+                cache.popitem(last=False)
+    return hits / len(trace)
+
+
+def _static(trace: np.ndarray, rows: int, c: int) -> float:
+    half = len(trace) // 2
+    counts = np.bincount(trace[:half], minlength=rows)
+    top = set(np.argsort(-counts, kind="stable")[:c].tolist())
+    second = trace[half:]
+    return sum(r in top for r in second.tolist()) / len(second)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_curves_equal_brute_force_lru_and_static_caches(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows = 300
+    trace = np.minimum(rng.zipf(1.3, 4000) - 1, rows - 1).astype(np.int64)
+    sizes = [0, 1, 7, 30, 120, 300]
+    dyn, stat = curves(trace, rows, sizes)
+    for c, d, s in zip(sizes, dyn, stat):
+        assert d == pytest.approx(_lru(trace, c), abs=1e-12), c
+        assert s == pytest.approx(_static(trace, rows, c), abs=1e-12), c
+
+
+def _drifting(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Hot rows that move: each tenth of the trace draws from its own small window."""
+    parts = [rng.integers(k * rows // 10, k * rows // 10 + rows // 50, n // 10) for k in range(10)]
+    return np.concatenate(parts).astype(np.int64)
+
+
+def test_the_plan_keeps_the_budget_and_picks_each_tables_policy() -> None:
+    rng = np.random.default_rng(3)
+    rows = [20_000, 20_000, 20_000, 20_000]
+    skewed = (np.minimum(rng.zipf(1.2, 60_000), 20_000) - 1).astype(np.int64)
+    uniform = rng.integers(0, 20_000, 60_000).astype(np.int64)
+    drifting = _drifting(20_000, 60_000, rng)
+    unused = np.empty(0, np.int64)
+    rb = [256] * 4
+    budget = 20_000 * 260 // 2
+    got = plan([skewed, uniform, drifting, unused], rows, rb, budget, COSTS)
+    assert sum(p.cache_rows * (p.row_bytes + 4) for p in got) <= budget
+    by = dict(zip(["skewed", "uniform", "drifting", "unused"], got))
+    # A stationary skew is best served by the profile's hottest rows, filled once.
+    assert by["skewed"].policy == "static" and by["skewed"].cache_rows > 0
+    # Hot rows that move: only a cache that follows the misses hits them.
+    assert by["drifting"].policy == "dynamic" and by["drifting"].hit_dynamic > by["drifting"].hit_static
+    # A table the profile never touched gets nothing; nor does one whose rows gain least.
+    assert by["unused"].policy is None and by["unused"].cache_rows == 0
+    # The skewed table's first rows are worth more than the uniform table's.
+    small = plan([skewed, uniform], rows[:2], rb[:2], 20_000 * 260 // 20, COSTS)
+    assert small[0].cache_rows > small[1].cache_rows
+
+
+def test_a_high_insertion_cost_turns_dynamic_into_static_or_nothing() -> None:
+    rng = np.random.default_rng(4)
+    drifting = _drifting(10_000, 40_000, rng)
+    cheap = plan([drifting], [10_000], [256], 1_000 * 260, Costs(1.0, 0.01, "t"))[0]
+    dear = plan([drifting], [10_000], [256], 1_000 * 260, Costs(1.0, 100.0, "t"))[0]
+    assert cheap.policy == "dynamic"
+    assert dear.policy in ("static", None)
+
+
+def test_bad_plans_are_refused() -> None:
+    with pytest.raises(tiermem.InvalidArgumentError, match="outside 0..9"):
+        curves(np.array([0, 10]), 10, [1])
+    with pytest.raises(tiermem.InvalidArgumentError, match="one profile"):
+        plan([np.zeros(3, np.int64)], [10, 10], [4], 100, COSTS)
+    with pytest.raises(tiermem.InvalidArgumentError, match="at least 0"):
+        plan([np.zeros(3, np.int64)], [10], [4], -1, COSTS)
+
+
+def test_auto_mode_needs_a_profile() -> None:
+    from tiermem.dlrm.model import DLRMConfig
+    from tiermem.dlrm.trainer import Trainer
+
+    cfg = DLRMConfig(rows=(300, 200), dim=8, bottom_mlp=(8,), top_mlp=(4, 1), bag=2, batch_size=16)
+    with pytest.raises(tiermem.InvalidArgumentError, match="profile"):
+        Trainer(cfg, "auto")
