@@ -32,8 +32,8 @@ import torch
 
 from .. import checkpoint
 from .._sizes import format_bytes
-from ..embedding.cacheplan import Costs, TablePlan, plan
 from ..embedding import EmbeddingTable
+from ..embedding.cacheplan import Costs, TablePlan, plan
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
