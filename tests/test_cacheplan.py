@@ -102,3 +102,46 @@ def test_auto_mode_needs_a_profile() -> None:
     cfg = DLRMConfig(rows=(300, 200), dim=8, bottom_mlp=(8,), top_mlp=(4, 1), bag=2, batch_size=16)
     with pytest.raises(tiermem.InvalidArgumentError, match="profile"):
         Trainer(cfg, "auto")
+
+
+def test_a_bypassed_cache_reads_through_and_gives_the_same_rows(disk_dir) -> None:
+    from tiermem.embedding import EmbeddingTable
+
+    m = tiermem.Manager([("dram", 8 << 20), ("emulated:cxl", 8 << 20)], policy="all_fast")
+    direct = EmbeddingTable(5000, 8)
+    t = EmbeddingTable(5000, 8, manager=m, device=1, cache=0.2, policy="dynamic")
+    w = np.random.default_rng(0).standard_normal((5000, 8)).astype(np.float32)
+    direct.load(w)
+    t.load(w)
+    idx = np.random.default_rng(1).integers(0, 5000, 400)
+    offs = np.arange(0, 400, 4)
+    t.lookup(idx[:200], offs[:50])
+    before = t.cache_info["cached_rows"]
+    assert before > 0
+    t.set_bypass(True)
+    assert t.cache_info["bypass"]
+    np.testing.assert_array_equal(t.lookup(idx, offs), direct.lookup(idx, offs))
+    assert t.cache_info["cached_rows"] == before, "a bypassed cache caches nothing more"
+    t.set_bypass(False)
+    t.lookup(idx, offs)
+    assert t.cache_info["cached_rows"] > before
+    with pytest.raises(tiermem.InvalidArgumentError, match="no cache"):
+        direct.set_bypass(True)
+    block = EmbeddingTable(5000, 8, device=f"block:{disk_dir / 'b.tmb'}", cache=0.1)
+    with pytest.raises(tiermem.InvalidArgumentError, match="cannot bypass"):
+        block.set_bypass(True)
+
+
+@pytest.mark.parametrize(("dist", "bypass"), [("uniform", True), ("zipf", False)])
+def test_dynamic_mode_bypasses_the_caches_whose_curve_says_caching_loses(dist: str, bypass: bool) -> None:
+    from tiermem.dlrm.data import SyntheticData
+    from tiermem.dlrm.model import DLRMConfig
+    from tiermem.dlrm.trainer import Trainer
+
+    cfg = DLRMConfig(rows=(200_000, 100_000), dim=16, bottom_mlp=(16,), top_mlp=(8, 1), bag=20, batch_size=256)
+    d = SyntheticData(cfg.rows, cfg.dense_features, cfg.batch_size, cfg.bag, dist=dist, seed=0)
+    t = Trainer(cfg, "dynamic", profile=[d.batch(i) for i in range(4)])
+    assert t.bypass == [bypass, bypass]
+    assert all(tab.cache_info["bypass"] == bypass for tab in t.tables)
+    t.train((d.batch(i) for i in range(3)), 3)
+    t.close()

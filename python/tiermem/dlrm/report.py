@@ -92,6 +92,8 @@ def run_modes(
                 run_json["static_fill"] = t.static_fill
                 if t.mode == "auto":
                     run_json["cache_plan"] = [p.to_dict() for p in t.cache_plan]
+                if t.mode == "dynamic":
+                    run_json["bypass"] = t.bypass
                 runs.append(run_json)
                 devices.update(r.devices)
             for t in trainers.values():

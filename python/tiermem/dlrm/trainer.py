@@ -33,7 +33,7 @@ import torch
 from .. import checkpoint
 from .._sizes import format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import Costs, TablePlan, plan
+from ..embedding.cacheplan import Costs, TablePlan, bypasses, plan
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -158,7 +158,8 @@ class Trainer:
             with rows in a scrambled order. Without it, ``static`` caches rows in a scrambled
             order only (the thesis's random static partition). For ``block``, how many rows
             a batch touches (which tables are too small for a cache of their share). For
-            ``auto`` (required), the accesses whose hit-rate curves plan every table's cache.
+            ``auto`` (required), the accesses whose hit-rate curves plan every table's cache;
+            for ``dynamic``, those that decide which caches to bypass (none without it).
     """
 
     def __init__(
@@ -196,6 +197,9 @@ class Trainer:
         self.files: list[str] = []
         self._prefetcher: threading.Thread | None = None
         self._prefetch_error: BaseException | None = None
+        #: Mode ``auto``'s plan, one entry per table.
+        self.cache_plan: list[TablePlan] = []
+        self._profile: list[Batch] | None = None
         emb: torch.nn.Module
         if mode == "reference":
             emb = ReferenceEmbeddings(config, lr)
@@ -211,9 +215,7 @@ class Trainer:
             emb = TieredEmbeddings(self.tables, lr)
         else:
             self.manager = self._manager(slow, slow_cap)
-            #: Mode ``auto``'s plan, one entry per table.
-            self.cache_plan: list[TablePlan] = []
-            self._profile = list(profile) if mode == "auto" and profile is not None else None
+            self._profile = list(profile) if mode in ("auto", "dynamic") and profile is not None else None
             self.tables = self._tables()
             emb = TieredEmbeddings(self.tables, lr)
         self.model = DLRM(config, emb, seed=seed)
@@ -223,6 +225,11 @@ class Trainer:
             self._fill_static(profile)
         if mode == "auto":
             self._fill_static(self._profile, only=[p.policy == "static" for p in self.cache_plan])
+        #: Per table, whether mode ``dynamic`` reads through its cache (its curve says
+        #: caching loses); empty for other modes or without a profile.
+        self.bypass: list[bool] = []
+        if mode == "dynamic" and self._profile:
+            self._plan_bypass(self._profile)
         self.embeddings = emb
         self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
         self.loss_fn = torch.nn.BCELoss()
@@ -378,6 +385,20 @@ class Trainer:
                 )
             )
         return tables
+
+    def _plan_bypass(self, profile: list[Batch]) -> None:
+        """Mode ``dynamic``: each table whose LRU curve on the profile says its cache loses
+        (:func:`tiermem.embedding.cacheplan.bypasses`) reads through it."""
+        assert self.manager is not None
+        costs = Costs.of(self.manager, 0, 1)
+        for t, tab in enumerate(self.tables):
+            info = tab.cache_info
+            assert info is not None, "dynamic tables are cached"
+            trace = np.concatenate([b.indices[t].numpy().reshape(-1) for b in profile])
+            cache_rows = (info["cachelower"] + info["cacheslack"]) // (self.config.row_bytes or 1)
+            off = bypasses(trace, tab.num_embeddings, int(cache_rows), costs)
+            tab.set_bypass(off)
+            self.bypass.append(off)
 
     def _fill_static(self, profile: Iterable[Batch] | None, only: list[bool] | None = None) -> None:
         counts = [np.zeros(r, np.int64) for r in self.config.rows] if profile is not None else None

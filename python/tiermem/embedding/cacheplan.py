@@ -30,7 +30,7 @@ import numpy as np
 from .. import _tiermem
 from ..exceptions import InvalidArgumentError
 
-__all__ = ["Costs", "TablePlan", "curves", "plan"]
+__all__ = ["Costs", "TablePlan", "bypasses", "curves", "plan"]
 
 #: Points on each table's size axis (0 .. all rows).
 STEPS = 64
@@ -102,6 +102,17 @@ def curves(trace: np.ndarray, rows: int, sizes: Sequence[int]) -> tuple[list[flo
     stat = [float(cum[min(int(c), rows)]) for c in sizes]
     dyn = [0.0 if c == 0 else d for c, d in zip(sizes, dyn)]
     return dyn, stat
+
+
+def bypasses(trace: np.ndarray, rows: int, cache_rows: int, costs: Costs) -> bool:
+    """Whether a dynamic cache of ``cache_rows`` rows loses on ``trace``: its LRU hit rate
+    ``h`` saves less than its misses' insertions cost (``h * delta <= (1 - h) * insert``),
+    so the table should read through (:meth:`EmbeddingTable.set_bypass`). A short profile
+    counts its first accesses as misses, so ``h`` errs low: towards bypassing a table
+    whose reuse only a longer run would show."""
+    dyn, _ = curves(trace, rows, [cache_rows])
+    h = dyn[0]
+    return h * costs.delta_ns <= (1 - h) * costs.insert_ns
 
 
 def _hull(xs: list[int], ys: list[float]) -> list[int]:

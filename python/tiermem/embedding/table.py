@@ -457,14 +457,29 @@ class EmbeddingTable:
 
     @property
     def cache_info(self) -> dict[str, Any] | None:
-        """Capacity, size, ``cachelower``, ``cacheslack`` (bytes), ``isfull``, cached rows."""
+        """Capacity, size, ``cachelower``, ``cacheslack`` (bytes), ``isfull``, cached rows,
+        ``bypass``."""
         info = self._native.cache_info()
         if info is None:
             return None
         out: dict[str, Any] = dict(info)
         out["isfull"] = bool(out["isfull"])
+        out["bypass"] = bool(out["bypass"])
         out["policy"] = self._native.cache_policy()
         return out
+
+    def set_bypass(self, on: bool = True) -> None:
+        """Read through the cache without caching misses (hits still hit), or cache them
+        again (``on=False``): for a table whose hit-rate curve says insertions cost more
+        than they save (:mod:`tiermem.embedding.cacheplan`).
+
+        Raises:
+            InvalidArgumentError: a direct table, or a block table (read only through its
+                cache).
+        """
+        if self._native.cache_info() is None:
+            raise InvalidArgumentError("a direct table has no cache to bypass")
+        self._native.set_bypass(bool(on))
 
     def set_cachelower(self, nbytes: int) -> None:
         self._native.set_cachelower(int(nbytes))

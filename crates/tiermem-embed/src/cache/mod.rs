@@ -113,6 +113,10 @@ pub struct CachedRows {
     marks: AtomicBool,
     /// Whether the `static` policy's one fill has run.
     filled: AtomicBool,
+    /// Lookups read through without caching what they miss (hits still hit): set when a
+    /// table's hit-rate curve says insertions cost more than they save
+    /// (`tiermem.embedding.cacheplan`).
+    bypass: AtomicBool,
     /// Next row whose `SEEN` bit ages ([`CachedRows::age_seen`]).
     sweep: AtomicUsize,
     pub(crate) policy: PolicyRef,
@@ -192,6 +196,7 @@ impl CachedRows {
             full: AtomicBool::new(false),
             marks: AtomicBool::new(true),
             filled: AtomicBool::new(false),
+            bypass: AtomicBool::new(false),
             sweep: AtomicUsize::new(0),
             policy: config.policy,
             counters: Mutex::new(CacheCounters::default()),
@@ -656,8 +661,27 @@ impl CachedRows {
         Ok(())
     }
 
-    /// A view for kernels: `caching` selects `access_and_cache` over `access`.
+    /// Read through without caching misses (`true`) or cache them as the policy says.
+    /// A cache over a block home cannot bypass: its rows are read only through the cache.
+    pub fn set_bypass(&self, on: bool) -> Result<()> {
+        ensure!(
+            !(on && self.staged()),
+            "a block table's rows are read through its cache: it cannot bypass it"
+        );
+        self.bypass.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether lookups read through without caching misses.
+    #[must_use]
+    pub fn bypassing(&self) -> bool {
+        self.bypass.load(Ordering::Relaxed)
+    }
+
+    /// A view for kernels: `caching` selects `access_and_cache` over `access` (never while
+    /// bypassing).
     pub(crate) fn view(&self, caching: bool) -> CachedView<'_> {
+        let caching = caching && !self.bypassing();
         CachedView {
             rows: self,
             caching,

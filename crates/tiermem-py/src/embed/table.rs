@@ -287,6 +287,7 @@ impl PyTable {
                 ("cacheslack", c.cacheslack()),
                 ("isfull", u64::from(c.isfull())),
                 ("cached_rows", c.cached_rows() as u64),
+                ("bypass", u64::from(c.bypassing())),
             ])
         })
     }
@@ -301,6 +302,10 @@ impl PyTable {
 
     fn set_cacheslack(&self, bytes: u64) -> PyResult<()> {
         self.cache()?.set_cacheslack(bytes).map_err(to_py)
+    }
+
+    fn set_bypass(&self, on: bool) -> PyResult<()> {
+        self.cache()?.set_bypass(on).map_err(to_py)
     }
 
     fn flush(&self, py: Python<'_>, write_back: bool) -> PyResult<u64> {
