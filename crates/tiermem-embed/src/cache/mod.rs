@@ -3,10 +3,12 @@
 //! pointers, each slot with a back-edge to its row's home.
 //!
 //! Pointer-table entries are `u32`: `slot << 2 | CACHED` for a cached row (plus `DIRTY`, the
-//! top bit, once it is updated), `LOCKED` while a thread moves it, `0` when the row is at home
-//! (its home address follows from the row number). Keeping the dirty bit in the entry an
-//! update already reads saves touching the slot's back-edge. The thesis stores full pointers with the same two low bits; a slot number is
-//! half the size, so twice as much of the pointer table stays in the CPU caches.
+//! top bit, once it is updated, and `REF`, bit 30, once it is hit between reclaims),
+//! `LOCKED` while a thread moves it, `0` when the row is at home (its home address follows
+//! from the row number). Keeping the dirty and reference bits in the entry a hit or update
+//! already reads saves touching the slot's back-edge, a second random access per hit. The
+//! thesis stores full pointers with the same two low bits; a slot number is half the size,
+//! so twice as much of the pointer table stays in the CPU caches.
 //!
 //! This is the mechanism; what it does with misses, when it fills and whether it makes room
 //! is a [`CachePolicy`]'s to say ([`policy`]).
@@ -41,19 +43,22 @@ const LOCKED: u32 = 2;
 const DIRTY: u32 = 1 << 31;
 /// On an entry that is not cached: the row missed once recently ([`Admission::SecondMiss`]).
 const SEEN: u32 = 4;
-/// On a back-edge: the row was hit since it was cached or last kept by a reclaim (dynamic
-/// policies' second chance). Back-edges hold `row + 1 < 2^29`, so the top bit is free.
-const REF: u32 = 1 << 31;
+/// On a cached entry: the row was hit since it was cached or last kept by a reclaim
+/// (dynamic policies' second chance).
+const REF: u32 = 1 << 30;
 
 /// The cache slot of a cached entry.
 #[inline(always)]
 fn slot_of(e: u32) -> usize {
-    ((e & !DIRTY) >> 2) as usize
+    ((e & !(DIRTY | REF)) >> 2) as usize
 }
 const NONE: usize = usize::MAX;
 
-/// Most rows a cached table may have (slot numbers share a `u32` with three flag bits).
+/// Most rows a cached table may have (back-edges hold `row + 1` in a `u32`; entries are
+/// indexed by row).
 pub const MAX_ROWS: usize = 1 << 29;
+/// Most rows a cache may hold (slot numbers share a `u32` entry with four flag bits).
+pub const MAX_SLOTS: usize = 1 << 28;
 
 /// Cache sizes in bytes (thesis `cachelower` / `cacheslack`) and the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +178,10 @@ impl CachedRows {
             ),
         };
         let slots = frame_rows * frames;
+        ensure!(
+            slots <= MAX_SLOTS,
+            "a cache of {slots} rows: caches hold at most {MAX_SLOTS} rows"
+        );
         let entries = HugeSlice::<AtomicU32>::zeroed(rows)?;
         let c = CachedRows {
             rows,
@@ -388,12 +397,11 @@ impl CachedRows {
             t.hits += 1;
             t.cache_read += self.stride as u64;
             let s = slot_of(e);
-            if mark {
-                // Read first: the store (one per row between reclaims) is the rare case.
-                let b = &self.back[s];
-                if b.load(Ordering::Relaxed) & REF == 0 {
-                    b.fetch_or(REF, Ordering::Relaxed);
-                }
+            if mark && e & REF == 0 {
+                // The entry is already loaded: the store (one per row between reclaims) is
+                // the rare case. Only other hits change a cached entry under the shared
+                // lock, and they only set this bit.
+                self.entry(i).fetch_or(REF, Ordering::Relaxed);
             }
             return self.slot_ptr(s);
         }
@@ -470,12 +478,7 @@ impl CachedRows {
             let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
             f * self.frame_rows..f * self.frame_rows + used
         };
-        let row_dirty = |b: u32| {
-            self.entry(((b & !REF) - 1) as usize)
-                .load(Ordering::Relaxed)
-                & DIRTY
-                != 0
-        };
+        let row_dirty = |b: u32| self.entry((b - 1) as usize).load(Ordering::Relaxed) & DIRTY != 0;
         if !write_back {
             let dirty = victims
                 .iter()
@@ -498,7 +501,7 @@ impl CachedRows {
                 if b == 0 {
                     continue;
                 }
-                let row = ((b & !REF) - 1) as usize;
+                let row = (b - 1) as usize;
                 written += u64::from(self.uncache(s, row, row_dirty(b), &mut t));
                 rows += 1;
             }
@@ -572,9 +575,9 @@ impl CachedRows {
                 if b == 0 {
                     continue;
                 }
-                let row = ((b & !REF) - 1) as usize;
+                let row = (b - 1) as usize;
                 let e = self.entry(row).load(Ordering::Relaxed);
-                if b & REF != 0 {
+                if e & REF != 0 {
                     let to = walked[kept / fr] * fr + kept % fr;
                     if to != s {
                         // SAFETY: exclusive table lock; `to` precedes `s` in packing order, so
@@ -652,7 +655,7 @@ impl CachedRows {
             }
             if e & CACHED != 0 {
                 let s = slot_of(e);
-                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed) & !REF);
+                let b = self.back.get(s).map(|b| b.load(Ordering::Relaxed));
                 if b != Some(i as u32 + 1) {
                     return Err(format!("row {i} -> slot {s} but its back-edge is {b:?}"));
                 }

@@ -127,8 +127,8 @@ impl CachedRows {
     fn mark(&self, rows: &[u64]) {
         for &r in rows {
             let e = self.entry(r as usize).load(Ordering::Relaxed);
-            if e & CACHED != 0 {
-                self.back[slot_of(e)].fetch_or(REF, Ordering::Relaxed);
+            if e & CACHED != 0 && e & REF == 0 {
+                self.entry(r as usize).fetch_or(REF, Ordering::Relaxed);
             }
         }
     }
@@ -220,9 +220,11 @@ impl CachedRows {
             unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(slot), stride);
             }
-            self.back[slot].store((row as u32 + 1) | referenced, Ordering::Relaxed);
-            self.entry(row as usize)
-                .store(((slot as u32) << 2) | CACHED, Ordering::Release);
+            self.back[slot].store(row as u32 + 1, Ordering::Relaxed);
+            self.entry(row as usize).store(
+                ((slot as u32) << 2) | CACHED | referenced,
+                Ordering::Release,
+            );
             t.cached += 1;
             true
         };
