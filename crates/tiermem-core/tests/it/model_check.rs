@@ -83,14 +83,22 @@ fn guard_pins_against_eviction_no_torn_write() {
 }
 
 /// `tiermem_embed::cache`: a row's pointer-table entry (`slot << 2 | CACHED`, bit 1 the lock
-/// taken by compare-and-swap). Lookups under the table's shared lock cache rows
-/// concurrently: the CAS winner copies the home row into a fresh slot and publishes it;
-/// losers read the home row, which stays valid until the slot is published. Updates and
-/// flushes hold the lock exclusively: an update writes the cached copy (marking it updated)
-/// or the home row; a flush writes updated rows home and empties the cache.
+/// taken by compare-and-swap, bit 30 the second-chance reference mark). Lookups under the
+/// table's shared lock cache rows concurrently: the CAS winner copies the home row into a
+/// fresh slot and publishes it; losers read the home row, which stays valid until the slot
+/// is published; a hit sets the mark on the entry it read (`fetch_or`, only if unset).
+/// Updates, reclaims and flushes hold the lock exclusively: an update writes the cached copy
+/// (marking it updated) or the home row; a reclaim keeps marked rows (clearing the mark) and
+/// drops the others, writing updated ones home; a flush writes updated rows home and empties
+/// the cache.
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;
+const REF: u32 = 1 << 30;
 const EMPTY: u32 = u32::MAX;
+
+fn slot(e: u32) -> usize {
+    ((e & !REF) >> 2) as usize
+}
 
 struct Table {
     entry: Vec<AtomicU32>,
@@ -103,7 +111,10 @@ struct Table {
 fn lookup(t: &Table, row: usize) -> u32 {
     let e = t.entry[row].load(Ordering::Acquire);
     if e != EMPTY && e & CACHED == CACHED {
-        return t.slots[(e >> 2) as usize].load(Ordering::Acquire);
+        if e & REF == 0 {
+            t.entry[row].fetch_or(REF, Ordering::Relaxed);
+        }
+        return t.slots[slot(e)].load(Ordering::Acquire);
     }
     if e == EMPTY
         && t.entry[row]
@@ -123,7 +134,7 @@ fn lookup(t: &Table, row: usize) -> u32 {
 fn update(t: &Table, row: usize, v: u32) {
     let e = t.entry[row].load(Ordering::Acquire);
     if e != EMPTY && e & CACHED == CACHED {
-        t.slots[(e >> 2) as usize].store(v, Ordering::Release);
+        t.slots[slot(e)].store(v, Ordering::Release);
         t.dirty[row].store(1, Ordering::Release);
     } else {
         t.home[row].store(v, Ordering::Release);
@@ -137,7 +148,7 @@ fn flush(t: &Table) {
         assert!(e == EMPTY || e & LOCKED == 0, "row {row} left locked");
         if e != EMPTY {
             if t.dirty[row].swap(0, Ordering::AcqRel) == 1 {
-                let v = t.slots[(e >> 2) as usize].load(Ordering::Acquire);
+                let v = t.slots[slot(e)].load(Ordering::Acquire);
                 t.home[row].store(v, Ordering::Release);
             }
             t.entry[row].store(EMPTY, Ordering::Release);
@@ -146,8 +157,29 @@ fn flush(t: &Table) {
     t.next_slot.store(0, Ordering::Relaxed);
 }
 
+/// Under the exclusive lock: keep the rows hit since the last pass (clearing the mark), drop
+/// the others, writing updated ones home.
+fn reclaim(t: &Table) {
+    for row in 0..t.entry.len() {
+        let e = t.entry[row].load(Ordering::Acquire);
+        if e == EMPTY {
+            continue;
+        }
+        assert!(e & LOCKED == 0, "row {row} left locked");
+        if e & REF != 0 {
+            t.entry[row].store(e & !REF, Ordering::Release);
+        } else {
+            if t.dirty[row].swap(0, Ordering::AcqRel) == 1 {
+                let v = t.slots[slot(e)].load(Ordering::Acquire);
+                t.home[row].store(v, Ordering::Release);
+            }
+            t.entry[row].store(EMPTY, Ordering::Release);
+        }
+    }
+}
+
 #[test]
-fn cache_compare_and_swap_publish_update_and_flush() {
+fn cache_compare_and_swap_publish_mark_update_reclaim_and_flush() {
     shuttle::check_pct(
         || {
             let n = 2;
@@ -180,6 +212,7 @@ fn cache_compare_and_swap_publish_update_and_flush() {
                         update(&g, 0, 7);
                         truth.lock().unwrap()[0] = 7;
                     }
+                    reclaim(&t.write().unwrap());
                     let g = t.write().unwrap();
                     flush(&g);
                 }));
