@@ -48,8 +48,10 @@ pub struct TableStats {
     pub rows_cached: u64,
     /// Cache pages flushed.
     pub pages_flushed: u64,
-    /// Dirty rows written back by flushes.
+    /// Dirty rows written back by flushes and reclaims.
     pub rows_written_back: u64,
+    /// Rows that left the cache (reclaims and flushes).
+    pub rows_evicted: u64,
 }
 
 /// An embedding table (thesis Table 5.2 / 5.4).
@@ -65,7 +67,7 @@ pub struct Table {
     hits: AtomicU64,
     misses: AtomicU64,
     cached: AtomicU64,
-    base_flushed: Mutex<(u64, u64)>,
+    base_flushed: Mutex<(u64, u64, u64)>,
 }
 
 /// The widest row a table takes (elements): 16 Mi, 64 MiB of `f32` per row.
@@ -114,7 +116,7 @@ impl Table {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             cached: AtomicU64::new(0),
-            base_flushed: Mutex::new((0, 0)),
+            base_flushed: Mutex::new((0, 0, 0)),
         })
     }
 
@@ -389,6 +391,7 @@ impl Table {
             rows_cached: self.cached.load(Ordering::Relaxed),
             pages_flushed: c.pages_flushed - base.0,
             rows_written_back: c.rows_written_back - base.1,
+            rows_evicted: c.rows_evicted - base.2,
         }
     }
 
@@ -398,7 +401,7 @@ impl Table {
         self.misses.store(0, Ordering::Relaxed);
         self.cached.store(0, Ordering::Relaxed);
         let c = self.cache().map(CachedRows::counters).unwrap_or_default();
-        *self.base_flushed.lock() = (c.pages_flushed, c.rows_written_back);
+        *self.base_flushed.lock() = (c.pages_flushed, c.rows_written_back, c.rows_evicted);
     }
 
     /// `flush_dirty` (`write_back`) or `flush_clean`: shrink the cache to `cachelower`.

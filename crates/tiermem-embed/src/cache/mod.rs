@@ -46,6 +46,25 @@ const SEEN: u32 = 4;
 /// On a cached entry: the row was hit since it was cached or last kept by a reclaim
 /// (dynamic policies' second chance).
 const REF: u32 = 1 << 30;
+/// On a back-edge: the slot is a hole (a reclaim dropped its row there), its low bits the
+/// next hole's slot ([`HOLE_END`] ends the chain). Back-edges otherwise hold `row + 1`
+/// (at most [`MAX_ROWS`]) or 0 (never used), so the top bit is free. Chaining the holes
+/// through the back-edges keeps the reclaim's free list out of the metadata budget.
+const HOLE: u32 = 1 << 31;
+const HOLE_END: u32 = HOLE - 1;
+
+/// The row a back-edge names, if it names one (not 0, not a hole).
+#[inline]
+fn row_of_back(b: u32) -> Option<usize> {
+    (b != 0 && b & HOLE == 0).then(|| (b - 1) as usize)
+}
+
+/// The head and length of the chain of holes.
+#[derive(Debug)]
+struct Holes {
+    head: u32,
+    len: usize,
+}
 
 /// The cache slot of a cached entry.
 #[inline(always)]
@@ -80,6 +99,8 @@ pub struct CacheCounters {
     pub pages_flushed: u64,
     /// Dirty rows written back to the base rows.
     pub rows_written_back: u64,
+    /// Rows that left the cache (reclaims and flushes).
+    pub rows_evicted: u64,
 }
 
 #[derive(Debug)]
@@ -112,6 +133,12 @@ pub struct CachedRows {
     lower: AtomicU64,
     slack: AtomicU64,
     full: AtomicBool,
+    /// Free slots inside live pages, left by the last reclaim (whose rows it dropped there):
+    /// `alloc_slot` takes them before it bumps a page. A leaf lock; rebuilt by reclaims and
+    /// filtered by flushes, both under the table's exclusive lock.
+    holes: Mutex<Holes>,
+    /// Whether `holes` may be non-empty (read without its lock on every allocation).
+    has_holes: AtomicBool,
     /// Whether the cache can fill up (its page limit holds fewer slots than the table has
     /// rows), so reclaims happen and hits must mark their rows (`REF`). A cache that holds
     /// every row skips the mark, an extra random access per hit.
@@ -203,6 +230,11 @@ impl CachedRows {
             lower: AtomicU64::new(config.lower),
             slack: AtomicU64::new(config.slack),
             full: AtomicBool::new(false),
+            holes: Mutex::new(Holes {
+                head: HOLE_END,
+                len: 0,
+            }),
+            has_holes: AtomicBool::new(false),
             marks: AtomicBool::new(true),
             filled: AtomicBool::new(false),
             bypass: AtomicBool::new(false),
@@ -317,6 +349,7 @@ impl CachedRows {
         let cur = self.current.load(Ordering::Acquire);
         p.active.len() >= self.limit_frames()
             && (cur == NONE || self.bumps[cur].load(Ordering::Relaxed) >= self.frame_rows)
+            && !self.has_holes.load(Ordering::Relaxed)
     }
 
     /// Counters.
@@ -349,8 +382,24 @@ impl CachedRows {
         self.home.wrapping_add(row * self.stride)
     }
 
-    /// Take a free cache slot: bump the current page, opening a new one when it is full.
+    /// Take a free cache slot: a hole a reclaim left, else bump the current page, opening a
+    /// new one when it is full.
     fn alloc_slot(&self) -> Option<usize> {
+        if self.has_holes.load(Ordering::Relaxed) {
+            let mut h = self.holes.lock();
+            if h.head != HOLE_END {
+                let s = h.head as usize;
+                // Only reclaims and flushes (exclusive lock) read back-edges; the caller
+                // stores its row here before publishing the slot.
+                h.head = self.back[s].swap(0, Ordering::Relaxed) & !HOLE;
+                h.len -= 1;
+                if h.head == HOLE_END {
+                    self.has_holes.store(false, Ordering::Relaxed);
+                }
+                return Some(s);
+            }
+            self.has_holes.store(false, Ordering::Relaxed);
+        }
         loop {
             let cur = self.current.load(Ordering::Acquire);
             if cur != NONE {
@@ -459,7 +508,8 @@ impl CachedRows {
         t
     }
 
-    /// Bytes of DRAM metadata: the pointer table and the back-edges.
+    /// Bytes of DRAM metadata: the pointer table and the back-edges (which also chain the
+    /// reclaim's holes).
     #[must_use]
     pub fn metadata_bytes(&self) -> u64 {
         4 * (self.entries.len() + self.back.len()) as u64
@@ -478,13 +528,13 @@ impl CachedRows {
             let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
             f * self.frame_rows..f * self.frame_rows + used
         };
-        let row_dirty = |b: u32| self.entry((b - 1) as usize).load(Ordering::Relaxed) & DIRTY != 0;
+        let row_dirty = |row: usize| self.entry(row).load(Ordering::Relaxed) & DIRTY != 0;
         if !write_back {
             let dirty = victims
                 .iter()
                 .flat_map(|&f| filled(f))
-                .map(|s| self.back[s].load(Ordering::Relaxed))
-                .filter(|&b| b != 0 && row_dirty(b))
+                .filter_map(|s| row_of_back(self.back[s].load(Ordering::Relaxed)))
+                .filter(|&row| row_dirty(row))
                 .count();
             ensure!(
                 dirty == 0,
@@ -492,17 +542,18 @@ impl CachedRows {
                  writes them back"
             );
         }
+        if n > 0 {
+            self.unchain_holes(&victims);
+        }
         let mut t = Tally::default();
         let mut rows = 0;
         let mut written = 0;
         for &f in &victims {
             for s in filled(f) {
-                let b = self.back[s].swap(0, Ordering::Relaxed);
-                if b == 0 {
+                let Some(row) = row_of_back(self.back[s].swap(0, Ordering::Relaxed)) else {
                     continue;
-                }
-                let row = (b - 1) as usize;
-                written += u64::from(self.uncache(s, row, row_dirty(b), &mut t));
+                };
+                written += u64::from(self.uncache(s, row, row_dirty(row), &mut t));
                 rows += 1;
             }
             self.bumps[f].store(0, Ordering::Relaxed);
@@ -513,21 +564,49 @@ impl CachedRows {
         p.active.drain(..n);
         p.free.extend(victims.iter().rev());
         drop(p);
-        self.after_room_made(&t, n as u64, written)?;
+        self.after_room_made(&t, n as u64, written, rows)?;
         Ok(rows)
+    }
+
+    /// Take the holes in `frames` (pages a flush frees) out of the chain. Exclusive lock.
+    fn unchain_holes(&self, frames: &[usize]) {
+        let mut h = self.holes.lock();
+        let (mut head, mut len, mut at) = (HOLE_END, 0, h.head);
+        let mut kept = Vec::with_capacity(h.len);
+        while at != HOLE_END {
+            let next = self.back[at as usize].load(Ordering::Relaxed) & !HOLE;
+            if !frames.contains(&(at as usize / self.frame_rows)) {
+                kept.push(at);
+            }
+            at = next;
+        }
+        for &s in kept.iter().rev() {
+            self.back[s as usize].store(HOLE | head, Ordering::Relaxed);
+            head = s;
+            len += 1;
+        }
+        *h = Holes { head, len };
+        self.has_holes.store(len > 0, Ordering::Relaxed);
     }
 
     /// After a flush or reclaim (pages lock released): tell the policy, clear `full`,
     /// charge the traffic, count freed pages and written-back rows, and have the home finish
     /// the write-backs (a block home writes them together; if that fails they stay buffered
     /// there, still the rows' values, and the error is returned).
-    fn after_room_made(&self, t: &Tally, pages_freed: u64, written: u64) -> Result<()> {
+    fn after_room_made(
+        &self,
+        t: &Tally,
+        pages_freed: u64,
+        written: u64,
+        evicted: u64,
+    ) -> Result<()> {
         self.policy.after_room_made(self);
         self.full.store(false, Ordering::Relaxed);
         charge(self.home_device(), Some(&self.cache_dev), t);
         let mut c = self.counters.lock();
         c.pages_flushed += pages_freed;
         c.rows_written_back += written;
+        c.rows_evicted += evicted;
         drop(c);
         self.home_rows.stores_done()
     }
@@ -546,85 +625,52 @@ impl CachedRows {
         dirty
     }
 
-    /// Make room in a full cache, second-chance style (CLOCK at page granularity):
-    /// walk the oldest pages; a row hit since it was cached (or last kept) stays, packed
-    /// towards the front of the walked pages with its mark cleared; the others leave (dirty
-    /// ones written back first). Stops once the walked pages hold a slack's worth of free
-    /// slots, or after one pass over every page. Kept rows' pages go to the back of the queue,
-    /// the page with the packing cursor becomes the one new rows fill, emptied pages are
-    /// freed. Call with the table's exclusive lock held. Returns rows dropped.
+    /// Make room in a full cache, second-chance style (CLOCK over the pages, oldest first):
+    /// in each walked page, a row hit since it was cached (or last kept) stays where it is
+    /// with its mark cleared; the others leave (dirty ones written back first) and their
+    /// slots become holes that new rows fill before any page is bumped. Stops once a
+    /// slack's worth of holes is free, or after one pass over every page; walked pages go
+    /// to the back of the queue. Rows are never moved, so a reclaim copies nothing but the
+    /// dirty rows it writes home. Call with the table's exclusive lock held. Returns rows
+    /// dropped.
     pub(crate) fn reclaim(&self) -> Result<u64> {
         self.reclaim_for((self.cacheslack() / self.stride as u64).max(1) as usize)
     }
 
-    /// [`CachedRows::reclaim`], stopping once `want` slots are free in the walked pages.
+    /// [`CachedRows::reclaim`], stopping once `want` slots are free.
     fn reclaim_for(&self, want: usize) -> Result<u64> {
         let mut p = self.pages.lock();
+        let mut holes = self.holes.lock();
         let fr = self.frame_rows;
         let mut t = Tally::default();
         let (mut dropped, mut written) = (0u64, 0u64);
-        let mut walked: Vec<usize> = Vec::new();
-        let mut kept = 0usize; // rows packed so far into the walked pages, in order
         let total = p.active.len();
-        while walked.len() < total && walked.len() * fr - kept < want {
+        let mut walked = 0;
+        while walked < total && holes.len < want {
             let Some(f) = p.active.pop_front() else { break };
-            walked.push(f);
+            walked += 1;
             let used = self.bumps[f].load(Ordering::Relaxed).min(fr);
             for s in f * fr..f * fr + used {
-                let b = self.back[s].swap(0, Ordering::Relaxed);
-                if b == 0 {
-                    continue;
-                }
-                let row = (b - 1) as usize;
+                let Some(row) = row_of_back(self.back[s].load(Ordering::Relaxed)) else {
+                    continue; // a hole already chained
+                };
                 let e = self.entry(row).load(Ordering::Relaxed);
                 if e & REF != 0 {
-                    let to = walked[kept / fr] * fr + kept % fr;
-                    if to != s {
-                        // SAFETY: exclusive table lock; `to` precedes `s` in packing order, so
-                        // it is free (its row already moved or left); both lie in the cache.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                self.slot_ptr(s),
-                                self.slot_ptr(to),
-                                self.stride,
-                            );
-                        }
-                        t.cache_read += self.stride as u64;
-                        t.cache_written += self.stride as u64;
-                    }
-                    self.back[to].store(row as u32 + 1, Ordering::Relaxed);
-                    self.entry(row)
-                        .store(((to as u32) << 2) | CACHED | (e & DIRTY), Ordering::Release);
-                    kept += 1;
+                    self.entry(row).store(e & !REF, Ordering::Release);
                 } else {
                     written += u64::from(self.uncache(s, row, e & DIRTY != 0, &mut t));
+                    self.back[s].store(HOLE | holes.head, Ordering::Relaxed);
+                    holes.head = s as u32;
+                    holes.len += 1;
                     dropped += 1;
                 }
             }
+            p.active.push_back(f);
         }
-        // Pages holding packed rows go back in order; the last one (if any room) is where
-        // new rows go next; pages past the cursor are empty.
-        let full_pages = kept / fr;
-        let mut current = NONE;
-        for (k, &f) in walked.iter().enumerate() {
-            if k < full_pages {
-                self.bumps[f].store(fr, Ordering::Relaxed);
-                p.active.push_back(f);
-            } else if k == full_pages && !kept.is_multiple_of(fr) {
-                self.bumps[f].store(kept % fr, Ordering::Relaxed);
-                p.active.push_back(f);
-                current = f;
-            } else {
-                self.bumps[f].store(0, Ordering::Relaxed);
-                p.free.push(f);
-            }
-        }
-        self.current.store(current, Ordering::Release);
-        let freed = walked
-            .len()
-            .saturating_sub(full_pages + usize::from(current != NONE));
+        self.has_holes.store(holes.len > 0, Ordering::Relaxed);
+        drop(holes);
         drop(p);
-        self.after_room_made(&t, freed as u64, written)?;
+        self.after_room_made(&t, 0, written, dropped)?;
         Ok(dropped)
     }
 
@@ -643,8 +689,33 @@ impl CachedRows {
         self.sweep.store((start + n) % self.rows, Ordering::Relaxed);
     }
 
-    /// Check the pointer table and back-edges agree (tests).
+    /// Check the pointer table and back-edges agree, and that every hole is a free slot of a
+    /// live page (tests).
     pub fn check(&self) -> std::result::Result<(), String> {
+        {
+            let p = self.pages.lock();
+            let holes = self.holes.lock();
+            let (mut at, mut n) = (holes.head, 0);
+            while at != HOLE_END {
+                let (f, k) = (at as usize / self.frame_rows, at as usize % self.frame_rows);
+                let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
+                if !p.active.contains(&f) || k >= used {
+                    return Err(format!("hole {at} is not a used slot of a live page"));
+                }
+                let b = self.back[at as usize].load(Ordering::Relaxed);
+                if b & HOLE == 0 {
+                    return Err(format!("hole {at} holds a row (back-edge {b:#x})"));
+                }
+                n += 1;
+                if n > self.back.len() {
+                    return Err("the chain of holes loops".to_owned());
+                }
+                at = b & !HOLE;
+            }
+            if n != holes.len {
+                return Err(format!("{n} holes chained, {} counted", holes.len));
+            }
+        }
         for (i, e) in self.entries.iter().enumerate() {
             let e = e.load(Ordering::Relaxed);
             if e & LOCKED != 0 {

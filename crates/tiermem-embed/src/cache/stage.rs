@@ -111,7 +111,8 @@ impl CachedRows {
         self.staging.is_some()
     }
 
-    /// Slots that can still be bumped before the page limit.
+    /// Slots free for new rows: holes a reclaim left, and those that can still be bumped
+    /// before the page limit.
     fn free_slots(&self) -> usize {
         let p = self.pages.lock();
         let cur = self.current.load(Ordering::Acquire);
@@ -120,7 +121,8 @@ impl CachedRows {
         } else {
             self.frame_rows - self.bumps[cur].load(Ordering::Relaxed).min(self.frame_rows)
         };
-        self.limit_frames().saturating_sub(p.active.len()) * self.frame_rows + in_current
+        let holes = self.holes.lock().len;
+        self.limit_frames().saturating_sub(p.active.len()) * self.frame_rows + in_current + holes
     }
 
     /// Mark the cached ones of `rows` referenced, so a reclaim keeps them.
@@ -201,8 +203,8 @@ impl CachedRows {
             self.mark(rows);
             let slack = (self.cacheslack() / stride as u64).max(1) as usize;
             let passes = if room == Room::Once { 1 } else { 4 };
-            // A reclaim moves new rows to the page its packing ends on, so the current
-            // page's unused slots are given up: each pass asks for all `want` slots itself.
+            // Each pass asks for all `want` slots as holes (a row kept by one pass, its
+            // mark cleared, may leave in the next).
             for _ in 0..passes {
                 if self.free_slots() >= want {
                     break;

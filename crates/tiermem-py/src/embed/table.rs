@@ -265,6 +265,7 @@ impl PyTable {
             ("rows_cached", s.rows_cached),
             ("pages_flushed", s.pages_flushed),
             ("rows_written_back", s.rows_written_back),
+            ("rows_evicted", s.rows_evicted),
         ])
     }
 
