@@ -12,7 +12,9 @@ pub enum Prefetch {
     /// Every row of the block (Fig. 10: treated as if asked for, but with no recent use, so
     /// the second-chance reclaim drops unused ones first).
     Block,
-    /// A neighbour whose count in the layout's training trace is above this (Fig. 12).
+    /// A neighbour whose count in the layout's training trace is above this (Fig. 12); a
+    /// row asked for whose count is not goes in without the reference mark, so it leaves
+    /// at the next reclaim unless hit again.
     Threshold(u32),
     /// A neighbour that is in a shadow cache (row ids only) of the rows asked for, this many
     /// hundredths of the cache's size (Fig. 11b).
