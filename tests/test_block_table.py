@@ -220,6 +220,46 @@ def test_an_io_error_mid_batch_is_named_and_no_row_loses_its_last_value(disk_dir
     np.testing.assert_array_equal(again.to_numpy(), ref.to_numpy())
 
 
+def test_reading_a_whole_block_table_leaves_its_cache_as_it_was(disk_dir: Path) -> None:
+    """to_numpy (and checkpoints) read through the cache: cached rows (dirty ones included)
+    come from their slots, the rest from the file and the write-back buffer, and nothing is
+    cached or evicted by the read."""
+    ref = EmbeddingTable(ROWS, DIM)
+    t = EmbeddingTable(ROWS, DIM, device=f"block:{disk_dir / 'r.tmb'}", cache=0.05)
+    w = np.random.default_rng(6).standard_normal((ROWS, DIM)).astype(np.float32)
+    ref.load(w)
+    t.load(w)
+    for idx, offs, g in _batches(7, 6):
+        t.lookup(idx, offs)
+        ref.lookup(idx, offs)
+        t.update(idx, offs, g, optimizer="sgd", lr=0.05)
+        ref.update(idx, offs, g, optimizer="sgd", lr=0.05)
+    before = (t.cache_info["cached_rows"], t.block_info["blocks_read"], t.block_info["misses"])
+    np.testing.assert_array_equal(t.to_numpy(), ref.to_numpy())
+    after = (t.cache_info["cached_rows"], t.block_info["blocks_read"], t.block_info["misses"])
+    assert after == before, (before, after)
+    # The next lookup still hits what was cached.
+    idx, offs, _ = _batches(7, 6)[-1]
+    t.reset_stats()
+    np.testing.assert_array_equal(t.lookup(idx, offs), ref.lookup(idx, offs))
+    assert t.stats()["misses"] == 0
+
+
+def test_relayout_reports_its_progress_and_keeps_every_row(disk_dir: Path) -> None:
+    t = EmbeddingTable(ROWS, DIM, device=f"block:{disk_dir / 'p.tmb'}", cache=0.05)
+    w = np.random.default_rng(8).standard_normal((ROWS, DIM)).astype(np.float32)
+    t.load(w)
+    gen = t.block_info["generation"]
+    seen: list[tuple[int, int]] = []
+    # A small budget: many chunks, each reported.
+    t.relayout(np.random.default_rng(9).permutation(ROWS), budget=8 << 10, on_progress=lambda d, n: seen.append((d, n)))
+    total = t.block_info["data_blocks"]
+    assert seen and seen[-1] == (total, total), seen[-3:]
+    assert all(0 <= d <= n == total for d, n in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    np.testing.assert_array_equal(t.to_numpy(), w)
+    assert t.block_info["generation"] == gen + 1
+
+
 def test_a_cache_larger_than_dram_is_refused_with_the_numbers(disk_dir: Path) -> None:
     m = tiermem.Manager([("dram", 1 << 20)], policy="all_fast")
     with pytest.raises(tiermem.InvalidArgumentError, match="does not fit fast device 'dram'"):

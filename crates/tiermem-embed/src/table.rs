@@ -480,17 +480,48 @@ impl Table {
     /// and updated rows read their newest value) into `out` (`n * width` floats).
     pub fn read_rows(&self, start: usize, out: &mut [f32]) -> Result<()> {
         let n = self.span(start, out.len())?;
-        if self.staged() {
-            let w = self.width;
-            return self.staged_span(start, n, |first, k| {
-                self.copy_rows(
-                    first,
-                    CopyDir::Out(&mut out[(first - start) * w..][..k * w]),
-                );
-            });
+        if let Some(c) = self.cache().filter(|c| c.staged()) {
+            return self.read_through(c, start, n, out);
         }
         let _s = self.shared()?;
         self.copy_rows(start, CopyDir::Out(out));
+        Ok(())
+    }
+
+    /// A staged table's rows `start..start + n` into `out` without caching them
+    /// ([`CachedRows::read_through`]), in pieces of at most 16 MiB of rows.
+    fn read_through(&self, c: &CachedRows, start: usize, n: usize, out: &mut [f32]) -> Result<()> {
+        use super::elem::{load_row, Bf16};
+        let _x = self.exclusive()?;
+        let (w, dtype) = (self.width, self.dtype);
+        let piece = ((16usize << 20) / self.stride).max(1);
+        // Rows of the write-back buffer need not be aligned: each row goes through this.
+        let mut row_buf = vec![0u32; self.stride.div_ceil(4)];
+        let mut first = start;
+        while first < start + n {
+            let k = piece.min(start + n - first);
+            c.read_through(first as u64, k as u64, |row, bytes| {
+                let dst = &mut out[(row as usize - start) * w..][..w];
+                let aligned = &mut row_buf[..];
+                // SAFETY: `aligned` holds at least `bytes.len()` (one stride) bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        aligned.as_mut_ptr().cast::<u8>(),
+                        bytes.len(),
+                    );
+                }
+                // SAFETY: `aligned` holds one stored row: at least `width` elements of the
+                // table's type, 4-byte aligned.
+                unsafe {
+                    match dtype {
+                        DType::F32 => load_row::<f32>(dst, aligned.as_ptr().cast()),
+                        DType::Bf16 => load_row::<Bf16>(dst, aligned.as_ptr().cast()),
+                    }
+                }
+            })?;
+            first += k;
+        }
         Ok(())
     }
 
@@ -504,25 +535,6 @@ impl Table {
                 out,
             },
         );
-    }
-
-    /// Rows `start..start + n` of a staged table in pieces the cache holds: each piece
-    /// staged, then `f(first row, rows)` (exclusive lock held throughout).
-    fn staged_span(&self, start: usize, n: usize, mut f: impl FnMut(usize, usize)) -> Result<()> {
-        let _x = self.exclusive()?;
-        let Some(c) = self.cache() else {
-            return Ok(());
-        };
-        let piece = (c.capacity() as usize / self.stride / 2).max(1);
-        let mut first = start;
-        while first < start + n {
-            let k = piece.min(start + n - first);
-            let mut rows: Vec<u64> = (first as u64..(first + k) as u64).collect();
-            c.stage(&mut rows, Room::All)?;
-            f(first, k);
-            first += k;
-        }
-        Ok(())
     }
 
     /// Stage rows ahead of the call that will use them (the prefetch pipeline: the next

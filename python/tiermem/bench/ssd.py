@@ -330,7 +330,7 @@ def run(
 
 def _relayout(path: Path, n: int, lay: np.ndarray) -> None:
     t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=0.01)
-    t._native.relayout(np.ascontiguousarray(lay, np.uint32), 256 << 20)
+    t.relayout(lay, 256 << 20)
     del t
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -301,16 +303,41 @@ class EmbeddingTable:
         """
         return int(self._native.prefetch(np.ascontiguousarray(_i64(indices, "indices").reshape(-1))))
 
-    def relayout(self, layout: Any, budget: int = 256 << 20) -> None:
+    def relayout(self, layout: Any, budget: int = 256 << 20, on_progress: Callable[[int, int], None] | None = None) -> None:
         """Put a block table's rows in ``layout``'s order (row -> position, a permutation,
         e.g. from :mod:`tiermem.layout`): updated rows are written back, the file is
         rewritten aside in chunks of at most ``budget`` bytes and switched in atomically
         (a kill at any moment leaves the old file or the new one, whole). Cached rows stay
-        cached."""
+        cached. ``on_progress(blocks_written, blocks)``, if given, is called from this
+        thread about ten times a second while the relayout runs (e.g. to drive a
+        :class:`tiermem.report.progress.Progress` bar with ``advance_to``)."""
         lay = np.asarray(layout)
         if lay.ndim != 1 or lay.dtype.kind not in "iu":
             raise InvalidArgumentError("layout must be a 1-D integer array, one position per row")
-        self._native.relayout(np.ascontiguousarray(lay, np.uint32), int(budget))
+        lay = np.ascontiguousarray(lay, np.uint32)
+        info = self.block_info
+        if on_progress is None or info is None:
+            self._native.relayout(lay, int(budget))  # a table without a file: the core refuses
+            return
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self._native.relayout(lay, int(budget))
+            except BaseException as e:  # handed to the caller below
+                failed.append(e)
+
+        # The relayout releases the GIL and holds the table's lock; this thread only reads
+        # its block counter, which takes no lock.
+        total = int(info["data_blocks"])
+        worker = threading.Thread(target=work, name="tiermem-relayout", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            on_progress(self._native.relayout_progress(), total)
+        if failed:
+            raise failed[0]
+        on_progress(total, total)
 
     def set_admission(self, admission: str) -> None:
         """Change a block table's admission of a read block's other rows (see the

@@ -54,6 +54,12 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, what=what[:40])
 
+    def advance_to(self, done: int, what: str = "") -> None:
+        """``done`` steps of ``total`` are finished (work that reports a count, not steps)."""
+        self.done = max(self.done, min(self.total, int(done)))
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, what=what[:40])
+
     def note(self, what: str) -> None:
         """Say what is running now, without finishing a step."""
         if self._bar is not None:

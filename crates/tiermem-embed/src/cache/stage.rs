@@ -281,6 +281,43 @@ impl CachedRows {
         Ok(t)
     }
 
+    /// Rows `first..first + k` as they are now, caching none of them: cached rows from
+    /// their slots, the others read from the home (each block once, rows waiting in its
+    /// write-back buffer overlaid), each handed to `f(row, bytes)`. A read of the whole
+    /// table (`to_numpy`, a checkpoint) thus leaves the cache as it was. Exclusive lock
+    /// held.
+    pub(crate) fn read_through(
+        &self,
+        first: u64,
+        k: u64,
+        mut f: impl FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        let Some(home) = self.home_rows.block() else {
+            unreachable!("a staged cache's home is a block home");
+        };
+        let mut missing = Vec::new();
+        for r in first..first + k {
+            let e = self.entry(r as usize).load(Ordering::Relaxed);
+            if e & CACHED == 0 {
+                missing.push(r);
+                continue;
+            }
+            // SAFETY: exclusive table lock: the slot holds row r and no one writes it; the
+            // slot's `stride` bytes lie inside the cache.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(self.slot_ptr(slot_of(e)), self.stride) };
+            f(r, bytes);
+        }
+        if !missing.is_empty() {
+            home.read_blocks_of(&missing, |row, bytes| {
+                if missing.binary_search(&row).is_ok() {
+                    f(row, bytes);
+                }
+            })?;
+        }
+        Ok(())
+    }
+
     /// Stage rows in `order` until the cache is full (no eviction): a fill.
     pub(crate) fn stage_fill(&self, order: impl Iterator<Item = usize>) -> Result<Tally> {
         let mut total = Tally::default();

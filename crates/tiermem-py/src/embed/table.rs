@@ -2,6 +2,7 @@
 //! optionally cached), its statistics, cache controls and optimizer state.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -20,6 +21,9 @@ use crate::shared::Shared;
 #[pyclass(name = "Table", module = "tiermem._tiermem", frozen)]
 pub struct PyTable {
     pub(crate) inner: Shared<Table>,
+    /// Blocks a relayout in progress has written: read by `relayout_progress` without the
+    /// table's lock, so Python can show a bar while the relayout holds it.
+    relayout_done: Arc<AtomicU64>,
 }
 
 #[pymethods]
@@ -39,6 +43,7 @@ impl PyTable {
         let t = run(py, || Table::direct(&m, device, rows, width, dt))?;
         Ok(PyTable {
             inner: Shared::new(t),
+            relayout_done: Arc::default(),
         })
     }
 
@@ -57,6 +62,7 @@ impl PyTable {
         let t = run(py, || Table::behind_model(&m, &md, rows, width, dt))?;
         Ok(PyTable {
             inner: Shared::new(t),
+            relayout_done: Arc::default(),
         })
     }
 
@@ -87,6 +93,7 @@ impl PyTable {
         let t = run(py, || Table::cached(&m, slow, fast, rows, width, dt, cfg))?;
         Ok(PyTable {
             inner: Shared::new(t),
+            relayout_done: Arc::default(),
         })
     }
 
@@ -132,6 +139,7 @@ impl PyTable {
         })?;
         Ok(PyTable {
             inner: Shared::new(t),
+            relayout_done: Arc::default(),
         })
     }
 
@@ -141,7 +149,17 @@ impl PyTable {
         let v = view::<u32>(layout, "layout (uint32)", false)?;
         // SAFETY: `v` keeps the buffer exported for the call; only read.
         let l = unsafe { v.slice() }.to_vec();
-        run(py, || self.inner.relayout(l, budget, |_, _| {}))
+        let done = Arc::clone(&self.relayout_done);
+        done.store(0, Ordering::Relaxed);
+        run(py, || {
+            self.inner
+                .relayout(l, budget, |d, _| done.store(d, Ordering::Relaxed))
+        })
+    }
+
+    /// Data blocks the relayout in progress has written (0 before its first chunk).
+    fn relayout_progress(&self) -> u64 {
+        self.relayout_done.load(Ordering::Relaxed)
     }
 
     /// Stage these rows (int64 indices) into a block table's cache ahead of the lookup that
