@@ -118,6 +118,18 @@ def _cache_bytes(rows: int, row_bytes: int, fraction: float) -> int:
     return -(-cache_rows // frame) * frame * row_bytes
 
 
+def _cache_fast_bytes(rows: int, row_bytes: int, fraction: float) -> float:
+    """Fast memory a cache of ``fraction`` of a table takes: its pages (whole frames) and a
+    4-byte back-edge per slot."""
+    return _cache_bytes(rows, row_bytes, fraction) * (1.0 + 4.0 / row_bytes)
+
+
+def _profile_traces(profile: Iterable[Batch], tables: int) -> list[np.ndarray]:
+    """Each table's row ids over the profile's batches, in access order."""
+    batches = list(profile)
+    return [np.concatenate([b.indices[t].numpy().reshape(-1) for b in batches]) for t in range(tables)]
+
+
 def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
     """Cache fraction and slack fraction (of each table) that keep the cache pages (whole
     frames) plus every table's pointer table, back-edges and reindex scratch within
@@ -132,7 +144,7 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
         )
     total = min(1.0, (budget - meta) / (1.0 + 4.0 / rb) / config.table_bytes)
     while total > 0:
-        used = meta + sum(_cache_bytes(r, rb, total) * (1.0 + 4.0 / rb) for r in config.rows)
+        used = meta + sum(_cache_fast_bytes(r, rb, total) for r in config.rows)
         if used <= budget:
             break
         total *= 0.995
@@ -271,8 +283,7 @@ class Trainer:
             left = budget - sum(c.rows[t] * rb for t in dram)
             disk_bytes = sum(c.rows[t] * rb for t in on_disk)
             frac = min(1.0, left / (1.0 + 4.0 / rb) / disk_bytes) if disk_bytes else 1.0
-            # Cache pages come in whole frames, each slot with a 4-byte back-edge.
-            while frac > 0 and sum(_cache_bytes(c.rows[t], rb, frac) * (1.0 + 4.0 / rb) for t in on_disk) > left:
+            while frac > 0 and sum(_cache_fast_bytes(c.rows[t], rb, frac) for t in on_disk) > left:
                 frac *= 0.995
             small = {t for t in on_disk if frac * c.rows[t] < min(c.rows[t], need[t]) or frac >= 1.0}
             if not small:
@@ -356,18 +367,14 @@ class Trainer:
         assert m is not None
         if not prof:
             raise InvalidArgumentError("mode 'auto' plans each table's cache from a profile of the input: pass profile=")
-        traces = [np.concatenate([b.indices[t].numpy().reshape(-1) for b in prof]) for t in range(c.num_tables)]
+        traces = _profile_traces(prof, c.num_tables)
         meta = 8 * sum(c.rows)
         costs = Costs.of(m, 0, 1)
         room = self.fast_budget - meta
         while True:
             plans = plan(traces, c.rows, [c.row_bytes] * c.num_tables, max(0, room), costs)
             # Pages come in whole frames: shrink the plan until they fit.
-            used = meta + sum(
-                _cache_bytes(r, c.row_bytes, p.cache_rows / r) * (1.0 + 4.0 / c.row_bytes)
-                for r, p in zip(c.rows, plans)
-                if p.policy
-            )
+            used = meta + sum(_cache_fast_bytes(r, c.row_bytes, p.cache_rows / r) for r, p in zip(c.rows, plans) if p.policy)
             if used <= self.fast_budget or room <= 0:
                 break
             room -= int(used - self.fast_budget) + c.row_bytes
@@ -391,10 +398,9 @@ class Trainer:
         (:func:`tiermem.embedding.cacheplan.bypasses`) reads through it."""
         assert self.manager is not None
         costs = Costs.of(self.manager, 0, 1)
-        for t, tab in enumerate(self.tables):
+        for tab, trace in zip(self.tables, _profile_traces(profile, len(self.tables))):
             info = tab.cache_info
             assert info is not None, "dynamic tables are cached"
-            trace = np.concatenate([b.indices[t].numpy().reshape(-1) for b in profile])
             cache_rows = (info["cachelower"] + info["cacheslack"]) // (self.config.row_bytes or 1)
             off = bypasses(trace, tab.num_embeddings, int(cache_rows), costs)
             tab.set_bypass(off)

@@ -315,7 +315,7 @@ class EmbeddingTable:
         if lay.ndim != 1 or lay.dtype.kind not in "iu":
             raise InvalidArgumentError("layout must be a 1-D integer array, one position per row")
         lay = np.ascontiguousarray(lay, np.uint32)
-        info = self.block_info
+        info = self.block_info if on_progress is not None else None
         if on_progress is None or info is None:
             self._native.relayout(lay, int(budget))  # a table without a file: the core refuses
             return
