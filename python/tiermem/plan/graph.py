@@ -1,0 +1,317 @@
+"""The graph a plan is made for: one training step's kernels in order, the tensors they use,
+and the devices, in a documented JSON form (``tiermem plan --save-graph F`` writes it,
+``tiermem plan --graph F`` reads it), so graphs can be planned without the model.
+
+JSON form (``"format": "tiermem-graph-1"``)::
+
+    {
+      "format": "tiermem-graph-1",
+      "name": "resnet",
+      "devices": [                      # fastest first; the last is the home of every tensor
+        {"name": "dram", "capacity": 211812352},
+        {"name": "emulated:optane-pmem", "capacity": null}
+      ],
+      "copy_gbps": [[null, 2.3], [6.8, null]],   # copy_gbps[src][dst], GB/s
+      "tensors": [
+        {"key": "p7", "bytes": 4096, "kind": "parameter", "persistent": true},
+        {"key": "12.0", "bytes": 1048576, "kind": "activation", "persistent": false,
+         "free_after": 40}
+      ],
+      "kernels": [
+        {"name": "aten.convolution.default", "seconds": 0.0012,
+         "operands": [{"tensor": 0, "use": "read",  "seconds": [0.0, 0.0004]},
+                      {"tensor": 1, "use": "make",  "seconds": [0.0, 0.0011]}]}
+      ]
+    }
+
+A kernel's time with its operands placed on devices ``d_i`` is ``seconds + sum_i
+operands[i].seconds[d_i]`` (the profiler's per-operand extra time on each device, zero on
+the fastest). ``use`` is ``make`` (the kernel creates the tensor: its first use),
+``read`` or ``write`` (an in-place update: later copies of the tensor are stale).
+``persistent`` tensors (parameters, optimizer state) exist before the step and after it;
+the others are made by a kernel of the step and die after their last use, or after kernel
+``free_after`` when given (a gradient that ``zero_grad`` frees after the optimizer's step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._files import write_json_atomic
+from .._sizes import format_bytes
+from ..exceptions import InvalidArgumentError
+
+__all__ = ["FORMAT", "USES", "KINDS", "Device", "Tensor", "Operand", "Kernel", "Graph", "GraphError"]
+
+FORMAT = "tiermem-graph-1"
+USES = ("make", "read", "write")
+KINDS = ("parameter", "state", "input", "activation", "gradient")
+
+
+class GraphError(InvalidArgumentError):
+    """A graph that is malformed or inconsistent, or that no plan can fit (the message names
+    the tensor, kernel or device and the numbers)."""
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    capacity: int | None  # bytes; None: unbounded (the home device only)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    key: str
+    bytes: int
+    kind: str = "activation"
+    persistent: bool = False
+    free_after: int | None = None  # the kernel after which it is freed, when later than its last use
+
+
+@dataclass(frozen=True)
+class Operand:
+    tensor: int
+    use: str
+    seconds: tuple[float, ...]  # extra seconds on each device (0 on the fastest)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    seconds: float  # time with every operand on the fastest device
+    operands: tuple[Operand, ...]
+
+
+@dataclass
+class Graph:
+    """A step's kernels, tensors and devices, validated on construction."""
+
+    name: str
+    devices: list[Device]
+    copy_gbps: list[list[float | None]]
+    tensors: list[Tensor]
+    kernels: list[Kernel]
+    #: Per tensor, ``(kernel index, use)`` in order (derived).
+    uses: list[list[tuple[int, str]]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.uses = [[] for _ in self.tensors]
+        self._validate()
+
+    # ------------------------------------------------------------------ derived
+
+    @property
+    def home(self) -> int:
+        """The slowest device: every tensor's copy of last resort."""
+        return len(self.devices) - 1
+
+    def copy_seconds(self, nbytes: int, src: int, dst: int) -> float:
+        gbps = self.copy_gbps[src][dst]
+        assert gbps is not None
+        return nbytes / (gbps * 1e9)
+
+    def base_seconds(self) -> float:
+        """The step's time with everything on the fastest device."""
+        return sum(k.seconds for k in self.kernels)
+
+    def all_on_seconds(self, d: int) -> float:
+        """The step's time with every tensor on device ``d`` and nothing moving."""
+        return sum(k.seconds + sum(o.seconds[d] for o in k.operands) for k in self.kernels)
+
+    def working_set(self, k: int) -> int:
+        return sum(self.tensors[t].bytes for t in {o.tensor for o in self.kernels[k].operands})
+
+    def footprint(self) -> int:
+        """Peak bytes live at once (every tensor somewhere)."""
+        return max(self.live_bytes(), default=0)
+
+    def live_bytes(self) -> list[int]:
+        """Bytes live at each kernel."""
+        n = len(self.kernels)
+        delta = [0] * (n + 1)
+        for t, us in enumerate(self.uses):
+            if not us:
+                continue
+            b = self.tensors[t].bytes
+            lo, hi = (0, n - 1) if self.tensors[t].persistent else (us[0][0], us[-1][0])
+            if self.tensors[t].free_after is not None:
+                hi = max(hi, self.tensors[t].free_after or 0)
+            delta[lo] += b
+            delta[hi + 1] -= b
+        out, run = [], 0
+        for k in range(n):
+            run += delta[k]
+            out.append(run)
+        return out
+
+    # ------------------------------------------------------------------ checks
+
+    def _validate(self) -> None:
+        nd = len(self.devices)
+        if nd < 2:
+            raise GraphError(f"graph {self.name!r}: needs at least two devices (fast first), got {nd}")
+        for i, d in enumerate(self.devices):
+            if d.capacity is None and i != nd - 1:
+                raise GraphError(f"device {d.name!r}: only the last (home) device may have no capacity")
+            if d.capacity is not None and (not isinstance(d.capacity, int) or d.capacity <= 0):
+                raise GraphError(f"device {d.name!r}: capacity must be a positive number of bytes, got {d.capacity!r}")
+        if len(self.copy_gbps) != nd or any(len(r) != nd for r in self.copy_gbps):
+            raise GraphError(f"copy_gbps must be a {nd}x{nd} matrix (source by destination)")
+        for s in range(nd):
+            for d in range(nd):
+                g = self.copy_gbps[s][d]
+                if s != d and (g is None or not _finite(g) or g <= 0):
+                    raise GraphError(
+                        f"copy_gbps[{s}][{d}] ({self.devices[s].name} -> {self.devices[d].name}) must be a positive "
+                        f"bandwidth in GB/s, got {g!r}"
+                    )
+        keys: set[str] = set()
+        for t in self.tensors:
+            if not isinstance(t.bytes, int) or t.bytes <= 0:
+                raise GraphError(f"tensor {t.key!r}: bytes must be a positive integer, got {t.bytes!r}")
+            if t.kind not in KINDS:
+                raise GraphError(f"tensor {t.key!r}: kind {t.kind!r} is not one of {', '.join(KINDS)}")
+            if t.key in keys:
+                raise GraphError(f"tensor key {t.key!r} appears twice")
+            keys.add(t.key)
+        made = [t.persistent for t in self.tensors]
+        for k, ker in enumerate(self.kernels):
+            if not _finite(ker.seconds) or ker.seconds < 0:
+                raise GraphError(f"kernel {k} ({ker.name}): no profile (seconds must be a time >= 0, got {ker.seconds!r})")
+            seen: set[int] = set()
+            for o in ker.operands:
+                if not 0 <= o.tensor < len(self.tensors):
+                    raise GraphError(f"kernel {k} ({ker.name}): operand tensor {o.tensor} does not exist")
+                key = self.tensors[o.tensor].key
+                if o.tensor in seen:
+                    raise GraphError(f"kernel {k} ({ker.name}): tensor {key!r} is listed twice (merge its uses)")
+                seen.add(o.tensor)
+                if o.use not in USES:
+                    raise GraphError(f"kernel {k} ({ker.name}): use {o.use!r} of {key!r} is not one of {', '.join(USES)}")
+                if len(o.seconds) != nd or any(not _finite(s) or s < 0 for s in o.seconds):
+                    raise GraphError(
+                        f"kernel {k} ({ker.name}): tensor {key!r} needs {nd} extra times >= 0 (one per device), got {list(o.seconds)}"
+                    )
+                if o.use == "make":
+                    if made[o.tensor]:
+                        what = "persistent" if self.tensors[o.tensor].persistent else "already made"
+                        raise GraphError(f"kernel {k} ({ker.name}) makes tensor {key!r}, which is {what}")
+                    made[o.tensor] = True
+                elif not made[o.tensor]:
+                    raise GraphError(f"kernel {k} ({ker.name}) uses tensor {key!r} before any kernel makes it")
+                self.uses[o.tensor].append((k, o.use))
+        for t, us in enumerate(self.uses):
+            ten = self.tensors[t]
+            if not us:
+                raise GraphError(f"tensor {ten.key!r} is used by no kernel")
+            if ten.free_after is not None and not us[-1][0] <= ten.free_after < len(self.kernels):
+                raise GraphError(
+                    f"tensor {ten.key!r}: free_after {ten.free_after} must lie between its last use "
+                    f"(kernel {us[-1][0]}) and the last kernel ({len(self.kernels) - 1})"
+                )
+            if ten.persistent and ten.free_after is not None:
+                raise GraphError(f"tensor {ten.key!r}: a persistent tensor is never freed (drop free_after)")
+
+    def check_budget(self) -> None:
+        """Refuse, before solving, a fast device smaller than some kernel's working set
+        (its operands together), naming the kernel and the numbers."""
+        cap = self.devices[0].capacity
+        assert cap is not None
+        worst = max(range(len(self.kernels)), key=self.working_set, default=None)
+        if worst is not None and self.working_set(worst) > cap:
+            ws = self.working_set(worst)
+            raise GraphError(
+                f"kernel {worst} ({self.kernels[worst].name}) works on {format_bytes(ws)} "
+                f"({len(self.kernels[worst].operands)} tensors) but {self.devices[0].name} holds "
+                f"{format_bytes(cap)}: raise the fast budget to at least {format_bytes(ws)}"
+            )
+
+    # ------------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "devices": [{"name": d.name, "capacity": d.capacity} for d in self.devices],
+            "copy_gbps": self.copy_gbps,
+            "tensors": [
+                {"key": t.key, "bytes": t.bytes, "kind": t.kind, "persistent": t.persistent}
+                | ({} if t.free_after is None else {"free_after": t.free_after})
+                for t in self.tensors
+            ],
+            "kernels": [
+                {
+                    "name": k.name,
+                    "seconds": k.seconds,
+                    "operands": [{"tensor": o.tensor, "use": o.use, "seconds": list(o.seconds)} for o in k.operands],
+                }
+                for k in self.kernels
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "graph") -> Graph:
+        """A graph from its JSON form; :class:`GraphError` names what is wrong."""
+        try:
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+                got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+                raise GraphError(f"{source}: not a tiermem graph (format {got!r}, expected {FORMAT!r})")
+            devices = [Device(str(d["name"]), _opt_int(d["capacity"])) for d in doc["devices"]]
+            copy = [[None if g is None else float(g) for g in row] for row in doc["copy_gbps"]]
+            tensors = [
+                Tensor(
+                    str(t["key"]),
+                    _int(t["bytes"]),
+                    str(t.get("kind", "activation")),
+                    bool(t.get("persistent", False)),
+                    _opt_int(t.get("free_after")),
+                )
+                for t in doc["tensors"]
+            ]
+            kernels = []
+            for k in doc["kernels"]:
+                if "seconds" not in k:
+                    raise GraphError(f"{source}: kernel {len(kernels)} ({k.get('name')}) has no profile (no 'seconds')")
+                ops = tuple(
+                    Operand(_int(o["tensor"]), str(o["use"]), tuple(float(s) for s in o["seconds"])) for o in k["operands"]
+                )
+                kernels.append(Kernel(str(k["name"]), float(k["seconds"]), ops))
+            return cls(str(doc.get("name", source)), devices, copy, tensors, kernels)
+        except GraphError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise GraphError(f"{source}: malformed graph ({type(e).__name__}: {e})") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write the JSON form (to a temporary name, synced and renamed)."""
+        write_json_atomic(str(path), self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Graph:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise GraphError(f"cannot read graph {path}: {e.strerror or e}") from None
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise GraphError(f"{path}: not JSON ({e})") from None
+        return cls.from_json(doc, str(path))
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(f"expected an integer, got {x!r}")
+    return x
+
+
+def _opt_int(x: Any) -> int | None:
+    return None if x is None else _int(x)

@@ -1,0 +1,243 @@
+"""A plan: where every tensor is at each of its uses and whether it stays in a fast device
+between two uses, and what that costs (:func:`evaluate`, the one cost model the solver, the
+greedy pass and the tests share).
+
+The model (synchronous moves, thesis §3.5): tensor *t* is used by kernels ``u_0 < u_1 <
+...``; at each use it is on one device, and between uses *j* and *j+1* (its *gap* *j*) it is
+either **held** in the fast device it was on at both ends, or at home (the slowest device).
+A tensor at home before a use on a fast device is **prefetched** (a copy home → fast before
+the kernel); one leaving a fast device is **evicted** after the kernel, which writes it home
+only if it was written there since its last copy home (a clean home copy stays valid, as the
+manager keeps it linked). Persistent tensors have one more gap, from their last use round to
+their first (the iteration boundary); a tensor that outlives its last use (a gradient freed
+by ``zero_grad``) has a tail gap up to ``free_after``. Memory at each kernel and fast device:
+the bytes of tensors used there on it plus those held there across it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._files import write_json_atomic
+from .graph import Graph, GraphError
+
+__all__ = ["Plan", "PLAN_FORMAT", "Cost", "gaps", "evaluate", "moves"]
+
+PLAN_FORMAT = "tiermem-plan-1"
+
+
+def gaps(g: Graph, t: int) -> list[tuple[int, int | None, list[tuple[int, int]]]]:
+    """Tensor ``t``'s gaps: ``(use before, use after or None for a tail, kernel ranges
+    [lo, hi) strictly between)``."""
+    us = [k for k, _ in g.uses[t]]
+    n = len(g.kernels)
+    out: list[tuple[int, int | None, list[tuple[int, int]]]] = []
+    for j in range(len(us) - 1):
+        out.append((j, j + 1, [(us[j] + 1, us[j + 1])]))
+    ten = g.tensors[t]
+    if ten.persistent:
+        out.append((len(us) - 1, 0, [(us[-1] + 1, n), (0, us[0])]))
+    elif ten.free_after is not None and ten.free_after > us[-1]:
+        out.append((len(us) - 1, None, [(us[-1] + 1, min(n, ten.free_after + 1))]))
+    return out
+
+
+def _segments(g: Graph, t: int) -> list[tuple[int, list[int]]]:
+    """Write segments: ``(write use, gaps after it up to the next write)``; a tensor
+    evicted from a fast device within a segment it was written in there is written home
+    once."""
+    uses = g.uses[t]
+    writes = [j for j, (_, u) in enumerate(uses) if u != "read"]
+    gl = gaps(g, t)
+    by_before = {gb: i for i, (gb, _, _) in enumerate(gl)}
+    out = []
+    m = len(uses)
+    for w in writes:
+        seg, j = [], w
+        while True:
+            gi = by_before.get(j)
+            if gi is None:
+                break
+            seg.append(gi)
+            nxt = gl[gi][1]
+            if nxt is None or uses[nxt][1] != "read" or nxt == w:
+                break
+            j = nxt
+            if len(seg) > m:
+                break
+        out.append((w, seg))
+    return out
+
+
+@dataclass
+class Cost:
+    seconds: float  # predicted step time
+    kernel_seconds: float
+    move_seconds: float
+    prefetched_bytes: int
+    written_home_bytes: int
+    peak: list[int]  # peak bytes per fast device
+    overflow: str | None  # the first kernel and device over capacity, or None
+
+
+def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
+    """The cost of a plan under the synchronous model, and whether it fits."""
+    home = g.home
+    nf = home
+    n = len(g.kernels)
+    usage = [[0] * (n + 1) for _ in range(nf)]
+    ks = sum(k.seconds for k in g.kernels)
+    mv = 0.0
+    pre = wr = 0
+    op_of: dict[tuple[int, int], Any] = {}
+    for k, ker in enumerate(g.kernels):
+        for o in ker.operands:
+            op_of[(k, o.tensor)] = o
+    for t, us in enumerate(g.uses):
+        b = g.tensors[t].bytes
+        at = at_use[t]
+        if len(at) != len(us):
+            raise GraphError(f"plan: tensor {g.tensors[t].key!r} has {len(at)} placements for {len(us)} uses")
+        for j, (k, _) in enumerate(us):
+            d = at[j]
+            ks += op_of[(k, t)].seconds[d]
+            if d < home:
+                usage[d][k] += b
+                usage[d][k + 1] -= b
+        gl = gaps(g, t)
+        hl = held[t]
+        for gi, (jb, ja, ranges) in enumerate(gl):
+            d = at[jb]
+            h = hl[gi] and d < home and (ja is None or at[ja] == d)
+            if h:
+                for lo, hi in ranges:
+                    usage[d][lo] += b
+                    usage[d][hi] -= b
+            if ja is not None and at[ja] < home and not h and not (ja == 0 and not g.tensors[t].persistent):
+                mv += g.copy_seconds(b, home, at[ja])
+                pre += b
+        for w, seg in _segments(g, t):
+            d = at[w]
+            if d < home and any(not (hl[gi] and at[gl[gi][0]] == d and (gl[gi][1] is None or at[gl[gi][1]] == d)) for gi in seg):
+                mv += g.copy_seconds(b, d, home)
+                wr += b
+    peak, overflow = [], None
+    for d in range(nf):
+        run, best = 0, 0
+        cap = g.devices[d].capacity
+        for k in range(n):
+            run += usage[d][k]
+            best = max(best, run)
+            if overflow is None and cap is not None and run > cap:
+                overflow = f"kernel {k} ({g.kernels[k].name}): {run} bytes on {g.devices[d].name} (capacity {cap})"
+        peak.append(best)
+    return Cost(ks + mv, ks, mv, pre, wr, peak, overflow)
+
+
+def moves(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> tuple[list[list[tuple[int, int]]], list[list[int]]]:
+    """What the executor does: per kernel, ``(tensor, device)`` to prefetch before it, and
+    the tensors to evict after it."""
+    n = len(g.kernels)
+    home = g.home
+    before: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    after: list[list[int]] = [[] for _ in range(n)]
+    for t, us in enumerate(g.uses):
+        at = at_use[t]
+        for gi, (jb, ja, _) in enumerate(gaps(g, t)):
+            d = at[jb]
+            h = held[t][gi] and d < home and (ja is None or at[ja] == d)
+            if d < home and not h:
+                after[us[jb][0]].append(t)
+            if ja is not None and at[ja] < home and not h and not (ja == 0 and not g.tensors[t].persistent):
+                before[us[ja][0]].append((t, at[ja]))
+    return before, after
+
+
+@dataclass
+class Plan:
+    """Where each tensor is at each use (device index per use) and whether it is held in
+    fast memory across each gap; with the solver's account of it."""
+
+    graph: str
+    formulation: str
+    devices: list[str]
+    keys: list[str]
+    at_use: list[list[int]]
+    held: list[list[bool]]
+    predicted_seconds: float
+    source: str  # "highs", "greedy" (the heuristic), or "greedy (fallback: ...)"
+    gap: float | None = None  # certified relative gap to the best bound, when solved
+    bound_seconds: float | None = None
+    solve_seconds: float = 0.0
+    first_plan_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def check(self, g: Graph) -> Cost:
+        """The plan's cost on ``g``; refuses a plan made for another graph or that overflows."""
+        if self.keys != [t.key for t in g.tensors]:
+            raise GraphError(f"plan for graph {self.graph!r} does not match graph {g.name!r} (different tensors)")
+        c = evaluate(g, self.at_use, self.held)
+        if c.overflow:
+            raise GraphError(f"plan overflows: {c.overflow}")
+        return c
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "graph": self.graph,
+            "formulation": self.formulation,
+            "devices": self.devices,
+            "source": self.source,
+            "predicted_seconds": self.predicted_seconds,
+            "gap": self.gap,
+            "bound_seconds": self.bound_seconds,
+            "solve_seconds": self.solve_seconds,
+            "first_plan_seconds": self.first_plan_seconds,
+            "notes": self.notes,
+            "tensors": [
+                {"key": k, "at_use": a, "held": [int(h) for h in hs]}
+                for k, a, hs in zip(self.keys, self.at_use, self.held, strict=True)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "plan") -> Plan:
+        try:
+            if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+                raise GraphError(f"{source}: not a tiermem plan (expected format {PLAN_FORMAT!r})")
+            ts = doc["tensors"]
+            return cls(
+                str(doc["graph"]),
+                str(doc["formulation"]),
+                [str(d) for d in doc["devices"]],
+                [str(t["key"]) for t in ts],
+                [[int(d) for d in t["at_use"]] for t in ts],
+                [[bool(h) for h in t["held"]] for t in ts],
+                float(doc["predicted_seconds"]),
+                str(doc["source"]),
+                None if doc.get("gap") is None else float(doc["gap"]),
+                None if doc.get("bound_seconds") is None else float(doc["bound_seconds"]),
+                float(doc.get("solve_seconds", 0.0)),
+                float(doc.get("first_plan_seconds", 0.0)),
+                [str(n) for n in doc.get("notes", [])],
+            )
+        except GraphError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise GraphError(f"{source}: malformed plan ({type(e).__name__}: {e})") from None
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(str(path), self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise GraphError(f"cannot read plan {path}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise GraphError(f"{path}: not JSON ({e})") from None
+        return cls.from_json(doc, str(path))

@@ -1,0 +1,403 @@
+"""Solving for a plan: a greedy pass that gives a plan in milliseconds, and integer programs
+(HiGHS, through ``highspy``) that improve it and certify how far from optimal it is.
+
+Formulations (``FORMULATIONS``), over any number of devices (the last is home):
+
+* ``static``: one device per tensor for the whole step, nothing moves (AutoTM's static
+  formulation, thesis §3.5.1): a binary per tensor and fast device.
+* ``sync``: where each tensor is at each use and whether it is held in a fast device across
+  each gap between uses, with synchronous prefetches and evictions (thesis §3.5.2). This is
+  AutoTM's synchronous formulation reformulated on *uses and gaps* instead of on every
+  (tensor, kernel) pair: a tensor's variables change only where it is used, so the model has
+  one binary per use and per gap (and fast device) where AutoTM's has them per kernel the
+  tensor is live across, and the move costs are exact linear terms (a prefetch is
+  ``f[next use] - held``; a write home is charged once per write segment). Kernel times are
+  separable per operand (the graph's profile), which removes AutoTM's configuration
+  variables; memory rows are the interval sums at each kernel.
+
+Both start from the greedy plan (given to HiGHS as its incumbent, so a plan exists before the
+solver's first node), stop at ``time_limit`` or the target gap, and report the certified
+relative gap between the plan's time and HiGHS's bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import InvalidArgumentError
+from .graph import Graph, GraphError
+from .plan import Plan, _segments, evaluate, gaps
+
+__all__ = ["FORMULATIONS", "greedy", "solve"]
+
+FORMULATIONS = ("static", "sync")
+
+
+# --------------------------------------------------------------------------- greedy
+
+
+class _Usage:
+    """Bytes in use per fast device and kernel, with range queries (numpy)."""
+
+    def __init__(self, g: Graph) -> None:
+        self.n = len(g.kernels)
+        self.cap = [d.capacity for d in g.devices[:-1]]
+        self.u = np.zeros((len(self.cap), self.n), dtype=np.int64)
+
+    def fits(self, d: int, ranges: list[tuple[int, int]], b: int) -> bool:
+        cap = self.cap[d]
+        assert cap is not None
+        return all(hi <= lo or int(self.u[d, lo:hi].max()) + b <= cap for lo, hi in ranges)
+
+    def add(self, d: int, ranges: list[tuple[int, int]], b: int) -> None:
+        for lo, hi in ranges:
+            self.u[d, lo:hi] += b
+
+
+def _live_ranges(g: Graph, t: int) -> list[tuple[int, int]]:
+    us = g.uses[t]
+    ten = g.tensors[t]
+    if ten.persistent:
+        return [(0, len(g.kernels))]
+    hi = max(us[-1][0], ten.free_after or 0)
+    return [(us[0][0], hi + 1)]
+
+
+def _gain(g: Graph, t: int, d: int) -> list[float]:
+    """Per use, the time saved by having tensor ``t`` on device ``d`` instead of home."""
+    home = g.home
+    out = []
+    for k, _ in g.uses[t]:
+        o = next(o for o in g.kernels[k].operands if o.tensor == t)
+        out.append(o.seconds[home] - o.seconds[d])
+    return out
+
+
+def greedy(g: Graph, formulation: str) -> tuple[list[list[int]], list[list[bool]]]:
+    """A plan in one pass: tensors whole-step in fast devices by gain per byte-kernel, then
+    (``sync``) single uses of the rest, prefetched and evicted around their kernel, by net
+    gain per byte, wherever they fit."""
+    home = g.home
+    nf = home
+    use = _Usage(g)
+    at = [[home] * len(us) for us in g.uses]
+    held = [[False] * len(gaps(g, t)) for t in range(len(g.tensors))]
+    cand = []
+    for t in range(len(g.tensors)):
+        span = sum(hi - lo for lo, hi in _live_ranges(g, t))
+        for d in range(nf):
+            gain = sum(_gain(g, t, d))
+            if gain > 0:
+                cand.append((gain / (g.tensors[t].bytes * max(1, span)), t, d))
+    cand.sort(reverse=True)
+    placed = set()
+    for _, t, d in cand:
+        if t in placed:
+            continue
+        b = g.tensors[t].bytes
+        rs = _live_ranges(g, t)
+        if use.fits(d, rs, b):
+            use.add(d, rs, b)
+            placed.add(t)
+            at[t] = [d] * len(at[t])
+            held[t] = [True] * len(held[t])
+    if formulation == "sync":
+        single = []
+        for t in range(len(g.tensors)):
+            if t in placed:
+                continue
+            b = g.tensors[t].bytes
+            ten = g.tensors[t]
+            for d in range(nf):
+                for j, gain in enumerate(_gain(g, t, d)):
+                    k, u = g.uses[t][j]
+                    cost = 0.0 if (j == 0 and not ten.persistent) else g.copy_seconds(b, home, d)
+                    if u != "read":
+                        cost += g.copy_seconds(b, d, home)
+                    if gain - cost > 0:
+                        single.append(((gain - cost) / b, t, j, d))
+        single.sort(reverse=True)
+        done: set[tuple[int, int]] = set()
+        for _, t, j, d in single:
+            if (t, j) in done:
+                continue
+            k = g.uses[t][j][0]
+            b = g.tensors[t].bytes
+            if use.fits(d, [(k, k + 1)], b):
+                use.add(d, [(k, k + 1)], b)
+                at[t][j] = d
+                done.add((t, j))
+    return at, held
+
+
+# --------------------------------------------------------------------------- MIP
+
+
+class _Model:
+    """Columns with their costs, bounds, integrality and entries; rows with bounds."""
+
+    def __init__(self) -> None:
+        self.cost: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.integer: list[bool] = []
+        self.entries: list[tuple[list[int], list[float]]] = []
+        self.row_lo: list[float] = []
+        self.row_hi: list[float] = []
+
+    def col(self, cost: float, integer: bool, hi: float = 1.0) -> int:
+        self.cost.append(cost)
+        self.lo.append(0.0)
+        self.hi.append(hi)
+        self.integer.append(integer)
+        self.entries.append(([], []))
+        return len(self.cost) - 1
+
+    def row(self, lo: float, hi: float) -> int:
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+        return len(self.row_lo) - 1
+
+    def put(self, c: int, r: int, v: float) -> None:
+        self.entries[c][0].append(r)
+        self.entries[c][1].append(v)
+
+    def put_range(self, c: int, rows: np.ndarray, v: float) -> None:
+        self.entries[c][0].extend(rows.tolist())
+        self.entries[c][1].extend([v] * len(rows))
+
+    def lp(self) -> Any:
+        import highspy
+
+        lp = highspy.HighsLp()
+        nc, nr = len(self.cost), len(self.row_lo)
+        lp.num_col_, lp.num_row_ = nc, nr
+        lp.col_cost_ = np.asarray(self.cost)
+        lp.col_lower_ = np.asarray(self.lo)
+        lp.col_upper_ = np.asarray(self.hi)
+        lp.row_lower_ = np.asarray(self.row_lo)
+        lp.row_upper_ = np.asarray(self.row_hi)
+        starts = np.zeros(nc + 1, dtype=np.int32)
+        idx: list[int] = []
+        val: list[float] = []
+        for c, (rs, vs) in enumerate(self.entries):
+            idx.extend(rs)
+            val.extend(vs)
+            starts[c + 1] = len(idx)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = nc, nr
+        lp.a_matrix_.start_ = starts
+        lp.a_matrix_.index_ = np.asarray(idx, dtype=np.int32)
+        lp.a_matrix_.value_ = np.asarray(val, dtype=np.float64)
+        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in self.integer]
+        return lp
+
+
+class _Vars:
+    """The columns of one formulation and how a plan maps onto them."""
+
+    def __init__(self, g: Graph, formulation: str) -> None:
+        self.g = g
+        self.static = formulation == "static"
+        m = self.m = _Model()
+        home = g.home
+        nf = home
+        n = len(g.kernels)
+        cap = [d.capacity for d in g.devices[:nf]]
+        scale = 1e-9  # byte rows in GB keep the matrix well scaled
+        mem = [[m.row(-np.inf, float(cap[d] or 0) * scale) for d in range(nf)] for _ in range(n)]
+        self.mem = mem
+        self.const = sum(k.seconds for k in g.kernels)
+        tables: list[list[tuple[float, ...]]] = [[] for _ in g.uses]
+        for k, ker in enumerate(g.kernels):
+            for o in ker.operands:
+                tables[o.tensor].append(o.seconds)
+        self.f: list[list[list[int]]] = []  # per tensor, use, fast device: column
+        self.h: list[list[list[int]]] = []  # per tensor, gap, fast device: column
+        self.p: list[list[tuple[int, int]]] = []
+        for t, us in enumerate(g.uses):
+            b = g.tensors[t].bytes
+            gl = gaps(g, t)
+            ft: list[list[int]] = []
+            if self.static:
+                xs = []
+                for d in range(nf):
+                    c = m.col(sum(tab[d] - tab[home] for tab in tables[t]), True)
+                    for lo, hi in _live_ranges(g, t):
+                        m.put_range(c, np.asarray([mem[k][d] for k in range(lo, hi)]), b * scale)
+                    xs.append(c)
+                self.const += sum(tab[home] for tab in tables[t])
+                ft = [xs] * len(us)
+                self.f.append(ft)
+                self.h.append([xs] * len(gl))
+                if nf > 1:
+                    r = m.row(-np.inf, 1.0)
+                    for c in xs:
+                        m.put(c, r, 1.0)
+                continue
+            for j, (k, _) in enumerate(us):
+                tab = tables[t][j]
+                self.const += tab[home]
+                cs = []
+                for d in range(nf):
+                    c = m.col(tab[d] - tab[home], True)
+                    m.put(c, mem[k][d], b * scale)
+                    cs.append(c)
+                ft.append(cs)
+                if nf > 1:
+                    r = m.row(-np.inf, 1.0)
+                    for c in cs:
+                        m.put(c, r, 1.0)
+            self.f.append(ft)
+            ht: list[list[int]] = []
+            for jb, ja, ranges in gl:
+                cs = []
+                for d in range(nf):
+                    c = m.col(0.0, True)
+                    for lo, hi in ranges:
+                        if hi > lo:
+                            m.put_range(c, np.asarray([mem[k][d] for k in range(lo, hi)]), b * scale)
+                    # held <= at use before (and after)
+                    for j in (jb, ja):
+                        if j is None:
+                            continue
+                        r = m.row(-np.inf, 0.0)
+                        m.put(c, r, 1.0)
+                        m.put(ft[j][d], r, -1.0)
+                    cs.append(c)
+                    if ja is not None and not (ja == 0 and not g.tensors[t].persistent):
+                        # prefetch >= f[ja] - held
+                        pc = m.col(g.copy_seconds(b, home, d), False)
+                        r = m.row(0.0, np.inf)
+                        m.put(pc, r, 1.0)
+                        m.put(ft[ja][d], r, -1.0)
+                        m.put(c, r, 1.0)
+                ht.append(cs)
+            self.h.append(ht)
+            for w, seg in _segments(g, t):
+                for d in range(nf):
+                    if not seg:
+                        continue
+                    yc = m.col(g.copy_seconds(b, d, home), False)
+                    for gi in seg:
+                        # written home >= f[w] - held[gi]
+                        r = m.row(0.0, np.inf)
+                        m.put(yc, r, 1.0)
+                        m.put(ft[w][d], r, -1.0)
+                        m.put(self.h[t][gi][d], r, 1.0)
+
+    def values(self, at: list[list[int]], held: list[list[bool]]) -> np.ndarray:
+        """Column values of a plan (the warm start); the continuous move columns are set to
+        their least feasible values by HiGHS's own completion, here to 1 (always feasible)."""
+        x = np.zeros(len(self.m.cost))
+        for c, integer in enumerate(self.m.integer):
+            if not integer:
+                x[c] = 1.0
+        g = self.g
+        for t in range(len(g.tensors)):
+            for j, d in enumerate(at[t]):
+                if d < g.home:
+                    x[self.f[t][j][d]] = 1.0
+            for gi, (jb, ja, _) in enumerate(gaps(g, t)):
+                d = at[t][jb]
+                if held[t][gi] and d < g.home and (ja is None or at[t][ja] == d):
+                    x[self.h[t][gi][d]] = 1.0
+        return x
+
+    def plan_of(self, x: np.ndarray) -> tuple[list[list[int]], list[list[bool]]]:
+        g = self.g
+        at, held = [], []
+        for t in range(len(g.tensors)):
+            a = []
+            for cs in self.f[t]:
+                on = [d for d, c in enumerate(cs) if x[c] > 0.5]
+                a.append(on[0] if on else g.home)
+            at.append(a)
+            hs = []
+            for gi, (jb, _, _) in enumerate(gaps(g, t)):
+                d = a[jb]
+                hs.append(d < g.home and x[self.h[t][gi][d]] > 0.5)
+            held.append(hs)
+        return at, held
+
+
+def solve(
+    g: Graph,
+    formulation: str = "sync",
+    time_limit: float = 60.0,
+    target_gap: float = 0.01,
+    threads: int | None = None,
+    on_progress: Callable[[float, float, float], None] | None = None,
+) -> Plan:
+    """The best plan HiGHS finds within ``time_limit`` seconds (``time_limit=0``: the greedy
+    plan alone). ``on_progress(seconds, incumbent, bound)`` is called on each improvement.
+    Falls back to the greedy plan, and says so in ``source``, when HiGHS has nothing better or
+    is not installed."""
+    if formulation not in FORMULATIONS:
+        raise InvalidArgumentError(f"formulation {formulation!r}: known are {', '.join(FORMULATIONS)}")
+    if time_limit < 0:
+        raise InvalidArgumentError(f"time limit must be >= 0 seconds, got {time_limit}")
+    g.check_budget()
+    t0 = time.perf_counter()
+    at, held = greedy(g, formulation)
+    cost = evaluate(g, at, held)
+    if cost.overflow:  # the greedy pass only places what fits
+        raise GraphError(f"internal: greedy plan overflows ({cost.overflow})")
+    first = time.perf_counter() - t0
+    names = [d.name for d in g.devices]
+    keys = [t.key for t in g.tensors]
+    plan = Plan(g.name, formulation, names, keys, at, held, cost.seconds, "greedy", first_plan_seconds=first)
+    if time_limit == 0:
+        plan.solve_seconds = first
+        return plan
+    try:
+        import highspy
+    except ImportError:
+        plan.source = "greedy (fallback: highspy is not installed)"
+        plan.solve_seconds = first
+        return plan
+    v = _Vars(g, formulation)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(0.1, time_limit - (time.perf_counter() - t0))))
+    h.setOptionValue("mip_rel_gap", float(target_gap))
+    if threads:
+        h.setOptionValue("threads", int(threads))
+    h.passModel(v.m.lp())
+    h.changeObjectiveOffset(v.const)
+    sol = highspy.HighsSolution()
+    sol.col_value = v.values(at, held).tolist()
+    sol.value_valid = True
+    h.setSolution(sol)
+    if on_progress is not None:
+
+        def cb(e: Any) -> None:
+            d = e.data_out
+            on_progress(time.perf_counter() - t0, float(d.objective_function_value), float(d.mip_dual_bound))
+
+        h.cbMipImprovingSolution.subscribe(cb)
+    h.run()
+    info = h.getInfo()
+    solved = h.getSolution()
+    plan.solve_seconds = time.perf_counter() - t0
+    if not solved.value_valid:
+        plan.source = (
+            f"greedy (fallback: HiGHS found no plan within {time_limit:g} s: {h.modelStatusToString(h.getModelStatus())})"
+        )
+        return plan
+    at2, held2 = v.plan_of(np.asarray(solved.col_value))
+    c2 = evaluate(g, at2, held2)
+    bound = float(info.mip_dual_bound)
+    if c2.overflow or c2.seconds > cost.seconds:
+        plan.source = "greedy (fallback: HiGHS's plan was no better)"
+        c2 = cost
+    else:
+        plan.at_use, plan.held, plan.predicted_seconds, plan.source = at2, held2, c2.seconds, "highs"
+    plan.bound_seconds = bound
+    plan.gap = max(0.0, (c2.seconds - bound) / max(c2.seconds, 1e-12))
+    plan.notes.append(f"HiGHS: {h.modelStatusToString(h.getModelStatus())}, {int(info.mip_node_count)} nodes")
+    return plan
