@@ -154,11 +154,11 @@ class Graph:
         nd = len(self.devices)
         if nd < 2:
             raise GraphError(f"graph {self.name!r}: needs at least two devices (fast first), got {nd}")
-        for i, d in enumerate(self.devices):
-            if d.capacity is None and i != nd - 1:
-                raise GraphError(f"device {d.name!r}: only the last (home) device may have no capacity")
-            if d.capacity is not None and (not isinstance(d.capacity, int) or d.capacity <= 0):
-                raise GraphError(f"device {d.name!r}: capacity must be a positive number of bytes, got {d.capacity!r}")
+        for i, dev in enumerate(self.devices):
+            if dev.capacity is None and i != nd - 1:
+                raise GraphError(f"device {dev.name!r}: only the last (home) device may have no capacity")
+            if dev.capacity is not None and (not isinstance(dev.capacity, int) or dev.capacity <= 0):
+                raise GraphError(f"device {dev.name!r}: capacity must be a positive number of bytes, got {dev.capacity!r}")
         if len(self.copy_gbps) != nd or any(len(r) != nd for r in self.copy_gbps):
             raise GraphError(f"copy_gbps must be a {nd}x{nd} matrix (source by destination)")
         for s in range(nd):
@@ -170,14 +170,14 @@ class Graph:
                         f"bandwidth in GB/s, got {g!r}"
                     )
         keys: set[str] = set()
-        for t in self.tensors:
-            if not isinstance(t.bytes, int) or t.bytes <= 0:
-                raise GraphError(f"tensor {t.key!r}: bytes must be a positive integer, got {t.bytes!r}")
-            if t.kind not in KINDS:
-                raise GraphError(f"tensor {t.key!r}: kind {t.kind!r} is not one of {', '.join(KINDS)}")
-            if t.key in keys:
-                raise GraphError(f"tensor key {t.key!r} appears twice")
-            keys.add(t.key)
+        for ten in self.tensors:
+            if not isinstance(ten.bytes, int) or ten.bytes <= 0:
+                raise GraphError(f"tensor {ten.key!r}: bytes must be a positive integer, got {ten.bytes!r}")
+            if ten.kind not in KINDS:
+                raise GraphError(f"tensor {ten.key!r}: kind {ten.kind!r} is not one of {', '.join(KINDS)}")
+            if ten.key in keys:
+                raise GraphError(f"tensor key {ten.key!r} appears twice")
+            keys.add(ten.key)
         made = [t.persistent for t in self.tensors]
         for k, ker in enumerate(self.kernels):
             if not _finite(ker.seconds) or ker.seconds < 0:
@@ -272,7 +272,7 @@ class Graph:
                 )
                 for t in doc["tensors"]
             ]
-            kernels = []
+            kernels: list[Kernel] = []
             for k in doc["kernels"]:
                 if "seconds" not in k:
                     raise GraphError(f"{source}: kernel {len(kernels)} ({k.get('name')}) has no profile (no 'seconds')")

@@ -72,6 +72,11 @@ def _segments(g: Graph, t: int) -> list[tuple[int, list[int]]]:
     return out
 
 
+def _held(h: bool, at: list[int], jb: int, ja: int | None, d: int) -> bool:
+    """Whether a gap is held on fast device ``d`` (it must be there at both ends)."""
+    return h and at[jb] == d and (ja is None or at[ja] == d)
+
+
 @dataclass
 class Cost:
     seconds: float  # predicted step time
@@ -121,7 +126,7 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
                 pre += b
         for w, seg in _segments(g, t):
             d = at[w]
-            if d < home and any(not (hl[gi] and at[gl[gi][0]] == d and (gl[gi][1] is None or at[gl[gi][1]] == d)) for gi in seg):
+            if d < home and any(not _held(hl[gi], at, gl[gi][0], gl[gi][1], d) for gi in seg):
                 mv += g.copy_seconds(b, d, home)
                 wr += b
     peak, overflow = [], None

@@ -213,7 +213,7 @@ class _Vars:
         self.mem = mem
         self.const = sum(k.seconds for k in g.kernels)
         tables: list[list[tuple[float, ...]]] = [[] for _ in g.uses]
-        for k, ker in enumerate(g.kernels):
+        for ker in g.kernels:
             for o in ker.operands:
                 tables[o.tensor].append(o.seconds)
         self.f: list[list[list[int]]] = []  # per tensor, use, fast device: column
@@ -262,12 +262,12 @@ class _Vars:
                         if hi > lo:
                             m.put_range(c, np.asarray([mem[k][d] for k in range(lo, hi)]), b * scale)
                     # held <= at use before (and after)
-                    for j in (jb, ja):
-                        if j is None:
+                    for end in (jb, ja):
+                        if end is None:
                             continue
                         r = m.row(-np.inf, 0.0)
                         m.put(c, r, 1.0)
-                        m.put(ft[j][d], r, -1.0)
+                        m.put(ft[end][d], r, -1.0)
                     cs.append(c)
                     if ja is not None and not (ja == 0 and not g.tensors[t].persistent):
                         # prefetch >= f[ja] - held
