@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "rich>=13" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "matplotlib>=3.8" \
-		"ruff==0.17.*" "mypy==2.4.*" "import-linter==2.16.*"
+		"ruff==0.17.*" "mypy==2.4.*" "import-linter==2.16.*" "highspy==1.15.1"
 	# KaHyPar: the reference partitioner `bench ssd` compares SHP's layouts with, when it installs.
 	$(PIP) install -q "kahypar==1.3.7" || echo "kahypar did not install: bench ssd reports no reference partition"
 	touch $@

@@ -83,7 +83,7 @@ class Manager:
         self,
         inputs: list[tuple[int, bool]],
         outputs: list[int],
-        place_code: int,
+        place_code: int | list[int],
         outputs_first: bool,
     ) -> tuple[list[int], list[int], list[int]]: ...
     def op_close(

@@ -72,9 +72,21 @@ def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
 
 
 def _run_variant(
-    w: Workload, variant: str, fast: int, slow: int, slow_spec: str, warmup: int, iters: int, seed: int
+    w: Workload,
+    variant: str,
+    fast: int,
+    slow: int,
+    slow_spec: str,
+    warmup: int,
+    iters: int,
+    seed: int,
+    recorder: Any = None,
+    **tiering: Any,
 ) -> dict[str, Any]:
-    t = Tiering({"dram": fast, slow_spec: slow}, variant)
+    """Train ``w`` under one variant (``tiering``: more :class:`Tiering` arguments, as a
+    plan; ``recorder``: a :class:`~tiermem.torch.tensors.planned.Recorder` to attach)."""
+    t = Tiering({"dram": fast, slow_spec: slow}, variant, **tiering)
+    t.recorder = recorder
     m = t.manager
     model = opt = None
     try:
@@ -106,6 +118,8 @@ def _run_variant(
             "fast_bytes_peak": peak,
             "bytes": per_iter,
             "tiering": t.stats(),
+            "device_traits": [d["traits"] for d in m._native.devices()],
+            "copy_gbps": [m._native.expected_copy_gbps(0, 1), m._native.expected_copy_gbps(1, 0)],
         }
     finally:
         t.close()

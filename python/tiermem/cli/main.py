@@ -1,5 +1,6 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
-``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``train dlrm``, ``stress``, ``demo``."""
+``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``bench plan``, ``plan``, ``train dlrm``,
+``stress``, ``demo``."""
 
 from __future__ import annotations
 
@@ -90,6 +91,31 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the model's; small with --quick)")
     tr.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
     tr.add_argument("--out", metavar="DIR", help="write train.json and the plots (time vs budget, bytes per device) to DIR")
+    bp = bsub.add_parser(
+        "plan",
+        help="the planner on the four workloads (planned vs LM, async, first-touch, 2LM, all-fast) and on generated graphs",
+    )
+    _add_output(bp)
+    bp.add_argument("--model", action="append", help="workload (repeatable; default resnet densenet vgg gpt)")
+    bp.add_argument("--ratio", action="append", metavar="SLOW:FAST", help="slow:fast ratio (repeatable; default 4:1 8:1)")
+    bp.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 3, 1 with --quick)")
+    bp.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per plan (default 60)")
+    bp.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
+    pl = sub.add_parser("plan", help="plan where every tensor of a training step lives and when it moves (AutoTM, HiGHS)")
+    pl.add_argument("--model", help="workload to record (resnet, densenet, vgg, gpt)")
+    pl.add_argument("--graph", metavar="FILE", help="plan a saved graph (tiermem-graph-1 JSON) instead of recording a model")
+    pl.add_argument("--ratio", default="8:1", metavar="SLOW:FAST", help="slow:fast ratio of the fast budget (default 8:1)")
+    pl.add_argument("--formulation", choices=("static", "sync"), default="sync", help="static placement or synchronous moves")
+    pl.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (0: the greedy plan alone; default 60)")
+    pl.add_argument("--gap", type=float, default=0.01, help="stop at this certified relative gap (default 0.01)")
+    pl.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the workload's)")
+    pl.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
+    pl.add_argument("--save-graph", metavar="FILE", help="write the recorded graph (JSON) to FILE")
+    pl.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE (default plan-<graph>.json)")
+    pl.add_argument("--run", action="store_true", help="train under the plan and compare predicted with measured")
+    pl.add_argument("--iters", type=integer(2, 10**6), default=3, help="timed iterations of --run (default 3)")
+    pl.add_argument("--plot", metavar="PNG", help="with --run: predicted against measured per kernel")
+    pl.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     from .train import add_parser as add_train
 
     add_train(sub)
@@ -131,7 +157,7 @@ def _prepare_outputs(args: argparse.Namespace) -> None:
 #: Commands that measure: every device of their managers is faulted in before it is used,
 #: so no first-touch page fault reaches a timing (the library's default faults the slower
 #: devices in on a background thread).
-_MEASURING = ("bench", "calibrate", "demo", "train", "stress")
+_MEASURING = ("bench", "calibrate", "demo", "train", "stress", "plan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +200,14 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.tensors import run_cli as run_train_bench
 
             return run_train_bench(args)
+        if args.command == "bench" and args.bench == "plan":
+            from ..bench.plan import run_cli as run_plan_bench
+
+            return run_plan_bench(args)
+        if args.command == "plan":
+            from ..bench.plan import run_plan_cli
+
+            return run_plan_cli(args)
         if args.command == "train":
             from .train import run_train
 

@@ -7,6 +7,7 @@ JSON form (``"format": "tiermem-graph-1"``)::
     {
       "format": "tiermem-graph-1",
       "name": "resnet",
+      "overhead_seconds": 0.004,        # step time outside the kernels (Python, autograd)
       "devices": [                      # fastest first; the last is the home of every tensor
         {"name": "dram", "capacity": 211812352},
         {"name": "emulated:optane-pmem", "capacity": null}
@@ -95,6 +96,8 @@ class Graph:
     copy_gbps: list[list[float | None]]
     tensors: list[Tensor]
     kernels: list[Kernel]
+    #: Step time spent outside the kernels (the framework's own work), added to every plan's.
+    overhead_seconds: float = 0.0
     #: Per tensor, ``(kernel index, use)`` in order (derived).
     uses: list[list[tuple[int, str]]] = field(init=False, repr=False)
 
@@ -116,11 +119,11 @@ class Graph:
 
     def base_seconds(self) -> float:
         """The step's time with everything on the fastest device."""
-        return sum(k.seconds for k in self.kernels)
+        return self.overhead_seconds + sum(k.seconds for k in self.kernels)
 
     def all_on_seconds(self, d: int) -> float:
         """The step's time with every tensor on device ``d`` and nothing moving."""
-        return sum(k.seconds + sum(o.seconds[d] for o in k.operands) for k in self.kernels)
+        return self.overhead_seconds + sum(k.seconds + sum(o.seconds[d] for o in k.operands) for k in self.kernels)
 
     def working_set(self, k: int) -> int:
         return sum(self.tensors[t].bytes for t in {o.tensor for o in self.kernels[k].operands})
@@ -152,6 +155,8 @@ class Graph:
 
     def _validate(self) -> None:
         nd = len(self.devices)
+        if not _finite(self.overhead_seconds) or self.overhead_seconds < 0:
+            raise GraphError(f"graph {self.name!r}: overhead_seconds must be a time >= 0, got {self.overhead_seconds!r}")
         if nd < 2:
             raise GraphError(f"graph {self.name!r}: needs at least two devices (fast first), got {nd}")
         for i, dev in enumerate(self.devices):
@@ -208,27 +213,33 @@ class Graph:
             ten = self.tensors[t]
             if not us:
                 raise GraphError(f"tensor {ten.key!r} is used by no kernel")
+            if ten.persistent and ten.free_after is not None:
+                raise GraphError(f"tensor {ten.key!r}: a persistent tensor is never freed (drop free_after)")
             if ten.free_after is not None and not us[-1][0] <= ten.free_after < len(self.kernels):
                 raise GraphError(
                     f"tensor {ten.key!r}: free_after {ten.free_after} must lie between its last use "
                     f"(kernel {us[-1][0]}) and the last kernel ({len(self.kernels) - 1})"
                 )
-            if ten.persistent and ten.free_after is not None:
-                raise GraphError(f"tensor {ten.key!r}: a persistent tensor is never freed (drop free_after)")
 
-    def check_budget(self) -> None:
-        """Refuse, before solving, a fast device smaller than some kernel's working set
-        (its operands together), naming the kernel and the numbers."""
+    def budget_note(self) -> str | None:
+        """When the fast device is smaller than some kernel's working set (its operands
+        together), say so, naming the largest such kernel and the numbers: no plan can hold
+        that kernel's operands in fast memory at once, so every plan runs it with some on a
+        slower device (the stated fallback; the synchronous model allows any operand on any
+        device). None when every kernel's working set fits."""
         cap = self.devices[0].capacity
         assert cap is not None
         worst = max(range(len(self.kernels)), key=self.working_set, default=None)
-        if worst is not None and self.working_set(worst) > cap:
-            ws = self.working_set(worst)
-            raise GraphError(
-                f"kernel {worst} ({self.kernels[worst].name}) works on {format_bytes(ws)} "
-                f"({len(self.kernels[worst].operands)} tensors) but {self.devices[0].name} holds "
-                f"{format_bytes(cap)}: raise the fast budget to at least {format_bytes(ws)}"
-            )
+        if worst is None or self.working_set(worst) <= cap:
+            return None
+        ws = self.working_set(worst)
+        over = sum(1 for k in range(len(self.kernels)) if self.working_set(k) > cap)
+        return (
+            f"kernel {worst} ({self.kernels[worst].name}) works on {format_bytes(ws)} "
+            f"({len(self.kernels[worst].operands)} tensors) but {self.devices[0].name} holds {format_bytes(cap)}; "
+            f"it and {over - 1} other kernels run with some operands on slower devices in any plan "
+            f"(a budget of {format_bytes(ws)} would hold them)"
+        )
 
     # ------------------------------------------------------------------ JSON
 
@@ -236,6 +247,7 @@ class Graph:
         return {
             "format": FORMAT,
             "name": self.name,
+            "overhead_seconds": self.overhead_seconds,
             "devices": [{"name": d.name, "capacity": d.capacity} for d in self.devices],
             "copy_gbps": self.copy_gbps,
             "tensors": [
@@ -280,10 +292,11 @@ class Graph:
                     Operand(_int(o["tensor"]), str(o["use"]), tuple(float(s) for s in o["seconds"])) for o in k["operands"]
                 )
                 kernels.append(Kernel(str(k["name"]), float(k["seconds"]), ops))
-            return cls(str(doc.get("name", source)), devices, copy, tensors, kernels)
+            over = float(doc.get("overhead_seconds", 0.0))
+            return cls(str(doc.get("name", source)), devices, copy, tensors, kernels, over)
         except GraphError:
             raise
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise GraphError(f"{source}: malformed graph ({type(e).__name__}: {e})") from None
 
     def save(self, path: str | Path) -> None:

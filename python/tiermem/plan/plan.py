@@ -94,7 +94,7 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
     nf = home
     n = len(g.kernels)
     usage = [[0] * (n + 1) for _ in range(nf)]
-    ks = sum(k.seconds for k in g.kernels)
+    ks = g.overhead_seconds + sum(k.seconds for k in g.kernels)
     mv = 0.0
     pre = wr = 0
     op_of: dict[tuple[int, int], Any] = {}

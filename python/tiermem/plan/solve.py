@@ -211,7 +211,7 @@ class _Vars:
         scale = 1e-9  # byte rows in GB keep the matrix well scaled
         mem = [[m.row(-np.inf, float(cap[d] or 0) * scale) for d in range(nf)] for _ in range(n)]
         self.mem = mem
-        self.const = sum(k.seconds for k in g.kernels)
+        self.const = g.overhead_seconds + sum(k.seconds for k in g.kernels)
         tables: list[list[tuple[float, ...]]] = [[] for _ in g.uses]
         for ker in g.kernels:
             for o in ker.operands:
@@ -341,7 +341,6 @@ def solve(
         raise InvalidArgumentError(f"formulation {formulation!r}: known are {', '.join(FORMULATIONS)}")
     if time_limit < 0:
         raise InvalidArgumentError(f"time limit must be >= 0 seconds, got {time_limit}")
-    g.check_budget()
     t0 = time.perf_counter()
     at, held = greedy(g, formulation)
     cost = evaluate(g, at, held)
@@ -351,6 +350,9 @@ def solve(
     names = [d.name for d in g.devices]
     keys = [t.key for t in g.tensors]
     plan = Plan(g.name, formulation, names, keys, at, held, cost.seconds, "greedy", first_plan_seconds=first)
+    note = g.budget_note()
+    if note:
+        plan.notes.append(note)
     if time_limit == 0:
         plan.solve_seconds = first
         return plan

@@ -240,3 +240,25 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
         ax.grid(axis="y", alpha=0.3)
         paths.append(finish(fig, ax, f"{name}-bytes.png"))
     return paths
+
+
+def plot_kernels(predicted: list[float], measured: list[float], path: str, title: str) -> None:
+    """``tiermem plan --run --plot``: each kernel's predicted time against its measured time
+    under the plan (log axes, the diagonal for reference)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    lo = max(1e-7, min(min(predicted), min(measured)))
+    hi = max(max(predicted), max(measured))
+    ax.loglog([lo, hi], [lo, hi], color="grey", lw=1, label="predicted = measured")
+    ax.scatter([max(lo, p) for p in predicted], [max(lo, m) for m in measured], s=6, alpha=0.6, label="kernels")
+    ax.set_xlabel("predicted seconds")
+    ax.set_ylabel("measured seconds")
+    ax.set_title(f"{title}: kernels under the plan (slow tier emulated)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -21,7 +21,8 @@ pub struct OpenOp {
 
 impl Manager {
     /// Open a guard on every input (`(object, how the op uses it)`) and allocate every
-    /// output (`bytes` each, where `place` says) and open an overwrite guard on it. With
+    /// output (`bytes` each, where `places` says: one place for all, or one per output) and
+    /// open an overwrite guard on it. With
     /// `outputs_first` the outputs are made before the inputs' guards open (a policy that
     /// brings inputs into fast memory then cannot evict the outputs to make room), else after
     /// (making room for outputs cannot evict this op's pinned inputs). All or nothing: on
@@ -31,12 +32,18 @@ impl Manager {
         &self,
         inputs: &[(ObjectId, GuardUse)],
         outputs: &[u64],
-        place: Place,
+        places: &[Place],
         outputs_first: bool,
     ) -> Result<OpenOp> {
         if let Some(&b) = outputs.iter().find(|&&b| b == 0) {
             crate::bail!("cannot allocate an op output of {b} bytes");
         }
+        crate::ensure!(
+            places.len() == 1 || places.len() == outputs.len(),
+            "op_open: {} places for {} outputs (give one for all, or one each)",
+            places.len(),
+            outputs.len()
+        );
         self.with_inner(|i| {
             let mut open = OpenOp {
                 tickets: Vec::with_capacity(inputs.len() + outputs.len()),
@@ -47,13 +54,13 @@ impl Manager {
             let mut out_open = Vec::with_capacity(outputs.len());
             let r = (|| {
                 if outputs_first {
-                    Self::make_outputs(i, outputs, place, &mut open.outputs, &mut out_open)?;
+                    Self::make_outputs(i, outputs, places, &mut open.outputs, &mut out_open)?;
                 }
                 for &(id, how) in inputs {
                     in_open.push(Self::open_inner(i, id, how)?);
                 }
                 if !outputs_first {
-                    Self::make_outputs(i, outputs, place, &mut open.outputs, &mut out_open)?;
+                    Self::make_outputs(i, outputs, places, &mut open.outputs, &mut out_open)?;
                 }
                 Ok(())
             })();
@@ -78,11 +85,12 @@ impl Manager {
     fn make_outputs(
         i: &mut super::Inner,
         outputs: &[u64],
-        place: Place,
+        places: &[Place],
         made: &mut Vec<ObjectId>,
         opened: &mut Vec<(GuardTicket, *mut u8)>,
     ) -> Result<()> {
-        for &bytes in outputs {
+        for (k, &bytes) in outputs.iter().enumerate() {
+            let place = places[if places.len() == 1 { 0 } else { k }];
             let id = i.policy.alloc(&mut i.data, bytes, place)?;
             made.push(id);
             opened.push(Self::open_inner(i, id, GuardUse::Overwrite)?);

@@ -7,12 +7,14 @@ mod all_fast;
 mod all_slow;
 mod first_touch;
 mod lru;
+mod planned;
 mod twolm;
 
 pub use all_fast::AllFast;
 pub use all_slow::AllSlow;
 pub use first_touch::FirstTouch;
 pub use lru::Lru;
+pub use planned::Planned;
 pub use twolm::TwoLmPolicy;
 
 use crate::mechanism::{
@@ -103,11 +105,12 @@ pub const BUILTIN: &[&str] = &[
     "all_fast",
     "all_slow",
     "first_touch",
+    "planned",
     "2lm_model",
 ];
 
 /// A built-in policy by name: `lru`, `lru_in_place`, `all_fast`, `all_slow`, `first_touch`,
-/// `2lm_model` (`2lm_model:LINE` for coarser lines).
+/// `planned`, `2lm_model` (`2lm_model:LINE` for coarser lines).
 pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
     let name = name.replace('-', "_");
     if let Some(line) = name.strip_prefix("2lm_model:") {
@@ -129,6 +132,7 @@ pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
         "all_fast" => Box::new(AllFast),
         "all_slow" => Box::new(AllSlow),
         "first_touch" => Box::new(FirstTouch),
+        "planned" => Box::new(Planned),
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "unknown policy '{name}' (built-ins: {}, and 2lm_model:LINE)",

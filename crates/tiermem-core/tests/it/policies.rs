@@ -240,3 +240,58 @@ fn writeback_cleans_ahead_so_eviction_copies_nothing() {
     drop(g);
     m.check().unwrap();
 }
+
+#[test]
+fn planned_places_as_asked_and_moves_only_when_told() {
+    let m = two_tier(64 * 1024, 8 << 20, "planned");
+    let a = m.alloc(40_000, Place::Fast).unwrap();
+    let b = m.alloc(40_000, Place::Slow).unwrap();
+    assert!(m.in_fast(a).unwrap() && !m.in_fast(b).unwrap());
+    // Accesses never move anything, and a prefetch that does not fit evicts nothing.
+    m.write(b).unwrap().as_mut_slice().fill(7);
+    m.prefetch(b, true).unwrap();
+    assert!(m.in_fast(a).unwrap() && !m.in_fast(b).unwrap());
+    // A fast allocation that does not fit goes to the next device with room.
+    let c = m.alloc(40_000, Place::Fast).unwrap();
+    assert!(!m.in_fast(c).unwrap());
+    // Told to: evict a (dirty: written home), then prefetch b (its slow copy stays linked).
+    m.write(a).unwrap().as_mut_slice().fill(1);
+    m.evict(a).unwrap();
+    m.prefetch(b, false).unwrap();
+    assert!(!m.in_fast(a).unwrap() && m.in_fast(b).unwrap());
+    let p = m.placement(b).unwrap();
+    assert_eq!((p.device, p.siblings.clone(), p.dirty), (0, vec![1], false));
+    let written = stat(&m, "emulated:cxl").bytes_written;
+    m.evict(b).unwrap(); // clean: nothing copied
+    assert_eq!(stat(&m, "emulated:cxl").bytes_written, written);
+    assert!(m.read(a).unwrap().as_slice().iter().all(|&x| x == 1));
+    assert!(m.read(b).unwrap().as_slice().iter().all(|&x| x == 7));
+    m.check().unwrap();
+}
+
+#[test]
+fn op_open_places_each_output_where_asked() {
+    use tiermem_core::mechanism::GuardUse;
+    let m = two_tier(1 << 20, 8 << 20, "planned");
+    let x = m.alloc(4096, Place::Fast).unwrap();
+    let o = m
+        .op_open(
+            &[(x, GuardUse::Read)],
+            &[4096, 8192],
+            &[Place::Slow, Place::Fast],
+            false,
+        )
+        .unwrap();
+    m.op_close(&o.tickets, &[], 1, &[]).unwrap();
+    assert!(!m.in_fast(o.outputs[0]).unwrap() && m.in_fast(o.outputs[1]).unwrap());
+    let err = m
+        .op_open(
+            &[],
+            &[4096, 4096],
+            &[Place::Fast, Place::Fast, Place::Slow],
+            false,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("3 places for 2 outputs"), "{err}");
+    m.check().unwrap();
+}

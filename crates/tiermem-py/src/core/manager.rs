@@ -21,6 +21,13 @@ fn place(code: i64) -> PyResult<Place> {
     Place::from_code(code).map_err(to_py)
 }
 
+/// One place code for every output of an op, or one per output.
+#[derive(FromPyObject)]
+enum PlaceCodes {
+    One(i64),
+    Each(Vec<i64>),
+}
+
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
 #[pyclass(name = "Manager", module = "tiermem._tiermem", frozen)]
 pub struct PyManager {
@@ -120,23 +127,27 @@ impl PyManager {
     }
 
     /// Open one op: a guard per input `(id, write)`, then (or first, with `outputs_first`)
-    /// a new object of each `outputs` size at `place_code` with an overwrite guard. Returns
-    /// `(tickets, addresses, output ids)`, inputs' tickets first. All or nothing.
+    /// a new object of each `outputs` size at `place_code` (one code for all, or a list with
+    /// one per output) with an overwrite guard. Returns `(tickets, addresses, output ids)`,
+    /// inputs' tickets first. All or nothing.
     fn op_open(
         &self,
         py: Python<'_>,
         inputs: Vec<(u64, bool)>,
         outputs: Vec<u64>,
-        place_code: i64,
+        place_code: PlaceCodes,
         outputs_first: bool,
     ) -> PyResult<(Vec<u64>, Vec<usize>, Vec<u64>)> {
-        let p = place(place_code)?;
+        let p: Vec<Place> = match place_code {
+            PlaceCodes::One(c) => vec![place(c)?],
+            PlaceCodes::Each(cs) => cs.into_iter().map(place).collect::<PyResult<_>>()?,
+        };
         let inputs: Vec<(u64, GuardUse)> = inputs
             .into_iter()
             .map(|(id, w)| (id, if w { GuardUse::Write } else { GuardUse::Read }))
             .collect();
         let o = run(py, || {
-            self.inner.op_open(&inputs, &outputs, p, outputs_first)
+            self.inner.op_open(&inputs, &outputs, &p, outputs_first)
         })?;
         Ok((o.tickets, o.addrs, o.outputs))
     }

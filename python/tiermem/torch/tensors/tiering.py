@@ -25,7 +25,9 @@ Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
   runs, writes soft-evicted forward inputs behind to the slow device so their eviction copies
   nothing, and prefetches the inputs of the next ops, found in the previous iteration's op
   trace; see :mod:`tiermem.torch.tensors.lookahead`).
-  Baselines: ``all-fast``, ``all-slow``, ``first-touch``, ``2lm-model``.
+  Baselines: ``all-fast``, ``all-slow``, ``first-touch``, ``2lm-model``. ``planned`` follows a
+  plan from :mod:`tiermem.plan` (``Tiering(..., variant="planned", plan=..., graph=...)``;
+  see :mod:`tiermem.torch.tensors.planned`).
 * The fast device's capacity is the budget; nothing tiered exceeds it. An op whose outputs
   alone exceed it raises :class:`~tiermem.BudgetError`; :meth:`Tiering.check` finds such ops
   before training by tracing one step on the meta device.
@@ -34,6 +36,7 @@ Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,15 +46,18 @@ from torch.utils._pytree import tree_map
 
 from ...exceptions import BudgetError, DeviceFullError, InvalidArgumentError
 from ...manager import DeviceList, Manager
+from ...plan import Graph, Plan
+from ...policies import FAST as _FAST
+from ...policies import SLOW as _SLOW
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .ops import OpInfo, meta_like, op_info
+from .planned import Executor, Recorder
 from .tensor import TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args, span_bytes
 
 __all__ = ["Tiering", "Variant", "VARIANTS", "TieredTensor"]
 
 _ALIGN = 64
-_FAST, _SLOW = -1, -2
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ VARIANTS: dict[str, Variant] = {
     "LM": Variant("lru_in_place", softevict=True),
     "LMP": Variant("lru", softevict=True),
     "async": Variant("lru_in_place", softevict=True, lookahead=2),
+    "planned": Variant("planned", budget=False),  # outputs go where the plan says, home included
 }
 
 
@@ -149,6 +156,8 @@ class Tiering:
         manager: an existing :class:`~tiermem.Manager` (its policy must be the variant's).
         threads: threads ATen kernels write with (for the emulated write cost; default
             ``torch.get_num_threads()``).
+        plan, graph: for the ``planned`` variant, the :class:`~tiermem.plan.Plan` to follow and
+            the :class:`~tiermem.plan.Graph` it was made for.
     """
 
     def __init__(
@@ -158,6 +167,8 @@ class Tiering:
         *,
         manager: Manager | None = None,
         threads: int | None = None,
+        plan: Plan | None = None,
+        graph: Graph | None = None,
     ) -> None:
         if isinstance(variant, str):
             if variant not in VARIANTS:
@@ -198,12 +209,24 @@ class Tiering:
         }
         self.fallbacks: dict[str, int] = {}
         self._lookahead = Lookahead(self, v.lookahead) if v.lookahead else None
+        #: Watches one iteration to make a graph (see :func:`tiermem.torch.tensors.profile.capture`).
+        self.recorder: Recorder | None = None
+        self._executor: Executor | None = None
+        if v.policy == "planned":
+            if plan is None or graph is None:
+                raise InvalidArgumentError("the planned variant needs plan= and graph= (from tiermem.plan)")
+            self._executor = Executor(self, graph, plan)
+            self._executor.start_iteration(0)
+        elif plan is not None or graph is not None:
+            raise InvalidArgumentError(f"plan= and graph= are for the planned variant, not {self.variant_name!r}")
 
     # ------------------------------------------------------------------ objects
 
     def _alloc(self, nbytes: int, born: tuple[int, int, int] | None) -> TensorObject:
         n = _round(nbytes)
         where = _FAST if self.variant.local else _SLOW
+        if self._executor is not None and born is not None:
+            where = self._executor.place_of(born[1], born[2], n)
         try:
             oid = int(self._native.alloc(n, where))
         except DeviceFullError:
@@ -220,6 +243,8 @@ class Tiering:
     def _release(self, oid: int) -> None:
         if self._closed:
             return
+        if self.recorder is not None:
+            self.recorder.freed(oid)
         if self.variant.prompt_free:
             self._free(oid)
             self._stats["freed_at_once"] += 1
@@ -234,14 +259,27 @@ class Tiering:
             pass
 
     def tensor(self, x: torch.Tensor, requires_grad: bool | None = None) -> TieredTensor:
-        """A tiered copy of ``x`` (contiguous), placed by the policy."""
+        """A tiered copy of ``x`` (contiguous), placed by the policy. While a plan runs or a
+        graph is recorded, the copy is a kernel of the step (``input``)."""
+        return self._tensor(x, requires_grad, kernel=True)
+
+    def _tensor(self, x: torch.Tensor, requires_grad: bool | None, kernel: bool) -> TieredTensor:
         if isinstance(x, TieredTensor):
             return x
         if not isinstance(x, torch.Tensor):
             raise InvalidArgumentError(f"expected a torch.Tensor, got {type(x).__name__}")
         check_supported(x, "tensor")
         x = x.detach()
-        obj = self._alloc(x.numel() * x.element_size(), None)
+        born = None
+        watched = kernel and (self.recorder is not None or self._executor is not None)
+        if watched:
+            pos = self._pos
+            self._pos += 1
+            born = (self.iteration, pos, 0)
+            if self._executor is not None:
+                self._executor.before(pos, "input", [])
+            start = time.perf_counter()
+        obj = self._alloc(x.numel() * x.element_size(), born)
         stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
         ticket, addr, _ = self._native.open(obj.id, True, True)  # copied in whole
         try:
@@ -249,6 +287,11 @@ class Tiering:
             self._native.charge([(obj.id, 0, x.numel() * x.element_size())], 1)
         finally:
             self._native.close(ticket)
+        if watched:
+            if self.recorder is not None:
+                self.recorder.kernel(pos, "input", [(obj, "make")], time.perf_counter() - start)
+            if self._executor is not None:
+                self._executor.made(pos, 0, obj)
         rg = x.requires_grad if requires_grad is None else requires_grad
         return TieredTensor(obj, x.shape, stride, 0, x.dtype, requires_grad=rg)
 
@@ -273,12 +316,14 @@ class Tiering:
             for name, p in list(mod._parameters.items()):
                 if p is not None:
                     if id(p) not in memo:
-                        memo[id(p)] = torch.nn.Parameter(self.tensor(p.detach()), requires_grad=p.requires_grad)
+                        memo[id(p)] = torch.nn.Parameter(
+                            self._tensor(p.detach(), None, kernel=False), requires_grad=p.requires_grad
+                        )
                     mod._parameters[name] = memo[id(p)]  # type: ignore[assignment]
             for name, b in list(mod._buffers.items()):
                 if b is not None:
                     if id(b) not in memo:
-                        memo[id(b)] = self.tensor(b)
+                        memo[id(b)] = self._tensor(b, None, kernel=False)
                     mod._buffers[name] = memo[id(b)]
         model.register_forward_pre_hook(self._wrap_inputs)
         return model
@@ -314,6 +359,10 @@ class Tiering:
             self._lookahead.end_iteration()
         self.iteration += 1
         self._pos = 0
+        if self.recorder is not None:
+            self.recorder.start_iteration(self.iteration)
+        if self._executor is not None:
+            self._executor.start_iteration(self.iteration)
 
     def close(self) -> None:
         """Stop the copy thread and free every pending object; later frees are ignored."""
@@ -329,6 +378,8 @@ class Tiering:
         s["fallbacks"] = dict(self.fallbacks)
         if self._lookahead is not None:
             s["lookahead"] = self._lookahead.stats()
+        if self._executor is not None:
+            s["plan"] = dict(self._executor.counts)
         return s
 
     # ------------------------------------------------------------------ dispatch
@@ -445,6 +496,9 @@ class Tiering:
             self._check_budget(info, plan, operands)
         if self._lookahead is not None:
             self._lookahead.before_op(info.name, pos, operands)
+        if self._executor is not None:
+            self._executor.before(pos, info.name, [op.obj for op in operands.values()])
+        start = time.perf_counter()
         # One crossing opens the op: every operand's guard and every planned output (made
         # first when guards bring inputs into fast memory (P), so outputs take fast memory
         # first; else after, so making room for them cannot evict this op's own inputs).
@@ -490,6 +544,13 @@ class Tiering:
             evict = [op.obj.id for op in operands.values() if not op.write]
         # One crossing closes it: charges, every guard, soft-evictions.
         self._native.op_close(tickets, charges, self.threads, evict)
+        if self.recorder is not None:
+            uses = [(op.obj, "write" if op.write else "read") for op in operands.values()]
+            self.recorder.kernel(pos, info.name, uses + [(o, "make") for o in outs], time.perf_counter() - start)
+        if self._executor is not None:
+            for n_out, o in enumerate(outs):
+                self._executor.made(pos, n_out, o)
+            self._executor.after_kernel(pos)
         if evict and self._lookahead is not None:
             for op in operands.values():
                 if not op.write:
@@ -515,7 +576,9 @@ class Tiering:
         Returns the tickets, the outputs' objects and plain tensors over them."""
         inputs = [(op.obj.id, op.write) for op in operands.values()]
         sizes = [nb for _, _, _, nb in plan or ()]
-        where = _FAST if self.variant.local else _SLOW
+        where: int | list[int] = _FAST if self.variant.local else _SLOW
+        if self._executor is not None and sizes:
+            where = [self._executor.place_of(pos, k, nb) for k, nb in enumerate(sizes)]
         try:
             tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch)
         except DeviceFullError:

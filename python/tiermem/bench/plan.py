@@ -1,0 +1,323 @@
+"""``tiermem plan`` and ``tiermem bench plan``: AutoTM's planner on the training workloads.
+
+``plan``: record one training step of a model twice (all tensors fast, all slow) into a
+graph (:mod:`tiermem.torch.tensors.profile`), or read one (``--graph``); solve it at a
+slow:fast ratio; save the plan; with ``--run``, train under the plan and report predicted
+against measured step and kernel times.
+
+``bench plan``: for each workload and ratio, the planned variant against ``LM``, ``async``,
+``first-touch``, ``2lm-model`` and ``all-fast`` in one run (losses checked against plain
+PyTorch's), and the solver on generated AutoTM-shaped graphs of 32 to 2,000 kernels: solve
+time, certified gap and plan quality against all-slow.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from .._sizes import format_bytes
+from ..exceptions import InvalidArgumentError
+from ..plan import Graph, Plan, autotm_graph, evaluate, solve
+from ..report.load import MachineLoad
+from ..report.output import write_json
+from ..report.progress import Progress
+from ..report.table import print_table
+from ..torch.tensors.planned import Recorder
+from ..torch.tensors.profile import graph_from_recordings
+from .models import Workload, build
+from .tensors import _MIB2, _reference, _run_variant, parse_ratio
+
+__all__ = ["capture", "run_planned", "scaling", "run", "run_cli", "run_plan_cli", "SCALING_SIZES", "COMPARED"]
+
+SCALING_SIZES = (32, 122, 242, 500, 1000, 2000)
+QUICK_SCALING = (32, 122, 500)
+#: The variants ``bench plan`` runs beside ``planned``.
+COMPARED = ("all-fast", "first-touch", "2lm-model", "LM", "async")
+QUICK_BATCH = {"resnet": 8, "densenet": 8, "vgg": 8, "gpt": 2}
+SEED = 0
+#: Iterations a capture records per run (each kernel keeps its best time).
+RECORDED = 3
+
+
+def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", seed: int = SEED) -> tuple[Graph, dict[str, Any]]:
+    """One training step of ``w`` recorded all-fast and all-slow, as a graph whose fast
+    device holds ``FAST/(SLOW+FAST)`` of the all-fast run's peak. Returns the graph and the
+    two runs' facts (footprint, budget, step times)."""
+    a, b = parse_ratio(ratio)
+    n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
+    room = max(2 << 30, 8 * n_params)
+    # Recorded from the third iteration on (the first makes the optimizer's state, the
+    # second still warms the allocator and caches), each kernel's best of RECORDED.
+    fast_rec, slow_rec = Recorder(2, RECORDED), Recorder(2, RECORDED)
+    big = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, 2, RECORDED, seed, recorder=fast_rec)
+    footprint = big["fast_bytes_peak"]
+    slow_cap = int(footprint * 1.4) + (256 << 20)
+    small = _run_variant(w, "all-slow", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec)
+    budget = max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
+    traits = small["device_traits"]
+    c01, c10 = small["copy_gbps"]
+    g = graph_from_recordings(
+        f"{w.name}-{ratio}",
+        fast_rec,
+        slow_rec,
+        [("dram", budget), (slow_spec, None)],
+        traits,
+        [[None, c01], [c10, None]],
+        min(big["timed"]),
+    )
+    facts = {
+        "footprint_bytes": footprint,
+        "budget_bytes": budget,
+        "slow_bytes": slow_cap,
+        "all_fast_seconds": big["seconds_per_iter"],
+        "all_slow_seconds": small["seconds_per_iter"],
+    }
+    return g, facts
+
+
+def run_planned(
+    w: Workload, g: Graph, p: Plan, facts: dict[str, Any], slow_spec: str, iters: int, seed: int = SEED
+) -> dict[str, Any]:
+    """Train under the plan; the step time, the losses, the executor's counts and each
+    kernel's measured time (recorded in the second timed iteration) beside its prediction."""
+    rec = Recorder(2, max(1, iters))
+    r = _run_variant(
+        w, "planned", facts["budget_bytes"], facts["slow_bytes"], slow_spec, 2, max(1, iters), seed, recorder=rec, plan=p, graph=g
+    )
+    predicted = []
+    for k, ker in enumerate(g.kernels):
+        predicted.append(ker.seconds + sum(o.seconds[p.at_use[o.tensor][_use_index(g, o.tensor, k)]] for o in ker.operands))
+    measured = [s for _, s, _ in rec.kernels]
+    r["kernel_predicted"] = predicted
+    r["kernel_measured"] = measured if len(measured) == len(predicted) else []
+    return r
+
+
+def _use_index(g: Graph, t: int, k: int) -> int:
+    return next(j for j, (kk, _) in enumerate(g.uses[t]) if kk == k)
+
+
+def scaling(
+    sizes: tuple[int, ...], time_limit: float, ratio: float = 8.0, progress: Progress | None = None
+) -> list[dict[str, Any]]:
+    """The solver on generated AutoTM-shaped graphs: solve time, gap, objective against the
+    greedy plan's and all-slow's, and how long the first plan took."""
+    out = []
+    for n in sizes:
+        g = autotm_graph(n, ratio)
+        for form in ("static", "sync"):
+            p = solve(g, form, time_limit=time_limit, target_gap=0.01)
+            greedy = solve(g, form, time_limit=0)
+            out.append(
+                {
+                    "kernels": len(g.kernels),
+                    "tensors": len(g.tensors),
+                    "formulation": form,
+                    "solve_seconds": p.solve_seconds,
+                    "first_plan_seconds": p.first_plan_seconds,
+                    "gap": p.gap,
+                    "objective": p.predicted_seconds,
+                    "bound": p.bound_seconds,
+                    "greedy_objective": greedy.predicted_seconds,
+                    "all_slow_objective": g.all_on_seconds(g.home),
+                    "all_fast_objective": g.base_seconds(),
+                    "source": p.source,
+                }
+            )
+            if progress:
+                progress.step(f"{len(g.kernels)} kernels {form}")
+    return out
+
+
+def run(
+    models: list[str],
+    ratios: list[str],
+    *,
+    quick: bool = False,
+    iters: int | None = None,
+    time_limit: float = 60.0,
+    slow_spec: str = "emulated:optane-pmem",
+    sizes: tuple[int, ...] | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    iters = iters or (1 if quick else 3)
+    sizes = sizes or (QUICK_SCALING if quick else SCALING_SIZES)
+    for ratio in ratios:
+        parse_ratio(ratio)
+    out: dict[str, Any] = {
+        "slow_device": slow_spec,
+        "emulated": slow_spec.startswith("emulated"),
+        "quick": quick,
+        "models": [],
+        "scaling": [],
+    }
+    steps = len(models) * len(ratios) * (2 + len(COMPARED)) + 2 * len(sizes)
+    with MachineLoad() as load, Progress(steps, "bench plan", progress) as bar:
+        for name in models:
+            w = build(name, QUICK_BATCH[name] if quick else None)
+            ref = _reference(w, 1 + max(2, iters), SEED)
+            for ratio in ratios:
+                g, facts = capture(w, ratio, slow_spec)
+                bar.step(f"{name} {ratio}: graph of {len(g.kernels)} kernels")
+                p = solve(g, "sync", time_limit=time_limit)
+                r = run_planned(w, g, p, facts, slow_spec, iters)
+                bar.step(f"{name} {ratio}: planned")
+                rows = [
+                    _row(name, ratio, "planned", r, ref, p.predicted_seconds) | {"gap": p.gap, "solve_seconds": p.solve_seconds}
+                ]
+                for v in COMPARED:
+                    fast = (2 << 30) if v == "all-fast" else facts["budget_bytes"]
+                    try:
+                        got = _run_variant(w, v, fast, facts["slow_bytes"], slow_spec, 1, max(2, iters), SEED)
+                        rows.append(_row(name, ratio, v, got, ref, None))
+                    except Exception as e:  # reported in its row; the others go on
+                        rows.append({"model": name, "ratio": ratio, "variant": v, "error": f"{type(e).__name__}: {e}"})
+                    bar.step(f"{name} {ratio}: {v}")
+                    gc.collect()
+                out["models"] += rows
+        out["scaling"] = scaling(sizes, time_limit, progress=bar)
+    out["load"] = load.summary()
+    out["load_line"] = load.line()
+    return out
+
+
+def _row(name: str, ratio: str, variant: str, r: dict[str, Any], ref: dict[str, Any], predicted: float | None) -> dict[str, Any]:
+    diff = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
+    return {
+        "model": name,
+        "ratio": ratio,
+        "variant": variant,
+        "seconds_per_iter": r["seconds_per_iter"],
+        "predicted_seconds_per_iter": predicted,
+        "max_loss_diff": diff,
+        "tiering": r.get("tiering"),
+    }
+
+
+def _print_models(rows: list[dict[str, Any]]) -> None:
+    base = {(r["model"], r["ratio"]): r["seconds_per_iter"] for r in rows if r.get("variant") == "all-fast" and "error" not in r}
+    table = []
+    for r in rows:
+        if "error" in r:
+            table.append([r["model"], r["ratio"], r["variant"], "error", "", "", r["error"][:60]])
+            continue
+        b = base.get((r["model"], r["ratio"]))
+        pred = r["predicted_seconds_per_iter"]
+        table.append(
+            [
+                r["model"],
+                r["ratio"],
+                r["variant"],
+                f"{r['seconds_per_iter'] * 1e3:.1f}",
+                f"{r['seconds_per_iter'] / b:.2f}x" if b else "",
+                "" if pred is None else f"{pred * 1e3:.1f} ({pred / r['seconds_per_iter']:.2f})",
+                f"{r['max_loss_diff']:.1e}",
+            ]
+        )
+    print_table(["model", "ratio", "variant", "ms/iter", "vs all-fast", "predicted ms (ratio)", "loss diff"], table)
+
+
+def _print_scaling(rows: list[dict[str, Any]]) -> None:
+    print_table(
+        ["kernels", "formulation", "first plan s", "solve s", "gap", "plan / all-slow", "plan / greedy", "source"],
+        [
+            [
+                r["kernels"],
+                r["formulation"],
+                f"{r['first_plan_seconds']:.3f}",
+                f"{r['solve_seconds']:.1f}",
+                "" if r["gap"] is None else f"{r['gap']:.2%}",
+                f"{r['objective'] / r['all_slow_objective']:.3f}",
+                f"{r['objective'] / r['greedy_objective']:.3f}",
+                r["source"],
+            ]
+            for r in rows
+        ],
+        title="solver on generated AutoTM-shaped graphs (8:1)",
+    )
+
+
+def run_cli(args: Any) -> int:
+    """``tiermem bench plan``."""
+    models = args.model or ["resnet", "densenet", "vgg", "gpt"]
+    ratios = args.ratio or ["4:1", "8:1"]
+    res = run(models, ratios, quick=args.quick, iters=args.iters, time_limit=args.time_limit, slow_spec=args.slow)
+    _print_models(res["models"])
+    _print_scaling(res["scaling"])
+    print(res["load_line"])
+    if args.json:
+        write_json(res, args.json)
+    return 0
+
+
+def run_plan_cli(args: Any) -> int:
+    """``tiermem plan``."""
+    if (args.model is None) == (args.graph is None):
+        raise InvalidArgumentError("give --model NAME (record a training step) or --graph FILE (a saved graph), not both")
+    facts: dict[str, Any] = {}
+    w = None
+    if args.graph:
+        g = Graph.load(args.graph)
+        if args.run:
+            raise InvalidArgumentError("--run needs --model (a saved graph has no model to train)")
+    else:
+        w = build(args.model, args.batch)
+        t0 = time.perf_counter()
+        g, facts = capture(w, args.ratio, args.slow)
+        print(
+            f"recorded {len(g.kernels)} kernels, {len(g.tensors)} tensors in {time.perf_counter() - t0:.1f} s; "
+            f"footprint {format_bytes(facts['footprint_bytes'])}, fast budget {format_bytes(facts['budget_bytes'])} ({args.ratio})"
+        )
+    if args.save_graph:
+        g.save(args.save_graph)
+        print(f"wrote {args.save_graph}")
+    with Progress(max(1, int(args.time_limit)), f"solving ({args.formulation}, seconds)") as bar:
+
+        def on(secs: float, inc: float, bound: float) -> None:
+            bar.advance_to(int(secs), f"plan {inc * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms")
+
+        p = solve(g, args.formulation, time_limit=args.time_limit, target_gap=args.gap, on_progress=on)
+    c = evaluate(g, p.at_use, p.held)
+    print_table(
+        ["", "ms per step"],
+        [
+            ["all fast (no limit)", f"{g.base_seconds() * 1e3:.2f}"],
+            ["all slow", f"{g.all_on_seconds(g.home) * 1e3:.2f}"],
+            [f"plan ({p.source})", f"{p.predicted_seconds * 1e3:.2f}"],
+            ["  of which moves", f"{c.move_seconds * 1e3:.2f}"],
+            ["  best bound", "" if p.bound_seconds is None else f"{p.bound_seconds * 1e3:.2f}"],
+        ],
+        title=f"{g.name}: {p.formulation} plan, gap {'n/a' if p.gap is None else f'{p.gap:.2%}'}, "
+        f"first plan {p.first_plan_seconds * 1e3:.0f} ms, solved in {p.solve_seconds:.1f} s",
+    )
+    print(
+        f"moves per step: {format_bytes(c.prefetched_bytes)} prefetched, {format_bytes(c.written_home_bytes)} written home; "
+        f"fast peak {format_bytes(c.peak[0])} of {format_bytes(g.devices[0].capacity or 0)}"
+    )
+    for note in p.notes:
+        print(f"note: {note}")
+    out = args.save_plan or f"plan-{g.name}.json"
+    p.save(out)
+    print(f"wrote {out}")
+    res: dict[str, Any] = {"graph": g.name, "plan": p.to_json() | {"tensors": len(p.keys)}, "facts": facts}
+    if args.run:
+        assert w is not None
+        with MachineLoad() as load:
+            r = run_planned(w, g, p, facts, args.slow, args.iters)
+        res["run"] = {k: r[k] for k in ("seconds_per_iter", "times", "tiering", "kernel_predicted", "kernel_measured")}
+        res["load"] = load.summary()
+        print(
+            f"planned run: {r['seconds_per_iter'] * 1e3:.1f} ms per step measured, {p.predicted_seconds * 1e3:.1f} ms "
+            f"predicted ({p.predicted_seconds / r['seconds_per_iter']:.2f}); executor {r['tiering'].get('plan')}"
+        )
+        print(load.line())
+        if args.plot and r["kernel_measured"]:
+            from ..report.plot import plot_kernels
+
+            plot_kernels(r["kernel_predicted"], r["kernel_measured"], args.plot, g.name)
+            print(f"wrote {args.plot}")
+    if args.json:
+        write_json(res, args.json)
+    return 0

@@ -1,0 +1,245 @@
+"""Graphs from training steps and plans run on them (the planner's two ends in PyTorch).
+
+Both watch the same event stream of a :class:`~tiermem.torch.tensors.tiering.Tiering`: each op
+it runs and each tensor it copies in (a model's inputs) is one *kernel*, numbered by its
+position in the iteration. Tensors are named so that the names survive from one iteration,
+and one run, to the next: ``"POS.K"`` for the *K*-th tensor the kernel at *POS* made, and
+``"pN"`` for the *N*-th object older than the iteration that the iteration used
+(parameters, optimizer state), counted in order of first use.
+
+* :class:`Recorder` turns one iteration into the kernels, tensors and per-kernel times of a
+  :class:`~tiermem.plan.Graph` (see :func:`tiermem.torch.tensors.profile.capture`).
+* :class:`Executor` follows a :class:`~tiermem.plan.Plan`: each new tensor is made on the
+  device the plan puts it on at its first use; before each kernel every operand is brought
+  where the plan has it at that use (a prefetch into fast memory, or an eviction home), and
+  after it the tensors whose gap the plan does not hold are evicted. The first iteration is
+  not the planned step (it makes the optimizer's state) and runs unplanned. A kernel the plan
+  does not know (the model's ops changed) is warned about, run with its new tensors on the
+  home device and counted; the plan is not trusted again until the next iteration.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from ...exceptions import NoSuchObjectError, PinnedError
+from ...plan import Graph, Plan, moves
+from ...policies import FAST, SLOW
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tensor import TensorObject
+    from .tiering import Tiering
+
+__all__ = ["Recorder", "Executor", "PlanMismatchWarning"]
+
+
+class PlanMismatchWarning(UserWarning):
+    """The model ran an op the plan does not have at that position."""
+
+
+class _Names:
+    """Stable names of this iteration's objects."""
+
+    def __init__(self) -> None:
+        self.iteration = -1
+        self.old: dict[int, str] = {}
+
+    def start(self, iteration: int) -> None:
+        self.iteration = iteration
+        self.old = {}
+
+    def name(self, obj: TensorObject) -> str:
+        b = obj.born
+        if b is not None and b[0] == self.iteration:
+            return f"{b[1]}.{b[2]}"
+        n = self.old.get(obj.id)
+        if n is None:
+            n = self.old[obj.id] = f"p{len(self.old)}"
+        return n
+
+    @staticmethod
+    def made(pos: int, k: int) -> str:
+        return f"{pos}.{k}"
+
+
+class Recorder:
+    """Records the iterations after ``skip`` whole ones: the first of them gives the kernels
+    and tensors; each kernel keeps its shortest time over ``count`` iterations (a shared
+    machine's noise only ever adds time)."""
+
+    def __init__(self, skip: int = 1, count: int = 1) -> None:
+        if skip < 1 or count < 1:
+            raise ValueError(f"recorder: skip and count must be at least 1, got {skip}, {count}")
+        self.skip = skip
+        self.count = count
+        self.names = _Names()
+        self.active = False
+        self.done = False
+        self.recorded = 0  # whole iterations recorded
+        self.kernels: list[tuple[str, float, list[tuple[str, str]]]] = []
+        self.tensors: dict[str, dict[str, Any]] = {}
+        self.mismatch: str | None = None
+        self._pos = 0
+        self._live: dict[int, str] = {}  # object id -> name, for frees
+
+    def start_iteration(self, iteration: int) -> None:
+        if self.active:
+            self.recorded += 1
+            if self._pos != len(self.kernels) and self.mismatch is None:
+                self.mismatch = f"iteration {iteration - 1} ran {self._pos} kernels, the first recorded one {len(self.kernels)}"
+            self.active = False
+            self.done = self.recorded >= self.count
+        if not self.done and iteration >= self.skip:
+            self.active = True
+            self._pos = 0
+            self.names.start(iteration)
+
+    def kernel(self, pos: int, name: str, operands: list[tuple[TensorObject, str]], seconds: float) -> None:
+        if not self.active:
+            return
+        self._pos = pos + 1
+        if self.recorded:
+            if pos < len(self.kernels) and self.kernels[pos][0] == name:
+                k = self.kernels[pos]
+                self.kernels[pos] = (k[0], min(k[1], seconds), k[2])
+            elif self.mismatch is None:
+                self.mismatch = f"kernel {pos} was {name} in one iteration and not in another"
+            return
+        ops = []
+        for obj, use in operands:
+            key = self.names.name(obj)
+            if key not in self.tensors:
+                persistent = not key[0].isdigit()
+                kind = "parameter" if persistent and obj.born is None else "state" if persistent else "activation"
+                if use == "make" and name == "input":
+                    kind = "input"
+                self.tensors[key] = {"bytes": obj.nbytes, "kind": kind, "persistent": persistent}
+                self._live[obj.id] = key
+            ops.append((key, use))
+        self.kernels.append((name, seconds, ops))
+
+    def freed(self, oid: int) -> None:
+        key = self._live.pop(oid, None)
+        if key is not None and self.active and not self.recorded:
+            self.tensors[key]["freed_at"] = len(self.kernels) - 1
+
+
+class Executor:
+    """Runs a plan's placement and moves on a Tiering whose policy is ``planned``."""
+
+    def __init__(self, tiering: Tiering, graph: Graph, plan: Plan) -> None:
+        plan.check(graph)
+        self.t = tiering
+        self.graph = graph
+        self.plan = plan
+        self.names = _Names()
+        self.index = {t.key: i for i, t in enumerate(graph.tensors)}
+        self.use_at: list[dict[int, int]] = [{} for _ in graph.kernels]  # kernel -> tensor -> use index
+        for t, us in enumerate(graph.uses):
+            for j, (k, _) in enumerate(us):
+                self.use_at[k][t] = j
+        before, self.after = moves(graph, plan.at_use, plan.held)
+        self.before_k = [{t for t, _ in b} for b in before]
+        self.trusted = True
+        self.objects: dict[int, weakref.ref[TensorObject]] = {}
+        self.counts = {
+            "prefetches": 0,
+            "evictions": 0,
+            "unplanned_kernels": 0,
+            "first_iteration_kernels": 0,
+            "moves_skipped": 0,
+            "move_seconds": 0.0,
+        }
+
+    def start_iteration(self, iteration: int) -> None:
+        self.names.start(iteration)
+        self.objects = {}
+        # The first iteration is not the planned step (it makes the optimizer's state, and
+        # no previous loss is read at its start): it runs unplanned, its new tensors at home.
+        self.trusted = iteration > 0
+
+    def _code(self, d: int) -> int:
+        return FAST if d == 0 else SLOW if d == self.graph.home else d
+
+    def place_of(self, pos: int, k: int, nbytes: int) -> int:
+        """The place code for output ``k`` (``nbytes`` long) of the kernel at ``pos``."""
+        t = self.index.get(_Names.made(pos, k)) if self.trusted else None
+        if t is not None and self.graph.tensors[t].bytes != nbytes:
+            self._mismatch(pos, f"a tensor of {nbytes} bytes where the plan has {self.graph.tensors[t].bytes}")
+            t = None
+        if t is None:
+            return SLOW
+        return self._code(self.plan.at_use[t][0])
+
+    def _mismatch(self, pos: int, what: str) -> None:
+        self.trusted = False
+        self.counts["unplanned_kernels"] += 1
+        warnings.warn(
+            f"the model made {what} at kernel {pos}: its tensors go to the home device for the rest of this "
+            "iteration (re-plan with tiermem plan)",
+            PlanMismatchWarning,
+            stacklevel=5,
+        )
+
+    def before(self, pos: int, name: str, objs: list[TensorObject]) -> None:
+        """Check the kernel against the plan and bring its operands where the plan has them."""
+        g = self.graph
+        if self.trusted and (pos >= len(g.kernels) or g.kernels[pos].name != name):
+            want = g.kernels[pos].name if pos < len(g.kernels) else "the end of the step"
+            self._mismatch(pos, f"{name} where the plan has {want}")
+            return
+        if not self.trusted:
+            self.counts["unplanned_kernels" if self.names.iteration > 0 else "first_iteration_kernels"] += 1
+            return
+        native = self.t._native
+        start = time.perf_counter()
+        planned = self.before_k[pos]
+        for obj in objs:
+            t = self.index.get(self.names.name(obj))
+            if t is None or t not in self.use_at[pos]:
+                continue
+            self.objects[t] = weakref.ref(obj)
+            j = self.use_at[pos][t]
+            want_fast = self.plan.at_use[t][j] < g.home
+            first_persistent = j == 0 and g.tensors[t].persistent
+            try:
+                if want_fast and (t in planned or first_persistent) and not native.in_fast(obj.id):
+                    # A planned prefetch; or a persistent tensor's first use, which finds it
+                    # wherever the last iteration (or its creation) left it.
+                    native.prefetch(obj.id, False)
+                    self.counts["prefetches"] += 1
+                    if not native.in_fast(obj.id):
+                        self.counts["moves_skipped"] += 1
+                elif not want_fast and first_persistent and native.in_fast(obj.id):
+                    native.evict(obj.id)
+                    self.counts["evictions"] += 1
+            except (PinnedError, NoSuchObjectError):
+                self.counts["moves_skipped"] += 1
+        self.counts["move_seconds"] += time.perf_counter() - start
+
+    def after_kernel(self, pos: int) -> None:
+        """Evict what the plan does not hold in fast memory after this kernel."""
+        if not self.trusted or pos >= len(self.after):
+            return
+        native = self.t._native
+        start = time.perf_counter()
+        for t in self.after[pos]:
+            ref = self.objects.get(t)
+            obj = ref() if ref is not None else None
+            if obj is None:
+                continue
+            try:
+                if native.in_fast(obj.id):
+                    native.evict(obj.id)
+                    self.counts["evictions"] += 1
+            except (PinnedError, NoSuchObjectError):
+                self.counts["moves_skipped"] += 1
+        self.counts["move_seconds"] += time.perf_counter() - start
+
+    def made(self, pos: int, k: int, obj: TensorObject) -> None:
+        t = self.index.get(_Names.made(pos, k))
+        if t is not None and self.trusted:
+            self.objects[t] = weakref.ref(obj)

@@ -1,0 +1,88 @@
+"""A training step's graph from two recorded iterations (thesis §3.4: kernel profiles).
+
+The same iteration is recorded with every tensor in fast memory and with every tensor on
+the slow device (:class:`~tiermem.torch.tensors.planned.Recorder` on ``all-fast`` and
+``all-slow`` runs of the same model and inputs). A kernel's time with all operands fast is its
+base time; the extra time the all-slow run measured is split over its operands in proportion
+to each operand's bytes over the slow device's bandwidth for that use (reads at the read
+bandwidth; writes and new tensors at the write bandwidth). This is AutoTM's profile of every
+operand placement, measured twice per kernel instead of once per placement and apportioned
+by the cost model of the emulated devices; ``tiermem plan`` reports predicted against
+measured times, kernel by kernel, so the apportioning is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...plan import Device, Graph, GraphError, Kernel, Operand, Tensor
+from .planned import Recorder
+
+__all__ = ["graph_from_recordings"]
+
+
+def graph_from_recordings(
+    name: str,
+    fast: Recorder,
+    slow: Recorder,
+    devices: list[tuple[str, int | None]],
+    traits: list[dict[str, Any]],
+    copy_gbps: list[list[float | None]],
+    step_seconds: float = 0.0,
+) -> Graph:
+    """The graph of the recorded iteration: kernels and tensors from ``fast`` (an all-fast
+    run), operand extra times from ``slow`` (an all-slow run of the same step). ``devices``:
+    ``(name, capacity)`` fastest first; ``traits``: each device's ``read_gbps`` and
+    ``write_gbps``; ``step_seconds``: the all-fast run's measured step, whose time outside the
+    kernels becomes the graph's overhead."""
+    for rec in (fast, slow):
+        if rec.mismatch:
+            raise GraphError(
+                f"{name}: the model's ops are not the same every iteration ({rec.mismatch}), so it cannot be planned"
+            )
+    if not fast.kernels:
+        raise GraphError(f"{name}: the recorder saw no kernels (was a whole iteration run after the warm-up?)")
+    if len(fast.kernels) != len(slow.kernels):
+        raise GraphError(
+            f"{name}: the model ran {len(fast.kernels)} kernels in one run and {len(slow.kernels)} in the other: "
+            "its ops change from run to run, so it cannot be planned"
+        )
+    for k, (a, b) in enumerate(zip(fast.kernels, slow.kernels, strict=True)):
+        if a[0] != b[0] or a[2] != b[2]:
+            raise GraphError(f"{name}: kernel {k} differs between runs ({a[0]} vs {b[0]}): the model's ops are not repeatable")
+    keys = list(fast.tensors)
+    index = {k: i for i, k in enumerate(keys)}
+    n = len(fast.kernels)
+    tensors = []
+    for key in keys:
+        info = fast.tensors[key]
+        free_after = None
+        if not info["persistent"]:
+            free_after = info.get("freed_at", n - 1)
+        tensors.append(Tensor(key, int(info["bytes"]), info["kind"], bool(info["persistent"]), free_after))
+    last_use: dict[str, int] = {}
+    for k, (_, _, ops) in enumerate(fast.kernels):
+        for key, _ in ops:
+            last_use[key] = k
+    tensors = [
+        t if t.free_after is None or t.free_after > last_use[t.key] else Tensor(t.key, t.bytes, t.kind, t.persistent, None)
+        for t in tensors
+    ]
+    nd = len(devices)
+    kernels = []
+    for (kname, t_fast, ops), (_, t_slow, _) in zip(fast.kernels, slow.kernels, strict=True):
+        extra = max(0.0, t_slow - t_fast)
+        weights = []
+        for key, use in ops:
+            b = fast.tensors[key]["bytes"]
+            weights.append([b / float(traits[d]["read_gbps" if use == "read" else "write_gbps"]) for d in range(nd)])
+        # Each operand's share of the measured extra time is its extra cost per byte on the
+        # slowest device over the fastest; other devices scale by their own cost per byte.
+        den = sum(w[-1] - w[0] for w in weights) or 1.0
+        operands = []
+        for (key, use), w in zip(ops, weights, strict=True):
+            per = tuple(max(0.0, extra * (w[d] - w[0]) / den) for d in range(nd))
+            operands.append(Operand(index[key], use, per))
+        kernels.append(Kernel(kname, t_fast, tuple(operands)))
+    overhead = max(0.0, step_seconds - sum(k.seconds for k in kernels))
+    return Graph(name, [Device(dn, cap) for dn, cap in devices], copy_gbps, tensors, kernels, overhead)

@@ -1,0 +1,212 @@
+"""The planner without a model: graph JSON and its bad input, the cost model against brute
+force on small graphs (both formulations, two and three devices), greedy plans always fit,
+solver fallbacks, and ``tiermem plan --graph``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tiermem.cli.main import main
+from tiermem.plan import Device, Graph, GraphError, Kernel, Operand, Plan, Tensor, autotm_graph, evaluate, greedy, solve
+from tiermem.plan.plan import gaps
+
+pytest.importorskip("highspy")
+
+MiB = 1 << 20
+
+
+def small(cap: int = 4 * MiB, devices: int = 2) -> Graph:
+    """Four kernels over a weight, two activations and a gradient."""
+    z = (0.0,) * devices
+
+    def sec(*x: float) -> tuple[float, ...]:
+        return (0.0, *x)[:devices] if devices > 2 else (0.0, x[-1])
+
+    tensors = [Tensor("w", MiB, "parameter", True), Tensor("a", 2 * MiB), Tensor("b", MiB), Tensor("g", MiB, "gradient")]
+    kernels = [
+        Kernel("fwd1", 1e-3, (Operand(0, "read", sec(1e-4, 3e-4)), Operand(1, "make", sec(2e-4, 8e-4)))),
+        Kernel("fwd2", 1e-3, (Operand(1, "read", sec(2e-4, 6e-4)), Operand(2, "make", sec(1e-4, 4e-4)))),
+        Kernel("bwd", 2e-3, (Operand(2, "read", sec(1e-4, 3e-4)), Operand(1, "read", sec(2e-4, 6e-4)), Operand(3, "make", z))),
+        Kernel("sgd", 1e-4, (Operand(3, "read", sec(1e-4, 3e-4)), Operand(0, "write", sec(2e-4, 9e-4)))),
+    ]
+    devs = [Device("fast", cap)] + ([Device("mid", 2 * cap)] if devices > 2 else []) + [Device("slow", None)]
+    copy = [[None if s == d else 5.0 for d in range(devices)] for s in range(devices)]
+    return Graph("small", devs, copy, tensors, kernels)
+
+
+def brute(g: Graph, formulation: str) -> float:
+    """The best cost over every plan (every device per use and every held flag)."""
+    best = float("inf")
+    nd = len(g.devices)
+    per_tensor = []
+    for t, us in enumerate(g.uses):
+        opts = []
+        ng = len(gaps(g, t))
+        if formulation == "static":
+            opts = [([d] * len(us), [True] * ng) for d in range(nd)]
+        else:
+            for at in itertools.product(range(nd), repeat=len(us)):
+                for held in itertools.product([False, True], repeat=ng):
+                    opts.append((list(at), list(held)))
+        per_tensor.append(opts)
+    for combo in itertools.product(*per_tensor):
+        at = [c[0] for c in combo]
+        held = [c[1] for c in combo]
+        c = evaluate(g, at, held)
+        if c.overflow is None:
+            best = min(best, c.seconds)
+    return best
+
+
+@pytest.mark.parametrize("formulation", ["static", "sync"])
+@pytest.mark.parametrize("devices", [2, 3])
+def test_solver_finds_the_brute_force_optimum(formulation: str, devices: int) -> None:
+    g = small(devices=devices)
+    p = solve(g, formulation, time_limit=30, target_gap=0.0)
+    assert p.source == "highs"
+    assert p.predicted_seconds == pytest.approx(brute(g, formulation), rel=1e-9)
+    assert p.check(g).seconds == pytest.approx(p.predicted_seconds)
+    assert p.bound_seconds is not None and p.bound_seconds <= p.predicted_seconds * (1 + 1e-9)
+    assert p.gap is not None and 0 <= p.gap <= 1e-6
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=4, max_size=4),
+    cap=st.integers(2, 6),
+    extra=st.lists(st.floats(0, 1e-3), min_size=9, max_size=9),
+)
+def test_sync_plans_are_optimal_and_fit_on_random_small_graphs(sizes: list[int], cap: int, extra: list[float]) -> None:
+    g0 = small(cap * MiB)
+    tensors = [Tensor(t.key, s * MiB, t.kind, t.persistent) for t, s in zip(g0.tensors, sizes)]
+    it = iter(extra)
+    kernels = [
+        Kernel(k.name, k.seconds, tuple(Operand(o.tensor, o.use, (0.0, next(it))) for o in k.operands)) for k in g0.kernels
+    ]
+    g = Graph("random", g0.devices, g0.copy_gbps, tensors, kernels)
+    at, held = greedy(g, "sync")
+    assert evaluate(g, at, held).overflow is None
+    p = solve(g, "sync", time_limit=30, target_gap=0.0)
+    assert p.predicted_seconds == pytest.approx(brute(g, "sync"), rel=1e-7, abs=1e-12)
+    assert p.predicted_seconds <= evaluate(g, at, held).seconds + 1e-12
+
+
+def test_generated_graphs_plan_fast_and_beat_the_greedy_plan() -> None:
+    g = autotm_graph(242, 8.0)
+    assert abs(len(g.kernels) - 242) <= 4
+    first = solve(g, "sync", time_limit=0)
+    assert first.source == "greedy" and first.first_plan_seconds < 1.0
+    p = solve(g, "sync", time_limit=60, target_gap=0.02)
+    assert p.check(g).overflow is None
+    assert p.gap is not None and p.gap <= 0.02
+    assert g.base_seconds() <= p.predicted_seconds <= first.predicted_seconds < g.all_on_seconds(g.home)
+
+
+def test_graph_and_plan_json_round_trip(tmp_path: Path) -> None:
+    g = small()
+    g.save(tmp_path / "g.json")
+    h = Graph.load(tmp_path / "g.json")
+    assert h.to_json() == g.to_json()
+    p = solve(g, "sync", time_limit=10)
+    p.save(tmp_path / "p.json")
+    q = Plan.load(tmp_path / "p.json")
+    assert q.to_json() == p.to_json()
+    assert q.check(h).seconds == pytest.approx(p.predicted_seconds)
+
+
+def _doc() -> dict:
+    return small().to_json()
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.update(format="other"), "not a tiermem graph"),
+        (lambda d: d["devices"].pop(), "at least two devices"),
+        (lambda d: d["devices"][0].update(capacity=None), "only the last"),
+        (lambda d: d["copy_gbps"][0].__setitem__(1, 0), "positive bandwidth"),
+        (lambda d: d["kernels"][0].pop("seconds"), "no profile"),
+        (lambda d: d["kernels"][1].update(seconds=float("nan")), "no profile"),
+        (lambda d: d["kernels"][0]["operands"].reverse() or d["kernels"].reverse(), "before any kernel makes it"),
+        (lambda d: d["kernels"][0]["operands"][0].update(tensor=9), "does not exist"),
+        (lambda d: d["kernels"][0]["operands"][0].update(use="borrow"), "is not one of"),
+        (lambda d: d["kernels"][0]["operands"][0].update(seconds=[0.0]), "one per device"),
+        (lambda d: d["tensors"][1].update(bytes=0), "positive integer"),
+        (lambda d: d["tensors"][1].update(key="w"), "appears twice"),
+        (lambda d: d["tensors"][0].update(free_after=2), "never freed"),
+        (lambda d: d["tensors"][1].update(free_after=99), "free_after"),
+        (lambda d: d.update(kernels="x"), "malformed"),
+        (lambda d: d["kernels"][2]["operands"].append({"tensor": 9}), "malformed"),
+    ],
+)
+def test_bad_graphs_are_refused_by_name(edit, message: str, tmp_path: Path) -> None:
+    d = _doc()
+    edit(d)
+    with pytest.raises(GraphError, match=message):
+        Graph.from_json(d)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    assert main(["plan", "--graph", str(path), "--time-limit", "0", "--save-plan", str(tmp_path / "p.json")]) == 2
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_budget_below_a_kernels_working_set_is_a_stated_fallback() -> None:
+    g = small(cap=3 * MiB)
+    p = solve(g, "sync", time_limit=10, target_gap=0.0)
+    note = "kernel 2 (bwd) works on 4.0 MiB (3 tensors) but fast holds 3.0 MiB; it and 0 other kernels run with some operands"
+    assert note in p.notes[0]
+    assert p.predicted_seconds == pytest.approx(brute(g, "sync"))
+    assert small().budget_note() is None
+
+
+def test_files_that_are_not_graphs_or_plans(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(GraphError, match="not JSON"):
+        Graph.load(tmp_path / "x.json")
+    with pytest.raises(GraphError, match="cannot read graph"):
+        Graph.load(tmp_path / "missing.json")
+    with pytest.raises(GraphError, match="not a tiermem plan"):
+        Plan.from_json({"format": "x"})
+    p = solve(small(), "static", time_limit=0)
+    other = autotm_graph(32)
+    with pytest.raises(GraphError, match="does not match"):
+        p.check(other)
+
+
+def test_bad_solver_arguments() -> None:
+    with pytest.raises(ValueError, match="formulation 'async'"):
+        solve(small(), "async")
+    with pytest.raises(ValueError, match="time limit"):
+        solve(small(), "sync", time_limit=-1)
+
+
+def test_plan_command_on_a_saved_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g = autotm_graph(32)
+    g.save(tmp_path / "g.json")
+    out = tmp_path / "p.json"
+    rc = main(
+        [
+            "plan",
+            "--graph",
+            str(tmp_path / "g.json"),
+            "--time-limit",
+            "5",
+            "--save-plan",
+            str(out),
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "sync plan, gap" in text and "all slow" in text
+    p = Plan.load(out)
+    assert p.check(g).seconds == pytest.approx(p.predicted_seconds)
+    assert main(["plan", "--graph", str(tmp_path / "g.json"), "--model", "resnet"]) == 2
+    assert main(["plan", "--graph", str(tmp_path / "g.json"), "--run"]) == 2

@@ -1,0 +1,126 @@
+"""Plans on real training steps: a recorded graph, the planned variant's losses equal plain
+PyTorch's exactly, the executor's moves, a model whose ops change, bad arguments."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("highspy")
+
+from tiermem.bench.models import Workload  # noqa: E402
+from tiermem.bench.plan import capture, run_planned  # noqa: E402
+from tiermem.bench.tensors import _reference  # noqa: E402
+from tiermem.exceptions import InvalidArgumentError  # noqa: E402
+from tiermem.plan import GraphError, solve  # noqa: E402
+from tiermem.torch.tensors import Tiering  # noqa: E402
+from tiermem.torch.tensors.planned import PlanMismatchWarning, Recorder  # noqa: E402
+from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
+
+SLOW = "emulated:optane-pmem"
+
+
+def cnn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16 * 32 * 32, 10),
+    )
+
+
+W = Workload("cnn", cnn, 64, (3, 32, 32), 10)
+
+
+@pytest.fixture(scope="module")
+def captured():
+    g, facts = capture(W, "4:1", SLOW)
+    return g, facts
+
+
+def test_a_recorded_step_is_a_valid_graph(captured) -> None:
+    g, facts = captured
+    kinds = {t.kind for t in g.tensors}
+    assert {"parameter", "state", "input", "activation"} <= kinds
+    assert g.kernels[0].name == "_local_scalar_dense.default"  # the previous step's loss.item()
+    assert any(k.name == "input" for k in g.kernels)
+    assert g.devices[0].capacity == facts["budget_bytes"]
+    # Every slow placement costs at least as much as a fast one, and the profile is a split
+    # of a measured difference, so some operand somewhere costs more when slow.
+    assert all(o.seconds[0] == 0.0 and o.seconds[1] >= 0 for k in g.kernels for o in k.operands)
+    assert sum(o.seconds[1] for k in g.kernels for o in k.operands) > 0
+    assert g.footprint() <= facts["footprint_bytes"] * 1.5
+    assert facts["budget_bytes"] < facts["footprint_bytes"] / 3
+
+
+@pytest.mark.parametrize("formulation", ["static", "sync"])
+def test_planned_training_gives_pytorchs_losses_exactly(captured, formulation: str) -> None:
+    g, facts = captured
+    p = solve(g, formulation, time_limit=20)
+    assert p.check(g).overflow is None
+    r = run_planned(W, g, p, facts, SLOW, iters=3)
+    ref = _reference(W, 5, 0)
+    assert r["losses"] == ref["losses"]
+    counts = r["tiering"]["plan"]
+    assert counts["unplanned_kernels"] == 0
+    assert counts["first_iteration_kernels"] > 0
+    if formulation == "sync" and p.check(g).prefetched_bytes:
+        assert counts["prefetches"] > 0
+    assert len(r["kernel_measured"]) == len(g.kernels)
+    assert r["fast_bytes_peak"] <= facts["budget_bytes"]
+
+
+def test_a_model_whose_ops_change_is_warned_about_and_still_trains(captured) -> None:
+    g, facts = captured
+    p = solve(g, "sync", time_limit=5)
+    t = Tiering({"dram": facts["budget_bytes"], SLOW: facts["slow_bytes"]}, "planned", plan=p, graph=g)
+    torch.manual_seed(0)
+    model = t.module(cnn())
+    opt = t.optimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    torch.manual_seed(0)
+    ref_model = cnn()
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.01, momentum=0.9)
+    losses, ref_losses = [], []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for i in range(3):
+            x, y = W.inputs(i)
+            if i == 2:  # a different batch size: other shapes, so other ops (and sizes)
+                x, y = x[:8], y[:8]
+            for m, o, out in ((model, opt, losses), (ref_model, ref_opt, ref_losses)):
+                loss = W.loss(m(x), y)
+                loss.backward()
+                o.step()
+                o.zero_grad()
+                out.append(float(loss.item()))
+    assert losses == pytest.approx(ref_losses, abs=1e-6)
+    t.manager.check()
+    mismatches = [w for w in seen if issubclass(w.category, PlanMismatchWarning)]
+    assert len(mismatches) == 1  # once, in the third iteration; the others follow the plan
+    assert "bytes where the plan has" in str(mismatches[0].message)
+    assert t.stats()["plan"]["unplanned_kernels"] > 0
+    t.close()
+
+
+def test_plans_and_recordings_are_checked(captured) -> None:
+    g, facts = captured
+    p = solve(g, "static", time_limit=0)
+    with pytest.raises(InvalidArgumentError, match="needs plan= and graph="):
+        Tiering({"dram": "8 MiB", SLOW: "64 MiB"}, "planned")
+    with pytest.raises(InvalidArgumentError, match="for the planned variant"):
+        Tiering({"dram": "8 MiB", SLOW: "64 MiB"}, "LM", plan=p, graph=g)
+    empty = Recorder()
+    with pytest.raises(GraphError, match="saw no kernels"):
+        graph_from_recordings("x", empty, empty, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
+    a, b = Recorder(), Recorder()
+    a.kernels = [("k", 1.0, [])]
+    with pytest.raises(GraphError, match="ran 1 kernels in one run and 0"):
+        graph_from_recordings("x", a, b, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
+    b.mismatch = "kernel 3 was x in one iteration and not in another"
+    with pytest.raises(GraphError, match="not the same every iteration"):
+        graph_from_recordings("x", a, b, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
