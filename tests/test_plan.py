@@ -108,6 +108,18 @@ def test_generated_graphs_plan_fast_and_beat_the_greedy_plan() -> None:
     assert g.base_seconds() <= p.predicted_seconds <= first.predicted_seconds < g.all_on_seconds(g.home)
 
 
+def test_the_warm_start_costs_what_the_greedy_plan_costs() -> None:
+    from tiermem.plan.solve import _Vars
+
+    g = autotm_graph(122, 8.0)
+    for form in ("static", "sync"):
+        at, held = greedy(g, form)
+        v = _Vars(g, form)
+        x = v.values(at, held)
+        assert v.const + float(sum(c * xi for c, xi in zip(v.m.cost, x))) == pytest.approx(evaluate(g, at, held).seconds)
+        assert v.plan_of(x) == (at, held) or form == "static"
+
+
 def test_graph_and_plan_json_round_trip(tmp_path: Path) -> None:
     g = small()
     g.save(tmp_path / "g.json")

@@ -86,6 +86,7 @@ class Manager:
         place_code: int | list[int],
         outputs_first: bool,
     ) -> tuple[list[int], list[int], list[int]]: ...
+    def plan_moves(self, prefetch: list[int], evict: list[int]) -> int: ...
     def op_close(
         self,
         tickets: list[int],

@@ -27,18 +27,20 @@ from ..report.table import print_table
 from ..torch.tensors.planned import Recorder
 from ..torch.tensors.profile import graph_from_recordings
 from .models import Workload, build
-from .tensors import _MIB2, _reference, _run_variant, parse_ratio
+from .tensors import _MIB2, _run_variant, all_fast, parse_ratio
 
 __all__ = ["capture", "run_planned", "scaling", "run", "run_cli", "run_plan_cli", "SCALING_SIZES", "COMPARED"]
 
 SCALING_SIZES = (32, 122, 242, 500, 1000, 2000)
 QUICK_SCALING = (32, 122, 500)
-#: The variants ``bench plan`` runs beside ``planned``.
-COMPARED = ("all-fast", "first-touch", "2lm-model", "LM", "async")
+#: The variants ``bench plan`` runs beside ``planned`` (``all-fast`` is always run).
+COMPARED = ("first-touch", "2lm-model", "LM", "async")
 QUICK_BATCH = {"resnet": 8, "densenet": 8, "vgg": 8, "gpt": 2}
 SEED = 0
 #: Iterations a capture records per run (each kernel keeps its best time).
 RECORDED = 3
+#: Plans tried, each below the last, until one runs without fast allocations falling out.
+FIT_TRIES = 4
 
 
 def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", seed: int = SEED) -> tuple[Graph, dict[str, Any]]:
@@ -47,11 +49,11 @@ def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", se
     two runs' facts (footprint, budget, step times)."""
     a, b = parse_ratio(ratio)
     n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
-    room = max(2 << 30, 8 * n_params)
     # Recorded from the third iteration on (the first makes the optimizer's state, the
     # second still warms the allocator and caches), each kernel's best of RECORDED.
-    fast_rec, slow_rec = Recorder(2, RECORDED), Recorder(2, RECORDED)
-    big = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, 2, RECORDED, seed, recorder=fast_rec)
+    slow_rec = Recorder(2, RECORDED)
+    _, big = all_fast(w, max(1 << 30, 8 * n_params), slow_spec, 2, RECORDED, seed, lambda: Recorder(2, RECORDED))
+    fast_rec = big["recorder"]
     footprint = big["fast_bytes_peak"]
     slow_cap = int(footprint * 1.4) + (256 << 20)
     small = _run_variant(w, "all-slow", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec)
@@ -99,6 +101,67 @@ def _use_index(g: Graph, t: int, k: int) -> int:
     return next(j for j, (kk, _) in enumerate(g.uses[t]) if kk == k)
 
 
+def fit(
+    w: Workload,
+    g: Graph,
+    facts: dict[str, Any],
+    slow_spec: str,
+    formulation: str = "sync",
+    time_limit: float = 60.0,
+    target_gap: float = 0.01,
+    on_try: Any = None,
+) -> tuple[Graph, Plan, list[dict[str, Any]]]:
+    """A plan that runs without its fast allocations falling to the slow device: plan at
+    the budget, run one planned iteration, and while some planned allocation did not fit
+    (fragmentation of the fast heap, or a tensor outliving its recorded life), plan again
+    below the budget by what fell out (at least 5 %), up to :data:`FIT_TRIES` times (the
+    thesis's iterative limit reduction, checked by running instead of by simulating the
+    heap). Returns the graph at the limit the plan was made for, the plan, and each try's
+    figures; the plan runs at the real budget."""
+    budget = facts["budget_bytes"]
+    tries: list[dict[str, Any]] = []
+    clean: tuple[int, Graph, Plan] | None = None  # the highest limit that ran clean
+    failed = budget + 1  # the lowest limit that did not
+    last: tuple[Graph, Plan] | None = None
+    cap = budget
+    for _ in range(FIT_TRIES):
+        gc_ = g.with_capacity(cap)
+        p = solve(gc_, formulation, time_limit=time_limit, target_gap=target_gap)
+        r = _run_variant(w, "planned", budget, facts["slow_bytes"], slow_spec, 1, 1, SEED, plan=p, graph=gc_)
+        counts = r["tiering"]["plan"]
+        fell = int(counts.get("fallback_bytes", 0))
+        ok = fell == 0 and counts.get("prefetch_missed", 0) == 0
+        tries.append(
+            {
+                "capacity_bytes": cap,
+                "predicted_seconds_per_iter": p.predicted_seconds,
+                "seconds_per_iter": r["seconds_per_iter"],
+                "fallback_bytes": fell,
+                "alloc_fallbacks": counts.get("alloc_fallbacks", 0),
+                "prefetch_missed": counts.get("prefetch_missed", 0),
+            }
+        )
+        if on_try:
+            on_try(tries[-1])
+        p.notes.append(f"planned for {format_bytes(cap)} of the {format_bytes(budget)} budget: {format_bytes(fell)} fell to slow")
+        last = (gc_, p)
+        if ok:
+            clean = (cap, gc_, p)
+            if failed > budget:
+                break
+        else:
+            failed = cap
+        # Down by 15 % until a limit runs clean, then halfway back towards the last failure.
+        cap = int(cap * 0.85) if clean is None else (clean[0] + failed) // 2
+        if clean is not None and failed - clean[0] < budget // 50:
+            break
+    if clean is not None:
+        return clean[1], clean[2], tries
+    assert last is not None
+    last[1].notes.append(f"planned allocations still fell out of the fast heap after {FIT_TRIES} limit reductions")
+    return last[0], last[1], tries
+
+
 def scaling(
     sizes: tuple[int, ...], time_limit: float, ratio: float = 8.0, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
@@ -137,63 +200,94 @@ def run(
     *,
     quick: bool = False,
     iters: int | None = None,
+    rounds: int | None = None,
     time_limit: float = 60.0,
     slow_spec: str = "emulated:optane-pmem",
     sizes: tuple[int, ...] | None = None,
     progress: bool | None = None,
 ) -> dict[str, Any]:
-    iters = iters or (1 if quick else 3)
-    sizes = sizes or (QUICK_SCALING if quick else SCALING_SIZES)
+    """Record and plan each workload at each ratio, then train every variant of
+    :data:`COMPARED` and ``planned`` in the same rounds (``tiermem bench tensors``'s
+    machinery: losses against plain PyTorch, best iteration over rounds); then the solver
+    scaling runs. Returns the JSON-able results."""
+    from .tensors import run as run_variants
+
     for ratio in ratios:
         parse_ratio(ratio)
+    rounds = rounds or (1 if quick else 3)
+    iters = iters or (1 if quick else 2)
+    sizes = sizes or (QUICK_SCALING if quick else SCALING_SIZES)
     out: dict[str, Any] = {
         "slow_device": slow_spec,
         "emulated": slow_spec.startswith("emulated"),
         "quick": quick,
+        "rounds": rounds,
+        "iters": iters,
         "models": [],
+        "plans": [],
         "scaling": [],
     }
-    steps = len(models) * len(ratios) * (2 + len(COMPARED)) + 2 * len(sizes)
+    # Per model: a plan per ratio, plain PyTorch, all-fast, then every round runs each
+    # variant at each ratio (and all-fast again); then two formulations per graph size.
+    per_model = len(ratios) + 2 + rounds * len(ratios) * (len(COMPARED) + 1) + rounds - 1
+    steps = len(models) * per_model + 2 * len(sizes)
     with MachineLoad() as load, Progress(steps, "bench plan", progress) as bar:
         for name in models:
             w = build(name, QUICK_BATCH[name] if quick else None)
-            ref = _reference(w, 1 + max(2, iters), SEED)
+            plans = {}
             for ratio in ratios:
                 g, facts = capture(w, ratio, slow_spec)
-                bar.step(f"{name} {ratio}: graph of {len(g.kernels)} kernels")
-                p = solve(g, "sync", time_limit=time_limit)
-                r = run_planned(w, g, p, facts, slow_spec, iters)
-                bar.step(f"{name} {ratio}: planned")
-                rows = [
-                    _row(name, ratio, "planned", r, ref, p.predicted_seconds) | {"gap": p.gap, "solve_seconds": p.solve_seconds}
-                ]
-                for v in COMPARED:
-                    fast = (2 << 30) if v == "all-fast" else facts["budget_bytes"]
-                    try:
-                        got = _run_variant(w, v, fast, facts["slow_bytes"], slow_spec, 1, max(2, iters), SEED)
-                        rows.append(_row(name, ratio, v, got, ref, None))
-                    except Exception as e:  # reported in its row; the others go on
-                        rows.append({"model": name, "ratio": ratio, "variant": v, "error": f"{type(e).__name__}: {e}"})
-                    bar.step(f"{name} {ratio}: {v}")
-                    gc.collect()
-                out["models"] += rows
+                g, p, tries = fit(w, g, facts, slow_spec, time_limit=time_limit)
+                plans[(name, ratio)] = (g, p)
+                out["plans"].append(
+                    {
+                        "model": name,
+                        "ratio": ratio,
+                        "kernels": len(g.kernels),
+                        "tensors": len(g.tensors),
+                        "predicted_seconds_per_iter": p.predicted_seconds,
+                        "predicted_all_fast": g.base_seconds(),
+                        "predicted_all_slow": g.all_on_seconds(g.home),
+                        "gap": p.gap,
+                        "solve_seconds": p.solve_seconds,
+                        "source": p.source,
+                        "notes": p.notes,
+                        "fit_tries": tries,
+                    }
+                    | facts
+                )
+                bar.step(f"{name} {ratio}: planned {len(g.kernels)} kernels")
+            res = run_variants(
+                [name],
+                ratios,
+                iters=iters,
+                rounds=rounds,
+                slow_spec=slow_spec,
+                variants=list(COMPARED),
+                batch=QUICK_BATCH[name] if quick else None,
+                progress=bar,
+                plans=plans,
+            )
+            predicted = {(q["model"], q["ratio"]): q["predicted_seconds_per_iter"] for q in out["plans"]}
+            for r in res["runs"]:
+                out["models"].append(
+                    {
+                        "model": name,
+                        "ratio": r["ratio"],
+                        "variant": r["policy"],
+                        "seconds_per_iter": r.get("seconds_per_iter"),
+                        "vs_all_fast": r.get("vs_all_fast"),
+                        "predicted_seconds_per_iter": predicted.get((name, r["ratio"])) if r["policy"] == "planned" else None,
+                        "max_loss_diff": r.get("max_loss_diff"),
+                        "tiering": r.get("tiering"),
+                    }
+                    | ({"error": r["error"]} if "error" in r else {})
+                )
+            gc.collect()
         out["scaling"] = scaling(sizes, time_limit, progress=bar)
     out["load"] = load.summary()
     out["load_line"] = load.line()
     return out
-
-
-def _row(name: str, ratio: str, variant: str, r: dict[str, Any], ref: dict[str, Any], predicted: float | None) -> dict[str, Any]:
-    diff = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
-    return {
-        "model": name,
-        "ratio": ratio,
-        "variant": variant,
-        "seconds_per_iter": r["seconds_per_iter"],
-        "predicted_seconds_per_iter": predicted,
-        "max_loss_diff": diff,
-        "tiering": r.get("tiering"),
-    }
 
 
 def _print_models(rows: list[dict[str, Any]]) -> None:
@@ -243,7 +337,9 @@ def run_cli(args: Any) -> int:
     """``tiermem bench plan``."""
     models = args.model or ["resnet", "densenet", "vgg", "gpt"]
     ratios = args.ratio or ["4:1", "8:1"]
-    res = run(models, ratios, quick=args.quick, iters=args.iters, time_limit=args.time_limit, slow_spec=args.slow)
+    res = run(
+        models, ratios, quick=args.quick, iters=args.iters, rounds=args.rounds, time_limit=args.time_limit, slow_spec=args.slow
+    )
     _print_models(res["models"])
     _print_scaling(res["scaling"])
     print(res["load_line"])
@@ -279,6 +375,18 @@ def run_plan_cli(args: Any) -> int:
             bar.advance_to(int(secs), f"plan {inc * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms")
 
         p = solve(g, args.formulation, time_limit=args.time_limit, target_gap=args.gap, on_progress=on)
+    if args.run and w is not None:
+        # Run-checked limit reduction: plan again below the budget while planned fast
+        # allocations fall out of the fast heap.
+
+        def tried(t: dict[str, Any]) -> None:
+            print(
+                f"fit: limit {format_bytes(t['capacity_bytes'])}: {t['seconds_per_iter'] * 1e3:.1f} ms measured, "
+                f"{t['predicted_seconds_per_iter'] * 1e3:.1f} predicted, {format_bytes(t['fallback_bytes'])} fell to slow"
+            )
+
+        g, p, tries = fit(w, g, facts, args.slow, args.formulation, args.time_limit, args.gap, tried)
+        facts["fit_tries"] = tries
     c = evaluate(g, p.at_use, p.held)
     print_table(
         ["", "ms per step"],

@@ -28,7 +28,7 @@ from ..report.output import write_json
 from ..torch.tensors import VARIANTS, Tiering
 from .models import WORKLOADS, Workload, build
 
-__all__ = ["run", "run_cli", "parse_ratio", "RATIOS", "TIERED"]
+__all__ = ["run", "run_cli", "parse_ratio", "all_fast", "RATIOS", "TIERED"]
 
 RATIOS = ("1:1", "4:1", "8:1")
 #: Variants run at every ratio (``all-fast`` and ``all-slow`` do not depend on it).
@@ -127,6 +127,26 @@ def _run_variant(
         gc.collect()
 
 
+def all_fast(
+    w: Workload, room: int, slow_spec: str, warmup: int, iters: int, seed: int, make_recorder: Any = None
+) -> tuple[int, dict[str, Any]]:
+    """The ``all-fast`` run, which measures the footprint: its fast device starts at
+    ``room`` bytes and doubles (up to 16 GiB) until one training run fits. Returns the
+    room that fitted and the run (with ``make_recorder``: a fresh recorder per attempt, the
+    last in the run's ``recorder``)."""
+    while True:
+        rec = make_recorder() if make_recorder else None
+        try:
+            r = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, warmup, iters, seed, recorder=rec)
+            r["recorder"] = rec
+            return room, r
+        except DeviceFullError:
+            if room >= 16 << 30:
+                raise
+            room *= 2
+            gc.collect()
+
+
 def run(
     models: list[str],
     ratios: list[str],
@@ -141,8 +161,11 @@ def run(
     rounds: int | None = None,
     progress: Any = None,
     stat: str = "best",
+    plans: dict[tuple[str, str], tuple[Any, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark; returns the JSON-able results (see the module docs)."""
+    """Run the benchmark; returns the JSON-able results (see the module docs). ``plans``:
+    ``(model, ratio) -> (graph, plan)`` adds the ``planned`` variant there, at the ratio's
+    budget like the others, in the same rounds."""
     if stat not in ("best", "median"):
         raise InvalidArgumentError(f"stat {stat!r}: 'best' or 'median'")
     pick = min if stat == "best" else statistics.median
@@ -176,17 +199,7 @@ def run(
         if progress:
             progress.step(f"{name} pytorch")
         n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
-        # all-fast measures the footprint: its fast device starts at 1 GiB and doubles
-        # until one training run fits.
-        room = max((1 if quick else 4) << 30, 8 * n_params)
-        while True:
-            try:
-                big = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, warmup, iters, seed)
-                break
-            except DeviceFullError:
-                if room >= 16 << 30:
-                    raise
-                room *= 2
+        room, big = all_fast(w, max((1 if quick else 4) << 30, 8 * n_params), slow_spec, warmup, iters, seed)
         footprint = big["fast_bytes_peak"]
         big["seconds_per_iter"] = pick(big["timed"])
         slow_cap = int(footprint * 1.4) + (256 << 20)
@@ -206,6 +219,8 @@ def run(
         for ratio_name, (a, b) in parsed:
             budget = max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
             plan += [(v, ratio_name, budget, slow_cap) for v in TIERED if v in chosen]
+            if plans and (name, ratio_name) in plans:
+                plan.append(("planned", ratio_name, budget, slow_cap))
         measured: dict[tuple[str, str | None], dict[str, Any]] = {("all-fast", None): big}
         # Rounds run every variant in turn, so a slow spell of the machine hits all of them;
         # each keeps its best iteration over all rounds.
@@ -213,8 +228,11 @@ def run(
             for v, rname, fast, slow in plan:
                 if rnd == 0 and v == "all-fast":
                     continue
+                kw = {}
+                if v == "planned" and plans and rname is not None:
+                    kw = dict(zip(("graph", "plan"), plans[(name, rname)]))
                 try:
-                    r = _run_variant(w, v, fast, slow, slow_spec, warmup, iters, seed)
+                    r = _run_variant(w, v, fast, slow, slow_spec, warmup, iters, seed, **kw)
                 except TiermemError as e:  # reported in its row; the other runs go on
                     r = {"error": f"{type(e).__name__}: {e}"}
                 old = measured.get((v, rname))

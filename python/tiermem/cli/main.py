@@ -98,7 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(bp)
     bp.add_argument("--model", action="append", help="workload (repeatable; default resnet densenet vgg gpt)")
     bp.add_argument("--ratio", action="append", metavar="SLOW:FAST", help="slow:fast ratio (repeatable; default 4:1 8:1)")
-    bp.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 3, 1 with --quick)")
+    bp.add_argument("--iters", type=integer(1, 10**6), help="timed iterations per run (default 2, 1 with --quick)")
+    bp.add_argument(
+        "--rounds",
+        type=integer(1, 1000),
+        help="times every run is repeated, all in turn; the best counts (default 3, 1 with --quick)",
+    )
     bp.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per plan (default 60)")
     bp.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
     pl = sub.add_parser("plan", help="plan where every tensor of a training step lives and when it moves (AutoTM, HiGHS)")

@@ -221,6 +221,12 @@ class Graph:
                     f"(kernel {us[-1][0]}) and the last kernel ({len(self.kernels) - 1})"
                 )
 
+    def with_capacity(self, capacity: int) -> Graph:
+        """The same graph with the fastest device's capacity set to ``capacity`` bytes (the
+        iterative limit reduction plans below the real budget this way)."""
+        devs = [Device(self.devices[0].name, int(capacity)), *self.devices[1:]]
+        return Graph(self.name, devs, self.copy_gbps, self.tensors, self.kernels, self.overhead_seconds)
+
     def budget_note(self) -> str | None:
         """When the fast device is smaller than some kernel's working set (its operands
         together), say so, naming the largest such kernel and the numbers: no plan can hold

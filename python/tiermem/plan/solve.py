@@ -291,12 +291,10 @@ class _Vars:
                         m.put(self.h[t][gi][d], r, 1.0)
 
     def values(self, at: list[list[int]], held: list[list[bool]]) -> np.ndarray:
-        """Column values of a plan (the warm start); the continuous move columns are set to
-        their least feasible values by HiGHS's own completion, here to 1 (always feasible)."""
+        """Column values of a plan (the warm start): its binaries, and each move column at
+        the least value its rows allow (every row holding one has it with coefficient 1 and
+        a lower bound of 0), so the start's objective is the plan's cost."""
         x = np.zeros(len(self.m.cost))
-        for c, integer in enumerate(self.m.integer):
-            if not integer:
-                x[c] = 1.0
         g = self.g
         for t in range(len(g.tensors)):
             for j, d in enumerate(at[t]):
@@ -306,6 +304,13 @@ class _Vars:
                 d = at[t][jb]
                 if held[t][gi] and d < g.home and (ja is None or at[t][ja] == d):
                     x[self.h[t][gi][d]] = 1.0
+        activity = np.zeros(len(self.m.row_lo))
+        for c, (rows, vals) in enumerate(self.m.entries):
+            if self.m.integer[c] and x[c]:
+                np.add.at(activity, rows, np.asarray(vals) * x[c])
+        for c, (rows, _) in enumerate(self.m.entries):
+            if not self.m.integer[c]:
+                x[c] = max(0.0, float(np.max(-activity[rows]))) if rows else 0.0
         return x
 
     def plan_of(self, x: np.ndarray) -> tuple[list[list[int]], list[list[bool]]]:
@@ -394,7 +399,7 @@ def solve(
     at2, held2 = v.plan_of(np.asarray(solved.col_value))
     c2 = evaluate(g, at2, held2)
     bound = float(info.mip_dual_bound)
-    if c2.overflow or c2.seconds > cost.seconds:
+    if c2.overflow or c2.seconds > cost.seconds * (1 + 1e-9):
         plan.source = "greedy (fallback: HiGHS's plan was no better)"
         c2 = cost
     else:

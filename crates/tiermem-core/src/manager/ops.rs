@@ -82,6 +82,29 @@ impl Manager {
         })
     }
 
+    /// A plan's moves around one kernel, under one lock: each object of `evict` leaves fast
+    /// memory (a no-op for one already slower; an error for a pinned one), then each of
+    /// `prefetch` is offered to the policy's prefetch (the `planned` policy copies it into
+    /// fast memory if it fits, evicting nothing). Returns how many of `prefetch` are not in
+    /// fast memory afterwards.
+    pub fn plan_moves(&self, prefetch: &[ObjectId], evict: &[ObjectId]) -> Result<usize> {
+        self.with(|m, p| {
+            for &id in evict {
+                m.ensure_unpinned(id, "evict")?;
+                p.evict(m, id)?;
+            }
+            let mut missed = 0;
+            for &id in prefetch {
+                m.object(id)?;
+                p.prefetch(m, id, false)?;
+                if m.device_of(m.primary(id)?)? != 0 {
+                    missed += 1;
+                }
+            }
+            Ok(missed)
+        })
+    }
+
     fn make_outputs(
         i: &mut super::Inner,
         outputs: &[u64],

@@ -132,7 +132,7 @@ pub fn builtin(name: &str) -> Result<Box<dyn Policy>> {
         "all_fast" => Box::new(AllFast),
         "all_slow" => Box::new(AllSlow),
         "first_touch" => Box::new(FirstTouch),
-        "planned" => Box::new(Planned),
+        "planned" => Box::new(Planned::default()),
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "unknown policy '{name}' (built-ins: {}, and 2lm_model:LINE)",

@@ -167,6 +167,12 @@ impl PyManager {
         })
     }
 
+    /// A plan's moves around one kernel in one call: evict `evict`, then prefetch
+    /// `prefetch`; returns how many prefetched objects are not in fast memory after.
+    fn plan_moves(&self, py: Python<'_>, prefetch: Vec<u64>, evict: Vec<u64>) -> PyResult<usize> {
+        run(py, || self.inner.plan_moves(&prefetch, &evict))
+    }
+
     /// Close the guard with this ticket but keep its object where it is until the ticket is
     /// closed again (a view derived inside the guard outlived it).
     fn hold(&self, py: Python<'_>, ticket: u64) -> PyResult<()> {

@@ -150,7 +150,8 @@ class Executor:
             "evictions": 0,
             "unplanned_kernels": 0,
             "first_iteration_kernels": 0,
-            "moves_skipped": 0,
+            "prefetch_missed": 0,  # prefetches that found no room (fragmentation)
+            "moves_failed": 0,  # move calls refused (an object pinned or freed meanwhile)
             "move_seconds": 0.0,
         }
 
@@ -194,9 +195,9 @@ class Executor:
         if not self.trusted:
             self.counts["unplanned_kernels" if self.names.iteration > 0 else "first_iteration_kernels"] += 1
             return
-        native = self.t._native
         start = time.perf_counter()
         planned = self.before_k[pos]
+        fetch, evict = [], []
         for obj in objs:
             t = self.index.get(self.names.name(obj))
             if t is None or t not in self.use_at[pos]:
@@ -204,40 +205,37 @@ class Executor:
             self.objects[t] = weakref.ref(obj)
             j = self.use_at[pos][t]
             want_fast = self.plan.at_use[t][j] < g.home
+            # A planned prefetch; or a persistent tensor's first use, which finds it wherever
+            # the last iteration (or its creation) left it.
             first_persistent = j == 0 and g.tensors[t].persistent
+            if want_fast and (t in planned or first_persistent):
+                fetch.append(obj.id)
+            elif not want_fast and first_persistent:
+                evict.append(obj.id)
+        self._moves(fetch, evict, start)
+
+    def _moves(self, fetch: list[int], evict: list[int], start: float) -> None:
+        if fetch or evict:
             try:
-                if want_fast and (t in planned or first_persistent) and not native.in_fast(obj.id):
-                    # A planned prefetch; or a persistent tensor's first use, which finds it
-                    # wherever the last iteration (or its creation) left it.
-                    native.prefetch(obj.id, False)
-                    self.counts["prefetches"] += 1
-                    if not native.in_fast(obj.id):
-                        self.counts["moves_skipped"] += 1
-                elif not want_fast and first_persistent and native.in_fast(obj.id):
-                    native.evict(obj.id)
-                    self.counts["evictions"] += 1
+                self.counts["prefetch_missed"] += self.t._native.plan_moves(fetch, evict)
+                self.counts["prefetches"] += len(fetch)
+                self.counts["evictions"] += len(evict)
             except (PinnedError, NoSuchObjectError):
-                self.counts["moves_skipped"] += 1
+                self.counts["moves_failed"] += 1
         self.counts["move_seconds"] += time.perf_counter() - start
 
     def after_kernel(self, pos: int) -> None:
         """Evict what the plan does not hold in fast memory after this kernel."""
         if not self.trusted or pos >= len(self.after):
             return
-        native = self.t._native
         start = time.perf_counter()
+        evict = []
         for t in self.after[pos]:
             ref = self.objects.get(t)
             obj = ref() if ref is not None else None
-            if obj is None:
-                continue
-            try:
-                if native.in_fast(obj.id):
-                    native.evict(obj.id)
-                    self.counts["evictions"] += 1
-            except (PinnedError, NoSuchObjectError):
-                self.counts["moves_skipped"] += 1
-        self.counts["move_seconds"] += time.perf_counter() - start
+            if obj is not None:
+                evict.append(obj.id)
+        self._moves([], evict, start)
 
     def made(self, pos: int, k: int, obj: TensorObject) -> None:
         t = self.index.get(_Names.made(pos, k))

@@ -379,7 +379,7 @@ class Tiering:
         if self._lookahead is not None:
             s["lookahead"] = self._lookahead.stats()
         if self._executor is not None:
-            s["plan"] = dict(self._executor.counts)
+            s["plan"] = dict(self._executor.counts) | (self.manager.policy_stats() or {})
         return s
 
     # ------------------------------------------------------------------ dispatch
