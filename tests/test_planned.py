@@ -124,3 +124,38 @@ def test_plans_and_recordings_are_checked(captured) -> None:
     b.mismatch = "kernel 3 was x in one iteration and not in another"
     with pytest.raises(GraphError, match="not the same every iteration"):
         graph_from_recordings("x", a, b, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
+
+
+def test_fit_keeps_the_highest_limit_that_runs_clean(captured) -> None:
+    from tiermem.bench.plan import fit
+
+    g, facts = captured
+    g2, p, tries = fit(W, g, facts, SLOW, time_limit=5)
+    assert tries[0]["capacity_bytes"] == facts["budget_bytes"]
+    clean = [t for t in tries if t["fallback_bytes"] == 0 and t["prefetch_missed"] == 0]
+    if clean:
+        assert g2.devices[0].capacity == max(t["capacity_bytes"] for t in clean)
+    else:
+        assert "still fell out" in p.notes[-1]
+    assert p.check(g2).overflow is None
+    assert all(t["capacity_bytes"] <= facts["budget_bytes"] for t in tries)
+
+
+def test_bench_plan_quick_json(tmp_path, capsys) -> None:
+    import json
+
+    from tiermem.cli.main import main
+
+    out = tmp_path / "plan.json"
+    assert main(["bench", "plan", "--quick", "--model", "resnet", "--ratio", "8:1", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in res["models"]}
+    assert {"planned", "LM", "async", "first-touch", "2lm-model", "all-fast"} <= set(rows)
+    assert rows["planned"]["predicted_seconds_per_iter"] > 0 and rows["planned"]["max_loss_diff"] == 0.0
+    for r in res["models"]:
+        assert r["model"] == "resnet" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
+    assert res["plans"][0]["fit_tries"]
+    for s in res["scaling"]:
+        assert s["kernels"] > 0 and s["solve_seconds"] >= 0 and s["objective"] <= s["all_slow_objective"]
+        assert s["gap"] is not None and s["gap"] <= 0.02
+    assert "solver on generated AutoTM-shaped graphs" in capsys.readouterr().out

@@ -35,6 +35,9 @@ from .plan import Plan, _segments, evaluate, gaps
 __all__ = ["FORMULATIONS", "greedy", "solve"]
 
 FORMULATIONS = ("static", "sync")
+#: HiGHS sees times in microseconds: kernel and move costs in seconds (1e-9 to 1e-1) sit at
+#: its default tolerances (1e-7), which would let it stop at plans a tolerance from optimal.
+OBJECTIVE_SCALE = 1e6
 
 
 # --------------------------------------------------------------------------- greedy
@@ -170,13 +173,14 @@ class _Model:
         self.entries[c][0].extend(rows.tolist())
         self.entries[c][1].extend([v] * len(rows))
 
-    def lp(self) -> Any:
+    def lp(self, scale: float = 1.0) -> Any:
+        """The model for HiGHS, its objective multiplied by ``scale``."""
         import highspy
 
         lp = highspy.HighsLp()
         nc, nr = len(self.cost), len(self.row_lo)
         lp.num_col_, lp.num_row_ = nc, nr
-        lp.col_cost_ = np.asarray(self.cost)
+        lp.col_cost_ = np.asarray(self.cost) * scale
         lp.col_lower_ = np.asarray(self.lo)
         lp.col_upper_ = np.asarray(self.hi)
         lp.row_lower_ = np.asarray(self.row_lo)
@@ -374,8 +378,8 @@ def solve(
     h.setOptionValue("mip_rel_gap", float(target_gap))
     if threads:
         h.setOptionValue("threads", int(threads))
-    h.passModel(v.m.lp())
-    h.changeObjectiveOffset(v.const)
+    h.passModel(v.m.lp(OBJECTIVE_SCALE))
+    h.changeObjectiveOffset(v.const * OBJECTIVE_SCALE)
     sol = highspy.HighsSolution()
     sol.col_value = v.values(at, held).tolist()
     sol.value_valid = True
@@ -384,7 +388,11 @@ def solve(
 
         def cb(e: Any) -> None:
             d = e.data_out
-            on_progress(time.perf_counter() - t0, float(d.objective_function_value), float(d.mip_dual_bound))
+            on_progress(
+                time.perf_counter() - t0,
+                float(d.objective_function_value) / OBJECTIVE_SCALE,
+                float(d.mip_dual_bound) / OBJECTIVE_SCALE,
+            )
 
         h.cbMipImprovingSolution.subscribe(cb)
     h.run()
@@ -398,7 +406,7 @@ def solve(
         return plan
     at2, held2 = v.plan_of(np.asarray(solved.col_value))
     c2 = evaluate(g, at2, held2)
-    bound = float(info.mip_dual_bound)
+    bound = float(info.mip_dual_bound) / OBJECTIVE_SCALE
     if c2.overflow or c2.seconds > cost.seconds * (1 + 1e-9):
         plan.source = "greedy (fallback: HiGHS's plan was no better)"
         c2 = cost
