@@ -311,15 +311,19 @@ class Graph:
 
     @classmethod
     def load(cls, path: str | Path) -> Graph:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise GraphError(f"cannot read graph {path}: {e.strerror or e}") from None
-        try:
-            doc = json.loads(text)
-        except ValueError as e:
-            raise GraphError(f"{path}: not JSON ({e})") from None
-        return cls.from_json(doc, str(path))
+        return cls.from_json(read_json(path, "graph"), str(path))
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """A JSON file's contents; :class:`GraphError` when it cannot be read or is not JSON."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise GraphError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise GraphError(f"{path}: not JSON ({e})") from None
 
 
 def _finite(x: Any) -> bool:

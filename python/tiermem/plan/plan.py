@@ -16,13 +16,12 @@ the bytes of tensors used there on it plus those held there across it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._files import write_json_atomic
-from .graph import Graph, GraphError
+from .graph import Graph, GraphError, read_json
 
 __all__ = ["Plan", "PLAN_FORMAT", "Cost", "gaps", "evaluate", "moves"]
 
@@ -239,10 +238,4 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        try:
-            doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise GraphError(f"cannot read plan {path}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise GraphError(f"{path}: not JSON ({e})") from None
-        return cls.from_json(doc, str(path))
+        return cls.from_json(read_json(path, "plan"), str(path))
