@@ -8,14 +8,16 @@ and one run, to the next: ``"POS.K"`` for the *K*-th tensor the kernel at *POS* 
 (parameters, optimizer state), counted in order of first use.
 
 * :class:`Recorder` turns one iteration into the kernels, tensors and per-kernel times of a
-  :class:`~tiermem.plan.Graph` (see :func:`tiermem.torch.tensors.profile.capture`).
+  :class:`~tiermem.plan.Graph` (see :func:`tiermem.torch.tensors.profile.graph_from_recordings` and
+  :func:`tiermem.bench.plan.capture`).
 * :class:`Executor` follows a :class:`~tiermem.plan.Plan`: each new tensor is made on the
-  device the plan puts it on at its first use; before each kernel every operand is brought
-  where the plan has it at that use (a prefetch into fast memory, or an eviction home), and
-  after it the tensors whose gap the plan does not hold are evicted. The first iteration is
-  not the planned step (it makes the optimizer's state) and runs unplanned. A kernel the plan
-  does not know (the model's ops changed) is warned about, run with its new tensors on the
-  home device and counted; the plan is not trusted again until the next iteration.
+  device the plan puts it on at its first use; before each kernel the plan's prefetches run
+  (and a persistent tensor's first use finds it where the plan wants it), after it the
+  tensors whose gap the plan does not hold are evicted: one call into the core per kernel
+  that moves anything. The first iteration is not the planned step (it makes the
+  optimizer's state) and runs unplanned. A kernel or tensor size the plan does not have (the
+  model's ops changed) is warned about, and the rest of that iteration runs unplanned with
+  its new tensors at home; the plan is trusted again from the next iteration.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ class Tiering:
         }
         self.fallbacks: dict[str, int] = {}
         self._lookahead = Lookahead(self, v.lookahead) if v.lookahead else None
-        #: Watches one iteration to make a graph (see :func:`tiermem.torch.tensors.profile.capture`).
+        #: Watches iterations to make a graph (see :func:`tiermem.bench.plan.capture`).
         self.recorder: Recorder | None = None
         self._executor: Executor | None = None
         if v.policy == "planned":
