@@ -27,7 +27,7 @@ from ..report.table import print_table
 from ..torch.tensors.planned import Recorder
 from ..torch.tensors.profile import graph_from_recordings
 from .models import Workload, build
-from .tensors import _MIB2, _run_variant, all_fast, parse_ratio
+from .tensors import QUICK_BATCH, _run_variant, all_fast, budget_for, parse_ratio, slow_capacity
 
 __all__ = ["capture", "run_planned", "scaling", "run", "run_cli", "run_plan_cli", "SCALING_SIZES", "COMPARED"]
 
@@ -35,7 +35,6 @@ SCALING_SIZES = (32, 122, 242, 500, 1000, 2000)
 QUICK_SCALING = (32, 122, 500)
 #: The variants ``bench plan`` runs beside ``planned`` (``all-fast`` is always run).
 COMPARED = ("first-touch", "2lm-model", "LM", "async")
-QUICK_BATCH = {"resnet": 8, "densenet": 8, "vgg": 8, "gpt": 2}
 SEED = 0
 #: Iterations a capture records per run (each kernel keeps its best time).
 RECORDED = 3
@@ -47,7 +46,7 @@ def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", se
     """One training step of ``w`` recorded all-fast and all-slow, as a graph whose fast
     device holds ``FAST/(SLOW+FAST)`` of the all-fast run's peak. Returns the graph and the
     two runs' facts (footprint, budget, step times)."""
-    a, b = parse_ratio(ratio)
+    parsed = parse_ratio(ratio)
     n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
     # Recorded from the third iteration on (the first makes the optimizer's state, the
     # second still warms the allocator and caches), each kernel's best of RECORDED.
@@ -55,9 +54,9 @@ def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", se
     _, big = all_fast(w, max(1 << 30, 8 * n_params), slow_spec, 2, RECORDED, seed, lambda: Recorder(2, RECORDED))
     fast_rec = big["recorder"]
     footprint = big["fast_bytes_peak"]
-    slow_cap = int(footprint * 1.4) + (256 << 20)
+    slow_cap = slow_capacity(footprint)
     small = _run_variant(w, "all-slow", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec)
-    budget = max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
+    budget = budget_for(footprint, parsed)
     traits = small["device_traits"]
     c01, c10 = small["copy_gbps"]
     g = graph_from_recordings(
@@ -88,17 +87,15 @@ def run_planned(
     r = _run_variant(
         w, "planned", facts["budget_bytes"], facts["slow_bytes"], slow_spec, 2, max(1, iters), seed, recorder=rec, plan=p, graph=g
     )
-    predicted = []
-    for k, ker in enumerate(g.kernels):
-        predicted.append(ker.seconds + sum(o.seconds[p.at_use[o.tensor][_use_index(g, o.tensor, k)]] for o in ker.operands))
+    use_index = [{k: j for j, (k, _) in enumerate(us)} for us in g.uses]
+    predicted = [
+        ker.seconds + sum(o.seconds[p.at_use[o.tensor][use_index[o.tensor][k]]] for o in ker.operands)
+        for k, ker in enumerate(g.kernels)
+    ]
     measured = [s for _, s, _ in rec.kernels]
     r["kernel_predicted"] = predicted
     r["kernel_measured"] = measured if len(measured) == len(predicted) else []
     return r
-
-
-def _use_index(g: Graph, t: int, k: int) -> int:
-    return next(j for j, (kk, _) in enumerate(g.uses[t]) if kk == k)
 
 
 def fit(

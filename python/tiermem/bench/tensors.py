@@ -28,7 +28,7 @@ from ..report.output import write_json
 from ..torch.tensors import VARIANTS, Tiering
 from .models import WORKLOADS, Workload, build
 
-__all__ = ["run", "run_cli", "parse_ratio", "all_fast", "RATIOS", "TIERED"]
+__all__ = ["run", "run_cli", "parse_ratio", "all_fast", "budget_for", "slow_capacity", "RATIOS", "TIERED", "QUICK_BATCH"]
 
 RATIOS = ("1:1", "4:1", "8:1")
 #: Variants run at every ratio (``all-fast`` and ``all-slow`` do not depend on it).
@@ -36,6 +36,19 @@ TIERED = ("first-touch", "2lm-model", "L", "LM", "LMP", "async")
 QUICK_BATCH = {"resnet": 8, "densenet": 8, "vgg": 8, "gpt": 2}
 LR, MOMENTUM = 0.01, 0.9
 _MIB2 = 2 << 20  # budgets are whole 2 MiB pages, so the fast device's capacity is the budget
+
+
+def budget_for(footprint: int, ratio: tuple[int, int]) -> int:
+    """The fast budget at ``SLOW:FAST``: ``footprint * FAST / (SLOW + FAST)`` in whole 2 MiB
+    pages (thesis §3.6)."""
+    a, b = ratio
+    return max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
+
+
+def slow_capacity(footprint: int) -> int:
+    """The slow device's size for a model of this footprint (room for every tensor and its
+    clean copies)."""
+    return int(footprint * 1.4) + (256 << 20)
 
 
 def parse_ratio(text: str) -> tuple[int, int]:
@@ -202,7 +215,7 @@ def run(
         room, big = all_fast(w, max((1 if quick else 4) << 30, 8 * n_params), slow_spec, warmup, iters, seed)
         footprint = big["fast_bytes_peak"]
         big["seconds_per_iter"] = pick(big["timed"])
-        slow_cap = int(footprint * 1.4) + (256 << 20)
+        slow_cap = slow_capacity(footprint)
         info = {
             "batch": w.batch,
             "footprint_bytes": footprint,
@@ -216,8 +229,8 @@ def run(
         plan: list[tuple[str, str | None, int, int]] = [("all-fast", None, room, 64 << 20)]
         if "all-slow" in chosen:
             plan.append(("all-slow", None, 1 << 20, slow_cap))
-        for ratio_name, (a, b) in parsed:
-            budget = max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
+        for ratio_name, ratio in parsed:
+            budget = budget_for(footprint, ratio)
             plan += [(v, ratio_name, budget, slow_cap) for v in TIERED if v in chosen]
             if plans and (name, ratio_name) in plans:
                 plan.append(("planned", ratio_name, budget, slow_cap))

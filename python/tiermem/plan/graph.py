@@ -132,19 +132,24 @@ class Graph:
         """Peak bytes live at once (every tensor somewhere)."""
         return max(self.live_bytes(), default=0)
 
+    def live_range(self, t: int) -> tuple[int, int]:
+        """The kernels ``[lo, hi)`` tensor ``t`` is live across: the whole step for a
+        persistent tensor, else from the kernel that makes it to its last use or
+        ``free_after``."""
+        us = self.uses[t]
+        ten = self.tensors[t]
+        if ten.persistent:
+            return 0, len(self.kernels)
+        return us[0][0], max(us[-1][0], ten.free_after or 0) + 1
+
     def live_bytes(self) -> list[int]:
         """Bytes live at each kernel."""
         n = len(self.kernels)
         delta = [0] * (n + 1)
-        for t, us in enumerate(self.uses):
-            if not us:
-                continue
-            b = self.tensors[t].bytes
-            lo, hi = (0, n - 1) if self.tensors[t].persistent else (us[0][0], us[-1][0])
-            if self.tensors[t].free_after is not None:
-                hi = max(hi, self.tensors[t].free_after or 0)
-            delta[lo] += b
-            delta[hi + 1] -= b
+        for t in range(len(self.tensors)):
+            lo, hi = self.live_range(t)
+            delta[lo] += self.tensors[t].bytes
+            delta[hi] -= self.tensors[t].bytes
         out, run = [], 0
         for k in range(n):
             run += delta[k]

@@ -62,12 +62,7 @@ class _Usage:
 
 
 def _live_ranges(g: Graph, t: int) -> list[tuple[int, int]]:
-    us = g.uses[t]
-    ten = g.tensors[t]
-    if ten.persistent:
-        return [(0, len(g.kernels))]
-    hi = max(us[-1][0], ten.free_after or 0)
-    return [(us[0][0], hi + 1)]
+    return [g.live_range(t)]
 
 
 def _gain(g: Graph, t: int, d: int) -> list[float]:

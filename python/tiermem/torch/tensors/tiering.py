@@ -498,7 +498,7 @@ class Tiering:
             self._lookahead.before_op(info.name, pos, operands)
         if self._executor is not None:
             self._executor.before(pos, info.name, [op.obj for op in operands.values()])
-        start = time.perf_counter()
+        start = time.perf_counter() if self.recorder is not None else 0.0
         # One crossing opens the op: every operand's guard and every planned output (made
         # first when guards bring inputs into fast memory (P), so outputs take fast memory
         # first; else after, so making room for them cannot evict this op's own inputs).
