@@ -126,19 +126,25 @@ def test_plans_and_recordings_are_checked(captured) -> None:
         graph_from_recordings("x", a, b, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
 
 
-def test_fit_keeps_the_highest_limit_that_runs_clean(captured) -> None:
-    from tiermem.bench.plan import fit
+def test_a_fitted_plan_runs_at_its_offsets(captured) -> None:
+    """The offline heap model is the runtime's: a plan whose offsets fit runs with every
+    planned allocation and prefetch at its offset, nothing falling elsewhere."""
+    from tiermem.plan import fit
 
     g, facts = captured
-    g2, p, tries = fit(W, g, facts, SLOW, time_limit=5)
-    assert tries[0]["capacity_bytes"] == facts["budget_bytes"]
-    clean = [t for t in tries if t["fallback_bytes"] == 0 and t["prefetch_missed"] == 0]
-    if clean:
-        assert g2.devices[0].capacity == max(t["capacity_bytes"] for t in clean)
-    else:
-        assert "still fell out" in p.notes[-1]
-    assert p.check(g2).overflow is None
-    assert all(t["capacity_bytes"] <= facts["budget_bytes"] for t in tries)
+    # A tight budget, so that offsets matter.
+    g = g.with_capacity(facts["budget_bytes"] // 2)
+    p, tries = fit(g, "sync", time_limit=5)
+    assert tries[0]["capacity_bytes"] == g.devices[0].capacity
+    assert p.offsets is not None and p.check(g).overflow is None
+    fitting = [t for t in tries if t["height_bytes"] <= g.devices[0].capacity]
+    assert fitting, tries
+    assert any(o is not None for offs in p.offsets for o in offs)
+    r = run_planned(W, g, p, facts | {"budget_bytes": g.devices[0].capacity}, SLOW, iters=3)
+    counts = r["tiering"]["plan"]
+    assert counts["offset_misses"] == 0 and counts["alloc_fallbacks"] == 0, counts
+    assert counts["prefetch_missed"] == 0 and counts["unplanned_kernels"] == 0, counts
+    assert r["losses"] == _reference(W, 5, 0)["losses"]
 
 
 def test_bench_plan_quick_json(tmp_path, capsys) -> None:

@@ -12,6 +12,7 @@ __all__ = [
     "HOME_KINDS",
     "ISAS",
     "MODES",
+    "MEMORY_ALIGN",
     "Manager",
     "OPTIMIZERS",
     "PLACES",
@@ -55,6 +56,7 @@ PLACES: dict[str, int]
 OPTIMIZERS: list[str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
+MEMORY_ALIGN: int
 PREFETCH: int
 PREFETCH_ADMISSIONS: list[str]
 DTYPES: list[str]
@@ -66,7 +68,7 @@ ISAS: list[str]
 @final
 class Manager:
     def __new__(cls, devices: list[tuple[str, int]], policy: str | Any) -> Manager: ...
-    def alloc(self, nbytes: int, place_code: int) -> int: ...
+    def alloc(self, nbytes: int, place_code: int, offset: int | None = None) -> int: ...
     def free(self, id: int) -> None: ...
     def prefetch(self, id: int, force: bool = False) -> None: ...
     def evict(self, id: int) -> None: ...
@@ -85,8 +87,9 @@ class Manager:
         outputs: list[int],
         place_code: int | list[int],
         outputs_first: bool,
+        offsets: list[int | None] = ...,
     ) -> tuple[list[int], list[int], list[int]]: ...
-    def plan_moves(self, prefetch: list[int], evict: list[int]) -> int: ...
+    def plan_moves(self, prefetch: list[tuple[int, int | None]], evict: list[int]) -> int: ...
     def op_close(
         self,
         tickets: list[int],

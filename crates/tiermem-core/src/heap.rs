@@ -109,6 +109,28 @@ impl Heap {
         Some(off)
     }
 
+    /// Allocate `size` bytes for `owner` at exactly `off` (a plan's heap offset): succeeds
+    /// when `off` is aligned and `[off, off + size)` lies inside one free block, which is
+    /// split around it. Returns `off`, or `None` when that span is not free.
+    pub fn alloc_at(&mut self, off: u64, size: u64, owner: u64) -> Option<u64> {
+        let size = self.round(size)?;
+        if !off.is_multiple_of(self.align) {
+            return None;
+        }
+        let (boff, b) = self.block_at(off)?;
+        let end = off.checked_add(size)?;
+        if b.owner.is_some() || end > boff + b.size {
+            return None;
+        }
+        self.remove_free(boff, b.size);
+        if off > boff {
+            self.insert_free(boff, off - boff);
+        }
+        self.insert_free(off, boff + b.size - off);
+        self.take(off, boff + b.size - off, size, owner);
+        Some(off)
+    }
+
     fn take(&mut self, off: u64, bsize: u64, size: u64, owner: u64) {
         self.remove_free(off, bsize);
         self.blocks.insert(

@@ -1,5 +1,5 @@
 //! The names Python validates against, exported from the crates' own registries so that no
-//! layer above keeps a copy: policies, places, optimizers, cache policies, lookup modes,
+//! layer above keeps a copy: policies, the heap alignment of memory, places, optimizers, cache policies, lookup modes,
 //! storage types, row-home kinds, the default prefetch distance, instruction sets, and the reuse buckets of the
 //! production-like workloads.
 
@@ -10,6 +10,7 @@ use tiermem_core::mechanism::Place;
 /// Add every vocabulary to the module.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("POLICIES", tiermem_core::policy::BUILTIN.to_vec())?;
+    m.add("MEMORY_ALIGN", tiermem_core::device::MEMORY_ALIGN)?;
     let places = PyDict::new(m.py());
     for (name, code) in Place::CODES {
         places.set_item(name, code)?;

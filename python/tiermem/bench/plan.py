@@ -19,7 +19,7 @@ from typing import Any
 
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError
-from ..plan import Graph, Plan, autotm_graph, evaluate, solve
+from ..plan import FIT_TRIES, Graph, Plan, autotm_graph, evaluate, fit, solve
 from ..report.load import MachineLoad
 from ..report.output import write_json
 from ..report.progress import Progress
@@ -38,8 +38,6 @@ COMPARED = ("first-touch", "2lm-model", "LM", "async")
 SEED = 0
 #: Iterations a capture records per run (each kernel keeps its best time).
 RECORDED = 3
-#: Plans tried, each below the last, until one runs without fast allocations falling out.
-FIT_TRIES = 4
 
 
 def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", seed: int = SEED) -> tuple[Graph, dict[str, Any]]:
@@ -96,67 +94,6 @@ def run_planned(
     r["kernel_predicted"] = predicted
     r["kernel_measured"] = measured if len(measured) == len(predicted) else []
     return r
-
-
-def fit(
-    w: Workload,
-    g: Graph,
-    facts: dict[str, Any],
-    slow_spec: str,
-    formulation: str = "sync",
-    time_limit: float = 60.0,
-    target_gap: float = 0.01,
-    on_try: Any = None,
-) -> tuple[Graph, Plan, list[dict[str, Any]]]:
-    """A plan that runs without its fast allocations falling to the slow device: plan at
-    the budget, run one planned iteration, and while some planned allocation did not fit
-    (fragmentation of the fast heap, or a tensor outliving its recorded life), plan again
-    below the budget by what fell out (at least 5 %), up to :data:`FIT_TRIES` times (the
-    thesis's iterative limit reduction, checked by running instead of by simulating the
-    heap). Returns the graph at the limit the plan was made for, the plan, and each try's
-    figures; the plan runs at the real budget."""
-    budget = facts["budget_bytes"]
-    tries: list[dict[str, Any]] = []
-    clean: tuple[int, Graph, Plan] | None = None  # the highest limit that ran clean
-    failed = budget + 1  # the lowest limit that did not
-    last: tuple[Graph, Plan] | None = None
-    cap = budget
-    for _ in range(FIT_TRIES):
-        gc_ = g.with_capacity(cap)
-        p = solve(gc_, formulation, time_limit=time_limit, target_gap=target_gap)
-        r = _run_variant(w, "planned", budget, facts["slow_bytes"], slow_spec, 1, 1, SEED, plan=p, graph=gc_)
-        counts = r["tiering"]["plan"]
-        fell = int(counts.get("fallback_bytes", 0))
-        ok = fell == 0 and counts.get("prefetch_missed", 0) == 0
-        tries.append(
-            {
-                "capacity_bytes": cap,
-                "predicted_seconds_per_iter": p.predicted_seconds,
-                "seconds_per_iter": r["seconds_per_iter"],
-                "fallback_bytes": fell,
-                "alloc_fallbacks": counts.get("alloc_fallbacks", 0),
-                "prefetch_missed": counts.get("prefetch_missed", 0),
-            }
-        )
-        if on_try:
-            on_try(tries[-1])
-        p.notes.append(f"planned for {format_bytes(cap)} of the {format_bytes(budget)} budget: {format_bytes(fell)} fell to slow")
-        last = (gc_, p)
-        if ok:
-            clean = (cap, gc_, p)
-            if failed > budget:
-                break
-        else:
-            failed = cap
-        # Down by 15 % until a limit runs clean, then halfway back towards the last failure.
-        cap = int(cap * 0.85) if clean is None else (clean[0] + failed) // 2
-        if clean is not None and failed - clean[0] < budget // 50:
-            break
-    if clean is not None:
-        return clean[1], clean[2], tries
-    assert last is not None
-    last[1].notes.append(f"planned allocations still fell out of the fast heap after {FIT_TRIES} limit reductions")
-    return last[0], last[1], tries
 
 
 def scaling(
@@ -234,7 +171,7 @@ def run(
             plans = {}
             for ratio in ratios:
                 g, facts = capture(w, ratio, slow_spec)
-                g, p, tries = fit(w, g, facts, slow_spec, time_limit=time_limit)
+                p, tries = fit(g, time_limit=time_limit)
                 plans[(name, ratio)] = (g, p)
                 out["plans"].append(
                     {
@@ -366,24 +303,25 @@ def run_plan_cli(args: Any) -> int:
     if args.save_graph:
         g.save(args.save_graph)
         print(f"wrote {args.save_graph}")
-    with Progress(max(1, int(args.time_limit)), f"solving ({args.formulation}, seconds)") as bar:
+    with Progress(FIT_TRIES, f"planning ({args.formulation}; tries of the limit reduction)") as bar:
 
         def on(secs: float, inc: float, bound: float) -> None:
-            bar.advance_to(int(secs), f"plan {inc * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms")
-
-        p = solve(g, args.formulation, time_limit=args.time_limit, target_gap=args.gap, on_progress=on)
-    if args.run and w is not None:
-        # Run-checked limit reduction: plan again below the budget while planned fast
-        # allocations fall out of the fast heap.
+            bar.note(f"{secs:.0f} s: plan {inc * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms")
 
         def tried(t: dict[str, Any]) -> None:
-            print(
-                f"fit: limit {format_bytes(t['capacity_bytes'])}: {t['seconds_per_iter'] * 1e3:.1f} ms measured, "
-                f"{t['predicted_seconds_per_iter'] * 1e3:.1f} predicted, {format_bytes(t['fallback_bytes'])} fell to slow"
+            bar.step(
+                f"limit {format_bytes(t['capacity_bytes'])}: heap height {format_bytes(t['height_bytes'])}, "
+                f"{t['predicted_seconds'] * 1e3:.2f} ms predicted"
             )
 
-        g, p, tries = fit(w, g, facts, args.slow, args.formulation, args.time_limit, args.gap, tried)
-        facts["fit_tries"] = tries
+        p, tries = fit(g, args.formulation, args.time_limit, args.gap, on_try=tried, on_progress=on)
+    facts["fit_tries"] = tries
+    for t in tries:
+        fits = "fits" if t["height_bytes"] <= (g.devices[0].capacity or 0) else "does not fit"
+        print(
+            f"fit: limit {format_bytes(t['capacity_bytes'])}: heap height {format_bytes(t['height_bytes'])} ({fits}), "
+            f"{t['predicted_seconds'] * 1e3:.2f} ms predicted"
+        )
     c = evaluate(g, p.at_use, p.held)
     print_table(
         ["", "ms per step"],

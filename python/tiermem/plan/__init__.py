@@ -1,9 +1,12 @@
 """The planner (AutoTM, thesis ch. 3): a training step's graph, integer programs that decide
 where every tensor lives and when it moves under a fast-memory limit, solved with HiGHS from a
-greedy incumbent, and plans the ``planned`` tiered-tensor variant executes."""
+greedy incumbent, laid out in the fast heap (offsets, and the limit reduction that makes
+them fit), and plans the ``planned`` tiered-tensor variant executes."""
 
+from .fit import FIT_TRIES, fit
 from .generate import autotm_graph
 from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
+from .offsets import Offsets, Residency, assign, residencies
 from .plan import PLAN_FORMAT, Cost, Plan, evaluate, moves
 from .solve import FORMULATIONS, greedy, solve
 
@@ -11,17 +14,23 @@ __all__ = [
     "FORMAT",
     "PLAN_FORMAT",
     "FORMULATIONS",
+    "FIT_TRIES",
     "Cost",
     "Device",
     "Graph",
     "GraphError",
     "Kernel",
+    "Offsets",
     "Operand",
     "Plan",
+    "Residency",
     "Tensor",
+    "assign",
     "autotm_graph",
     "evaluate",
+    "fit",
     "greedy",
     "moves",
+    "residencies",
     "solve",
 ]

@@ -178,6 +178,9 @@ class Plan:
     solve_seconds: float = 0.0
     first_plan_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Each use's heap offset on its fast device (None at home, or where the heap chooses);
+    # None for a plan without offsets (see tiermem.plan.offsets).
+    offsets: list[list[int | None]] | None = None
 
     def check(self, g: Graph) -> Cost:
         """The plan's cost on ``g``; refuses a plan made for another graph or that overflows."""
@@ -186,6 +189,8 @@ class Plan:
         c = evaluate(g, self.at_use, self.held)
         if c.overflow:
             raise GraphError(f"plan overflows: {c.overflow}")
+        if self.offsets is not None:
+            _check_offsets(g, self)
         return c
 
     def to_json(self) -> dict[str, Any]:
@@ -203,7 +208,8 @@ class Plan:
             "notes": self.notes,
             "tensors": [
                 {"key": k, "at_use": a, "held": [int(h) for h in hs]}
-                for k, a, hs in zip(self.keys, self.at_use, self.held, strict=True)
+                | ({} if self.offsets is None else {"offsets": self.offsets[i]})
+                for i, (k, a, hs) in enumerate(zip(self.keys, self.at_use, self.held, strict=True))
             ],
         }
 
@@ -227,6 +233,7 @@ class Plan:
                 float(doc.get("solve_seconds", 0.0)),
                 float(doc.get("first_plan_seconds", 0.0)),
                 [str(n) for n in doc.get("notes", [])],
+                _offsets(ts),
             )
         except GraphError:
             raise
@@ -239,3 +246,28 @@ class Plan:
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         return cls.from_json(read_json(path, "plan"), str(path))
+
+
+def _offsets(ts: list[Any]) -> list[list[int | None]] | None:
+    if not ts or "offsets" not in ts[0]:
+        return None
+    return [[None if o is None else int(o) for o in t["offsets"]] for t in ts]
+
+
+def _check_offsets(g: Graph, p: Plan) -> None:
+    """Offsets name a use on a fast device each, inside its capacity."""
+    assert p.offsets is not None
+    if len(p.offsets) != len(p.at_use):
+        raise GraphError(f"plan: offsets for {len(p.offsets)} tensors, placements for {len(p.at_use)}")
+    for t, (offs, at) in enumerate(zip(p.offsets, p.at_use, strict=True)):
+        if len(offs) != len(at):
+            raise GraphError(f"plan: tensor {g.tensors[t].key!r} has {len(offs)} offsets for {len(at)} uses")
+        for o, d in zip(offs, at, strict=True):
+            if o is None:
+                continue
+            cap = g.devices[d].capacity
+            if d == g.home or o < 0 or (cap is not None and o + g.tensors[t].bytes > cap):
+                raise GraphError(
+                    f"plan: tensor {g.tensors[t].key!r} has heap offset {o} on {g.devices[d].name} "
+                    f"(capacity {cap}, {g.tensors[t].bytes} bytes)"
+                )

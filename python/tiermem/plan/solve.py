@@ -30,6 +30,7 @@ import numpy as np
 
 from ..exceptions import InvalidArgumentError
 from .graph import Graph, GraphError
+from .offsets import assign
 from .plan import Plan, _segments, evaluate, gaps
 
 __all__ = ["FORMULATIONS", "greedy", "solve"]
@@ -338,9 +339,24 @@ def solve(
     on_progress: Callable[[float, float, float], None] | None = None,
 ) -> Plan:
     """The best plan HiGHS finds within ``time_limit`` seconds (``time_limit=0``: the greedy
-    plan alone). ``on_progress(seconds, incumbent, bound)`` is called on each improvement.
-    Falls back to the greedy plan, and says so in ``source``, when HiGHS has nothing better or
-    is not installed."""
+    plan alone), with heap offsets for its fast residencies (:func:`tiermem.plan.offsets.assign`;
+    :func:`tiermem.plan.fit.fit` plans below the capacity when they do not all fit).
+    ``on_progress(seconds, incumbent, bound)`` is called on each improvement. Falls back to
+    the greedy plan, and says so in ``source``, when HiGHS has nothing better or is not
+    installed."""
+    plan = _solve(g, formulation, time_limit, target_gap, threads, on_progress)
+    plan.offsets = assign(g, plan.at_use, plan.held).at_use
+    return plan
+
+
+def _solve(
+    g: Graph,
+    formulation: str,
+    time_limit: float,
+    target_gap: float,
+    threads: int | None,
+    on_progress: Callable[[float, float, float], None] | None,
+) -> Plan:
     if formulation not in FORMULATIONS:
         raise InvalidArgumentError(f"formulation {formulation!r}: known are {', '.join(FORMULATIONS)}")
     if time_limit < 0:

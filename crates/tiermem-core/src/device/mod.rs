@@ -99,6 +99,10 @@ enum Storage {
     Block(DirectFile),
 }
 
+/// The heap alignment of byte-addressable devices: a cache line (a plan's heap offsets are
+/// multiples of it).
+pub const MEMORY_ALIGN: u64 = 64;
+
 /// A device with its heap memory reserved.
 #[derive(Debug)]
 pub struct Device {
@@ -253,11 +257,11 @@ impl Device {
         matches!(self.storage, Storage::Memory(_))
     }
 
-    /// Allocation alignment: 64 bytes (a cache line) for memory, 4 KiB for block devices.
+    /// Allocation alignment: [`MEMORY_ALIGN`] for memory, 4 KiB for block devices.
     #[must_use]
     pub fn alignment(&self) -> u64 {
         if self.byte_addressable() {
-            64
+            MEMORY_ALIGN
         } else {
             direct_io::ALIGN as u64
         }

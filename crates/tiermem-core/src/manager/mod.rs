@@ -182,10 +182,16 @@ impl Manager {
 
     /// Allocate an object of `bytes` bytes where `place` says.
     pub fn alloc(&self, bytes: u64, place: Place) -> Result<ObjectId> {
+        self.alloc_at(bytes, place, None)
+    }
+
+    /// [`Manager::alloc`] at heap offset `at` when given, for a policy that follows a plan's
+    /// offsets (the others ignore it).
+    pub fn alloc_at(&self, bytes: u64, place: Place, at: Option<u64>) -> Result<ObjectId> {
         if bytes == 0 {
             crate::bail!("cannot allocate an object of zero bytes");
         }
-        self.with(|m, p| p.alloc(m, bytes, place))
+        self.with(|m, p| p.alloc_at(m, bytes, place, at))
     }
 
     /// `unsafe_free`: free now; nothing is written back.

@@ -21,8 +21,9 @@ pub struct OpenOp {
 
 impl Manager {
     /// Open a guard on every input (`(object, how the op uses it)`) and allocate every
-    /// output (`bytes` each, where `places` says: one place for all, or one per output) and
-    /// open an overwrite guard on it. With
+    /// output (`bytes` each, where `places` says: one place for all, or one per output; at
+    /// the heap offsets `offsets` gives, when not empty, one per output, for a policy that
+    /// follows a plan's offsets) and open an overwrite guard on it. With
     /// `outputs_first` the outputs are made before the inputs' guards open (a policy that
     /// brings inputs into fast memory then cannot evict the outputs to make room), else after
     /// (making room for outputs cannot evict this op's pinned inputs). All or nothing: on
@@ -33,6 +34,7 @@ impl Manager {
         inputs: &[(ObjectId, GuardUse)],
         outputs: &[u64],
         places: &[Place],
+        offsets: &[Option<u64>],
         outputs_first: bool,
     ) -> Result<OpenOp> {
         if let Some(&b) = outputs.iter().find(|&&b| b == 0) {
@@ -42,6 +44,12 @@ impl Manager {
             places.len() == 1 || places.len() == outputs.len(),
             "op_open: {} places for {} outputs (give one for all, or one each)",
             places.len(),
+            outputs.len()
+        );
+        crate::ensure!(
+            offsets.is_empty() || offsets.len() == outputs.len(),
+            "op_open: {} offsets for {} outputs (give none, or one each)",
+            offsets.len(),
             outputs.len()
         );
         self.with_inner(|i| {
@@ -54,13 +62,27 @@ impl Manager {
             let mut out_open = Vec::with_capacity(outputs.len());
             let r = (|| {
                 if outputs_first {
-                    Self::make_outputs(i, outputs, places, &mut open.outputs, &mut out_open)?;
+                    Self::make_outputs(
+                        i,
+                        outputs,
+                        places,
+                        offsets,
+                        &mut open.outputs,
+                        &mut out_open,
+                    )?;
                 }
                 for &(id, how) in inputs {
                     in_open.push(Self::open_inner(i, id, how)?);
                 }
                 if !outputs_first {
-                    Self::make_outputs(i, outputs, places, &mut open.outputs, &mut out_open)?;
+                    Self::make_outputs(
+                        i,
+                        outputs,
+                        places,
+                        offsets,
+                        &mut open.outputs,
+                        &mut out_open,
+                    )?;
                 }
                 Ok(())
             })();
@@ -84,19 +106,24 @@ impl Manager {
 
     /// A plan's moves around one kernel, under one lock: each object of `evict` leaves fast
     /// memory (a no-op for one already slower; an error for a pinned one), then each of
-    /// `prefetch` is offered to the policy's prefetch (the `planned` policy copies it into
-    /// fast memory if it fits, evicting nothing). Returns how many of `prefetch` are not in
+    /// `prefetch` (`(object, heap offset or None)`) is offered to the policy's planned
+    /// prefetch (the `planned` policy copies it into fast memory at that offset, or anywhere
+    /// it fits, evicting nothing). Returns how many of `prefetch` are not in
     /// fast memory afterwards.
-    pub fn plan_moves(&self, prefetch: &[ObjectId], evict: &[ObjectId]) -> Result<usize> {
+    pub fn plan_moves(
+        &self,
+        prefetch: &[(ObjectId, Option<u64>)],
+        evict: &[ObjectId],
+    ) -> Result<usize> {
         self.with(|m, p| {
             for &id in evict {
                 m.ensure_unpinned(id, "evict")?;
                 p.evict(m, id)?;
             }
             let mut missed = 0;
-            for &id in prefetch {
+            for &(id, at) in prefetch {
                 m.object(id)?;
-                p.prefetch(m, id, false)?;
+                p.prefetch_at(m, id, at)?;
                 if m.device_of(m.primary(id)?)? != 0 {
                     missed += 1;
                 }
@@ -109,12 +136,14 @@ impl Manager {
         i: &mut super::Inner,
         outputs: &[u64],
         places: &[Place],
+        offsets: &[Option<u64>],
         made: &mut Vec<ObjectId>,
         opened: &mut Vec<(GuardTicket, *mut u8)>,
     ) -> Result<()> {
         for (k, &bytes) in outputs.iter().enumerate() {
             let place = places[if places.len() == 1 { 0 } else { k }];
-            let id = i.policy.alloc(&mut i.data, bytes, place)?;
+            let at = offsets.get(k).copied().flatten();
+            let id = i.policy.alloc_at(&mut i.data, bytes, place, at)?;
             made.push(id);
             opened.push(Self::open_inner(i, id, GuardUse::Overwrite)?);
         }

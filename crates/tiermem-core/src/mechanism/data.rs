@@ -103,8 +103,19 @@ impl DataManager {
     /// Create an object of `len` bytes whose primary is a new region on `device`.
     /// Returns `Ok(None)` when the device has no room.
     pub fn create_object(&mut self, device: usize, len: u64) -> Result<Option<ObjectId>> {
+        self.create_object_at(device, len, None)
+    }
+
+    /// [`DataManager::create_object`] at heap offset `at` when given (see
+    /// [`DataManager::allocate_at`]).
+    pub fn create_object_at(
+        &mut self,
+        device: usize,
+        len: u64,
+        at: Option<u64>,
+    ) -> Result<Option<ObjectId>> {
         let id = self.next_object;
-        let Some(r) = self.allocate(device, len, id)? else {
+        let Some(r) = self.allocate_at(device, len, id, at)? else {
             return Ok(None);
         };
         self.next_object += 1;
@@ -265,6 +276,18 @@ impl DataManager {
         bytes: u64,
         object: ObjectId,
     ) -> Result<Option<RegionId>> {
+        self.allocate_at(device, bytes, object, None)
+    }
+
+    /// [`DataManager::allocate`] at heap offset `at` when given (a plan's offset): `Ok(None)`
+    /// when that span is not free, counted as an allocation failure like a full device.
+    pub fn allocate_at(
+        &mut self,
+        device: usize,
+        bytes: u64,
+        object: ObjectId,
+        at: Option<u64>,
+    ) -> Result<Option<RegionId>> {
         let dev = self.devices.get(device).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "no device index {device} ({} devices)",
@@ -297,7 +320,11 @@ impl DataManager {
             }
         }
         let id = self.next_region;
-        let Some(offset) = self.heaps[device].alloc(size, id) else {
+        let got = match at {
+            Some(off) => self.heaps[device].alloc_at(off, size, id),
+            None => self.heaps[device].alloc(size, id),
+        };
+        let Some(offset) = got else {
             DeviceCounters::bump(&self.counters(device).alloc_failures);
             return Ok(None);
         };

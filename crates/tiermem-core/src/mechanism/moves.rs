@@ -205,14 +205,12 @@ pub fn prefetch_object(
     force: bool,
     start: Option<u64>,
 ) -> Result<Prefetched> {
-    let x = m.primary(id)?;
-    if m.device_of(x)? <= target {
+    let Some((x, len)) = prefetchable(m, id, target)? else {
         return Ok(Prefetched::Done);
-    }
+    };
     if m.object(id)?.pins > 0 {
         return Ok(Prefetched::Skipped);
     }
-    let len = m.object(id)?.len;
     let mut y = m.allocate(target, len, id)?;
     if y.is_none() && force {
         make_room(m, target, len, start.unwrap_or(0), Some(id))?;
@@ -221,6 +219,47 @@ pub fn prefetch_object(
     let Some(y) = y else {
         return Ok(Prefetched::Skipped);
     };
+    switch_primary(m, id, x, y)
+}
+
+/// [`prefetch_object`] into the span at heap offset `at` of `target` (a plan's offset),
+/// never forcing: skipped when that span is not free or the object is pinned.
+pub fn prefetch_object_at(
+    m: &mut DataManager,
+    id: ObjectId,
+    target: usize,
+    at: u64,
+) -> Result<Prefetched> {
+    let Some((x, len)) = prefetchable(m, id, target)? else {
+        return Ok(Prefetched::Done);
+    };
+    if m.object(id)?.pins > 0 {
+        return Ok(Prefetched::Skipped);
+    }
+    match m.allocate_at(target, len, id, Some(at))? {
+        Some(y) => switch_primary(m, id, x, y),
+        None => Ok(Prefetched::Skipped),
+    }
+}
+
+/// The object's primary and length when it is slower than `target`; `None` when it is
+/// already there or faster.
+fn prefetchable(m: &DataManager, id: ObjectId, target: usize) -> Result<Option<(RegionId, u64)>> {
+    let x = m.primary(id)?;
+    if m.device_of(x)? <= target {
+        return Ok(None);
+    }
+    Ok(Some((x, m.object(id)?.len)))
+}
+
+/// Copy primary `x` into the new region `y`, keep `x` linked as a clean sibling and make
+/// `y` primary (the end of every prefetch).
+fn switch_primary(
+    m: &mut DataManager,
+    id: ObjectId,
+    x: RegionId,
+    y: RegionId,
+) -> Result<Prefetched> {
     if let Err(e) = m.copy(y, x) {
         m.free(y)?;
         return Err(e);

@@ -31,6 +31,24 @@ pub trait Policy: Send {
     /// `alloc_fast` / `alloc_slow` / allocate on a device.
     fn alloc(&mut self, m: &mut DataManager, bytes: u64, place: Place) -> Result<ObjectId>;
 
+    /// [`Policy::alloc`] at heap offset `at` of the device `place` names, for a policy that
+    /// follows a plan's offsets (the `planned` policy); the others ignore `at`.
+    fn alloc_at(
+        &mut self,
+        m: &mut DataManager,
+        bytes: u64,
+        place: Place,
+        _at: Option<u64>,
+    ) -> Result<ObjectId> {
+        self.alloc(m, bytes, place)
+    }
+
+    /// A planned prefetch into fast memory, at heap offset `at` for a policy that follows a
+    /// plan's offsets; the others prefetch as [`Policy::prefetch`] without forcing.
+    fn prefetch_at(&mut self, m: &mut DataManager, id: ObjectId, _at: Option<u64>) -> Result<()> {
+        self.prefetch(m, id, false)
+    }
+
     /// `read_use`: the object was used read-only.
     fn read_use(&mut self, _m: &mut DataManager, _id: ObjectId) -> Result<()> {
         Ok(())

@@ -1,6 +1,8 @@
 //! `planned`: a plan decides (the planner's executor, thesis ch. 3): objects are made where
-//! asked (on the device asked for, or the next one with room when a plan's allocation does
-//! not fit there, as first-touch does: counted, so fragmentation shows), and move only when
+//! asked, at the heap offset the plan gives when it gives one (a plan's offsets keep the
+//! fast heap from fragmenting); when that span is taken the object goes anywhere on the
+//! device, and when the device has no room, to the next one with room, as first-touch does
+//! (both counted, so a plan that does not fit shows), and move only when
 //! told: a prefetch copies the object into fast memory if it fits there without evicting
 //! anything (the plan evicts explicitly), an evict sends it to the next slower device
 //! (copying only if it is dirty: a prefetched object keeps its clean slow copy linked).
@@ -8,8 +10,8 @@
 
 use super::Policy;
 use crate::mechanism::{
-    create_first_fit, device_for, evict_object, prefetch_object, stage_in, stage_out, DataManager,
-    ObjectId, Place,
+    create_first_fit, device_for, evict_object, prefetch_object, prefetch_object_at, stage_in,
+    stage_out, DataManager, ObjectId, Place, Prefetched,
 };
 use crate::Result;
 
@@ -20,6 +22,8 @@ pub struct Planned {
     alloc_fallbacks: u64,
     /// Their bytes.
     fallback_bytes: u64,
+    /// Allocations and prefetches given an offset whose span was taken.
+    offset_misses: u64,
 }
 
 impl Policy for Planned {
@@ -35,6 +39,32 @@ impl Policy for Planned {
             self.fallback_bytes += bytes;
         }
         Ok(id)
+    }
+
+    fn alloc_at(
+        &mut self,
+        m: &mut DataManager,
+        bytes: u64,
+        place: Place,
+        at: Option<u64>,
+    ) -> Result<ObjectId> {
+        if let Some(off) = at {
+            if let Some(id) = m.create_object_at(device_for(m, place)?, bytes, Some(off))? {
+                return Ok(id);
+            }
+            self.offset_misses += 1;
+        }
+        self.alloc(m, bytes, place)
+    }
+
+    fn prefetch_at(&mut self, m: &mut DataManager, id: ObjectId, at: Option<u64>) -> Result<()> {
+        if let Some(off) = at {
+            if prefetch_object_at(m, id, 0, off)? == Prefetched::Done {
+                return Ok(());
+            }
+            self.offset_misses += 1;
+        }
+        self.prefetch(m, id, false)
     }
 
     fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, _force: bool) -> Result<()> {
@@ -55,8 +85,8 @@ impl Policy for Planned {
 
     fn stats_json(&self) -> Option<String> {
         Some(format!(
-            "{{\"alloc_fallbacks\": {}, \"fallback_bytes\": {}}}",
-            self.alloc_fallbacks, self.fallback_bytes
+            "{{\"alloc_fallbacks\": {}, \"fallback_bytes\": {}, \"offset_misses\": {}}}",
+            self.alloc_fallbacks, self.fallback_bytes, self.offset_misses
         ))
     }
 }

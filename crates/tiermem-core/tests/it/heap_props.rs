@@ -4,6 +4,7 @@ use tiermem_core::heap::{Disposition, Heap};
 #[derive(Debug, Clone)]
 enum Op {
     Alloc(u64),
+    AllocAt(u64, u64),
     Free(usize),
     EvictFrom(u64, u64, u8),
 }
@@ -11,6 +12,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1u64..5000).prop_map(Op::Alloc),
+        2 => (0u64..70000, 1u64..5000).prop_map(|(o, n)| Op::AllocAt(o, n)),
         3 => any::<usize>().prop_map(Op::Free),
         1 => (0u64..65536, 1u64..20000, any::<u8>()).prop_map(|(a, b, c)| Op::EvictFrom(a, b, c)),
     ]
@@ -40,6 +42,27 @@ proptest! {
                             next += 1;
                         }
                         None => prop_assert!(!fits),
+                    }
+                }
+                Op::AllocAt(at, n) => {
+                    // Succeeds exactly when the span is aligned, inside the heap and free.
+                    let size = n.next_multiple_of(64);
+                    let free = at % 64 == 0
+                        && h.block_at(at).is_some_and(|(bo, b)| b.owner.is_none() && at + size <= bo + b.size);
+                    let used = h.used();
+                    match h.alloc_at(at, n, next) {
+                        Some(off) => {
+                            prop_assert!(free);
+                            prop_assert_eq!(off, at);
+                            prop_assert_eq!(h.block_at(at).unwrap(), (at, tiermem_core::heap::Block { size, owner: Some(next) }));
+                            prop_assert_eq!(h.used(), used + size);
+                            live.push((off, next));
+                            next += 1;
+                        }
+                        None => {
+                            prop_assert!(!free);
+                            prop_assert_eq!(h.used(), used);
+                        }
                     }
                 }
                 Op::Free(i) if !live.is_empty() => {

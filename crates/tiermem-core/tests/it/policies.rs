@@ -279,6 +279,7 @@ fn op_open_places_each_output_where_asked() {
             &[(x, GuardUse::Read)],
             &[4096, 8192],
             &[Place::Slow, Place::Fast],
+            &[],
             false,
         )
         .unwrap();
@@ -289,9 +290,65 @@ fn op_open_places_each_output_where_asked() {
             &[],
             &[4096, 4096],
             &[Place::Fast, Place::Fast, Place::Slow],
+            &[],
             false,
         )
         .unwrap_err();
     assert!(err.to_string().contains("3 places for 2 outputs"), "{err}");
+    m.check().unwrap();
+}
+
+#[test]
+fn planned_follows_offsets_and_counts_misses() {
+    use tiermem_core::mechanism::GuardUse;
+    let m = two_tier(1 << 20, 8 << 20, "planned");
+    // Outputs made at the offsets asked for, in reverse address order.
+    let o = m
+        .op_open(
+            &[],
+            &[4096, 4096],
+            &[Place::Fast],
+            &[Some(65536), Some(0)],
+            false,
+        )
+        .unwrap();
+    m.op_close(&o.tickets, &[], 1, &[]).unwrap();
+    let (a, b) = (o.outputs[0], o.outputs[1]);
+    let addr = |id| m.read(id).unwrap().as_slice().as_ptr() as usize;
+    assert_eq!(addr(a) - addr(b), 65536);
+    let misses = |m: &tiermem_core::manager::Manager| {
+        let s = m.policy_stats_json().unwrap().unwrap();
+        s.split("\"offset_misses\": ")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches('}')
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(misses(&m), 0);
+    // A taken span: made elsewhere in fast memory, and counted.
+    let c = m
+        .op_open(&[], &[4096], &[Place::Fast], &[Some(2048)], false)
+        .unwrap();
+    m.op_close(&c.tickets, &[], 1, &[]).unwrap();
+    assert!(m.in_fast(c.outputs[0]).unwrap());
+    assert_eq!(misses(&m), 1);
+    // A planned prefetch lands at its offset; one into a taken span goes elsewhere.
+    let s = m.alloc(4096, Place::Slow).unwrap();
+    m.write(s).unwrap().as_mut_slice().fill(3);
+    assert_eq!(m.plan_moves(&[(s, Some(131_072))], &[a]).unwrap(), 0);
+    assert_eq!(addr(s) - addr(b), 131_072);
+    assert!(m.read(s).unwrap().as_slice().iter().all(|&x| x == 3));
+    let t = m.alloc(4096, Place::Slow).unwrap();
+    assert_eq!(m.plan_moves(&[(t, Some(131_072))], &[]).unwrap(), 0);
+    assert_eq!(misses(&m), 2);
+    // An unaligned offset is a miss, not an error.
+    let u = m
+        .op_open(&[], &[64], &[Place::Fast], &[Some(7)], false)
+        .unwrap();
+    m.op_close(&u.tickets, &[], 1, &[]).unwrap();
+    assert_eq!(misses(&m), 3);
+    let _ = GuardUse::Read;
     m.check().unwrap();
 }

@@ -54,9 +54,18 @@ impl PyManager {
         })
     }
 
-    fn alloc(&self, py: Python<'_>, nbytes: u64, place_code: i64) -> PyResult<u64> {
+    /// A new object of `nbytes` at `place_code`, at heap offset `offset` when given (for the
+    /// `planned` policy).
+    #[pyo3(signature = (nbytes, place_code, offset = None))]
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        nbytes: u64,
+        place_code: i64,
+        offset: Option<u64>,
+    ) -> PyResult<u64> {
         let p = place(place_code)?;
-        run(py, || self.inner.alloc(nbytes, p))
+        run(py, || self.inner.alloc_at(nbytes, p, offset))
     }
 
     fn free(&self, py: Python<'_>, id: u64) -> PyResult<()> {
@@ -128,8 +137,10 @@ impl PyManager {
 
     /// Open one op: a guard per input `(id, write)`, then (or first, with `outputs_first`)
     /// a new object of each `outputs` size at `place_code` (one code for all, or a list with
-    /// one per output) with an overwrite guard. Returns `(tickets, addresses, output ids)`,
+    /// one per output; at the heap offsets `offsets` gives, one per output or none, for the
+    /// `planned` policy) with an overwrite guard. Returns `(tickets, addresses, output ids)`,
     /// inputs' tickets first. All or nothing.
+    #[pyo3(signature = (inputs, outputs, place_code, outputs_first, offsets = Vec::new()))]
     fn op_open(
         &self,
         py: Python<'_>,
@@ -137,6 +148,7 @@ impl PyManager {
         outputs: Vec<u64>,
         place_code: PlaceCodes,
         outputs_first: bool,
+        offsets: Vec<Option<u64>>,
     ) -> PyResult<(Vec<u64>, Vec<usize>, Vec<u64>)> {
         let p: Vec<Place> = match place_code {
             PlaceCodes::One(c) => vec![place(c)?],
@@ -147,7 +159,8 @@ impl PyManager {
             .map(|(id, w)| (id, if w { GuardUse::Write } else { GuardUse::Read }))
             .collect();
         let o = run(py, || {
-            self.inner.op_open(&inputs, &outputs, &p, outputs_first)
+            self.inner
+                .op_open(&inputs, &outputs, &p, &offsets, outputs_first)
         })?;
         Ok((o.tickets, o.addrs, o.outputs))
     }
@@ -168,8 +181,14 @@ impl PyManager {
     }
 
     /// A plan's moves around one kernel in one call: evict `evict`, then prefetch
-    /// `prefetch`; returns how many prefetched objects are not in fast memory after.
-    fn plan_moves(&self, py: Python<'_>, prefetch: Vec<u64>, evict: Vec<u64>) -> PyResult<usize> {
+    /// `prefetch` (`(id, heap offset or None)`); returns how many prefetched objects are not
+    /// in fast memory after.
+    fn plan_moves(
+        &self,
+        py: Python<'_>,
+        prefetch: Vec<(u64, Option<u64>)>,
+        evict: Vec<u64>,
+    ) -> PyResult<usize> {
         run(py, || self.inner.plan_moves(&prefetch, &evict))
     }
 

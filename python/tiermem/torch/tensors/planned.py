@@ -167,15 +167,19 @@ class Executor:
     def _code(self, d: int) -> int:
         return FAST if d == 0 else SLOW if d == self.graph.home else d
 
-    def place_of(self, pos: int, k: int, nbytes: int) -> int:
-        """The place code for output ``k`` (``nbytes`` long) of the kernel at ``pos``."""
+    def _offset(self, t: int, j: int) -> int | None:
+        return None if self.plan.offsets is None else self.plan.offsets[t][j]
+
+    def place_of(self, pos: int, k: int, nbytes: int) -> tuple[int, int | None]:
+        """The place code and heap offset (None: the heap chooses) for output ``k``
+        (``nbytes`` long) of the kernel at ``pos``."""
         t = self.index.get(_Names.made(pos, k)) if self.trusted else None
         if t is not None and self.graph.tensors[t].bytes != nbytes:
             self._mismatch(pos, f"a tensor of {nbytes} bytes where the plan has {self.graph.tensors[t].bytes}")
             t = None
         if t is None:
-            return SLOW
-        return self._code(self.plan.at_use[t][0])
+            return SLOW, None
+        return self._code(self.plan.at_use[t][0]), self._offset(t, 0)
 
     def _mismatch(self, pos: int, what: str) -> None:
         self.trusted = False
@@ -199,7 +203,8 @@ class Executor:
             return
         start = time.perf_counter()
         planned = self.before_k[pos]
-        fetch, evict = [], []
+        fetch: list[tuple[int, int | None]] = []
+        evict: list[int] = []
         for obj in objs:
             t = self.index.get(self.names.name(obj))
             if t is None or t not in self.use_at[pos]:
@@ -211,12 +216,13 @@ class Executor:
             # the last iteration (or its creation) left it.
             first_persistent = j == 0 and g.tensors[t].persistent
             if want_fast and (t in planned or first_persistent):
-                fetch.append(obj.id)
+                # The planned policy prefetches into the fastest device only.
+                fetch.append((obj.id, self._offset(t, j) if self.plan.at_use[t][j] == 0 else None))
             elif not want_fast and first_persistent:
                 evict.append(obj.id)
         self._moves(fetch, evict, start)
 
-    def _moves(self, fetch: list[int], evict: list[int], start: float) -> None:
+    def _moves(self, fetch: list[tuple[int, int | None]], evict: list[int], start: float) -> None:
         if fetch or evict:
             try:
                 self.counts["prefetch_missed"] += self.t._native.plan_moves(fetch, evict)

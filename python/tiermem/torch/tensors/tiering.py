@@ -88,7 +88,9 @@ VARIANTS: dict[str, Variant] = {
     "LM": Variant("lru_in_place", softevict=True),
     "LMP": Variant("lru", softevict=True),
     "async": Variant("lru_in_place", softevict=True, lookahead=2),
-    "planned": Variant("planned", budget=False),  # outputs go where the plan says, home included
+    # Outputs go where the plan says, home included; what the plan does not know (parameters
+    # as the model is wrapped, the first iteration) starts at home, out of the plan's heap.
+    "planned": Variant("planned", local=False, budget=False),
 }
 
 
@@ -225,17 +227,18 @@ class Tiering:
     def _alloc(self, nbytes: int, born: tuple[int, int, int] | None) -> TensorObject:
         n = _round(nbytes)
         where = _FAST if self.variant.local else _SLOW
+        offset = None
         if self._executor is not None and born is not None:
-            where = self._executor.place_of(born[1], born[2], n)
+            where, offset = self._executor.place_of(born[1], born[2], n)
         try:
-            oid = int(self._native.alloc(n, where))
+            oid = int(self._native.alloc(n, where, offset))
         except DeviceFullError:
             # Without prompt freeing, dead tensors wait for the end of the iteration, like
             # garbage waiting for a collector; when memory runs out, collect now (as the
             # thesis's runtime ran the GC when its heap filled).
             if not self._collect():
                 raise
-            oid = int(self._native.alloc(n, where))
+            oid = int(self._native.alloc(n, where, offset))
         if born is not None and self._lookahead is not None:
             self._lookahead.note_made(born[1], born[2], oid)
         return TensorObject(self, oid, n, born)
@@ -577,17 +580,20 @@ class Tiering:
         inputs = [(op.obj.id, op.write) for op in operands.values()]
         sizes = [nb for _, _, _, nb in plan or ()]
         where: int | list[int] = _FAST if self.variant.local else _SLOW
+        offsets: list[int | None] = []
         if self._executor is not None and sizes:
-            where = [self._executor.place_of(pos, k, nb) for k, nb in enumerate(sizes)]
+            planned = [self._executor.place_of(pos, k, nb) for k, nb in enumerate(sizes)]
+            where = [w for w, _ in planned]
+            offsets = [o for _, o in planned]
         try:
-            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch)
+            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch, offsets)
         except DeviceFullError:
             # Without prompt freeing, dead tensors wait for the end of the iteration, like
             # garbage waiting for a collector; when memory runs out, collect now (as the
             # thesis's runtime ran the GC when its heap filled).
             if not self._collect():
                 raise
-            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch)
+            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch, offsets)
         for op, addr in zip(operands.values(), addrs):
             op.addr = addr
         outs, pouts = [], []
