@@ -102,7 +102,7 @@ def test_layouts_of_generated_plans_reach_near_their_peak() -> None:
 
 
 def test_fit_ends_with_offsets_that_fit() -> None:
-    g = autotm_graph(100, 8.0)
+    g = autotm_graph(122, 4.0)
     p0 = solve(g, "sync", time_limit=5)
     assert assign(g, p0.at_use, p0.held).height[0] > g.devices[0].capacity  # this graph needs the reduction
     p, tries = fit(g, "sync", time_limit=5)

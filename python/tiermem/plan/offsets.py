@@ -6,11 +6,11 @@ device through every gap it is held there, to the use or tail that ends it (a pe
 tensor held across the iteration boundary has one residency wrapping round the step). A
 residency occupies one span of the device's heap for all its kernels; two residencies whose
 kernels meet cannot share bytes. :func:`assign` gives each residency an offset, largest
-first (or in the other :data:`ORDERS`, keeping the lowest layout), into the smallest gap
-that fits among the spans already placed that it meets (greedy by size, as offline planners
-of inference memory do), and reports the height: the highest
+first, into the smallest gap that fits among the spans already placed that it meets
+(greedy by size, as offline planners of inference memory do), or by best fit on the
+skyline, whichever of :data:`LAYOUTS` is lowest, and reports the height: the highest
 byte any span reaches. A plan whose height exceeds the device is planned again below it
-(:func:`tiermem.plan.solve.fit`, the thesis's iterative limit reduction, with the heap
+(:func:`tiermem.plan.fit.fit`, the thesis's iterative limit reduction, with the heap
 simulated instead of run).
 """
 
@@ -25,7 +25,7 @@ from .._tiermem import MEMORY_ALIGN
 from .graph import Graph
 from .plan import gaps
 
-__all__ = ["MEMORY_ALIGN", "ORDERS", "Residency", "residencies", "assign", "Offsets"]
+__all__ = ["MEMORY_ALIGN", "LAYOUTS", "skyline", "Residency", "residencies", "assign", "Offsets"]
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,7 @@ def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> li
     out: list[Residency] = []
     for t, us in enumerate(g.uses):
         at = at_use[t]
-        parent = list(range(len(us)))
-
-        def root(j: int) -> int:
-            while parent[j] != j:
-                parent[j] = parent[parent[j]]
-                j = parent[j]
-            return j
-
+        parent = list(range(len(us)))  # uses joined by held gaps share a root
         covered: dict[int, list[tuple[int, int]]] = {}
         gl = gaps(g, t)
         for gi, (jb, ja, ranges) in enumerate(gl):
@@ -71,12 +64,12 @@ def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> li
             if not (held[t][gi] and d < home and (ja is None or at[ja] == d)):
                 continue
             if ja is not None:
-                parent[root(ja)] = root(jb)
+                parent[_root(parent, ja)] = _root(parent, jb)
             covered.setdefault(jb, []).extend((lo, hi - 1) for lo, hi in ranges if hi > lo)
         groups: dict[int, list[int]] = {}
         for j in range(len(us)):
             if at[j] < home:
-                groups.setdefault(root(j), []).append(j)
+                groups.setdefault(_root(parent, j), []).append(j)
         size = _rounded(g.tensors[t].bytes)
         for js in groups.values():
             spans = [(us[j][0], us[j][0]) for j in js]
@@ -84,6 +77,13 @@ def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> li
                 spans.extend(covered.get(j, ()))
             out.append(Residency(t, at[js[0]], tuple(js), _merge(spans), size))
     return out
+
+
+def _root(parent: list[int], j: int) -> int:
+    while parent[j] != j:
+        parent[j] = parent[parent[j]]
+        j = parent[j]
+    return j
 
 
 def _merge(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -99,17 +99,18 @@ def _merge(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
 
 def assign(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Offsets:
     """Offsets for every residency of the plan, per fast device: the lowest of the layouts
-    in :data:`ORDERS`. A residency that would reach past its device's capacity gets none
+    in :data:`LAYOUTS`. A residency that would reach past its device's capacity gets none
     (the executor then lets the heap choose)."""
     res = residencies(g, at_use, held)
     offsets: list[list[int | None]] = [[None] * len(us) for us in g.uses]
     height = [0] * g.home
+    n = len(g.kernels)
     for d in range(g.home):
         cap = g.devices[d].capacity
         mine = [r for r in res if r.device == d]
         if not mine:
             continue
-        offs, height[d] = min((_layout(mine, order) for order in ORDERS.values()), key=lambda x: x[1])
+        offs, height[d] = min((lay(mine, n) for lay in LAYOUTS.values()), key=lambda x: x[1])
         for r, off in zip(mine, offs, strict=True):
             if cap is None or off + r.bytes <= cap:
                 for j in r.uses:
@@ -121,13 +122,62 @@ def _lifetime(r: Residency) -> int:
     return sum(hi - lo + 1 for lo, hi in r.spans)
 
 
-#: The orders the layout tries (the lowest is kept): largest first (ties: longest lived
-#: first), largest area (bytes times kernels) first, and in time order (as a heap
-#: allocating on the fly would, but into the smallest gap that is free for a whole life).
-ORDERS: dict[str, Callable[[Residency], tuple[int, int]]] = {
-    "size": lambda r: (-r.bytes, -_lifetime(r)),
-    "area": lambda r: (-r.bytes * _lifetime(r), -r.bytes),
-    "time": lambda r: (r.spans[0][0], -r.bytes),
+def skyline(rs: list[Residency], n: int) -> tuple[list[int], int]:
+    """Best fit on the skyline (as for strip packing, and as profile-guided planners of
+    training memory do): residencies spanning the iteration boundary are stacked first;
+    then, repeatedly, the lowest stretch of kernels of the skyline (the top of what is placed,
+    per kernel) takes the largest residency that lives within it (ties: the longest lived),
+    or, when none does, rises to its lower neighbour. Returns offsets (in ``rs``'s order) and
+    the height."""
+    offs = [0] * len(rs)
+    sky = np.zeros(n, dtype=np.int64)
+    for i in sorted((i for i, r in enumerate(rs) if len(r.spans) > 1), key=lambda i: -rs[i].bytes):
+        base = max(int(sky[lo : hi + 1].max()) for lo, hi in rs[i].spans)
+        offs[i] = base
+        for lo, hi in rs[i].spans:
+            sky[lo : hi + 1] = base + rs[i].bytes
+    single = [i for i, r in enumerate(rs) if len(r.spans) == 1]
+    lo_of = np.array([rs[i].spans[0][0] for i in single], dtype=np.int64)
+    hi_of = np.array([rs[i].spans[0][1] for i in single], dtype=np.int64)
+    size = np.array([rs[i].bytes for i in single], dtype=np.int64)
+    life = hi_of - lo_of + 1
+    left = np.ones(len(single), dtype=bool)
+    while left.any():
+        k = int(sky.argmin())
+        h = int(sky[k])
+        a, b = k, k
+        while a > 0 and sky[a - 1] == h:
+            a -= 1
+        while b < n - 1 and sky[b + 1] == h:
+            b += 1
+        fits = np.flatnonzero(left & (lo_of >= a) & (hi_of <= b))
+        if len(fits):
+            j = int(fits[np.lexsort((-life[fits], -size[fits]))[0]])
+            offs[single[j]] = h
+            sky[lo_of[j] : hi_of[j] + 1] = h + size[j]
+            left[j] = False
+        else:
+            sides = [int(sky[a - 1])] if a > 0 else []
+            sides += [int(sky[b + 1])] if b < n - 1 else []
+            sky[a : b + 1] = min(sides)
+    return offs, int(sky.max(initial=0))
+
+
+def _greedy(order: Callable[[Residency], tuple[int, int]]) -> Callable[[list[Residency], int], tuple[list[int], int]]:
+    return lambda rs, n: _layout(rs, order)
+
+
+#: The layouts tried (the lowest is kept): best fit on the skyline, and placing one by one
+#: into the smallest gap free for a residency's whole life, largest first (ties: earliest
+#: first, which lays equal sizes out optimally, as colouring an interval graph in order of
+#: start does; or longest lived first), largest area (bytes times kernels) first, and in
+#: time order (as a heap allocating on the fly would).
+LAYOUTS: dict[str, Callable[[list[Residency], int], tuple[list[int], int]]] = {
+    "skyline": skyline,
+    "size": _greedy(lambda r: (-r.bytes, r.spans[0][0])),
+    "size-life": _greedy(lambda r: (-r.bytes, -_lifetime(r))),
+    "area": _greedy(lambda r: (-r.bytes * _lifetime(r), -r.bytes)),
+    "time": _greedy(lambda r: (r.spans[0][0], -r.bytes)),
 }
 
 
