@@ -3,10 +3,12 @@
 //!
 //! Thread model: every operation takes the manager lock for its whole duration, copies
 //! included (as the thesis does), except the emulated time of `emulated` devices, which is
-//! served after the lock is released; a guard holds no lock while it is open, only a pin
-//! that keeps its object from being moved, evicted or freed.
+//! served after the lock is released, and the copy of a write-back ([`Manager::writeback`]:
+//! the object is *moving*, held for the copy, see `moving.rs`); a guard holds no lock while
+//! it is open, only a pin that keeps its object from being moved, evicted or freed.
 
 mod guard;
+mod moving;
 mod ops;
 mod reservation;
 
@@ -33,6 +35,9 @@ struct Inner {
     /// twice cannot unpin another guard of the same object.
     guards: std::collections::HashMap<GuardTicket, (ObjectId, Use, usize)>,
     next_ticket: GuardTicket,
+    /// Objects whose write-back copies outside the lock, and whether they were freed
+    /// meanwhile (the free is done when the copy ends).
+    moving: std::collections::HashMap<ObjectId, bool>,
 }
 
 impl Inner {
@@ -111,6 +116,7 @@ impl Manager {
                 policy,
                 guards: std::collections::HashMap::new(),
                 next_ticket: 1,
+                moving: std::collections::HashMap::new(),
             }),
             poisoned: parking_lot::Mutex::new(None),
             devices,
@@ -196,7 +202,13 @@ impl Manager {
 
     /// `unsafe_free`: free now; nothing is written back.
     pub fn free(&self, id: ObjectId) -> Result<()> {
-        self.with(|m, p| p.unsafe_free(m, id))
+        self.with_inner(|i| {
+            if let Some(freed) = i.moving.get_mut(&id) {
+                *freed = true; // freed when its write-back's copy ends
+                return Ok(());
+            }
+            i.policy.unsafe_free(&mut i.data, id)
+        })
     }
 
     /// `prefetch!(object, force)`.
@@ -213,12 +225,6 @@ impl Manager {
             m.ensure_unpinned(id, "evict")?;
             p.evict(m, id)
         })
-    }
-
-    /// Write a dirty object to a slower sibling now, leaving it where it is (see
-    /// [`crate::mechanism::writeback_object`]). Returns whether anything was copied.
-    pub fn writeback(&self, id: ObjectId) -> Result<bool> {
-        self.with(|m, p| p.writeback(m, id))
     }
 
     /// `softevict!(object)`.

@@ -128,6 +128,7 @@ impl DataManager {
                 pins: 0,
                 held: 0,
                 writer: false,
+                writes: 0,
             },
         );
         Ok(Some(id))
@@ -179,6 +180,7 @@ impl DataManager {
         }
         o.pins += 1;
         o.writer = write;
+        o.writes += u64::from(write);
         Ok(())
     }
 
@@ -424,7 +426,14 @@ impl DataManager {
 
     /// `markdirty!` / `markclean!`.
     pub fn set_dirty(&mut self, id: RegionId, dirty: bool) -> Result<()> {
-        self.region_mut(id)?.dirty = dirty;
+        let r = self.region_mut(id)?;
+        r.dirty = dirty;
+        let owner = r.object;
+        if dirty {
+            if let Some(o) = self.objects.get_mut(&owner) {
+                o.writes += 1;
+            }
+        }
         Ok(())
     }
 

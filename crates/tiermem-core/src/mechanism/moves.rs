@@ -137,6 +137,20 @@ pub fn evict_object(m: &mut DataManager, id: ObjectId) -> Result<()> {
     Ok(())
 }
 
+/// A write-back begun by [`writeback_begin`]: copy `len` bytes from the primary `x` to the
+/// slower sibling `y`, then finish with [`writeback_end`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Writeback {
+    /// The object.
+    pub id: ObjectId,
+    /// Its primary (the source, held for the copy).
+    pub x: RegionId,
+    /// The slower sibling written (linked to the object from the start).
+    pub y: RegionId,
+    /// The object's write count when the write-back began.
+    pub writes: u64,
+}
+
 /// Clean ahead (write-behind): copy a dirty primary to a sibling on the nearest slower
 /// device (reusing a linked one, else allocating on the first slower device with room) and
 /// mark the primary clean; the primary stays put, so data stays where it is used and a
@@ -144,42 +158,71 @@ pub fn evict_object(m: &mut DataManager, id: ObjectId) -> Result<()> {
 /// (a write guard open) is skipped, as is one already clean or on the slowest device; no
 /// room on a slower device leaves it dirty (and is not an error).
 pub fn writeback_object(m: &mut DataManager, id: ObjectId) -> Result<bool> {
+    let Some(w) = writeback_begin(m, id)? else {
+        return Ok(false);
+    };
+    let copied = m.copy(w.y, w.x);
+    let done = writeback_end(m, &w, copied.is_ok())?;
+    copied.map(|()| done)
+}
+
+/// The first step of a write-back whose copy may run outside the manager lock (the
+/// "moving" state): checks as [`writeback_object`], then finds or allocates the slower
+/// sibling, links it, and holds the object, so that until [`writeback_end`] it is not moved,
+/// evicted or freed while guards (readers and writers) still open on it. `None`: nothing to
+/// do.
+pub fn writeback_begin(m: &mut DataManager, id: ObjectId) -> Result<Option<Writeback>> {
     let x = m.primary(id)?;
     let d = m.device_of(x)?;
     let n = m.devices().len();
     if d + 1 >= n || !m.region(x)?.dirty || m.object(id)?.writer {
-        return Ok(false);
+        return Ok(None);
     }
     let len = m.object(id)?.len;
     let mut y = None;
     for k in d + 1..n {
         if let Some(r) = m.getlinked(x, k)? {
-            y = Some((r, false));
+            y = Some(r);
             break;
         }
     }
     if y.is_none() {
         for k in d + 1..n {
             if let Some(r) = m.allocate(k, len, id)? {
-                y = Some((r, true));
+                link_all(m, x, r)?;
+                y = Some(r);
                 break;
             }
         }
     }
-    let Some((y, allocated)) = y else {
-        return Ok(false);
+    let Some(y) = y else {
+        return Ok(None);
     };
-    if let Err(e) = m.copy(y, x) {
-        if allocated {
-            m.free(y)?;
-        }
-        return Err(e);
+    m.pin(id, false)?;
+    m.hold(id)?;
+    Ok(Some(Writeback {
+        id,
+        x,
+        y,
+        writes: m.object(id)?.writes,
+    }))
+}
+
+/// The last step of a write-back: releases the hold and, when the copy succeeded (`copied`) and no
+/// write guard opened on the object since [`writeback_begin`] (its write count is
+/// unchanged and none is open), marks the primary clean and frees its other stale
+/// siblings. Otherwise the copy may hold a torn mix and the sibling stays stale (the
+/// primary stays dirty: a later eviction copies again), so nothing is lost. Returns whether
+/// the object is now clean.
+pub fn writeback_end(m: &mut DataManager, w: &Writeback, copied: bool) -> Result<bool> {
+    m.release(w.id)?;
+    let o = m.object(w.id)?;
+    if !copied || o.writes != w.writes || o.writer || o.primary != w.x {
+        return Ok(false);
     }
-    drop_stale(m, x, Some(y))?;
-    if allocated {
-        link_all(m, x, y)?;
-    }
-    m.set_dirty(x, false)?;
+    let d = m.device_of(w.x)?;
+    drop_stale(m, w.x, Some(w.y))?;
+    m.set_dirty(w.x, false)?;
     DeviceCounters::bump(&m.devices()[d].counters.dirty_writebacks);
     Ok(true)
 }

@@ -41,4 +41,7 @@ pub struct Object {
     pub held: u32,
     /// Whether the open guard is a write guard (then it is the only one).
     pub writer: bool,
+    /// Write guards opened and primaries marked dirty so far: a move whose copy ran outside
+    /// the manager lock checks it is unchanged before it switches anything.
+    pub writes: u64,
 }

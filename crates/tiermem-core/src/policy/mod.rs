@@ -17,9 +17,7 @@ pub use lru::Lru;
 pub use planned::Planned;
 pub use twolm::TwoLmPolicy;
 
-use crate::mechanism::{
-    evict_object, stage_in, writeback_object, DataManager, GuardUse, ObjectId, Place,
-};
+use crate::mechanism::{evict_object, stage_in, DataManager, GuardUse, ObjectId, Place};
 use crate::{Error, Result};
 
 /// The policy API of thesis Table 4.5, plus the two access hooks guards call.
@@ -65,12 +63,6 @@ pub trait Policy: Send {
     /// `evict!(object)`.
     fn evict(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
         evict_object(m, id)
-    }
-
-    /// Write a dirty object's bytes to a slower sibling now, keeping its primary where it
-    /// is: a later eviction then copies nothing. For copy threads that clean ahead of need.
-    fn writeback(&mut self, m: &mut DataManager, id: ObjectId) -> Result<bool> {
-        writeback_object(m, id)
     }
 
     /// `softevict!(object)`: prefer it for the next eviction.

@@ -293,3 +293,119 @@ fn write_behind_then_write_then_evict_loses_nothing() {
         None,
     );
 }
+
+/// `manager::Manager::writeback` (`manager/moving.rs`: `writeback_begin`, the copy with no
+/// lock held, `writeback_end`) against a write guard and a free: the copy reads the held
+/// primary outside the lock while a writer may write it; the primary is marked clean only if
+/// the object's write count did not change, and a free during the copy waits for its end.
+/// Whatever the schedule: the copy never reads freed memory, and a later eviction leaves the
+/// slow copy equal to the last write.
+#[test]
+fn write_back_outside_the_lock_loses_no_write_and_reads_nothing_freed() {
+    #[derive(Default)]
+    struct St {
+        dirty: bool,
+        writes: u64,
+        writer: bool,
+        held: u32,
+        moving: bool,
+        free_pending: bool,
+        freed: bool,
+        last: u32,
+    }
+    shuttle::check_pct(
+        || {
+            let st = Arc::new(Mutex::new(St {
+                dirty: true,
+                ..St::default()
+            }));
+            // (fast value, slow value): written and read with no manager lock held.
+            let mem = Arc::new(Mutex::new((0u32, 0u32)));
+            let behind = {
+                let (st, mem) = (st.clone(), mem.clone());
+                thread::spawn(move || {
+                    let writes = {
+                        let mut g = st.lock().unwrap();
+                        if g.freed || g.moving || !g.dirty || g.writer {
+                            return;
+                        }
+                        g.held += 1;
+                        g.moving = true;
+                        g.writes
+                    };
+                    // The copy, outside the manager lock, in two steps (a torn read is possible).
+                    let v = {
+                        let m = mem.lock().unwrap();
+                        assert!(!st.lock().unwrap().freed, "the copy read freed memory");
+                        m.0
+                    };
+                    mem.lock().unwrap().1 = v;
+                    let mut g = st.lock().unwrap();
+                    g.held -= 1;
+                    g.moving = false;
+                    if g.writes == writes && !g.writer {
+                        g.dirty = false;
+                    }
+                    if g.free_pending {
+                        g.freed = true;
+                    }
+                })
+            };
+            let writer = {
+                let (st, mem) = (st.clone(), mem.clone());
+                thread::spawn(move || {
+                    for v in 1..=2u32 {
+                        {
+                            let mut g = st.lock().unwrap();
+                            if g.freed || g.free_pending || g.writer {
+                                return;
+                            }
+                            g.writer = true;
+                            g.writes += 1;
+                        }
+                        mem.lock().unwrap().0 = v;
+                        let mut g = st.lock().unwrap();
+                        g.writer = false;
+                        g.dirty = true;
+                        g.writes += 1;
+                        g.last = v;
+                    }
+                })
+            };
+            let freer = {
+                let st = st.clone();
+                thread::spawn(move || {
+                    thread::yield_now();
+                    let mut g = st.lock().unwrap();
+                    if g.writer {
+                        return; // the owner frees only what it is not using
+                    }
+                    if g.moving {
+                        g.free_pending = true;
+                    } else {
+                        g.freed = true;
+                    }
+                })
+            };
+            behind.join().unwrap();
+            writer.join().unwrap();
+            freer.join().unwrap();
+            let g = st.lock().unwrap();
+            assert!(!g.moving && g.held == 0);
+            assert!(
+                !g.free_pending || g.freed,
+                "a free during the copy was lost"
+            );
+            if !g.freed {
+                // evict: copies only when dirty
+                let mut m = mem.lock().unwrap();
+                if g.dirty {
+                    m.1 = m.0;
+                }
+                assert_eq!(m.1, g.last, "the slow copy lacks the last write");
+            }
+        },
+        5000,
+        3,
+    );
+}
