@@ -52,6 +52,7 @@ impl Manager {
             offsets.len(),
             outputs.len()
         );
+        let want = (outputs, places, offsets);
         self.with_inner(|i| {
             let mut open = OpenOp {
                 tickets: Vec::with_capacity(inputs.len() + outputs.len()),
@@ -62,27 +63,13 @@ impl Manager {
             let mut out_open = Vec::with_capacity(outputs.len());
             let r = (|| {
                 if outputs_first {
-                    Self::make_outputs(
-                        i,
-                        outputs,
-                        places,
-                        offsets,
-                        &mut open.outputs,
-                        &mut out_open,
-                    )?;
+                    Self::make_outputs(i, want, &mut open.outputs, &mut out_open)?;
                 }
                 for &(id, how) in inputs {
                     in_open.push(Self::open_inner(i, id, how)?);
                 }
                 if !outputs_first {
-                    Self::make_outputs(
-                        i,
-                        outputs,
-                        places,
-                        offsets,
-                        &mut open.outputs,
-                        &mut out_open,
-                    )?;
+                    Self::make_outputs(i, want, &mut open.outputs, &mut out_open)?;
                 }
                 Ok(())
             })();
@@ -132,11 +119,10 @@ impl Manager {
         })
     }
 
+    /// Allocate and open each output of `(bytes, places, offsets)` (see [`Manager::op_open`]).
     fn make_outputs(
         i: &mut super::Inner,
-        outputs: &[u64],
-        places: &[Place],
-        offsets: &[Option<u64>],
+        (outputs, places, offsets): (&[u64], &[Place], &[Option<u64>]),
         made: &mut Vec<ObjectId>,
         opened: &mut Vec<(GuardTicket, *mut u8)>,
     ) -> Result<()> {
