@@ -393,7 +393,6 @@ def _solve(
     v = _Vars(g, formulation)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(max(0.1, time_limit - (time.perf_counter() - t0) - 2 * layout - 0.02 * time_limit)))
     h.setOptionValue("mip_rel_gap", float(target_gap))
     if threads:
         h.setOptionValue("threads", int(threads))
@@ -403,6 +402,10 @@ def _solve(
     sol.col_value = v.values(at, held).tolist()
     sol.value_valid = True
     h.setSolution(sol)
+    # What is left once the model is in, less time for what follows HiGHS: reading its plan
+    # back and laying it out (twice the greedy plan's layout), and HiGHS's own overrun.
+    left = time_limit - (time.perf_counter() - t0) - 2 * layout - 0.05 * time_limit
+    h.setOptionValue("time_limit", float(max(0.1, left)))
     if on_progress is not None:
 
         def cb(e: Any) -> None:
