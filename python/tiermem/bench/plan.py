@@ -2,7 +2,8 @@
 
 ``plan``: record one training step of a model twice (all tensors fast, all slow) into a
 graph (:mod:`tiermem.torch.tensors.profile`), or read one (``--graph``); solve it at a
-slow:fast ratio; save the plan; with ``--run``, train under the plan and report predicted
+slow:fast ratio with heap offsets that fit (:func:`tiermem.plan.fit`, each try printed); save
+the plan; with ``--run``, train under the plan and report predicted
 against measured step and kernel times.
 
 ``bench plan``: for each workload and ratio, the planned variant against ``LM``, ``async``,

@@ -11,7 +11,9 @@ and one run, to the next: ``"POS.K"`` for the *K*-th tensor the kernel at *POS* 
   :class:`~tiermem.plan.Graph` (see :func:`tiermem.torch.tensors.profile.graph_from_recordings` and
   :func:`tiermem.bench.plan.capture`).
 * :class:`Executor` follows a :class:`~tiermem.plan.Plan`: each new tensor is made on the
-  device the plan puts it on at its first use; before each kernel the plan's prefetches run
+  device the plan puts it on at its first use, at the plan's heap offset when it has one
+  (:mod:`tiermem.plan.offsets`); before each kernel the plan's prefetches run, each to its
+  offset
   (and a persistent tensor's first use finds it where the plan wants it), after it the
   tensors whose gap the plan does not hold are evicted: one call into the core per kernel
   that moves anything. The first iteration is not the planned step (it makes the
