@@ -19,7 +19,7 @@ from .._sizes import format_bytes
 from .graph import Graph
 from .offsets import assign
 from .plan import Plan
-from .solve import solve
+from .solve import _solve
 
 __all__ = ["FIT_TRIES", "fit"]
 
@@ -46,7 +46,8 @@ def fit(
     cap = budget
     last: Plan | None = None
     for _ in range(max(1, tries)):
-        p = solve(g.with_capacity(cap), formulation, time_limit=time_limit, target_gap=target_gap, on_progress=on_progress)
+        # Placed at the lower limit, laid out once against the real capacity.
+        p = _solve(g.with_capacity(cap), formulation, time_limit, target_gap, None, on_progress)
         off = assign(g, p.at_use, p.held)
         p.offsets = off.at_use
         height = off.height[0]

@@ -248,12 +248,10 @@ pub fn prefetch_object(
     force: bool,
     start: Option<u64>,
 ) -> Result<Prefetched> {
-    let Some((x, len)) = prefetchable(m, id, target)? else {
-        return Ok(Prefetched::Done);
+    let (x, len) = match prefetchable(m, id, target)? {
+        Ok(from) => from,
+        Err(outcome) => return Ok(outcome),
     };
-    if m.object(id)?.pins > 0 {
-        return Ok(Prefetched::Skipped);
-    }
     let mut y = m.allocate(target, len, id)?;
     if y.is_none() && force {
         make_room(m, target, len, start.unwrap_or(0), Some(id))?;
@@ -273,26 +271,32 @@ pub fn prefetch_object_at(
     target: usize,
     at: u64,
 ) -> Result<Prefetched> {
-    let Some((x, len)) = prefetchable(m, id, target)? else {
-        return Ok(Prefetched::Done);
+    let (x, len) = match prefetchable(m, id, target)? {
+        Ok(from) => from,
+        Err(outcome) => return Ok(outcome),
     };
-    if m.object(id)?.pins > 0 {
-        return Ok(Prefetched::Skipped);
-    }
     match m.allocate_at(target, len, id, Some(at))? {
         Some(y) => switch_primary(m, id, x, y),
         None => Ok(Prefetched::Skipped),
     }
 }
 
-/// The object's primary and length when it is slower than `target`; `None` when it is
-/// already there or faster.
-fn prefetchable(m: &DataManager, id: ObjectId, target: usize) -> Result<Option<(RegionId, u64)>> {
+/// The object's primary and length when a prefetch to `target` has work to do; otherwise
+/// its outcome: `Done` when the object is already there or faster, `Skipped` when pinned.
+fn prefetchable(
+    m: &DataManager,
+    id: ObjectId,
+    target: usize,
+) -> Result<std::result::Result<(RegionId, u64), Prefetched>> {
     let x = m.primary(id)?;
     if m.device_of(x)? <= target {
-        return Ok(None);
+        return Ok(Err(Prefetched::Done));
     }
-    Ok(Some((x, m.object(id)?.len)))
+    let o = m.object(id)?;
+    if o.pins > 0 {
+        return Ok(Err(Prefetched::Skipped));
+    }
+    Ok(Ok((x, o.len)))
 }
 
 /// Copy primary `x` into the new region `y`, keep `x` linked as a clean sibling and make

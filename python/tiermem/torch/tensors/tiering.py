@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from ..._tiermem import MEMORY_ALIGN
 from ...exceptions import BudgetError, DeviceFullError, InvalidArgumentError
 from ...manager import DeviceList, Manager
 from ...plan import Graph, Plan
@@ -57,7 +58,7 @@ from .tensor import TensorObject, TieredTensor, check_supported, flat_args, item
 
 __all__ = ["Tiering", "Variant", "VARIANTS", "TieredTensor"]
 
-_ALIGN = 64
+_ALIGN = MEMORY_ALIGN  # the heap's, from the core
 
 
 @dataclass(frozen=True)
