@@ -42,10 +42,28 @@ def test_item16_benchmarks_record_the_load(tmp_path) -> None:
     out = tmp_path / "copy.json"
     assert main(["bench", "copy", "--quick", "--max-size", "4 MiB", "--devices", "dram", "--json", str(out)]) == 0
     load = json.loads(out.read_text())["load"]
-    assert set(load) == {"cores", "loadavg_start", "loadavg_end", "steal_fraction", "disturbed"}
+    assert set(load) == {"cores", "loadavg_start", "loadavg_end", "steal_fraction", "others_fraction", "disturbed"}
     with MachineLoad() as ml:
         pass
     assert isinstance(ml.disturbed, bool) and "machine load" in ml.line()
+
+
+def test_load_counts_other_processes_cpu_not_its_own() -> None:
+    """A process spinning beside the run is other work; whatever else runs on the machine
+    only adds to it, so the lower bound holds on a busy machine too."""
+    import subprocess
+    import sys
+
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 3: pass\n"
+    p = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        with MachineLoad() as ml:
+            time.sleep(1.5)
+    finally:
+        p.kill()
+        p.wait()
+    assert ml.others >= 0.4 / ml.cores, ml.line()
+    assert ml.summary()["others_fraction"] == round(ml.others, 4)
 
 
 def test_stress_runs_clean_for_a_few_seconds(tmp_path) -> None:
