@@ -292,3 +292,26 @@ def test_workloads_build_and_refuse_bad_names() -> None:
         build("alexnet")
     with pytest.raises(tiermem.InvalidArgumentError, match="batch"):
         build("vgg", 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32])
+def test_relu_runs_as_clamp_min_out_bit_for_bit(dtype: torch.dtype) -> None:
+    """relu's .out overload is replaced by clamp_min.out (ops.OUT_REPLACEMENTS): the same
+    bits as torch.relu, signed zeros and NaNs included, written straight into tiered memory."""
+    t = tiered("all-fast")
+    if dtype.is_floating_point:
+        x = torch.cat([torch.tensor([-0.0, 0.0, float("nan"), float("-inf"), float("inf"), -1.5]), torch.randn(200)])
+    else:
+        x = torch.randint(-50, 50, (64,))
+    x = x.to(dtype)
+    before = t.stats()
+    got = torch.relu(t.tensor(x)).to_plain()
+    after = t.stats()
+    want = torch.relu(x)
+    bits = _same_width_int(dtype)
+    assert torch.equal(got.view(bits), want.view(bits))
+    assert after["out_ops"] - before["out_ops"] == 1 and after["fallback_ops"] == before["fallback_ops"]
+
+
+def _same_width_int(dtype: torch.dtype) -> torch.dtype:
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]

@@ -7,6 +7,7 @@
   arguments plus keyword-only outputs (``convolution.out``, ``addmm.out``,
   ``native_batch_norm.out``): their outputs are allocated in tiered memory and written there
   directly. The rest run normally and their outputs are copied in (counted as fallbacks).
+  A few ``.out`` overloads are replaced by a faster exact equivalent (``OUT_REPLACEMENTS``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ HIDDEN_WRITES = {
 }
 
 
+
+def _relu_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.clamp_min.out(self, 0, out=out)
+
+
+# ``.out`` overloads replaced by an exact equivalent. ATen's ``relu`` is ``clamp_min(self,
+# 0)``, bit for bit (signed zeros and NaNs included; a test checks), but its ``relu.out``
+# makes a result and copies it over: on 64 MiB of float32 on this machine it took 26.7 ms
+# against 4.1 ms for ``clamp_min.out``, and its allocation's page faults made it the
+# noisiest kernel of a recorded step.
+OUT_REPLACEMENTS: dict[str, Any] = {"relu.default": _relu_out}
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """Schema facts of one overload."""
@@ -83,6 +97,8 @@ def _classify(func: Any) -> OpInfo:
     if base in UNMARKED_VIEWS or (rets and any(r.alias_info is not None for r in rets)):
         return OpInfo(name, "view", (), None, ())
     out, names = _out_overload(func)
+    if out is not None and name in OUT_REPLACEMENTS:
+        out = OUT_REPLACEMENTS[name]
     return OpInfo(name, "functional", hidden, out, names)
 
 
