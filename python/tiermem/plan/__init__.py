@@ -7,7 +7,7 @@ from .fit import FIT_TRIES, fit
 from .generate import autotm_graph
 from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
 from .offsets import Offsets, Residency, assign, residencies
-from .plan import PLAN_FORMAT, Cost, Plan, evaluate, moves
+from .plan import PLAN_FORMAT, Cost, Plan, at_home, evaluate, moves
 from .solve import FORMULATIONS, greedy, solve
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Residency",
     "Tensor",
     "assign",
+    "at_home",
     "autotm_graph",
     "evaluate",
     "fit",

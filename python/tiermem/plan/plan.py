@@ -23,7 +23,7 @@ from typing import Any
 from .._files import write_json_atomic
 from .graph import Graph, GraphError, read_json
 
-__all__ = ["Plan", "PLAN_FORMAT", "Cost", "gaps", "evaluate", "moves"]
+__all__ = ["Plan", "PLAN_FORMAT", "Cost", "gaps", "evaluate", "moves", "at_home"]
 
 PLAN_FORMAT = "tiermem-plan-1"
 
@@ -246,6 +246,15 @@ class Plan:
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         return cls.from_json(read_json(path, "plan"), str(path))
+
+
+def at_home(g: Graph) -> Plan:
+    """The plan that keeps every tensor at home and moves nothing (what a capture's all-slow
+    run follows, so that its step includes the executor's own work)."""
+    at = [[g.home] * len(us) for us in g.uses]
+    held = [[False] * len(gaps(g, t)) for t in range(len(g.tensors))]
+    c = evaluate(g, at, held)
+    return Plan(g.name, "static", [d.name for d in g.devices], [t.key for t in g.tensors], at, held, c.seconds, "at home")
 
 
 def _offsets(ts: list[Any]) -> list[list[int | None]] | None:

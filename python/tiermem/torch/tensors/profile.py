@@ -33,8 +33,9 @@ def graph_from_recordings(
     """The graph of the recorded iteration: kernels and tensors from ``fast`` (an all-fast
     run), operand extra times from ``slow`` (an all-slow run of the same step). ``devices``:
     ``(name, capacity)`` fastest first; ``traits``: each device's ``read_gbps`` and
-    ``write_gbps``; ``step_seconds``: the all-fast run's measured step, whose time outside the
-    kernels becomes the graph's overhead."""
+    ``write_gbps``; ``step_seconds``: the all-slow run's measured step, whose time outside
+    its kernels becomes the graph's overhead (:func:`tiermem.bench.plan.capture` runs it
+    under the plan executor, so that the overhead includes the executor's work)."""
     for rec in (fast, slow):
         if rec.mismatch:
             raise GraphError(
@@ -84,5 +85,5 @@ def graph_from_recordings(
             per = tuple(max(0.0, extra * (w[d] - w[0]) / den) for d in range(nd))
             operands.append(Operand(index[key], use, per))
         kernels.append(Kernel(kname, t_fast, tuple(operands)))
-    overhead = max(0.0, step_seconds - sum(k.seconds for k in kernels))
+    overhead = max(0.0, step_seconds - sum(t for _, t, _ in slow.kernels))
     return Graph(name, [Device(dn, cap) for dn, cap in devices], copy_gbps, tensors, kernels, overhead)
