@@ -36,5 +36,6 @@ def two_tier() -> tiermem.Manager:
 
 @pytest.fixture(autouse=True)
 def _calibration_isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never read or write the user's calibration file."""
+    """Tests never read or write the user's calibration file or kernel profile cache."""
     monkeypatch.setenv("TIERMEM_CALIBRATION", str(tmp_path_factory.getbasetemp() / "calibration.json"))
+    monkeypatch.setenv("TIERMEM_PROFILES", str(tmp_path_factory.getbasetemp() / "kernel-profiles.json"))

@@ -54,6 +54,10 @@ def test_a_recorded_step_is_a_valid_graph(captured) -> None:
     # of a measured difference, so some operand somewhere costs more when slow.
     assert all(o.seconds[0] == 0.0 and o.seconds[1] >= 0 for k in g.kernels for o in k.operands)
     assert sum(o.seconds[1] for k in g.kernels for o in k.operands) > 0
+    # The two ReLUs do the same work on same-shaped tensors: one signature, one profile.
+    assert facts["profile_signatures"] < len(g.kernels)
+    relus = [k for k in g.kernels if k.name == "relu.default"]
+    assert len(relus) == 2 and [o.seconds for o in relus[0].operands] == [o.seconds for o in relus[1].operands]
     assert g.footprint() <= facts["footprint_bytes"] * 1.5
     assert facts["budget_bytes"] < facts["footprint_bytes"] / 3
 

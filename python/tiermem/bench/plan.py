@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import time
+from pathlib import Path
 from typing import Any
 
 from .._sizes import format_bytes
@@ -25,6 +26,7 @@ from ..report.load import MachineLoad
 from ..report.output import write_json
 from ..report.progress import Progress
 from ..report.table import print_table
+from ..torch.tensors.kernel_profiles import KernelProfiles, default_profiles_path, setup_key
 from ..torch.tensors.planned import Recorder
 from ..torch.tensors.profile import graph_from_recordings
 from .models import Workload, build
@@ -41,10 +43,14 @@ SEED = 0
 RECORDED = 3
 
 
-def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", seed: int = SEED) -> tuple[Graph, dict[str, Any]]:
+def capture(
+    w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", seed: int = SEED, profiles: str | Path | None = None
+) -> tuple[Graph, dict[str, Any]]:
     """One training step of ``w`` recorded all-fast and all-slow, as a graph whose fast
     device holds ``FAST/(SLOW+FAST)`` of the all-fast run's peak. Returns the graph and the
-    two runs' facts (footprint, budget, step times).
+    two runs' facts (footprint, budget, step times). ``profiles``: a kernel profile cache
+    file (:mod:`~tiermem.torch.tensors.kernel_profiles`) to pool kernels' slow-downs with and
+    add this capture's to; without one, kernels are pooled within this capture only.
 
     The all-slow run goes through the plan executor, with a plan that keeps everything at
     home: its time outside the kernels (the graph's overhead) then includes the executor's
@@ -69,13 +75,17 @@ def capture(w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", se
     small = _run_variant(
         w, "planned", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec, plan=at_home(g0), graph=g0
     )
-    g = graph_from_recordings(name, fast_rec, slow_rec, devices, traits, copy, min(small["timed"]))
+    cache = KernelProfiles(setup_key([d for d, _ in devices]), profiles)
+    g = graph_from_recordings(name, fast_rec, slow_rec, devices, traits, copy, min(small["timed"]), cache)
+    cache.save()
     facts = {
         "footprint_bytes": footprint,
         "budget_bytes": budget,
         "slow_bytes": slow_cap,
         "all_fast_seconds": big["seconds_per_iter"],
         "all_slow_seconds": small["seconds_per_iter"],
+        "profile_signatures": len(set(fast_rec.signatures)),
+        "profile_signatures_cached": cache.known,
     }
     return g, facts
 
@@ -143,11 +153,12 @@ def run(
     slow_spec: str = "emulated:optane-pmem",
     sizes: tuple[int, ...] | None = None,
     progress: bool | None = None,
+    profile_cache: str | None = None,
 ) -> dict[str, Any]:
     """Record and plan each workload at each ratio, then train every variant of
     :data:`COMPARED` and ``planned`` in the same rounds (``tiermem bench tensors``'s
     machinery: losses against plain PyTorch, best iteration over rounds); then the solver
-    scaling runs. Returns the JSON-able results."""
+    scaling runs. ``profile_cache``: see :func:`capture`. Returns the JSON-able results."""
     from .tensors import run as run_variants
 
     for ratio in ratios:
@@ -174,7 +185,7 @@ def run(
             w = build(name, QUICK_BATCH[name] if quick else None)
             plans = {}
             for ratio in ratios:
-                g, facts = capture(w, ratio, slow_spec)
+                g, facts = capture(w, ratio, slow_spec, profiles=profile_cache)
                 p, tries = fit(g, time_limit=time_limit)
                 plans[(name, ratio)] = (g, p)
                 out["plans"].append(
@@ -276,7 +287,14 @@ def run_cli(args: Any) -> int:
     models = args.model or ["resnet", "densenet", "vgg", "gpt"]
     ratios = args.ratio or ["4:1", "8:1"]
     res = run(
-        models, ratios, quick=args.quick, iters=args.iters, rounds=args.rounds, time_limit=args.time_limit, slow_spec=args.slow
+        models,
+        ratios,
+        quick=args.quick,
+        iters=args.iters,
+        rounds=args.rounds,
+        time_limit=args.time_limit,
+        slow_spec=args.slow,
+        profile_cache=args.profile_cache,
     )
     _print_models(res["models"])
     _print_scaling(res["scaling"])
@@ -299,11 +317,14 @@ def run_plan_cli(args: Any) -> int:
     else:
         w = build(args.model, args.batch)
         t0 = time.perf_counter()
-        g, facts = capture(w, args.ratio, args.slow)
+        cache = None if args.no_profile_cache else (args.profile_cache or default_profiles_path())
+        g, facts = capture(w, args.ratio, args.slow, profiles=cache)
         print(
             f"recorded {len(g.kernels)} kernels, {len(g.tensors)} tensors in {time.perf_counter() - t0:.1f} s; "
             f"footprint {format_bytes(facts['footprint_bytes'])}, fast budget {format_bytes(facts['budget_bytes'])} ({args.ratio})"
         )
+        where = f"{facts['profile_signatures_cached']} signatures already in {cache}" if cache else "no profile cache"
+        print(f"kernel profiles: {facts['profile_signatures']} distinct kernel signatures pooled ({where})")
     if args.save_graph:
         g.save(args.save_graph)
         print(f"wrote {args.save_graph}")

@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bp.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per plan (default 60)")
     bp.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
+    bp.add_argument(
+        "--profile-cache",
+        metavar="FILE",
+        help="pool kernels' measured slow-downs with this kernel profile cache and add to it (default: none, each "
+        "capture alone, so runs stay independent)",
+    )
     pl = sub.add_parser("plan", help="plan where every tensor of a training step lives and when it moves (AutoTM, HiGHS)")
     pl.add_argument("--model", help="workload to record (resnet, densenet, vgg, gpt)")
     pl.add_argument("--graph", metavar="FILE", help="plan a saved graph (tiermem-graph-1 JSON) instead of recording a model")
@@ -115,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--gap", type=float, default=0.01, help="stop at this certified relative gap (default 0.01)")
     pl.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the workload's)")
     pl.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
+    pl.add_argument(
+        "--profile-cache",
+        metavar="FILE",
+        help="kernel profile cache to pool measured slow-downs with and add to (default $TIERMEM_PROFILES, else "
+        "~/.cache/tiermem/kernel-profiles.json)",
+    )
+    pl.add_argument("--no-profile-cache", action="store_true", help="pool kernels within this capture only")
     pl.add_argument("--save-graph", metavar="FILE", help="write the recorded graph (JSON) to FILE")
     pl.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE (default plan-<graph>.json)")
     pl.add_argument("--run", action="store_true", help="train under the plan and compare predicted with measured")

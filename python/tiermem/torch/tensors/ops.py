@@ -49,7 +49,6 @@ HIDDEN_WRITES = {
 }
 
 
-
 def _relu_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.clamp_min.out(self, 0, out=out)
 

@@ -29,15 +29,18 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ...exceptions import NoSuchObjectError, PinnedError
 from ...plan import Graph, Plan, moves
 from ...policies import FAST, SLOW
+from .tensor import TieredTensor
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tensor import TensorObject
     from .tiering import Tiering
 
-__all__ = ["Recorder", "Executor", "PlanMismatchWarning"]
+__all__ = ["Recorder", "Executor", "PlanMismatchWarning", "signature"]
 
 
 class PlanMismatchWarning(UserWarning):
@@ -69,6 +72,22 @@ class _Names:
         return f"{pos}.{k}"
 
 
+def signature(name: str, flat: list[Any], lens: tuple[int, ...], kwargs: dict[str, Any]) -> str:
+    """A kernel's signature, as AutoTM keys its profile cache: the op, and each argument's
+    shape, strides, dtype and offset (tensors; tiered ones with their object's size) or value
+    (anything else)."""
+    parts = [name, repr(lens), ",".join(kwargs)]
+    for x in flat:
+        if isinstance(x, TieredTensor):
+            size, stride, dtype, off = x._key
+            parts.append(f"T{x._obj.nbytes}:{list(size)}:{list(stride)}:{dtype}:{off}")
+        elif isinstance(x, torch.Tensor):
+            parts.append(f"P{list(x.shape)}:{list(x.stride())}:{x.dtype}")
+        else:
+            parts.append(repr(x)[:64])
+    return "|".join(parts)
+
+
 class Recorder:
     """Records the iterations after ``skip`` whole ones: the first of them gives the kernels
     and tensors; each kernel keeps its shortest time over ``count`` iterations (a shared
@@ -84,6 +103,9 @@ class Recorder:
         self.done = False
         self.recorded = 0  # whole iterations recorded
         self.kernels: list[tuple[str, float, list[tuple[str, str]]]] = []
+        #: Per kernel, its signature (:func:`signature`): kernels that share one do the same
+        #: work on operands of the same shapes, so their profiles are pooled.
+        self.signatures: list[str] = []
         self.tensors: dict[str, dict[str, Any]] = {}
         self.mismatch: str | None = None
         self._pos = 0
@@ -101,7 +123,9 @@ class Recorder:
             self._pos = 0
             self.names.start(iteration)
 
-    def kernel(self, pos: int, name: str, operands: list[tuple[TensorObject, str]], seconds: float) -> None:
+    def kernel(
+        self, pos: int, name: str, operands: list[tuple[TensorObject, str]], seconds: float, signature: str | None = None
+    ) -> None:
         if not self.active:
             return
         self._pos = pos + 1
@@ -124,6 +148,7 @@ class Recorder:
                 self._live[obj.id] = key
             ops.append((key, use))
         self.kernels.append((name, seconds, ops))
+        self.signatures.append(signature or name)
 
     def freed(self, oid: int) -> None:
         key = self._live.pop(oid, None)

@@ -9,6 +9,10 @@ bandwidth; writes and new tensors at the write bandwidth). This is AutoTM's prof
 operand placement, measured twice per kernel instead of once per placement and apportioned
 by the cost model of the emulated devices; ``tiermem plan`` reports predicted against
 measured times, kernel by kernel, so the apportioning is checked, not assumed.
+
+The all-slow less all-fast difference of one kernel is noisy on a shared machine; kernels
+with the same signature are pooled, within the recording and across captures through a
+:class:`~tiermem.torch.tensors.kernel_profiles.KernelProfiles` cache on disk.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...plan import Device, Graph, GraphError, Kernel, Operand, Tensor
+from .kernel_profiles import KernelProfiles
 from .planned import Recorder
 
 __all__ = ["graph_from_recordings"]
@@ -29,13 +34,16 @@ def graph_from_recordings(
     traits: list[dict[str, Any]],
     copy_gbps: list[list[float | None]],
     step_seconds: float = 0.0,
+    profiles: KernelProfiles | None = None,
 ) -> Graph:
     """The graph of the recorded iteration: kernels and tensors from ``fast`` (an all-fast
     run), operand extra times from ``slow`` (an all-slow run of the same step). ``devices``:
     ``(name, capacity)`` fastest first; ``traits``: each device's ``read_gbps`` and
     ``write_gbps``; ``step_seconds``: the all-slow run's measured step, whose time outside
     its kernels becomes the graph's overhead (:func:`tiermem.bench.plan.capture` runs it
-    under the plan executor, so that the overhead includes the executor's work)."""
+    under the plan executor, so that the overhead includes the executor's work). A kernel's
+    extra time is the mean over the kernels that share its signature, in this recording and
+    in ``profiles`` (which gains this recording's samples; the caller saves it)."""
     for rec in (fast, slow):
         if rec.mismatch:
             raise GraphError(
@@ -70,9 +78,9 @@ def graph_from_recordings(
         for t in tensors
     ]
     nd = len(devices)
+    extras = _pooled_extras(fast, slow, profiles)
     kernels = []
-    for (kname, t_fast, ops), (_, t_slow, _) in zip(fast.kernels, slow.kernels, strict=True):
-        extra = max(0.0, t_slow - t_fast)
+    for (kname, t_fast, ops), extra in zip(fast.kernels, extras, strict=True):
         weights = []
         for key, use in ops:
             b = fast.tensors[key]["bytes"]
@@ -87,3 +95,19 @@ def graph_from_recordings(
         kernels.append(Kernel(kname, t_fast, tuple(operands)))
     overhead = max(0.0, step_seconds - sum(t for _, t, _ in slow.kernels))
     return Graph(name, [Device(dn, cap) for dn, cap in devices], copy_gbps, tensors, kernels, overhead)
+
+
+def _pooled_extras(fast: Recorder, slow: Recorder, profiles: KernelProfiles | None) -> list[float]:
+    """Each kernel's extra time all-slow over all-fast: the mean difference over the kernels
+    of its signature here and the samples ``profiles`` holds, clipped at zero once."""
+    sigs = fast.signatures if len(fast.signatures) == len(fast.kernels) else [k[0] for k in fast.kernels]
+    groups: dict[str, list[float]] = {}
+    for sig, (_, t_fast, _), (_, t_slow, _) in zip(sigs, fast.kernels, slow.kernels, strict=True):
+        groups.setdefault(sig, []).append(t_slow - t_fast)
+    mean: dict[str, float] = {}
+    for sig, diffs in groups.items():
+        n, total = profiles.pooled(sig) if profiles is not None else (0, 0.0)
+        mean[sig] = max(0.0, (total + sum(diffs)) / (n + len(diffs)))
+        if profiles is not None:
+            profiles.add(sig, len(diffs), sum(diffs))
+    return [mean[sig] for sig in sigs]

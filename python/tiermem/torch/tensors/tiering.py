@@ -53,7 +53,7 @@ from ...policies import SLOW as _SLOW
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .ops import OpInfo, meta_like, op_info
-from .planned import Executor, Recorder
+from .planned import Executor, Recorder, signature
 from .tensor import TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args, span_bytes
 
 __all__ = ["Tiering", "Variant", "VARIANTS", "TieredTensor"]
@@ -550,7 +550,9 @@ class Tiering:
         self._native.op_close(tickets, charges, self.threads, evict)
         if self.recorder is not None:
             uses = [(op.obj, "write" if op.write else "read") for op in operands.values()]
-            self.recorder.kernel(pos, info.name, uses + [(o, "make") for o in outs], time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            sig = signature(info.name, flat, lens, kwargs)
+            self.recorder.kernel(pos, info.name, uses + [(o, "make") for o in outs], elapsed, sig)
         if self._executor is not None:
             for n_out, o in enumerate(outs):
                 self._executor.made(pos, n_out, o)

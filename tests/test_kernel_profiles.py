@@ -1,0 +1,107 @@
+"""The kernel profile cache: samples pooled by signature within a recording and across
+captures, kept per setup, saved atomically, and refused clearly when damaged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tiermem.plan import GraphError  # noqa: E402
+from tiermem.torch.tensors.kernel_profiles import PROFILES_FORMAT, KernelProfiles, setup_key  # noqa: E402
+from tiermem.torch.tensors.planned import Recorder  # noqa: E402
+from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
+
+SLOW = "emulated:optane-pmem"
+DEVICES = [("dram", 1 << 20), (SLOW, None)]
+TRAITS = [{"read_gbps": 30.0, "write_gbps": 60.0}, {"read_gbps": 10.0, "write_gbps": 8.0}]
+COPY = [[None, 10.0], [10.0, None]]
+
+
+def recordings(times: list[tuple[str, float, float]]) -> tuple[Recorder, Recorder]:
+    """An all-fast and an all-slow recording of kernels ``(signature, fast s, slow s)``,
+    each reading one 1 MiB parameter and making a 1 MiB tensor."""
+    fast, slow = Recorder(), Recorder()
+    for k, (sig, tf, ts) in enumerate(times):
+        for rec, t in ((fast, tf), (slow, ts)):
+            rec.kernels.append(("op.default", t, [(f"p{k}", "read"), (f"{k}.0", "make")]))
+            rec.signatures.append(sig)
+            rec.tensors[f"p{k}"] = {"bytes": 1 << 20, "kind": "parameter", "persistent": True}
+            rec.tensors[f"{k}.0"] = {"bytes": 1 << 20, "kind": "activation", "persistent": False}
+    return fast, slow
+
+
+def extras(g) -> list[float]:
+    return [sum(o.seconds[1] for o in k.operands) for k in g.kernels]
+
+
+def test_kernels_sharing_a_signature_share_the_mean_difference() -> None:
+    fast, slow = recordings([("a", 1.0, 1.01), ("a", 1.0, 1.03), ("b", 2.0, 2.5), ("c", 1.0, 0.99)])
+    g = graph_from_recordings("x", fast, slow, DEVICES, TRAITS, COPY)
+    # "a": the mean of 0.01 and 0.03; "b" alone; "c" measured faster slow: clipped to zero.
+    assert extras(g) == pytest.approx([0.02, 0.02, 0.5, 0.0])
+
+
+def test_the_cache_pools_across_captures_and_keeps_setups_apart(tmp_path) -> None:
+    path = tmp_path / "sub" / "profiles.json"
+    key = setup_key([d for d, _ in DEVICES])
+    first = KernelProfiles(key, path)
+    assert first.known == 0
+    fast, slow = recordings([("a", 1.0, 1.01), ("a", 1.0, 1.03)])
+    graph_from_recordings("x", fast, slow, DEVICES, TRAITS, COPY, profiles=first)
+    first.save()
+    again = KernelProfiles(key, path)
+    assert again.known == 1 and again.pooled("a") == (2, pytest.approx(0.04))
+    # A later capture measures 0.06: the cache's two samples and this one are averaged.
+    fast, slow = recordings([("a", 1.0, 1.06)])
+    g = graph_from_recordings("x", fast, slow, DEVICES, TRAITS, COPY, profiles=again)
+    assert extras(g) == pytest.approx([(0.04 + 0.06) / 3])
+    again.save()
+    assert KernelProfiles(key, path).pooled("a") == (3, pytest.approx(0.10))
+    # Another setup (another slow device) neither sees nor disturbs those samples.
+    other = KernelProfiles(setup_key(["dram", "emulated:cxl"]), path)
+    assert other.known == 0 and other.pooled("a") == (0, 0.0)
+    other.add("a", 1, 1.0)
+    other.save()
+    assert KernelProfiles(key, path).pooled("a") == (3, pytest.approx(0.10))
+    doc = json.loads(path.read_text())
+    assert doc["format"] == PROFILES_FORMAT and len(doc["setups"]) == 2
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{not json", "not JSON"),
+        ('{"format": "something-else"}', "not a tiermem-profiles-1 file"),
+        ('{"format": "tiermem-profiles-1"}', "no 'setups' object"),
+        ('{"format": "tiermem-profiles-1", "setups": {"k": []}}', "setup 'k' is not an object"),
+        ('{"format": "tiermem-profiles-1", "setups": {"k": {"sig": [0, 1.0]}}}', "signature 'sig'"),
+        ('{"format": "tiermem-profiles-1", "setups": {"k": {"sig": [1, "x"]}}}', "signature 'sig'"),
+    ],
+)
+def test_a_damaged_cache_is_refused_by_name_and_left_alone(tmp_path, text: str, why: str) -> None:
+    path = tmp_path / "profiles.json"
+    path.write_text(text)
+    with pytest.raises(GraphError, match=why) as e:
+        KernelProfiles("k", path)
+    assert str(path) in str(e.value)
+    assert path.read_text() == text
+
+
+def test_plan_command_pools_into_the_cache_it_is_given(tmp_path, capsys) -> None:
+    from tiermem.cli.main import main
+
+    cache = tmp_path / "profiles.json"
+    args = ["plan", "--model", "resnet", "--batch", "2", "--time-limit", "0", "--save-plan", str(tmp_path / "p.json")]
+    assert main([*args, "--profile-cache", str(cache)]) == 0
+    text = capsys.readouterr().out
+    assert f"(0 signatures already in {cache})" in text
+    (setup,) = json.loads(cache.read_text())["setups"].values()
+    # ResNet repeats its blocks: far fewer signatures than kernels, each with its samples.
+    kernels = int(text.split("recorded ")[1].split(" kernels")[0])
+    assert 0 < len(setup) < kernels / 2 and sum(n for n, _ in setup.values()) == kernels
+    before = cache.read_text()
+    assert main([*args, "--no-profile-cache"]) == 0
+    assert "no profile cache" in capsys.readouterr().out and cache.read_text() == before
