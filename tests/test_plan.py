@@ -13,7 +13,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiermem.cli.main import main
-from tiermem.plan import Device, Graph, GraphError, Kernel, Operand, Plan, Tensor, autotm_graph, evaluate, greedy, solve
+from tiermem.plan import (
+    Device,
+    Graph,
+    GraphError,
+    Kernel,
+    Operand,
+    Plan,
+    Tensor,
+    at_home,
+    autotm_graph,
+    evaluate,
+    greedy,
+    residency_by_kind,
+    solve,
+    tensor_residency,
+)
 from tiermem.plan.plan import gaps
 
 pytest.importorskip("highspy")
@@ -217,8 +232,28 @@ def test_plan_command_on_a_saved_graph(tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert rc == 0
     text = capsys.readouterr().out
-    assert "sync plan, gap" in text and "all slow" in text
+    assert "sync plan, gap" in text and "all slow" in text and "residency by kind" in text
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert len(report["residency"]["tensors"]) == len(g.tensors) and report["residency"]["by_kind"]
     p = Plan.load(out)
     assert p.check(g).seconds == pytest.approx(p.predicted_seconds)
     assert main(["plan", "--graph", str(tmp_path / "g.json"), "--model", "resnet"]) == 2
     assert main(["plan", "--graph", str(tmp_path / "g.json"), "--run"]) == 2
+
+
+def test_residency_report_adds_up_to_the_cost_model() -> None:
+    g = autotm_graph(64)
+    p = solve(g, "sync", time_limit=5)
+    cost = evaluate(g, p.at_use, p.held)
+    rows = tensor_residency(g, p)
+    assert sum(r["prefetched_bytes"] for r in rows) == cost.prefetched_bytes
+    assert sum(r["written_home_bytes"] for r in rows) == cost.written_home_bytes
+    assert all(0 <= r["fast_kernels"] <= r["live_kernels"] and 0 <= r["fast_uses"] <= r["uses"] for r in rows)
+    assert any(r["fast_kernels"] > 0 for r in rows)
+    kinds = residency_by_kind(rows)
+    assert sum(k["bytes"] for k in kinds) == sum(t.bytes for t in g.tensors)
+    assert all(0.0 <= k["fast_share"] <= 1.0 for k in kinds)
+    # Nothing in fast memory, nothing moved: an all-at-home plan.
+    home = tensor_residency(g, at_home(g))
+    assert all(r["fast_kernels"] == 0 and r["fast_uses"] == 0 and r["prefetched_bytes"] == 0 for r in home)
+    assert all(k["fast_share"] == 0.0 for k in residency_by_kind(home))

@@ -162,6 +162,10 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     rows = {r["variant"]: r for r in res["models"]}
     assert {"planned", "LM", "async", "first-touch", "2lm-model", "all-fast"} <= set(rows)
     assert rows["planned"]["predicted_seconds_per_iter"] > 0 and rows["planned"]["max_loss_diff"] == 0.0
+    plan = res["plans"][0]
+    want = plan["predicted_seconds_per_iter"] / plan["predicted_all_fast"]
+    assert rows["planned"]["predicted_vs_all_fast"] == want and want >= 1.0
+    assert rows["LM"]["predicted_vs_all_fast"] is None
     for r in res["models"]:
         assert r["model"] == "resnet" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
     assert res["plans"][0]["fit_tries"]

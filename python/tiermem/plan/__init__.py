@@ -8,6 +8,7 @@ from .generate import autotm_graph
 from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
 from .offsets import Offsets, Residency, assign, residencies
 from .plan import PLAN_FORMAT, Cost, Plan, at_home, evaluate, moves
+from .report import residency_by_kind, tensor_residency
 from .solve import FORMULATIONS, greedy, solve
 
 __all__ = [
@@ -33,5 +34,7 @@ __all__ = [
     "greedy",
     "moves",
     "residencies",
+    "residency_by_kind",
     "solve",
+    "tensor_residency",
 ]

@@ -85,6 +85,8 @@ class Cost:
     written_home_bytes: int
     peak: list[int]  # peak bytes per fast device
     overflow: str | None  # the first kernel and device over capacity, or None
+    # Per tensor: (bytes prefetched, bytes written home) per step.
+    moved: list[tuple[int, int]] = field(default_factory=list)
 
 
 def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
@@ -100,9 +102,11 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
     for k, ker in enumerate(g.kernels):
         for o in ker.operands:
             op_of[(k, o.tensor)] = o
+    moved = []
     for t, us in enumerate(g.uses):
         b = g.tensors[t].bytes
         at = at_use[t]
+        pre_t = wr_t = 0
         if len(at) != len(us):
             raise GraphError(f"plan: tensor {g.tensors[t].key!r} has {len(at)} placements for {len(us)} uses")
         for j, (k, _) in enumerate(us):
@@ -122,12 +126,15 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
                     usage[d][hi] -= b
             if ja is not None and at[ja] < home and not h and not (ja == 0 and not g.tensors[t].persistent):
                 mv += g.copy_seconds(b, home, at[ja])
-                pre += b
+                pre_t += b
         for w, seg in _segments(g, t):
             d = at[w]
             if d < home and any(not _held(hl[gi], at, gl[gi][0], gl[gi][1], d) for gi in seg):
                 mv += g.copy_seconds(b, d, home)
-                wr += b
+                wr_t += b
+        pre += pre_t
+        wr += wr_t
+        moved.append((pre_t, wr_t))
     peak, overflow = [], None
     for d in range(nf):
         run, best = 0, 0
@@ -138,7 +145,7 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
             if overflow is None and cap is not None and run > cap:
                 overflow = f"kernel {k} ({g.kernels[k].name}): {run} bytes on {g.devices[d].name} (capacity {cap})"
         peak.append(best)
-    return Cost(ks + mv, ks, mv, pre, wr, peak, overflow)
+    return Cost(ks + mv, ks, mv, pre, wr, peak, overflow, moved)
 
 
 def moves(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> tuple[list[list[tuple[int, int]]], list[list[int]]]:

@@ -22,6 +22,7 @@ relative gap between the plan's time and HiGHS's bound.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -434,7 +435,10 @@ def _solve(
         c2 = cost
     else:
         plan.at_use, plan.held, plan.predicted_seconds, plan.source = at2, held2, c2.seconds, "highs"
-    plan.bound_seconds = bound
-    plan.gap = max(0.0, (c2.seconds - bound) / max(c2.seconds, 1e-12))
+    if math.isfinite(bound):
+        plan.bound_seconds = bound
+        plan.gap = max(0.0, (c2.seconds - bound) / max(c2.seconds, 1e-12))
+    else:  # stopped before the root relaxation gave a bound: no gap is certified
+        plan.notes.append("HiGHS had no bound yet: the gap is not certified")
     plan.notes.append(f"HiGHS: {h.modelStatusToString(h.getModelStatus())}, {int(info.mip_node_count)} nodes")
     return plan

@@ -181,7 +181,8 @@ class Executor:
             "first_iteration_kernels": 0,
             "prefetch_missed": 0,  # prefetches that found no room (fragmentation)
             "moves_failed": 0,  # move calls refused (an object pinned or freed meanwhile)
-            "move_seconds": 0.0,
+            "move_seconds": 0.0,  # time the step waited on planned moves (the stall)
+            "planned_iterations": 0,
         }
 
     def start_iteration(self, iteration: int) -> None:
@@ -190,6 +191,8 @@ class Executor:
         # The first iteration is not the planned step (it makes the optimizer's state, and
         # no previous loss is read at its start): it runs unplanned, its new tensors at home.
         self.trusted = iteration > 0
+        if self.trusted:
+            self.counts["planned_iterations"] += 1
 
     def _code(self, d: int) -> int:
         return FAST if d == 0 else SLOW if d == self.graph.home else d
