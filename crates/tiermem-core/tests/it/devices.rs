@@ -1,6 +1,6 @@
 //! Device traits: what placement decisions read, the same whatever backs the device.
 
-use tiermem_core::device::Device;
+use tiermem_core::device::{Device, PROFILES};
 
 use crate::scratch;
 
@@ -19,14 +19,20 @@ fn traits_describe_each_kind() {
         em.write_gbps.unwrap(),
         em.latency_ns.unwrap(),
     );
-    assert!(r > 0.0 && w > 0.0 && l > 0.0 && w < r, "{em:?}");
+    assert!(r > 0.0 && w > 0.0 && l > 0.0, "{em:?}");
     // The emulated device received the DRAM figures, so `dram` now knows them too, and
-    // the stand-in is slower than what it stands on.
+    // the stand-in is the profile's fractions of them. (Not `w < r`: that holds only while
+    // this machine's measured DRAM writes are under 7/3 of its reads, and a noisy
+    // measurement once gave 57 against 24 GB/s.)
     let dram = Device::open("dram", 1 << 20).unwrap().traits();
+    let p = PROFILES.iter().find(|p| p.name == "optane-pmem").unwrap();
+    let (dr, dw) = (dram.read_gbps.unwrap(), dram.write_gbps.unwrap());
+    assert!((r / dr - p.read_ratio).abs() < 1e-9, "{em:?} over {dram:?}");
     assert!(
-        dram.read_gbps.unwrap() > r && dram.latency_ns.unwrap() < l,
-        "{dram:?}"
+        (w / dw - p.write_ratio).abs() < 1e-9,
+        "{em:?} over {dram:?}"
     );
+    assert!(dr > r && dram.latency_ns.unwrap() < l, "{dram:?}");
 
     let d = scratch("traits");
     let blk = Device::open(&format!("block:{}/t.bin", d.display()), 1 << 20)
