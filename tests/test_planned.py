@@ -166,6 +166,7 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     want = plan["predicted_seconds_per_iter"] / plan["predicted_all_fast"]
     assert rows["planned"]["predicted_vs_all_fast"] == want and want >= 1.0
     assert rows["LM"]["predicted_vs_all_fast"] is None
+    assert len(rows["planned"]["times"]) >= 2 and min(rows["planned"]["times"]) <= rows["planned"]["seconds_per_iter"]
     for r in res["models"]:
         assert r["model"] == "resnet" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
     assert res["plans"][0]["fit_tries"]

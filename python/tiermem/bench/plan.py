@@ -237,6 +237,9 @@ def run(
                         "ratio": r["ratio"],
                         "variant": r["policy"],
                         "seconds_per_iter": r.get("seconds_per_iter"),
+                        # Every iteration of every round, warm-up included, in run order:
+                        # how far the machine's speed moved while the variants took turns.
+                        "times": r.get("times"),
                         "vs_all_fast": r.get("vs_all_fast"),
                         "predicted_seconds_per_iter": predicted.get((name, r["ratio"])) if r["policy"] == "planned" else None,
                         # The plan's predicted slow-down over all-fast: compared with the
