@@ -90,6 +90,15 @@ def test_a_damaged_cache_is_refused_by_name_and_left_alone(tmp_path, text: str, 
     assert path.read_text() == text
 
 
+def test_a_cache_that_cannot_be_written_is_refused_before_any_work(tmp_path) -> None:
+    from tiermem.exceptions import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="is a folder"):
+        KernelProfiles("k", tmp_path)
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        KernelProfiles("k", "/proc/no-such-folder/profiles.json")
+
+
 def test_plan_command_pools_into_the_cache_it_is_given(tmp_path, capsys) -> None:
     from tiermem.cli.main import main
 

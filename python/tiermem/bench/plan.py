@@ -67,6 +67,8 @@ def capture(
     home: its time outside the kernels (the graph's overhead) then includes the executor's
     own work per kernel, as every planned run's does."""
     parsed = parse_ratio(ratio)
+    # Read (and a damaged file refused) before minutes of recording, not after.
+    cache = KernelProfiles(setup_key(["dram", slow_spec]), profiles)
     n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
     # Recorded from the third iteration on (the first makes the optimizer's state, the
     # second still warms the allocator and caches), each kernel's best of RECORDED.
@@ -86,7 +88,6 @@ def capture(
     small = _run_variant(
         w, "planned", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec, plan=at_home(g0), graph=g0
     )
-    cache = KernelProfiles(setup_key([d for d, _ in devices]), profiles)
     g = graph_from_recordings(name, fast_rec, slow_rec, devices, traits, copy, min(small["timed"]), cache)
     cache.save()
     facts = {

@@ -21,6 +21,7 @@ at once do not corrupt it (each write replaces it whole); the last one's samples
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -53,14 +54,19 @@ def setup_key(devices: list[str]) -> str:
 
 class KernelProfiles:
     """Samples of kernels' slow-downs by signature for one setup, read from and saved to
-    ``path`` (None: in memory only, pooling within one capture)."""
+    ``path`` (None: in memory only, pooling within one capture). A damaged file, or one that
+    cannot be written, is refused here, before any recording."""
 
     def __init__(self, key: str, path: str | Path | None = None) -> None:
         self.key = key
         self.path = None if path is None else Path(path)
         self._doc: dict[str, Any] = {"format": PROFILES_FORMAT, "setups": {}}
-        if self.path is not None and self.path.exists():
-            self._doc = _read(self.path)
+        if self.path is not None:
+            with contextlib.suppress(OSError):  # check_writable says why, by name
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            check_writable(str(self.path), "kernel profile cache")
+            if self.path.exists():
+                self._doc = _read(self.path)
         self._mine: dict[str, list[float]] = self._doc["setups"].setdefault(key, {})
         #: Signatures found in the file when it was read (before this capture added any).
         self.known = len(self._mine)
@@ -75,11 +81,8 @@ class KernelProfiles:
         self._mine[sig] = [n + samples, s + total]
 
     def save(self) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        check_writable(str(self.path), "kernel profile cache")
-        write_json_atomic(str(self.path), self._doc)
+        if self.path is not None:
+            write_json_atomic(str(self.path), self._doc)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -111,6 +111,11 @@ class Recorder:
         self._pos = 0
         self._live: dict[int, str] = {}  # object id -> name, for frees
 
+    @property
+    def wants_signatures(self) -> bool:
+        """Whether the next kernel's signature is kept (the first recorded iteration's)."""
+        return self.active and not self.recorded
+
     def start_iteration(self, iteration: int) -> None:
         if self.active:
             self.recorded += 1

@@ -293,7 +293,8 @@ class Tiering:
             self._native.close(ticket)
         if watched:
             if self.recorder is not None:
-                self.recorder.kernel(pos, "input", [(obj, "make")], time.perf_counter() - start)
+                sig = f"input|{x.dtype}|{list(x.shape)}"
+                self.recorder.kernel(pos, "input", [(obj, "make")], time.perf_counter() - start, sig)
             if self._executor is not None:
                 self._executor.made(pos, 0, obj)
         rg = x.requires_grad if requires_grad is None else requires_grad
@@ -551,7 +552,7 @@ class Tiering:
         if self.recorder is not None:
             uses = [(op.obj, "write" if op.write else "read") for op in operands.values()]
             elapsed = time.perf_counter() - start
-            sig = signature(info.name, flat, lens, kwargs)
+            sig = signature(info.name, flat, lens, kwargs) if self.recorder.wants_signatures else None
             self.recorder.kernel(pos, info.name, uses + [(o, "make") for o in outs], elapsed, sig)
         if self._executor is not None:
             for n_out, o in enumerate(outs):
