@@ -489,8 +489,9 @@ impl Manager {
     }
 
     /// Check every invariant of the data manager, that every open guard and hold still
-    /// points at its object's primary (nothing moved a pinned object) and agrees with the
-    /// object's pin counts, and that no operation panicked.
+    /// points at its object's primary (nothing moved a pinned object) and, with the holds of
+    /// write-backs copying outside the lock, agrees with the object's pin counts, and that
+    /// no operation panicked.
     pub fn check(&self) -> Result<(), String> {
         self.with_inner(|i| Ok(Self::check_inner(i)))
             .map_err(|e| e.to_string())
@@ -519,6 +520,12 @@ impl Manager {
             let c = counts.entry(id).or_default();
             c.0 += 1;
             c.1 += u32::from(use_ == Use::Hold);
+        }
+        // A write-back copying outside the lock holds its object (see `moving.rs`).
+        for &id in i.moving.keys() {
+            let c = counts.entry(id).or_default();
+            c.0 += 1;
+            c.1 += 1;
         }
         for id in i.data.object_ids() {
             let o = i.data.object(id).map_err(|e| e.to_string())?;

@@ -109,7 +109,8 @@ fn emulated_delay_is_served_outside_the_manager_lock() {
 /// `Manager::writeback` copies with no lock held while a writer writes and closes guards on
 /// the same object and the owner frees objects mid-copy. Whatever the schedule: the last
 /// write survives an eviction (a write during the copy leaves the object dirty), a free
-/// during a copy is done when it ends (nothing leaks), and the manager stays consistent.
+/// during a copy is done when it ends (nothing leaks), and the manager stays consistent,
+/// checked while copies run.
 #[test]
 fn write_back_outside_the_lock_against_writers_and_frees() {
     let m = Arc::new(two_tier(16 << 20, 64 << 20, "lru_in_place"));
@@ -164,6 +165,8 @@ fn write_back_outside_the_lock_against_writers_and_frees() {
         );
         m.prefetch(id, true).unwrap();
         assert!(m.in_fast(id).unwrap(), "prefetched");
+        // The invariants hold mid-copy too: a write-back's hold is counted as one.
+        m.check().unwrap();
     }
     stop.store(true, Ordering::Relaxed);
     behind.join().unwrap();
