@@ -173,4 +173,13 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     for s in res["scaling"]:
         assert s["kernels"] > 0 and s["solve_seconds"] >= 0 and s["objective"] <= s["all_slow_objective"]
         assert s["gap"] is not None and s["gap"] <= 0.02
-    assert "solver on generated AutoTM-shaped graphs" in capsys.readouterr().out
+    # Planned against each paired variant, iteration by iteration, same losses.
+    assert res["pairs"] == 1 and {q["a"] for q in res["paired"]} == {"all-fast", "LM", "async", "first-touch"}
+    for q in res["paired"]:
+        assert q["b"] == "planned" and q["max_loss_diff"] == 0.0, q
+        assert len(q["a_times"]) == len(q["b_times"]) == 1 and q["median"] == q["b_times"][0] / q["a_times"][0]
+    af = next(q for q in res["paired"] if q["a"] == "all-fast")
+    assert rows["planned"]["paired_vs_all_fast"] == af["median"]
+    assert rows["planned"]["predicted_over_paired"] == rows["planned"]["predicted_vs_all_fast"] / af["median"]
+    printed = capsys.readouterr().out
+    assert "solver on generated AutoTM-shaped graphs" in printed and "iteration by iteration" in printed

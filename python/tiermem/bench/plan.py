@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .._sizes import format_bytes
-from ..exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError, TiermemError
 from ..plan import (
     FIT_TRIES,
     Graph,
@@ -41,14 +41,17 @@ from ..torch.tensors.kernel_profiles import KernelProfiles, default_profiles_pat
 from ..torch.tensors.planned import Recorder
 from ..torch.tensors.profile import graph_from_recordings
 from .models import Workload, build
+from .paired import PAIRS, Side, paired
 from .tensors import QUICK_BATCH, _run_variant, all_fast, budget_for, parse_ratio, slow_capacity
 
-__all__ = ["capture", "run_planned", "scaling", "run", "run_cli", "run_plan_cli", "SCALING_SIZES", "COMPARED"]
+__all__ = ["capture", "run_planned", "scaling", "run", "run_cli", "run_plan_cli", "SCALING_SIZES", "COMPARED", "PAIRED"]
 
 SCALING_SIZES = (32, 122, 242, 500, 1000, 2000)
 QUICK_SCALING = (32, 122, 500)
 #: The variants ``bench plan`` runs beside ``planned`` (``all-fast`` is always run).
 COMPARED = ("first-touch", "2lm-model", "LM", "async")
+#: What ``planned`` is paired with, iteration by iteration (:mod:`~tiermem.bench.paired`).
+PAIRED = ("all-fast", "LM", "async", "first-touch")
 SEED = 0
 #: Iterations a capture records per run (each kernel keeps its best time).
 RECORDED = 3
@@ -73,7 +76,7 @@ def capture(
     # Recorded from the third iteration on (the first makes the optimizer's state, the
     # second still warms the allocator and caches), each kernel's best of RECORDED.
     slow_rec = Recorder(2, RECORDED)
-    _, big = all_fast(w, max(1 << 30, 8 * n_params), slow_spec, 2, RECORDED, seed, lambda: Recorder(2, RECORDED))
+    room, big = all_fast(w, max(1 << 30, 8 * n_params), slow_spec, 2, RECORDED, seed, lambda: Recorder(2, RECORDED))
     fast_rec = big["recorder"]
     footprint = big["fast_bytes_peak"]
     slow_cap = slow_capacity(footprint)
@@ -96,6 +99,7 @@ def capture(
         "slow_bytes": slow_cap,
         "all_fast_seconds": big["seconds_per_iter"],
         "all_slow_seconds": small["seconds_per_iter"],
+        "all_fast_room_bytes": room,
         "profile_signatures": len(set(fast_rec.signatures)),
         "profile_signatures_cached": cache.known,
     }
@@ -166,11 +170,14 @@ def run(
     sizes: tuple[int, ...] | None = None,
     progress: bool | None = None,
     profile_cache: str | None = None,
+    pairs: int | None = None,
 ) -> dict[str, Any]:
     """Record and plan each workload at each ratio, then train every variant of
     :data:`COMPARED` and ``planned`` in the same rounds (``tiermem bench tensors``'s
-    machinery: losses against plain PyTorch, best iteration over rounds); then the solver
-    scaling runs. ``profile_cache``: see :func:`capture`. Returns the JSON-able results."""
+    machinery: losses against plain PyTorch, best iteration over rounds); then ``planned``
+    against each of :data:`PAIRED`, iteration by iteration (:mod:`~tiermem.bench.paired`,
+    ``pairs`` timed pairs each; 0: none); then the solver scaling runs. ``profile_cache``:
+    see :func:`capture`. Returns the JSON-able results."""
     from .tensors import run as run_variants
 
     for ratio in ratios:
@@ -178,6 +185,9 @@ def run(
     rounds = rounds or (1 if quick else 3)
     iters = iters or (1 if quick else 2)
     sizes = sizes or (QUICK_SCALING if quick else SCALING_SIZES)
+    pairs = (1 if quick else PAIRS) if pairs is None else pairs
+    if pairs < 0:
+        raise InvalidArgumentError(f"pairs must be >= 0, got {pairs}")
     out: dict[str, Any] = {
         "slow_device": slow_spec,
         "emulated": slow_spec.startswith("emulated"),
@@ -187,10 +197,14 @@ def run(
         "models": [],
         "plans": [],
         "scaling": [],
+        "pairs": pairs,
+        "paired": [],
     }
     # Per model: a plan per ratio, plain PyTorch, all-fast, then every round runs each
-    # variant at each ratio (and all-fast again); then two formulations per graph size.
+    # variant at each ratio (and all-fast again), then the pairs; then two formulations per
+    # graph size.
     per_model = len(ratios) + 2 + rounds * len(ratios) * (len(COMPARED) + 1) + rounds - 1
+    per_model += len(ratios) * len(PAIRED) * bool(pairs)
     steps = len(models) * per_model + 2 * len(sizes)
     with MachineLoad() as load, Progress(steps, "bench plan", progress) as bar:
         for name in models:
@@ -254,11 +268,74 @@ def run(
                     }
                     | ({"error": r["error"]} if "error" in r else {})
                 )
+            if pairs:
+                for ratio in ratios:
+                    out["paired"] += _pairs(w, *plans[(name, ratio)], facts_of(out, name, ratio), slow_spec, pairs, bar)
+                _paired_into_rows(out, name)
             gc.collect()
         out["scaling"] = scaling(sizes, time_limit, progress=bar)
     out["load"] = load.summary()
     out["load_line"] = load.line()
     return out
+
+
+def facts_of(out: dict[str, Any], model: str, ratio: str) -> dict[str, Any]:
+    return next(q for q in out["plans"] if q["model"] == model and q["ratio"] == ratio)
+
+
+def _pairs(w: Workload, g: Graph, p: Plan, facts: dict[str, Any], slow_spec: str, pairs: int, bar: Any) -> list[dict[str, Any]]:
+    """``planned`` against each of :data:`PAIRED`, iteration by iteration."""
+    out = []
+    budget, slow = facts["budget_bytes"], facts["slow_bytes"]
+    planned = Side("planned", budget, slow, {"graph": g, "plan": p})
+    for v in PAIRED:
+        other = Side(v, facts["all_fast_room_bytes"], 64 << 20) if v == "all-fast" else Side(v, budget, slow)
+        try:
+            r = paired(w, other, planned, slow_spec, pairs)
+        except TiermemError as e:
+            r = {"a": v, "b": "planned", "error": f"{type(e).__name__}: {e}"}
+        out.append({"model": facts["model"], "ratio": facts["ratio"]} | r)
+        bar.step(f"{facts['model']} {facts['ratio']}: planned vs {v}, paired")
+    return out
+
+
+def _paired_into_rows(out: dict[str, Any], model: str) -> None:
+    """The planned rows gain the paired ratio to all-fast and the prediction over it."""
+    for r in out["models"]:
+        if r["model"] != model or r["variant"] != "planned":
+            continue
+        q = next((q for q in out["paired"] if q["model"] == model and q["ratio"] == r["ratio"] and q["a"] == "all-fast"), None)
+        if q is None or "error" in q:
+            continue
+        r["paired_vs_all_fast"] = q["median"]
+        if r.get("predicted_vs_all_fast") is not None:
+            r["predicted_over_paired"] = r["predicted_vs_all_fast"] / q["median"]
+
+
+def _print_paired(out: dict[str, Any]) -> None:
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for q in out["paired"]:
+        key = (q["model"], q["ratio"])
+        rows.setdefault(key, {})[q["a"]] = q
+    table = []
+    for (model, ratio), by in rows.items():
+        pr: dict[str, Any] = next(
+            (r for r in out["models"] if r["model"] == model and r["ratio"] == ratio and r["variant"] == "planned"), {}
+        )
+        cells = [model, ratio]
+        for v in PAIRED:
+            q = by.get(v)
+            cells.append("" if q is None else "error" if "error" in q else f"{q['median']:.3f}")
+        pv = pr.get("predicted_vs_all_fast")
+        cells.append("" if pv is None else f"{pv:.3f}")
+        po = pr.get("predicted_over_paired")
+        cells.append("" if po is None else f"{po:.2f}")
+        table.append(cells)
+    print_table(
+        ["model", "ratio"] + [f"planned / {v}" for v in PAIRED] + ["predicted / all-fast", "predicted ÷ measured"],
+        table,
+        title=f"planned side by side, iteration by iteration (median of {out['pairs']} pairs)",
+    )
 
 
 def _print_models(rows: list[dict[str, Any]]) -> None:
@@ -365,8 +442,11 @@ def run_cli(args: Any) -> int:
         time_limit=args.time_limit,
         slow_spec=args.slow,
         profile_cache=args.profile_cache,
+        pairs=args.pairs,
     )
     _print_models(res["models"])
+    if res["paired"]:
+        _print_paired(res)
     _print_scaling(res["scaling"])
     print(res["load_line"])
     if args.json:

@@ -28,7 +28,18 @@ from ..report.output import write_json
 from ..torch.tensors import VARIANTS, Tiering
 from .models import WORKLOADS, Workload, build
 
-__all__ = ["run", "run_cli", "parse_ratio", "all_fast", "budget_for", "slow_capacity", "RATIOS", "TIERED", "QUICK_BATCH"]
+__all__ = [
+    "Trainer",
+    "run",
+    "run_cli",
+    "parse_ratio",
+    "all_fast",
+    "budget_for",
+    "slow_capacity",
+    "RATIOS",
+    "TIERED",
+    "QUICK_BATCH",
+]
 
 RATIOS = ("1:1", "4:1", "8:1")
 #: Variants run at every ratio (``all-fast`` and ``all-slow`` do not depend on it).
@@ -84,6 +95,42 @@ def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
     return {"losses": losses, "times": times}
 
 
+class Trainer:
+    """One variant's model, optimizer and :class:`Tiering`, trained one iteration at a time
+    on ``w``'s inputs for ``seed`` (the same sequence every variant and plain PyTorch see).
+    ``tiering``: more :class:`Tiering` arguments (a plan); ``recorder``: a
+    :class:`~tiermem.torch.tensors.planned.Recorder` to attach."""
+
+    def __init__(
+        self, w: Workload, variant: str, fast: int, slow: int, slow_spec: str, seed: int, recorder: Any = None, **tiering: Any
+    ) -> None:
+        self.w, self.seed, self.i = w, seed, 0
+        self.t = Tiering({"dram": fast, slow_spec: slow}, variant, **tiering)
+        self.t.recorder = recorder
+        self.model: Any = None
+        self.opt: Any = None
+        try:
+            torch.manual_seed(seed)
+            self.model = self.t.module(w.make())
+            self.opt = self.t.optimizer(torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM))
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self) -> tuple[float, float]:
+        """Train one iteration: its loss and seconds."""
+        x, y = self.w.inputs(self.seed + self.i)
+        self.i += 1
+        t0 = time.perf_counter()
+        loss = _step(self.model, self.opt, self.w, x, y)
+        return loss, time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.t.close()
+        self.model = self.opt = None
+        gc.collect()
+
+
 def _run_variant(
     w: Workload,
     variant: str,
@@ -96,26 +143,20 @@ def _run_variant(
     recorder: Any = None,
     **tiering: Any,
 ) -> dict[str, Any]:
-    """Train ``w`` under one variant (``tiering``: more :class:`Tiering` arguments, as a
-    plan; ``recorder``: a :class:`~tiermem.torch.tensors.planned.Recorder` to attach)."""
-    t = Tiering({"dram": fast, slow_spec: slow}, variant, **tiering)
-    t.recorder = recorder
-    m = t.manager
-    model = opt = None
+    """Train ``w`` under one variant (see :class:`Trainer`) for ``warmup`` and then
+    ``iters`` timed iterations."""
+    tr = Trainer(w, variant, fast, slow, slow_spec, seed, recorder, **tiering)
+    t, m = tr.t, tr.t.manager
     try:
-        torch.manual_seed(seed)
-        model = t.module(w.make())
-        opt = t.optimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM))
         losses, times = [], []
         peak = 0
         for i in range(warmup + iters):
             if i == warmup:
                 peak = max(peak, m.usage()["dram"]["peak"])
                 m.reset_stats()
-            x, y = w.inputs(seed + i)
-            t0 = time.perf_counter()
-            losses.append(_step(model, opt, w, x, y))
-            times.append(time.perf_counter() - t0)
+            loss, sec = tr.step()
+            losses.append(loss)
+            times.append(sec)
         stats = m.stats()
         peak = max(peak, m.usage()["dram"]["peak"])
         per_iter = {
@@ -135,9 +176,7 @@ def _run_variant(
             "copy_gbps": [m._native.expected_copy_gbps(0, 1), m._native.expected_copy_gbps(1, 0)],
         }
     finally:
-        t.close()
-        del model, opt
-        gc.collect()
+        tr.close()
 
 
 def all_fast(

@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="pool kernels' measured slow-downs with this kernel profile cache and add to it (default: none, each "
         "capture alone, so runs stay independent)",
     )
+    bp.add_argument(
+        "--pairs",
+        type=integer(0, 1000),
+        help="planned against all-fast, LM, async and first-touch iteration by iteration, this many timed pairs each "
+        "(median; default 3, 1 with --quick; 0: none)",
+    )
     pl = sub.add_parser("plan", help="plan where every tensor of a training step lives and when it moves (AutoTM, HiGHS)")
     pl.add_argument("--model", help="workload to record (resnet, densenet, vgg, gpt)")
     pl.add_argument("--graph", metavar="FILE", help="plan a saved graph (tiermem-graph-1 JSON) instead of recording a model")
