@@ -11,12 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plan_graphs import spaced
 from tiermem.plan import (
     Device,
     Graph,
     GraphError,
     Kernel,
     Operand,
+    Overlap,
     Plan,
     Tensor,
     assign,
@@ -51,16 +53,16 @@ def _meets(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bo
     return any(lo1 <= hi2 and lo2 <= hi1 for lo1, hi1 in a for lo2, hi2 in b)
 
 
-def _check_layout(g: Graph, at: list[list[int]], held: list[list[bool]]) -> None:
-    res = residencies(g, at, held)
+def _check_layout(g: Graph, at: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> None:
+    res = residencies(g, at, held, overlap)
     # Unbounded, so that every residency gets its offset (one past the capacity gets none).
-    off = assign(g.with_capacity(1 << 50), at, held)
+    off = assign(g.with_capacity(1 << 50), at, held, overlap)
     n = len(g.kernels)
     for d in range(g.home):
         mine = [r for r in res if r.device == d]
         # Per kernel, the residencies' bytes are the cost model's usage: their peak is its peak.
         usage = [sum(g.tensors[r.tensor].bytes for r in mine if any(lo <= k <= hi for lo, hi in r.spans)) for k in range(n)]
-        assert max(usage, default=0) == evaluate(g, at, held).peak[d]
+        assert max(usage, default=0) == evaluate(g, at, held, overlap).peak[d]
         for r in mine:
             o = off.at_use[r.tensor][r.uses[0]]
             assert o is not None and o % MEMORY_ALIGN == 0
@@ -139,3 +141,18 @@ def test_plans_with_offsets_round_trip_and_are_checked(tmp_path: Path) -> None:
     for d in old["tensors"]:
         del d["offsets"]
     assert Plan.from_json(old).offsets is None  # a plan without offsets: the heap chooses
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_residencies_cover_asynchronous_moves(data: st.DataObject) -> None:
+    """Random plans with random asynchronous moves on a graph with room between uses: the
+    residencies, extended by the kernels the copies overlap, count what the cost model counts."""
+    g = spaced(cap=1 << 40)
+    at = [data.draw(st.lists(st.integers(0, 1), min_size=len(us), max_size=len(us))) for us in g.uses]
+    held = [data.draw(st.lists(st.booleans(), min_size=len(gaps(g, t)), max_size=len(gaps(g, t)))) for t in range(3)]
+    ov = Overlap.none(g)
+    for t in range(3):
+        ov.ahead[t] = data.draw(st.lists(st.booleans(), min_size=len(ov.ahead[t]), max_size=len(ov.ahead[t])))
+        ov.behind[t] = data.draw(st.lists(st.booleans(), min_size=len(ov.behind[t]), max_size=len(ov.behind[t])))
+    _check_layout(g, at, held, ov)

@@ -151,6 +151,45 @@ def test_a_fitted_plan_runs_at_its_offsets(captured) -> None:
     assert r["losses"] == _reference(W, 5, 0)["losses"]
 
 
+def test_an_async_plan_copies_on_the_copy_thread_and_trains_exactly(captured) -> None:
+    """The async formulation's moves run on the copy thread while the kernel they overlap
+    computes; every prefetch lands at its offset and every loss is PyTorch's."""
+    from tiermem.plan import Overlap, Plan, assign, evaluate, moves
+    from tiermem.plan.plan import gaps
+
+    g, facts = captured
+    # Every tensor fast at every use, evicted across every gap with a kernel in it and
+    # brought back for its next use; every such move asynchronous where a kernel can be
+    # overlapped. The fast device gets its peak (a few kernels' working sets).
+    at = [[0] * len(us) for us in g.uses]
+    held = [[all(hi <= lo for lo, hi in r) for _, _, r in gaps(g, t)] for t in range(len(g.tensors))]
+    ov = Overlap.none(g)
+    ov.ahead = [[True] * len(a) for a in ov.ahead]
+    ov.behind = [[True] * len(b) for b in ov.behind]
+    peak = evaluate(g.with_capacity(1 << 40), at, held, ov).peak[0]
+    g = g.with_capacity(-(-peak // (2 << 20)) * (2 << 20) + (4 << 20))  # whole 2 MiB pages, and room to lay out
+    c = evaluate(g, at, held, ov)
+    assert c.overflow is None, c.overflow
+    keys = [t.key for t in g.tensors]
+    p = Plan(g.name, "async", [d.name for d in g.devices], keys, at, held, c.seconds, "test", overlap=ov)
+    p.offsets = assign(g, at, held, ov).at_use
+    m = moves(g, p.at_use, p.held, p.overlap)
+    ahead, behind = sum(map(len, m.ahead)), sum(map(len, m.behind))
+    assert ahead > 0 and behind > 0
+    iters = 3
+    r = run_planned(W, g, p, facts | {"budget_bytes": g.devices[0].capacity}, SLOW, iters=iters)
+    counts = r["tiering"]["plan"]
+    planned = counts["planned_iterations"]
+    # Every planned iteration issues them all, but the last, which runs only its first kernel
+    # (the final loss.item()).
+    assert counts["async_prefetches"] in (ahead * planned, ahead * (planned - 1)), counts
+    assert counts["async_writebacks"] in (behind * planned, behind * (planned - 1)), counts
+    assert counts["async_failed"] <= counts["async_writebacks"], counts  # only a write-back of a clean tensor
+    assert counts["offset_misses"] == 0 and counts["prefetch_missed"] == 0 and counts["unplanned_kernels"] == 0, counts
+    assert counts["moves_failed"] == 0, counts
+    assert r["losses"] == _reference(W, 2 + iters, 0)["losses"]
+
+
 def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     import json
 

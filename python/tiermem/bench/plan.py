@@ -497,7 +497,7 @@ def run_plan_cli(args: Any) -> int:
             f"fit: limit {format_bytes(t['capacity_bytes'])}: heap height {format_bytes(t['height_bytes'])} ({fits}), "
             f"{t['predicted_seconds'] * 1e3:.2f} ms predicted"
         )
-    c = evaluate(g, p.at_use, p.held)
+    c = evaluate(g, p.at_use, p.held, p.overlap)
     print_table(
         ["", "ms per step"],
         [

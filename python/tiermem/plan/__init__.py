@@ -7,7 +7,7 @@ from .fit import FIT_TRIES, fit
 from .generate import autotm_graph
 from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
 from .offsets import Offsets, Residency, assign, residencies
-from .plan import PLAN_FORMAT, Cost, Plan, at_home, evaluate, moves
+from .plan import PLAN_FORMAT, Cost, Moves, Overlap, Plan, at_home, evaluate, moves
 from .report import residency_by_kind, tensor_residency
 from .solve import FORMULATIONS, greedy, solve
 
@@ -21,8 +21,10 @@ __all__ = [
     "Graph",
     "GraphError",
     "Kernel",
+    "Moves",
     "Offsets",
     "Operand",
+    "Overlap",
     "Plan",
     "Residency",
     "Tensor",

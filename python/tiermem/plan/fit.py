@@ -48,7 +48,7 @@ def fit(
     for _ in range(max(1, tries)):
         # Placed at the lower limit, laid out once against the real capacity.
         p = _solve(g.with_capacity(cap), formulation, time_limit, target_gap, None, on_progress)
-        off = assign(g, p.at_use, p.held)
+        off = assign(g, p.at_use, p.held, p.overlap)
         p.offsets = off.at_use
         height = off.height[0]
         log.append({"capacity_bytes": cap, "height_bytes": height, "predicted_seconds": p.predicted_seconds})

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._tiermem import MEMORY_ALIGN
 from .graph import Graph
-from .plan import gaps
+from .plan import Moves, Overlap, gaps, moves
 
 __all__ = ["MEMORY_ALIGN", "LAYOUTS", "skyline", "Residency", "residencies", "assign", "Offsets"]
 
@@ -50,14 +50,18 @@ def _rounded(n: int) -> int:
     return -(-n // MEMORY_ALIGN) * MEMORY_ALIGN
 
 
-def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> list[Residency]:
-    """Every residency of the plan ``(at_use, held)`` on a fast device."""
+def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> list[Residency]:
+    """Every residency of the plan ``(at_use, held)`` on a fast device; with ``overlap``, a
+    residency also covers the kernel its asynchronous prefetch or write home overlaps."""
     home = g.home
     out: list[Residency] = []
+    mv = moves(g, at_use, held, overlap) if overlap is not None else None
     for t, us in enumerate(g.uses):
         at = at_use[t]
         parent = list(range(len(us)))  # uses joined by held gaps share a root
         covered: dict[int, list[tuple[int, int]]] = {}
+        if mv is not None:
+            _overlapped(g, t, mv, covered)
         gl = gaps(g, t)
         for gi, (jb, ja, ranges) in enumerate(gl):
             d = at[jb]
@@ -79,6 +83,21 @@ def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> li
     return out
 
 
+def _overlapped(g: Graph, t: int, mv: Moves, covered: dict[int, list[tuple[int, int]]]) -> None:
+    """The kernels tensor ``t``'s asynchronous moves overlap, under the use whose residency
+    they extend: a prefetch's under the use it fetches for; a write home's under the use
+    before the kernel (the tensor's last use there)."""
+    us = g.uses[t]
+    for k, row in enumerate(mv.ahead):
+        for tt, _, j in row:
+            if tt == t:
+                covered.setdefault(j, []).append((k, k))
+    for k, ts in enumerate(mv.behind):
+        if t in ts:
+            j = max(i for i, (u, _) in enumerate(us) if u < k)
+            covered.setdefault(j, []).append((k, k))
+
+
 def _root(parent: list[int], j: int) -> int:
     while parent[j] != j:
         parent[j] = parent[parent[j]]
@@ -97,11 +116,11 @@ def _merge(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple((a, b) for a, b in merged)
 
 
-def assign(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Offsets:
+def assign(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> Offsets:
     """Offsets for every residency of the plan, per fast device: the lowest of the layouts
     in :data:`LAYOUTS`. A residency that would reach past its device's capacity gets none
     (the executor then lets the heap choose)."""
-    res = residencies(g, at_use, held)
+    res = residencies(g, at_use, held, overlap)
     offsets: list[list[int | None]] = [[None] * len(us) for us in g.uses]
     height = [0] * g.home
     n = len(g.kernels)

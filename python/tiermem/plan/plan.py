@@ -12,6 +12,13 @@ manager keeps it linked). Persistent tensors have one more gap, from their last 
 their first (the iteration boundary); a tensor that outlives its last use (a gradient freed
 by ``zero_grad``) has a tail gap up to ``free_after``. Memory at each kernel and fast device:
 the bytes of tensors used there on it plus those held there across it.
+
+Asynchronous moves (thesis §3.7; the ``async`` formulation, :class:`Overlap`): a prefetch may
+instead be issued one kernel early, on a copy thread, overlapping the last kernel of its gap
+(the tensor occupies its fast device during that kernel too); a write home may start right
+after the writing use and overlap the next kernel (the tensor stays there during it, and its
+eviction, now of a clean copy, waits for the copy). A kernel with copies overlapping it takes
+the longer of its own time and theirs.
 """
 
 from __future__ import annotations
@@ -23,7 +30,19 @@ from typing import Any
 from .._files import write_json_atomic
 from .graph import Graph, GraphError, read_json
 
-__all__ = ["Plan", "PLAN_FORMAT", "Cost", "gaps", "evaluate", "moves", "at_home"]
+__all__ = [
+    "Plan",
+    "PLAN_FORMAT",
+    "Cost",
+    "Overlap",
+    "Moves",
+    "gaps",
+    "ahead_kernel",
+    "behind_kernel",
+    "evaluate",
+    "moves",
+    "at_home",
+]
 
 PLAN_FORMAT = "tiermem-plan-1"
 
@@ -71,6 +90,59 @@ def _segments(g: Graph, t: int) -> list[tuple[int, list[int]]]:
     return out
 
 
+def ahead_kernel(gap: tuple[int, int | None, list[tuple[int, int]]]) -> int | None:
+    """The kernel an asynchronous prefetch across this gap overlaps: the gap's last kernel
+    (None for a gap with no kernel, a tail, or the iteration boundary, where the tensor's
+    object is not known yet)."""
+    _, ja, ranges = gap
+    if ja is None or ja == 0:
+        return None
+    lo, hi = ranges[-1]
+    return hi - 1 if hi > lo else None
+
+
+def behind_kernel(gl: list[tuple[int, int | None, list[tuple[int, int]]]], seg: list[int]) -> tuple[int, int] | None:
+    """Where a write home behind, of a write segment with gaps ``seg``, can run: ``(i,
+    kernel)``, the first kernel of the segment's first gap ``seg[i]`` with one in this
+    iteration (the gaps before it have none: the tensor's next uses follow at once, and it
+    must be held across them). None if no gap of the segment has a kernel."""
+    for i, gi in enumerate(seg):
+        lo, hi = gl[gi][2][0]
+        if hi > lo:
+            return i, lo
+    return None
+
+
+@dataclass
+class Overlap:
+    """A plan's asynchronous moves: per tensor and gap, whether its prefetch runs ahead,
+    overlapping :func:`ahead_kernel`; per tensor and write segment (in the order of
+    ``_segments``), whether its write home runs behind, overlapping :func:`behind_kernel`
+    (which needs the segment's gaps before it held). A flag where there is no such kernel,
+    or no move, is ignored."""
+
+    ahead: list[list[bool]]
+    behind: list[list[bool]]
+
+    @classmethod
+    def none(cls, g: Graph) -> Overlap:
+        return cls(
+            [[False] * len(gaps(g, t)) for t in range(len(g.tensors))],
+            [[False] * len(_segments(g, t)) for t in range(len(g.tensors))],
+        )
+
+
+def _behind(
+    gl: list[tuple[int, int | None, list[tuple[int, int]]]], seg: list[int], hl: list[bool], at: list[int], d: int
+) -> tuple[int, int] | None:
+    """:func:`behind_kernel` if the plan holds the tensor on ``d`` across the segment's gaps
+    before it, else None (the write home is then synchronous)."""
+    bk = behind_kernel(gl, seg)
+    if bk is None or not all(_held(hl[gi], at, gl[gi][0], gl[gi][1], d) for gi in seg[: bk[0]]):
+        return None
+    return bk
+
+
 def _held(h: bool, at: list[int], jb: int, ja: int | None, d: int) -> bool:
     """Whether a gap is held on fast device ``d`` (it must be there at both ends)."""
     return h and at[jb] == d and (ja is None or at[ja] == d)
@@ -87,21 +159,29 @@ class Cost:
     overflow: str | None  # the first kernel and device over capacity, or None
     # Per tensor: (bytes prefetched, bytes written home) per step.
     moved: list[tuple[int, int]] = field(default_factory=list)
+    overlapped_seconds: float = 0.0  # copy time of asynchronous moves, hidden or not
+    stall_seconds: float = 0.0  # of which not hidden by the kernels they overlap
 
 
-def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
-    """The cost of a plan under the synchronous model, and whether it fits."""
+def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> Cost:
+    """The cost of a plan (with ``overlap``: its asynchronous moves), and whether it fits."""
     home = g.home
     nf = home
     n = len(g.kernels)
     usage = [[0] * (n + 1) for _ in range(nf)]
-    ks = g.overhead_seconds + sum(k.seconds for k in g.kernels)
+    kt = [k.seconds for k in g.kernels]  # each kernel's time with its operands as placed
+    busy = [0.0] * n  # copy seconds overlapping each kernel
     mv = 0.0
     pre = wr = 0
     op_of: dict[tuple[int, int], Any] = {}
     for k, ker in enumerate(g.kernels):
         for o in ker.operands:
             op_of[(k, o.tensor)] = o
+
+    def occupy(d: int, lo: int, hi: int, b: int) -> None:
+        usage[d][lo] += b
+        usage[d][hi] -= b
+
     moved = []
     for t, us in enumerate(g.uses):
         b = g.tensors[t].bytes
@@ -111,10 +191,9 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
             raise GraphError(f"plan: tensor {g.tensors[t].key!r} has {len(at)} placements for {len(us)} uses")
         for j, (k, _) in enumerate(us):
             d = at[j]
-            ks += op_of[(k, t)].seconds[d]
+            kt[k] += op_of[(k, t)].seconds[d]
             if d < home:
-                usage[d][k] += b
-                usage[d][k + 1] -= b
+                occupy(d, k, k + 1, b)
         gl = gaps(g, t)
         hl = held[t]
         for gi, (jb, ja, ranges) in enumerate(gl):
@@ -122,19 +201,35 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
             h = hl[gi] and d < home and (ja is None or at[ja] == d)
             if h:
                 for lo, hi in ranges:
-                    usage[d][lo] += b
-                    usage[d][hi] -= b
+                    occupy(d, lo, hi, b)
             if ja is not None and at[ja] < home and not h and not (ja == 0 and not g.tensors[t].persistent):
-                mv += g.copy_seconds(b, home, at[ja])
+                c = g.copy_seconds(b, home, at[ja])
+                ka = ahead_kernel(gl[gi]) if overlap is not None and overlap.ahead[t][gi] else None
+                if ka is None:
+                    mv += c
+                else:
+                    busy[ka] += c
+                    occupy(at[ja], ka, ka + 1, b)
                 pre_t += b
-        for w, seg in _segments(g, t):
+        for si, (w, seg) in enumerate(_segments(g, t)):
             d = at[w]
             if d < home and any(not _held(hl[gi], at, gl[gi][0], gl[gi][1], d) for gi in seg):
-                mv += g.copy_seconds(b, d, home)
+                c = g.copy_seconds(b, d, home)
+                bk = _behind(gl, seg, hl, at, d) if overlap is not None and overlap.behind[t][si] else None
+                if bk is None:
+                    mv += c
+                else:
+                    busy[bk[1]] += c
+                    gap = gl[seg[bk[0]]]
+                    if not _held(hl[seg[bk[0]]], at, gap[0], gap[1], d):
+                        occupy(d, bk[1], bk[1] + 1, b)
                 wr_t += b
         pre += pre_t
         wr += wr_t
         moved.append((pre_t, wr_t))
+    ks = g.overhead_seconds + sum(kt)
+    stall = sum(max(0.0, a - k) for a, k in zip(busy, kt, strict=True))
+    mv += stall
     peak, overflow = [], None
     for d in range(nf):
         run, best = 0, 0
@@ -145,26 +240,57 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> Cost:
             if overflow is None and cap is not None and run > cap:
                 overflow = f"kernel {k} ({g.kernels[k].name}): {run} bytes on {g.devices[d].name} (capacity {cap})"
         peak.append(best)
-    return Cost(ks + mv, ks, mv, pre, wr, peak, overflow, moved)
+    return Cost(ks + mv, ks, mv, pre, wr, peak, overflow, moved, sum(busy), stall)
 
 
-def moves(g: Graph, at_use: list[list[int]], held: list[list[bool]]) -> tuple[list[list[tuple[int, int]]], list[list[int]]]:
-    """What the executor does: per kernel, ``(tensor, device)`` to prefetch before it, and
-    the tensors to evict after it."""
+@dataclass
+class Moves:
+    """What the executor does, per kernel: ``before``, ``(tensor, device)`` prefetched before
+    it; ``after``, tensors evicted after it; ``ahead``, ``(tensor, device, use)`` prefetched
+    on the copy thread while it runs, to be there for that use; ``behind``, tensors written
+    home on the copy thread while it runs; ``wait``, tensors whose copy must have finished
+    before it runs (an eviction also waits for its tensor's copy)."""
+
+    before: list[list[tuple[int, int]]]
+    after: list[list[int]]
+    ahead: list[list[tuple[int, int, int]]]
+    behind: list[list[int]]
+    wait: list[set[int]]
+
+
+def moves(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> Moves:
+    """The moves of a plan, kernel by kernel."""
     n = len(g.kernels)
     home = g.home
-    before: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    after: list[list[int]] = [[] for _ in range(n)]
+    m = Moves(
+        [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)], [set() for _ in range(n)]
+    )
     for t, us in enumerate(g.uses):
         at = at_use[t]
-        for gi, (jb, ja, _) in enumerate(gaps(g, t)):
+        gl = gaps(g, t)
+        late: dict[int, int] = {}  # gap -> the kernel after which its eviction waits (write-behind)
+        for si, (w, seg) in enumerate(_segments(g, t)):
+            d = at[w]
+            if overlap is None or not overlap.behind[t][si] or d >= home:
+                continue
+            if any(not _held(held[t][gi], at, gl[gi][0], gl[gi][1], d) for gi in seg):
+                bk = _behind(gl, seg, held[t], at, d)
+                if bk is not None:
+                    m.behind[bk[1]].append(t)
+                    late[seg[bk[0]]] = bk[1]
+        for gi, (jb, ja, _) in enumerate(gl):
             d = at[jb]
             h = held[t][gi] and d < home and (ja is None or at[ja] == d)
             if d < home and not h:
-                after[us[jb][0]].append(t)
+                m.after[late.get(gi, us[jb][0])].append(t)
             if ja is not None and at[ja] < home and not h and not (ja == 0 and not g.tensors[t].persistent):
-                before[us[ja][0]].append((t, at[ja]))
-    return before, after
+                ka = ahead_kernel(gl[gi]) if overlap is not None and overlap.ahead[t][gi] else None
+                if ka is None:
+                    m.before[us[ja][0]].append((t, at[ja]))
+                else:
+                    m.ahead[ka].append((t, at[ja], ja))
+                    m.wait[us[ja][0]].add(t)
+    return m
 
 
 @dataclass
@@ -188,12 +314,16 @@ class Plan:
     # Each use's heap offset on its fast device (None at home, or where the heap chooses);
     # None for a plan without offsets (see tiermem.plan.offsets).
     offsets: list[list[int | None]] | None = None
+    # Its asynchronous moves (the async formulation); None: every move synchronous.
+    overlap: Overlap | None = None
 
     def check(self, g: Graph) -> Cost:
         """The plan's cost on ``g``; refuses a plan made for another graph or that overflows."""
         if self.keys != [t.key for t in g.tensors]:
             raise GraphError(f"plan for graph {self.graph!r} does not match graph {g.name!r} (different tensors)")
-        c = evaluate(g, self.at_use, self.held)
+        if self.overlap is not None:
+            _check_overlap(g, self.overlap)
+        c = evaluate(g, self.at_use, self.held, self.overlap)
         if c.overflow:
             raise GraphError(f"plan overflows: {c.overflow}")
         if self.offsets is not None:
@@ -216,6 +346,11 @@ class Plan:
             "tensors": [
                 {"key": k, "at_use": a, "held": [int(h) for h in hs]}
                 | ({} if self.offsets is None else {"offsets": self.offsets[i]})
+                | (
+                    {}
+                    if self.overlap is None
+                    else {"ahead": [int(x) for x in self.overlap.ahead[i]], "behind": [int(x) for x in self.overlap.behind[i]]}
+                )
                 for i, (k, a, hs) in enumerate(zip(self.keys, self.at_use, self.held, strict=True))
             ],
         }
@@ -241,6 +376,7 @@ class Plan:
                 float(doc.get("first_plan_seconds", 0.0)),
                 [str(n) for n in doc.get("notes", [])],
                 _offsets(ts),
+                _overlap(ts),
             )
         except GraphError:
             raise
@@ -268,6 +404,25 @@ def _offsets(ts: list[Any]) -> list[list[int | None]] | None:
     if not ts or "offsets" not in ts[0]:
         return None
     return [[None if o is None else int(o) for o in t["offsets"]] for t in ts]
+
+
+def _overlap(ts: list[Any]) -> Overlap | None:
+    if not ts or "ahead" not in ts[0]:
+        return None
+    return Overlap([[bool(x) for x in t["ahead"]] for t in ts], [[bool(x) for x in t["behind"]] for t in ts])
+
+
+def _check_overlap(g: Graph, ov: Overlap) -> None:
+    """One flag per gap and per write segment of every tensor."""
+    if len(ov.ahead) != len(g.tensors) or len(ov.behind) != len(g.tensors):
+        raise GraphError(f"plan: asynchronous moves for {len(ov.ahead)} tensors, the graph has {len(g.tensors)}")
+    for t, ten in enumerate(g.tensors):
+        ng, ns = len(gaps(g, t)), len(_segments(g, t))
+        if len(ov.ahead[t]) != ng or len(ov.behind[t]) != ns:
+            raise GraphError(
+                f"plan: tensor {ten.key!r} has {len(ov.ahead[t])} ahead and {len(ov.behind[t])} behind flags for "
+                f"{ng} gaps and {ns} write segments"
+            )
 
 
 def _check_offsets(g: Graph, p: Plan) -> None:

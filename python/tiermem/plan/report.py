@@ -17,7 +17,7 @@ def tensor_residency(g: Graph, p: Plan) -> list[dict[str, Any]]:
     """Per tensor: its key, kind and bytes; its uses and how many are on a fast device; the
     kernels it is live across and how many of them it spends in fast memory; and the bytes
     the plan prefetches and writes home for it per step."""
-    cost = evaluate(g, p.at_use, p.held)
+    cost = evaluate(g, p.at_use, p.held, p.overlap)
     fast_kernels = [0] * len(g.tensors)
     for r in residencies(g, p.at_use, p.held):
         fast_kernels[r.tensor] += sum(hi - lo + 1 for lo, hi in r.spans)

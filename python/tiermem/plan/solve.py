@@ -14,6 +14,12 @@ Formulations (``FORMULATIONS``), over any number of devices (the last is home):
   ``f[next use] - held``; a write home is charged once per write segment). Kernel times are
   separable per operand (the graph's profile), which removes AutoTM's configuration
   variables; memory rows are the interval sums at each kernel.
+* ``async``: ``sync`` plus, per prefetch, a binary that issues it one kernel early on a copy
+  thread, overlapping the gap's last kernel, and per write segment one that starts its write
+  home right after the writing use, overlapping the next kernel (thesis §3.7, asynchronous
+  movement). Either occupies the fast device during the kernel it overlaps. Per kernel with
+  such candidates, a stall column takes what the overlapping copies exceed of the kernel's
+  own (placement-dependent) time.
 
 Both start from the greedy plan (given to HiGHS as its incumbent, so a plan exists before the
 solver's first node), stop at ``time_limit`` or the target gap, and report the certified
@@ -32,11 +38,11 @@ import numpy as np
 from ..exceptions import InvalidArgumentError
 from .graph import Graph, GraphError
 from .offsets import assign
-from .plan import Plan, _segments, evaluate, gaps
+from .plan import Overlap, Plan, _behind, _held, _segments, ahead_kernel, behind_kernel, evaluate, gaps
 
 __all__ = ["FORMULATIONS", "greedy", "solve"]
 
-FORMULATIONS = ("static", "sync")
+FORMULATIONS = ("static", "sync", "async")
 #: HiGHS sees times in microseconds: kernel and move costs in seconds (1e-9 to 1e-1) sit at
 #: its default tolerances (1e-7), which would let it stop at plans a tolerance from optimal.
 OBJECTIVE_SCALE = 1e6
@@ -105,7 +111,7 @@ def greedy(g: Graph, formulation: str) -> tuple[list[list[int]], list[list[bool]
             placed.add(t)
             at[t] = [d] * len(at[t])
             held[t] = [True] * len(held[t])
-    if formulation == "sync":
+    if formulation != "static":
         single = []
         for t in range(len(g.tensors)):
             if t in placed:
@@ -204,6 +210,7 @@ class _Vars:
     def __init__(self, g: Graph, formulation: str) -> None:
         self.g = g
         self.static = formulation == "static"
+        self.overlap = formulation == "async"
         m = self.m = _Model()
         home = g.home
         nf = home
@@ -219,7 +226,19 @@ class _Vars:
                 tables[o.tensor].append(o.seconds)
         self.f: list[list[list[int]]] = []  # per tensor, use, fast device: column
         self.h: list[list[list[int]]] = []  # per tensor, gap, fast device: column
-        self.p: list[list[tuple[int, int]]] = []
+        # async: per tensor, gap (prefetch ahead) or write segment (write behind), fast
+        # device: column, or None where there is no kernel to overlap.
+        self.a: list[list[list[int] | None]] = []
+        self.w: list[list[list[int] | None]] = []
+        self.stall: dict[int, tuple[int, int]] = {}  # kernel -> (its overlap row, stall column)
+        if self.overlap:
+            for k in self._overlap_kernels():
+                # copies - stall - (kernel's time less its all-home part) <= all-home part
+                base = g.kernels[k].seconds + sum(o.seconds[home] for o in g.kernels[k].operands)
+                r = m.row(-np.inf, base)
+                c = m.col(1.0, False, np.inf)
+                m.put(c, r, -1.0)
+                self.stall[k] = (r, c)
         for t, us in enumerate(g.uses):
             b = g.tensors[t].bytes
             gl = gaps(g, t)
@@ -247,6 +266,8 @@ class _Vars:
                 for d in range(nf):
                     c = m.col(tab[d] - tab[home], True)
                     m.put(c, mem[k][d], b * scale)
+                    if k in self.stall and tab[d] != tab[home]:
+                        m.put(c, self.stall[k][0], tab[home] - tab[d])
                     cs.append(c)
                 ft.append(cs)
                 if nf > 1:
@@ -255,6 +276,7 @@ class _Vars:
                         m.put(c, r, 1.0)
             self.f.append(ft)
             ht: list[list[int]] = []
+            at_: list[list[int] | None] = []
             for jb, ja, ranges in gl:
                 cs = []
                 for d in range(nf):
@@ -270,53 +292,127 @@ class _Vars:
                         m.put(c, r, 1.0)
                         m.put(ft[end][d], r, -1.0)
                     cs.append(c)
+                ka = ahead_kernel((jb, ja, ranges)) if self.overlap else None
+                acs: list[int] | None = [] if ka is not None else None
+                for d, c in enumerate(cs):
                     if ja is not None and not (ja == 0 and not g.tensors[t].persistent):
-                        # prefetch >= f[ja] - held
-                        pc = m.col(g.copy_seconds(b, home, d), False)
+                        # prefetch (+ prefetch ahead) >= f[ja] - held
+                        cost = g.copy_seconds(b, home, d)
+                        pc = m.col(cost, False)
                         r = m.row(0.0, np.inf)
                         m.put(pc, r, 1.0)
                         m.put(ft[ja][d], r, -1.0)
                         m.put(c, r, 1.0)
+                        if acs is not None and ka is not None:
+                            ac = m.col(0.0, True)
+                            m.put(ac, r, 1.0)
+                            m.put(ac, mem[ka][d], b * scale)
+                            m.put(ac, self.stall[ka][0], cost)
+                            acs.append(ac)
+                at_.append(acs if acs else None)
                 ht.append(cs)
             self.h.append(ht)
+            self.a.append(at_)
+            wt: list[list[int] | None] = []
             for w, seg in _segments(g, t):
+                bk = behind_kernel(gl, seg) if self.overlap else None
+                wcs: list[int] = []
                 for d in range(nf):
                     if not seg:
                         continue
-                    yc = m.col(g.copy_seconds(b, d, home), False)
+                    cost = g.copy_seconds(b, d, home)
+                    yc = m.col(cost, False)
+                    wc = None
+                    if bk is not None:
+                        i, kb = bk
+                        wc = m.col(0.0, True)
+                        m.put(wc, self.stall[kb][0], cost)
+                        # held across the gaps before it: behind <= held[gap]
+                        for gi in seg[:i]:
+                            r = m.row(-np.inf, 0.0)
+                            m.put(wc, r, 1.0)
+                            m.put(self.h[t][gi][d], r, -1.0)
+                        # the kernel it overlaps holds the tensor unless its gap does:
+                        # occupied >= behind - held[its gap]
+                        oc = m.col(0.0, False)
+                        m.put(oc, mem[kb][d], b * scale)
+                        r = m.row(0.0, np.inf)
+                        m.put(oc, r, 1.0)
+                        m.put(wc, r, -1.0)
+                        m.put(self.h[t][seg[i]][d], r, 1.0)
+                        wcs.append(wc)
                     for gi in seg:
-                        # written home >= f[w] - held[gi]
+                        # written home (+ written behind) >= f[w] - held[gi]
                         r = m.row(0.0, np.inf)
                         m.put(yc, r, 1.0)
+                        if wc is not None:
+                            m.put(wc, r, 1.0)
                         m.put(ft[w][d], r, -1.0)
                         m.put(self.h[t][gi][d], r, 1.0)
+                wt.append(wcs if wcs else None)
+            self.w.append(wt)
 
-    def values(self, at: list[list[int]], held: list[list[bool]]) -> np.ndarray:
+    def _overlap_kernels(self) -> set[int]:
+        """Kernels an asynchronous move may overlap."""
+        g = self.g
+        out = set()
+        for t in range(len(g.tensors)):
+            gl = gaps(g, t)
+            for gap in gl:
+                ka = ahead_kernel(gap)
+                if ka is not None:
+                    out.add(ka)
+            for _, seg in _segments(g, t):
+                bk = behind_kernel(gl, seg)
+                if bk is not None:
+                    out.add(bk[1])
+        return out
+
+    def values(self, at: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> np.ndarray:
         """Column values of a plan (the warm start): its binaries, and each move column at
         the least value its rows allow (every row holding one has it with coefficient 1 and
-        a lower bound of 0), so the start's objective is the plan's cost."""
+        a lower bound of 0; a stall column, what its kernel's copies exceed of its time), so
+        the start's objective is the plan's cost."""
         x = np.zeros(len(self.m.cost))
         g = self.g
         for t in range(len(g.tensors)):
             for j, d in enumerate(at[t]):
                 if d < g.home:
                     x[self.f[t][j][d]] = 1.0
-            for gi, (jb, ja, _) in enumerate(gaps(g, t)):
+            gl = gaps(g, t)
+            for gi, (jb, ja, _) in enumerate(gl):
                 d = at[t][jb]
-                if held[t][gi] and d < g.home and (ja is None or at[t][ja] == d):
+                h = held[t][gi] and d < g.home and (ja is None or at[t][ja] == d)
+                if h:
                     x[self.h[t][gi][d]] = 1.0
+                acs = self.a[t][gi] if self.overlap else None
+                if acs is not None and overlap is not None and overlap.ahead[t][gi] and ja is not None:
+                    if at[t][ja] < g.home and not h:
+                        x[acs[at[t][ja]]] = 1.0
+            for si, (w, seg) in enumerate(_segments(g, t)):
+                wcs = self.w[t][si] if self.overlap else None
+                d = at[t][w]
+                if wcs is None or overlap is None or not overlap.behind[t][si] or d >= g.home:
+                    continue
+                if any(not _held(held[t][gi], at[t], gl[gi][0], gl[gi][1], d) for gi in seg):
+                    if _behind(gl, seg, held[t], at[t], d) is not None:
+                        x[wcs[d]] = 1.0
+        stalls = {c for _, c in self.stall.values()}
         activity = np.zeros(len(self.m.row_lo))
         for c, (rows, vals) in enumerate(self.m.entries):
             if self.m.integer[c] and x[c]:
                 np.add.at(activity, rows, np.asarray(vals) * x[c])
         for c, (rows, _) in enumerate(self.m.entries):
-            if not self.m.integer[c]:
+            if not self.m.integer[c] and c not in stalls:
                 x[c] = max(0.0, float(np.max(-activity[rows]))) if rows else 0.0
+        for r, c in self.stall.values():
+            x[c] = max(0.0, float(activity[r] - self.m.row_hi[r]))
         return x
 
-    def plan_of(self, x: np.ndarray) -> tuple[list[list[int]], list[list[bool]]]:
+    def plan_of(self, x: np.ndarray) -> tuple[list[list[int]], list[list[bool]], Overlap | None]:
         g = self.g
         at, held = [], []
+        ov = Overlap.none(g) if self.overlap else None
         for t in range(len(g.tensors)):
             a = []
             for cs in self.f[t]:
@@ -324,11 +420,19 @@ class _Vars:
                 a.append(on[0] if on else g.home)
             at.append(a)
             hs = []
-            for gi, (jb, _, _) in enumerate(gaps(g, t)):
+            for gi, (jb, ja, _) in enumerate(gaps(g, t)):
                 d = a[jb]
                 hs.append(d < g.home and x[self.h[t][gi][d]] > 0.5)
+                acs = self.a[t][gi] if ov is not None else None
+                if ov is not None and acs is not None and ja is not None and a[ja] < g.home:
+                    ov.ahead[t][gi] = bool(x[acs[a[ja]]] > 0.5)
             held.append(hs)
-        return at, held
+            if ov is not None:
+                for si, (w, _) in enumerate(_segments(g, t)):
+                    wcs = self.w[t][si]
+                    if wcs is not None and a[w] < g.home:
+                        ov.behind[t][si] = bool(x[wcs[a[w]]] > 0.5)
+        return at, held, ov
 
 
 def solve(
@@ -349,7 +453,7 @@ def solve(
     plan = _solve(g, formulation, time_limit, target_gap, threads, on_progress)
     if plan.source == "highs":  # the greedy plan's offsets are laid out already
         t0 = time.perf_counter()
-        plan.offsets = assign(g, plan.at_use, plan.held).at_use
+        plan.offsets = assign(g, plan.at_use, plan.held, plan.overlap).at_use
         plan.solve_seconds += time.perf_counter() - t0
     return plan
 
@@ -439,14 +543,15 @@ def _solve(
             f"greedy (fallback: HiGHS found no plan within {time_limit:g} s: {h.modelStatusToString(h.getModelStatus())})"
         )
         return plan
-    at2, held2 = v.plan_of(np.asarray(solved.col_value))
-    c2 = evaluate(g, at2, held2)
+    at2, held2, ov2 = v.plan_of(np.asarray(solved.col_value))
+    c2 = evaluate(g, at2, held2, ov2)
     bound = float(info.mip_dual_bound) / OBJECTIVE_SCALE
     if c2.overflow or c2.seconds > cost.seconds * (1 + 1e-9):
         plan.source = "greedy (fallback: HiGHS's plan was no better)"
         c2 = cost
     else:
         plan.at_use, plan.held, plan.predicted_seconds, plan.source = at2, held2, c2.seconds, "highs"
+        plan.overlap = ov2
     if math.isfinite(bound):
         plan.bound_seconds = bound
         plan.gap = max(0.0, (c2.seconds - bound) / max(c2.seconds, 1e-12))

@@ -16,7 +16,11 @@ and one run, to the next: ``"POS.K"`` for the *K*-th tensor the kernel at *POS* 
   offset
   (and a persistent tensor's first use finds it where the plan wants it), after it the
   tensors whose gap the plan does not hold are evicted: one call into the core per kernel
-  that moves anything. The first iteration is not the planned step (it makes the
+  that moves anything. A plan's asynchronous moves (the ``async`` formulation) go to a copy
+  thread once the kernel they overlap has opened its operands: a prefetch ahead lands before
+  the kernel that uses it waits for it, and a write home behind cleans the tensor, whose
+  eviction after that kernel waits for it (and then copies nothing). A copy that failed is
+  done synchronously instead, and counted. The first iteration is not the planned step (it makes the
   optimizer's state) and runs unplanned. A kernel or tensor size the plan does not have (the
   model's ops changed) is warned about, and the rest of that iteration runs unplanned with
   its new tensors at home; the plan is trusted again from the next iteration.
@@ -27,6 +31,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -175,8 +180,13 @@ class Executor:
         for t, us in enumerate(graph.uses):
             for j, (k, _) in enumerate(us):
                 self.use_at[k][t] = j
-        before, self.after = moves(graph, plan.at_use, plan.held)
-        self.before_k = [{t for t, _ in b} for b in before]
+        self.moves = moves(graph, plan.at_use, plan.held, plan.overlap)
+        self.after = self.moves.after
+        self.before_k = [{t for t, _ in b} for b in self.moves.before]
+        self.asynchronous = any(self.moves.ahead) or any(self.moves.behind)
+        # The copy thread of asynchronous moves, and each tensor's copy in flight.
+        self._copier = ThreadPoolExecutor(1, "tiermem-plan-copy") if self.asynchronous else None
+        self._pending: dict[int, Future[Any]] = {}
         self.trusted = True
         self.objects: dict[int, weakref.ref[TensorObject]] = {}
         self.counts = {
@@ -188,16 +198,18 @@ class Executor:
             "moves_failed": 0,  # move calls refused (an object pinned or freed meanwhile)
             "move_seconds": 0.0,  # time the step waited on planned moves (the stall)
             "planned_iterations": 0,
+            "async_prefetches": 0,  # issued on the copy thread, ahead of their kernel
+            "async_writebacks": 0,  # issued on the copy thread, behind their write
+            "async_failed": 0,  # copies that did nothing (no room, pinned, already clean): done in line
         }
 
     def start_iteration(self, iteration: int) -> None:
+        self._drain()
         self.names.start(iteration)
         self.objects = {}
         # The first iteration is not the planned step (it makes the optimizer's state, and
         # no previous loss is read at its start): it runs unplanned, its new tensors at home.
         self.trusted = iteration > 0
-        if self.trusted:
-            self.counts["planned_iterations"] += 1
 
     def _code(self, d: int) -> int:
         return FAST if d == 0 else SLOW if d == self.graph.home else d
@@ -236,10 +248,13 @@ class Executor:
         if not self.trusted:
             self.counts["unplanned_kernels" if self.names.iteration > 0 else "first_iteration_kernels"] += 1
             return
+        if pos == 0:  # an iteration that runs (the one a close starts does not)
+            self.counts["planned_iterations"] += 1
         start = time.perf_counter()
         planned = self.before_k[pos]
         fetch: list[tuple[int, int | None]] = []
         evict: list[int] = []
+        late = {t for t in self.moves.wait[pos] if not self._landed(t)}  # fetched here after all
         for obj in objs:
             t = self.index.get(self.names.name(obj))
             if t is None or t not in self.use_at[pos]:
@@ -250,7 +265,7 @@ class Executor:
             # A planned prefetch; or a persistent tensor's first use, which finds it wherever
             # the last iteration (or its creation) left it.
             first_persistent = j == 0 and g.tensors[t].persistent
-            if want_fast and (t in planned or first_persistent):
+            if want_fast and (t in planned or first_persistent or t in late):
                 # The planned policy prefetches into the fastest device only.
                 fetch.append((obj.id, self._offset(t, j) if self.plan.at_use[t][j] == 0 else None))
             elif not want_fast and first_persistent:
@@ -268,17 +283,67 @@ class Executor:
         self.counts["move_seconds"] += time.perf_counter() - start
 
     def after_kernel(self, pos: int) -> None:
-        """Evict what the plan does not hold in fast memory after this kernel."""
+        """Evict what the plan does not hold in fast memory after this kernel (once its copy
+        behind, if any, has finished)."""
         if not self.trusted or pos >= len(self.after):
             return
         start = time.perf_counter()
         evict = []
         for t in self.after[pos]:
-            ref = self.objects.get(t)
-            obj = ref() if ref is not None else None
+            self._landed(t)
+            obj = self._object(t)
             if obj is not None:
                 evict.append(obj.id)
         self._moves([], evict, start)
+
+    def during(self, pos: int) -> None:
+        """Start the asynchronous moves that overlap the kernel at ``pos`` (its operands are
+        open): prefetches ahead, at their offsets, and write homes behind."""
+        if not self.trusted or self._copier is None or pos >= len(self.after):
+            return
+        native = self.t._native
+        for t, d, j in self.moves.ahead[pos]:
+            obj = self._object(t)
+            if obj is not None:
+                off = self._offset(t, j) if d == 0 else None
+                self._pending[t] = self._copier.submit(native.plan_moves, [(obj.id, off)], [])
+                self.counts["async_prefetches"] += 1
+        for t in self.moves.behind[pos]:
+            obj = self._object(t)
+            if obj is not None:
+                self._pending[t] = self._copier.submit(native.writeback, obj.id)
+                self.counts["async_writebacks"] += 1
+
+    def _object(self, t: int) -> TensorObject | None:
+        ref = self.objects.get(t)
+        return ref() if ref is not None else None
+
+    def _landed(self, t: int) -> bool:
+        """Wait for tensor ``t``'s copy in flight, if any; whether one was and it succeeded
+        (a prefetch that found room; a write home that cleaned the tensor)."""
+        f = self._pending.pop(t, None)
+        if f is None:
+            return False
+        start = time.perf_counter()
+        try:
+            r = f.result()
+            ok = r is True or r == 0  # writeback: cleaned; plan_moves: no prefetch missed
+        except (PinnedError, NoSuchObjectError):
+            ok = False
+        self.counts["move_seconds"] += time.perf_counter() - start
+        self.counts["async_failed"] += not ok
+        return ok
+
+    def _drain(self) -> None:
+        for t in list(self._pending):
+            self._landed(t)
+
+    def close(self) -> None:
+        """Wait for the copies in flight and stop the copy thread."""
+        self._drain()
+        if self._copier is not None:
+            self._copier.shutdown(wait=True)
+            self._copier = None
 
     def made(self, pos: int, k: int, obj: TensorObject) -> None:
         t = self.index.get(_Names.made(pos, k))

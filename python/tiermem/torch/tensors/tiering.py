@@ -282,6 +282,7 @@ class Tiering:
             born = (self.iteration, pos, 0)
             if self._executor is not None:
                 self._executor.before(pos, "input", [])
+                self._executor.during(pos)
             start = time.perf_counter()
         obj = self._alloc(x.numel() * x.element_size(), born)
         stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
@@ -373,6 +374,8 @@ class Tiering:
         """Stop the copy thread and free every pending object; later frees are ignored."""
         if self._lookahead is not None:
             self._lookahead.stop()
+        if self._executor is not None:
+            self._executor.close()
         self.end_iteration()
         self._closed = True
 
@@ -508,6 +511,8 @@ class Tiering:
         # first when guards bring inputs into fast memory (P), so outputs take fast memory
         # first; else after, so making room for them cannot evict this op's own inputs).
         tickets, outs, pouts = self._open_op(operands, plan, pos)
+        if self._executor is not None:
+            self._executor.during(pos)
         try:
             plains: dict[int, Any] = {}
             views = self._views
