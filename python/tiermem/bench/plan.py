@@ -22,7 +22,9 @@ from typing import Any
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError, TiermemError
 from ..plan import (
+    DEFAULT_FORMULATION,
     FIT_TRIES,
+    FORMULATIONS,
     Graph,
     Plan,
     at_home,
@@ -134,7 +136,7 @@ def scaling(
     out = []
     for n in sizes:
         g = autotm_graph(n, ratio)
-        for form in ("static", "sync"):
+        for form in FORMULATIONS:
             p = solve(g, form, time_limit=time_limit, target_gap=0.01)
             greedy = solve(g, form, time_limit=0)
             out.append(
@@ -171,13 +173,15 @@ def run(
     progress: bool | None = None,
     profile_cache: str | None = None,
     pairs: int | None = None,
+    formulation: str = DEFAULT_FORMULATION,
 ) -> dict[str, Any]:
     """Record and plan each workload at each ratio, then train every variant of
     :data:`COMPARED` and ``planned`` in the same rounds (``tiermem bench tensors``'s
     machinery: losses against plain PyTorch, best iteration over rounds); then ``planned``
     against each of :data:`PAIRED`, iteration by iteration (:mod:`~tiermem.bench.paired`,
     ``pairs`` timed pairs each; 0: none); then the solver scaling runs. ``profile_cache``:
-    see :func:`capture`. Returns the JSON-able results."""
+    see :func:`capture`. ``formulation``: the planned runs' (:data:`~tiermem.plan.FORMULATIONS`).
+    Returns the JSON-able results."""
     from .tensors import run as run_variants
 
     for ratio in ratios:
@@ -185,6 +189,8 @@ def run(
     rounds = rounds or (1 if quick else 3)
     iters = iters or (1 if quick else 2)
     sizes = sizes or (QUICK_SCALING if quick else SCALING_SIZES)
+    if formulation not in FORMULATIONS:
+        raise InvalidArgumentError(f"formulation {formulation!r}: known are {', '.join(FORMULATIONS)}")
     pairs = (1 if quick else PAIRS) if pairs is None else pairs
     if pairs < 0:
         raise InvalidArgumentError(f"pairs must be >= 0, got {pairs}")
@@ -199,20 +205,21 @@ def run(
         "scaling": [],
         "pairs": pairs,
         "paired": [],
+        "formulation": formulation,
     }
     # Per model: a plan per ratio, plain PyTorch, all-fast, then every round runs each
     # variant at each ratio (and all-fast again), then the pairs; then two formulations per
     # graph size.
     per_model = len(ratios) + 2 + rounds * len(ratios) * (len(COMPARED) + 1) + rounds - 1
     per_model += len(ratios) * len(PAIRED) * bool(pairs)
-    steps = len(models) * per_model + 2 * len(sizes)
+    steps = len(models) * per_model + len(FORMULATIONS) * len(sizes)
     with MachineLoad() as load, Progress(steps, "bench plan", progress) as bar:
         for name in models:
             w = build(name, QUICK_BATCH[name] if quick else None)
             plans = {}
             for ratio in ratios:
                 g, facts = capture(w, ratio, slow_spec, profiles=profile_cache)
-                p, tries = fit(g, time_limit=time_limit)
+                p, tries = fit(g, formulation, time_limit=time_limit)
                 plans[(name, ratio)] = (g, p)
                 out["plans"].append(
                     {
@@ -443,6 +450,7 @@ def run_cli(args: Any) -> int:
         slow_spec=args.slow,
         profile_cache=args.profile_cache,
         pairs=args.pairs,
+        formulation=args.formulation,
     )
     _print_models(res["models"])
     if res["paired"]:

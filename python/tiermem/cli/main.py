@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="pool kernels' measured slow-downs with this kernel profile cache and add to it (default: none, each "
         "capture alone, so runs stay independent)",
     )
+    from ..plan.solve import DEFAULT_FORMULATION, FORMULATIONS
+
+    bp.add_argument(
+        "--formulation",
+        choices=FORMULATIONS,
+        default=DEFAULT_FORMULATION,
+        help=f"the planned runs' formulation (default {DEFAULT_FORMULATION})",
+    )
     bp.add_argument(
         "--pairs",
         type=integer(0, 1000),
@@ -122,7 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--model", help="workload to record (resnet, densenet, vgg, gpt)")
     pl.add_argument("--graph", metavar="FILE", help="plan a saved graph (tiermem-graph-1 JSON) instead of recording a model")
     pl.add_argument("--ratio", default="8:1", metavar="SLOW:FAST", help="slow:fast ratio of the fast budget (default 8:1)")
-    pl.add_argument("--formulation", choices=("static", "sync"), default="sync", help="static placement or synchronous moves")
+    pl.add_argument(
+        "--formulation",
+        choices=FORMULATIONS,
+        default=DEFAULT_FORMULATION,
+        help="static placement, synchronous moves, or moves that may overlap a kernel on a copy thread (async; "
+        f"default {DEFAULT_FORMULATION})",
+    )
     pl.add_argument("--time-limit", type=float, default=60.0, help="solver seconds (0: the greedy plan alone; default 60)")
     pl.add_argument("--gap", type=float, default=0.01, help="stop at this certified relative gap (default 0.01)")
     pl.add_argument("--batch", type=integer(1, 1 << 20), help="batch size (default: the workload's)")

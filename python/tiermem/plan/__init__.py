@@ -9,12 +9,13 @@ from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
 from .offsets import Offsets, Residency, assign, residencies
 from .plan import PLAN_FORMAT, Cost, Moves, Overlap, Plan, at_home, evaluate, moves
 from .report import residency_by_kind, tensor_residency
-from .solve import FORMULATIONS, greedy, solve
+from .solve import DEFAULT_FORMULATION, FORMULATIONS, greedy, solve
 
 __all__ = [
     "FORMAT",
     "PLAN_FORMAT",
     "FORMULATIONS",
+    "DEFAULT_FORMULATION",
     "FIT_TRIES",
     "Cost",
     "Device",

@@ -19,7 +19,7 @@ from .._sizes import format_bytes
 from .graph import Graph
 from .offsets import assign
 from .plan import Plan
-from .solve import _solve
+from .solve import DEFAULT_FORMULATION, _solve
 
 __all__ = ["FIT_TRIES", "fit"]
 
@@ -28,7 +28,7 @@ FIT_TRIES = 6
 
 def fit(
     g: Graph,
-    formulation: str = "sync",
+    formulation: str = DEFAULT_FORMULATION,
     time_limit: float = 60.0,
     target_gap: float = 0.01,
     tries: int = FIT_TRIES,
