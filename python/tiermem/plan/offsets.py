@@ -55,13 +55,13 @@ def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]], overl
     residency also covers the kernel its asynchronous prefetch or write home overlaps."""
     home = g.home
     out: list[Residency] = []
-    mv = moves(g, at_use, held, overlap) if overlap is not None else None
+    extra = _overlapped(g, moves(g, at_use, held, overlap)) if overlap is not None else {}
     for t, us in enumerate(g.uses):
         at = at_use[t]
         parent = list(range(len(us)))  # uses joined by held gaps share a root
         covered: dict[int, list[tuple[int, int]]] = {}
-        if mv is not None:
-            _overlapped(g, t, mv, covered)
+        for j, k in extra.get(t, ()):
+            covered.setdefault(j, []).append((k, k))
         gl = gaps(g, t)
         for gi, (jb, ja, ranges) in enumerate(gl):
             d = at[jb]
@@ -83,19 +83,19 @@ def residencies(g: Graph, at_use: list[list[int]], held: list[list[bool]], overl
     return out
 
 
-def _overlapped(g: Graph, t: int, mv: Moves, covered: dict[int, list[tuple[int, int]]]) -> None:
-    """The kernels tensor ``t``'s asynchronous moves overlap, under the use whose residency
-    they extend: a prefetch's under the use it fetches for; a write home's under the use
-    before the kernel (the tensor's last use there)."""
-    us = g.uses[t]
+def _overlapped(g: Graph, mv: Moves) -> dict[int, list[tuple[int, int]]]:
+    """Per tensor, ``(use, kernel)``: a kernel its asynchronous moves overlap, and the use
+    whose residency it extends: a prefetch's, the use it fetches for; a write home's, the
+    use before the kernel (the tensor's last use there)."""
+    out: dict[int, list[tuple[int, int]]] = {}
     for k, row in enumerate(mv.ahead):
-        for tt, _, j in row:
-            if tt == t:
-                covered.setdefault(j, []).append((k, k))
+        for t, _, j in row:
+            out.setdefault(t, []).append((j, k))
     for k, ts in enumerate(mv.behind):
-        if t in ts:
-            j = max(i for i, (u, _) in enumerate(us) if u < k)
-            covered.setdefault(j, []).append((k, k))
+        for t in ts:
+            j = max(i for i, (u, _) in enumerate(g.uses[t]) if u < k)
+            out.setdefault(t, []).append((j, k))
+    return out
 
 
 def _root(parent: list[int], j: int) -> int:

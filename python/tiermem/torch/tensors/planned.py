@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...exceptions import NoSuchObjectError, PinnedError
+from ...exceptions import NoSuchObjectError, PinnedError, TiermemError
 from ...plan import Graph, Plan, moves
 from ...policies import FAST, SLOW
 from .tensor import TieredTensor
@@ -327,8 +327,9 @@ class Executor:
         start = time.perf_counter()
         try:
             r = f.result()
-            ok = r is True or r == 0  # writeback: cleaned; plan_moves: no prefetch missed
-        except (PinnedError, NoSuchObjectError):
+            # writeback: whether it cleaned the tensor; plan_moves: prefetches that found no room
+            ok = r if isinstance(r, bool) else r == 0
+        except TiermemError:  # pinned, freed meanwhile, no room: done in line instead
             ok = False
         self.counts["move_seconds"] += time.perf_counter() - start
         self.counts["async_failed"] += not ok
