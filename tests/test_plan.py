@@ -331,3 +331,22 @@ def test_async_moves_are_where_the_executor_does_them() -> None:
     # w, written by sgd and read by the next step before its eviction, is written home after
     # f2 with no kernel between to overlap: the one synchronous move left.
     assert c.move_seconds == pytest.approx(c.stall_seconds + g.copy_seconds(MiB, 0, 1)) and c.seconds < sync.seconds
+
+
+def test_a_solver_plan_the_cost_model_finds_worse_falls_back_and_says_why(monkeypatch) -> None:
+    import dataclasses
+    import sys
+
+    mod = sys.modules["tiermem.plan.solve"]
+    real = mod.evaluate
+    calls = []
+
+    def worse_second(*a):  # the greedy plan's cost first, then HiGHS's plan's, made worse
+        c = real(*a)
+        calls.append(c)
+        return dataclasses.replace(c, seconds=c.seconds + 1.0) if len(calls) == 2 else c
+
+    monkeypatch.setattr(mod, "evaluate", worse_second)
+    p = solve(small(), "sync", time_limit=10, target_gap=0.0)
+    assert p.source == "greedy (fallback: HiGHS's plan was no better)"
+    assert any(n.startswith("HiGHS's plan: objective") and "cost model" in n for n in p.notes), p.notes

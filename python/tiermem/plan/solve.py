@@ -551,6 +551,11 @@ def _solve(
     bound = float(info.mip_dual_bound) / OBJECTIVE_SCALE
     if c2.overflow or c2.seconds > cost.seconds * (1 + 1e-9):
         plan.source = "greedy (fallback: HiGHS's plan was no better)"
+        # What to look into: the formulation's objective for its plan against the cost model's.
+        plan.notes.append(
+            f"HiGHS's plan: objective {float(info.objective_function_value) / OBJECTIVE_SCALE:.6f} s, "
+            f"cost model {c2.seconds:.6f} s" + (f", overflows at {c2.overflow}" if c2.overflow else "")
+        )
         c2 = cost
     else:
         plan.at_use, plan.held, plan.predicted_seconds, plan.source = at2, held2, c2.seconds, "highs"
