@@ -208,7 +208,7 @@ def run(
         "formulation": formulation,
     }
     # Per model: a plan per ratio, plain PyTorch, all-fast, then every round runs each
-    # variant at each ratio (and all-fast again), then the pairs; then two formulations per
+    # variant at each ratio (and all-fast again), then the pairs; then every formulation per
     # graph size.
     per_model = len(ratios) + 2 + rounds * len(ratios) * (len(COMPARED) + 1) + rounds - 1
     per_model += len(ratios) * len(PAIRED) * bool(pairs)
@@ -277,7 +277,7 @@ def run(
                 )
             if pairs:
                 for ratio in ratios:
-                    out["paired"] += _pairs(w, *plans[(name, ratio)], facts_of(out, name, ratio), slow_spec, pairs, bar)
+                    out["paired"] += _pairs(w, *plans[(name, ratio)], _plan_row(out, name, ratio), slow_spec, pairs, bar)
                 _paired_into_rows(out, name)
             gc.collect()
         out["scaling"] = scaling(sizes, time_limit, progress=bar)
@@ -286,7 +286,8 @@ def run(
     return out
 
 
-def facts_of(out: dict[str, Any], model: str, ratio: str) -> dict[str, Any]:
+def _plan_row(out: dict[str, Any], model: str, ratio: str) -> dict[str, Any]:
+    """The ``plans`` row of a model and ratio (its capture's facts included)."""
     return next(q for q in out["plans"] if q["model"] == model and q["ratio"] == ratio)
 
 

@@ -15,9 +15,10 @@ the bytes of tensors used there on it plus those held there across it.
 
 Asynchronous moves (thesis §3.7; the ``async`` formulation, :class:`Overlap`): a prefetch may
 instead be issued one kernel early, on a copy thread, overlapping the last kernel of its gap
-(the tensor occupies its fast device during that kernel too); a write home may start right
-after the writing use and overlap the next kernel (the tensor stays there during it, and its
-eviction, now of a clean copy, waits for the copy). A kernel with copies overlapping it takes
+(the tensor occupies its fast device during that kernel too); a write home may start after
+the writing use and overlap the first later kernel that does not use the tensor (held there
+until then; it stays there during that kernel, and its eviction, now of a clean copy, waits
+for the copy). A kernel with copies overlapping it takes
 the longer of its own time and theirs.
 """
 

@@ -16,8 +16,8 @@ Formulations (``FORMULATIONS``), over any number of devices (the last is home):
   variables; memory rows are the interval sums at each kernel.
 * ``async``: ``sync`` plus, per prefetch, a binary that issues it one kernel early on a copy
   thread, overlapping the gap's last kernel, and per write segment one that starts its write
-  home right after the writing use, overlapping the next kernel (thesis §3.7, asynchronous
-  movement). Either occupies the fast device during the kernel it overlaps. Per kernel with
+  home during the first later kernel that does not use the tensor (held until then; thesis
+  §3.7, asynchronous movement). Either occupies the fast device during the kernel it overlaps. Per kernel with
   such candidates, a stall column takes what the overlapping copies exceed of the kernel's
   own (placement-dependent) time.
 

@@ -183,9 +183,10 @@ class Executor:
         self.moves = moves(graph, plan.at_use, plan.held, plan.overlap)
         self.after = self.moves.after
         self.before_k = [{t for t, _ in b} for b in self.moves.before]
-        self.asynchronous = any(self.moves.ahead) or any(self.moves.behind)
-        # The copy thread of asynchronous moves, and each tensor's copy in flight.
-        self._copier = ThreadPoolExecutor(1, "tiermem-plan-copy") if self.asynchronous else None
+        # The copy thread of asynchronous moves (if the plan has any), and each tensor's copy
+        # in flight.
+        overlapped = any(self.moves.ahead) or any(self.moves.behind)
+        self._copier = ThreadPoolExecutor(1, "tiermem-plan-copy") if overlapped else None
         self._pending: dict[int, Future[Any]] = {}
         self.trusted = True
         self.objects: dict[int, weakref.ref[TensorObject]] = {}
