@@ -4,6 +4,7 @@ solver fallbacks, and ``tiermem plan --graph``."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -124,10 +125,11 @@ def test_generated_graphs_plan_fast_and_beat_the_greedy_plan() -> None:
     assert g.base_seconds() <= p.predicted_seconds <= first.predicted_seconds < g.all_on_seconds(g.home)
 
 
-def test_the_warm_start_costs_what_the_greedy_plan_costs() -> None:
+@pytest.mark.parametrize("contention", [0.0, 0.5])
+def test_the_warm_start_costs_what_the_greedy_plan_costs(contention: float) -> None:
     from tiermem.plan.solve import _Vars
 
-    g = autotm_graph(122, 8.0)
+    g = dataclasses.replace(autotm_graph(122, 8.0), copy_contention=contention)
     for form in ("static", "sync", "async"):
         at, held = greedy(g, form)
         v = _Vars(g, form)
@@ -170,6 +172,9 @@ def _doc() -> dict:
         (lambda d: d["tensors"][0].update(free_after=2), "never freed"),
         (lambda d: d["tensors"][1].update(free_after=99), "free_after"),
         (lambda d: d.update(kernels="x"), "malformed"),
+        (lambda d: d.update(copy_contention=1.5), "copy_contention must lie in"),
+        (lambda d: d.update(copy_contention=-0.1), "copy_contention must lie in"),
+        (lambda d: d.update(copy_contention="half"), "malformed"),
         (lambda d: d["kernels"][2]["operands"].append({"tensor": 9}), "malformed"),
     ],
 )
@@ -309,6 +314,29 @@ def test_async_plans_are_optimal_and_beat_sync() -> None:
     doc["tensors"][1]["ahead"] = [1]
     with pytest.raises(GraphError, match="'x' has 1 ahead"):
         Plan.from_json(doc).check(g)
+
+
+@pytest.mark.parametrize("contention", [0.25, 0.5, 1.0])
+def test_copy_contention_charges_overlapped_kernels(contention: float) -> None:
+    """A copy that takes cores from the kernel it overlaps costs that kernel its share of the
+    copy's time: the solver still finds the brute-force optimum, which costs at least the
+    contention-free one; with the whole copy's time taken, moving ahead or behind gains
+    nothing over moving in line."""
+    free = spaced()
+    g = dataclasses.replace(free, copy_contention=contention)
+    p = solve(g, "async", time_limit=30, target_gap=0.0)
+    assert p.source == "highs"
+    assert p.predicted_seconds == pytest.approx(brute_async(g), rel=1e-9)
+    assert p.predicted_seconds >= solve(free, "async", time_limit=30, target_gap=0.0).predicted_seconds - 1e-12
+    sync = solve(g, "sync", time_limit=30, target_gap=0.0).predicted_seconds
+    if contention == 1.0:
+        assert p.predicted_seconds == pytest.approx(sync, rel=1e-9)
+    # The cost model charges each overlapped kernel max(copies - kernel, share * copies).
+    q = solve(free, "async", time_limit=30, target_gap=0.0)
+    c0, c1 = evaluate(free, q.at_use, q.held, q.overlap), evaluate(g, q.at_use, q.held, q.overlap)
+    assert c0.overlapped_seconds > 0 and c1.overlapped_seconds == c0.overlapped_seconds
+    assert c1.stall_seconds >= max(c0.stall_seconds, contention * c0.overlapped_seconds) - 1e-12
+    assert c1.seconds - c1.stall_seconds == pytest.approx(c0.seconds - c0.stall_seconds)
 
 
 def test_async_moves_are_where_the_executor_does_them() -> None:

@@ -14,7 +14,7 @@ from tiermem.bench.models import Workload  # noqa: E402
 from tiermem.bench.plan import capture, run_planned  # noqa: E402
 from tiermem.bench.tensors import _reference  # noqa: E402
 from tiermem.exceptions import InvalidArgumentError  # noqa: E402
-from tiermem.plan import GraphError, solve  # noqa: E402
+from tiermem.plan import Graph, GraphError, solve  # noqa: E402
 from tiermem.torch.tensors import Tiering  # noqa: E402
 from tiermem.torch.tensors.planned import PlanMismatchWarning, Recorder  # noqa: E402
 from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
@@ -60,6 +60,9 @@ def test_a_recorded_step_is_a_valid_graph(captured) -> None:
     assert len(relus) == 2 and [o.seconds for o in relus[0].operands] == [o.seconds for o in relus[1].operands]
     assert g.footprint() <= facts["footprint_bytes"] * 1.5
     assert facts["budget_bytes"] < facts["footprint_bytes"] / 3
+    # Measured by the probe, carried by the graph (and its JSON) to the cost model.
+    assert 0.0 <= g.copy_contention <= 1.0 and facts["copy_contention"] == g.copy_contention
+    assert Graph.from_json(g.to_json()).copy_contention == g.copy_contention
 
 
 @pytest.mark.parametrize("formulation", ["static", "sync", "async"])

@@ -39,6 +39,7 @@ from ..report.load import MachineLoad
 from ..report.output import write_json
 from ..report.progress import Progress
 from ..report.table import print_table
+from ..torch.tensors.contention import copy_contention
 from ..torch.tensors.kernel_profiles import KernelProfiles, default_profiles_path, setup_key
 from ..torch.tensors.planned import Recorder
 from ..torch.tensors.profile import graph_from_recordings
@@ -93,7 +94,8 @@ def capture(
     small = _run_variant(
         w, "planned", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec, plan=at_home(g0), graph=g0
     )
-    g = graph_from_recordings(name, fast_rec, slow_rec, devices, traits, copy, min(small["timed"]), cache)
+    contention = copy_contention(slow_spec)
+    g = graph_from_recordings(name, fast_rec, slow_rec, devices, traits, copy, min(small["timed"]), cache, contention)
     cache.save()
     facts = {
         "footprint_bytes": footprint,
@@ -104,6 +106,7 @@ def capture(
         "all_fast_room_bytes": room,
         "profile_signatures": len(set(fast_rec.signatures)),
         "profile_signatures_cached": cache.known,
+        "copy_contention": contention,
     }
     return g, facts
 
@@ -484,6 +487,8 @@ def run_plan_cli(args: Any) -> int:
         )
         where = f"{facts['profile_signatures_cached']} signatures already in {cache}" if cache else "no profile cache"
         print(f"kernel profiles: {facts['profile_signatures']} distinct kernel signatures pooled ({where})")
+    if args.formulation == "async":
+        print(f"copy contention: a copy overlapping a kernel costs it {g.copy_contention:.0%} of the copy's time")
     if args.save_graph:
         g.save(args.save_graph)
         print(f"wrote {args.save_graph}")

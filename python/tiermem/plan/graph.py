@@ -8,6 +8,7 @@ JSON form (``"format": "tiermem-graph-1"``)::
       "format": "tiermem-graph-1",
       "name": "resnet",
       "overhead_seconds": 0.004,        # step time outside the kernels (Python, autograd)
+      "copy_contention": 0.5,           # share of an overlapped copy's time its kernel loses
       "devices": [                      # fastest first; the last is the home of every tensor
         {"name": "dram", "capacity": 211812352},
         {"name": "emulated:optane-pmem", "capacity": null}
@@ -29,6 +30,10 @@ A kernel's time with its operands placed on devices ``d_i`` is ``seconds + sum_i
 operands[i].seconds[d_i]`` (the profiler's per-operand extra time on each device, zero on
 the fastest). ``use`` is ``make`` (the kernel creates the tensor: its first use),
 ``read`` or ``write`` (an in-place update: later copies of the tensor are stale).
+``copy_contention`` (0 when absent) is what an asynchronous copy costs the kernel it
+overlaps, as a share of the copy's time: 0 where the copy threads have cores of their own
+(or a DMA engine copies), more where they take cores from the kernel's threads (measured by
+:func:`tiermem.torch.tensors.contention.copy_contention`; on two cores, about one half).
 ``persistent`` tensors (parameters, optimizer state) exist before the step and after it;
 the others are made by a kernel of the step and die after their last use, or after kernel
 ``free_after`` when given (a gradient that ``zero_grad`` frees after the optimizer's step).
@@ -98,6 +103,9 @@ class Graph:
     kernels: list[Kernel]
     #: Step time spent outside the kernels (the framework's own work), added to every plan's.
     overhead_seconds: float = 0.0
+    #: Share of an asynchronous copy's time that the kernel it overlaps loses (0: copies
+    #: have cores or an engine of their own; 1: the kernel stops while the copy runs).
+    copy_contention: float = 0.0
     #: Per tensor, ``(kernel index, use)`` in order (derived).
     uses: list[list[tuple[int, str]]] = field(init=False, repr=False)
 
@@ -162,6 +170,8 @@ class Graph:
         nd = len(self.devices)
         if not _finite(self.overhead_seconds) or self.overhead_seconds < 0:
             raise GraphError(f"graph {self.name!r}: overhead_seconds must be a time >= 0, got {self.overhead_seconds!r}")
+        if not _finite(self.copy_contention) or not 0.0 <= self.copy_contention <= 1.0:
+            raise GraphError(f"graph {self.name!r}: copy_contention must lie in [0, 1], got {self.copy_contention!r}")
         if nd < 2:
             raise GraphError(f"graph {self.name!r}: needs at least two devices (fast first), got {nd}")
         for i, dev in enumerate(self.devices):
@@ -230,7 +240,7 @@ class Graph:
         """The same graph with the fastest device's capacity set to ``capacity`` bytes (the
         iterative limit reduction plans below the real budget this way)."""
         devs = [Device(self.devices[0].name, int(capacity)), *self.devices[1:]]
-        return Graph(self.name, devs, self.copy_gbps, self.tensors, self.kernels, self.overhead_seconds)
+        return Graph(self.name, devs, self.copy_gbps, self.tensors, self.kernels, self.overhead_seconds, self.copy_contention)
 
     def budget_note(self) -> str | None:
         """When the fast device is smaller than some kernel's working set (its operands
@@ -259,6 +269,7 @@ class Graph:
             "format": FORMAT,
             "name": self.name,
             "overhead_seconds": self.overhead_seconds,
+            "copy_contention": self.copy_contention,
             "devices": [{"name": d.name, "capacity": d.capacity} for d in self.devices],
             "copy_gbps": self.copy_gbps,
             "tensors": [
@@ -304,7 +315,8 @@ class Graph:
                 )
                 kernels.append(Kernel(str(k["name"]), float(k["seconds"]), ops))
             over = float(doc.get("overhead_seconds", 0.0))
-            return cls(str(doc.get("name", source)), devices, copy, tensors, kernels, over)
+            share = float(doc.get("copy_contention", 0.0))
+            return cls(str(doc.get("name", source)), devices, copy, tensors, kernels, over, share)
         except GraphError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -18,8 +18,9 @@ instead be issued one kernel early, on a copy thread, overlapping the last kerne
 (the tensor occupies its fast device during that kernel too); a write home may start after
 the writing use and overlap the first later kernel that does not use the tensor (held there
 until then; it stays there during that kernel, and its eviction, now of a clean copy, waits
-for the copy). A kernel with copies overlapping it takes
-the longer of its own time and theirs.
+for the copy). A kernel with copies overlapping it takes the longer of its own time and
+theirs, and at least its own time plus the graph's ``copy_contention`` share of theirs (the
+cores the copies take from it).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class Cost:
     # Per tensor: (bytes prefetched, bytes written home) per step.
     moved: list[tuple[int, int]] = field(default_factory=list)
     overlapped_seconds: float = 0.0  # copy time of asynchronous moves, hidden or not
-    stall_seconds: float = 0.0  # of which not hidden by the kernels they overlap
+    stall_seconds: float = 0.0  # of which not hidden by the kernels they overlap (or taken from them)
 
 
 def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap: Overlap | None = None) -> Cost:
@@ -229,7 +230,8 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap:
         wr += wr_t
         moved.append((pre_t, wr_t))
     ks = g.overhead_seconds + sum(kt)
-    stall = sum(max(0.0, a - k) for a, k in zip(busy, kt, strict=True))
+    share = g.copy_contention
+    stall = sum(max(0.0, a - k, share * a) for a, k in zip(busy, kt, strict=True))
     mv += stall
     peak, overflow = [], None
     for d in range(nf):

@@ -19,7 +19,8 @@ Formulations (``FORMULATIONS``), over any number of devices (the last is home):
   home during the first later kernel that does not use the tensor (held until then; thesis
   §3.7, asynchronous movement). Either occupies the fast device during the kernel it overlaps. Per kernel with
   such candidates, a stall column takes what the overlapping copies exceed of the kernel's
-  own (placement-dependent) time.
+  own (placement-dependent) time, and at least the graph's ``copy_contention`` share of
+  their time (what the copy threads take from the kernel's cores).
 
 Both start from the greedy plan (given to HiGHS as its incumbent, so a plan exists before the
 solver's first node), stop at ``time_limit`` or the target gap, and report the certified
@@ -233,7 +234,8 @@ class _Vars:
         # device: column, or None where there is no kernel to overlap.
         self.a: list[list[list[int] | None]] = []
         self.w: list[list[list[int] | None]] = []
-        self.stall: dict[int, tuple[int, int]] = {}  # kernel -> (its overlap row, stall column)
+        # kernel -> (its overlap row, its contention row or None, stall column)
+        self.stall: dict[int, tuple[int, int | None, int]] = {}
         if self.overlap:
             for k in self._overlap_kernels():
                 # copies - stall - (kernel's time less its all-home part) <= all-home part
@@ -241,7 +243,11 @@ class _Vars:
                 r = m.row(-np.inf, base)
                 c = m.col(1.0, False, np.inf)
                 m.put(c, r, -1.0)
-                self.stall[k] = (r, c)
+                # share * copies - stall <= 0
+                rc = m.row(-np.inf, 0.0) if g.copy_contention > 0 else None
+                if rc is not None:
+                    m.put(c, rc, -1.0)
+                self.stall[k] = (r, rc, c)
         for t, us in enumerate(g.uses):
             b = g.tensors[t].bytes
             gl = gaps(g, t)
@@ -310,7 +316,7 @@ class _Vars:
                             ac = m.col(0.0, True)
                             m.put(ac, r, 1.0)
                             m.put(ac, mem[ka][d], b * scale)
-                            m.put(ac, self.stall[ka][0], cost)
+                            self._copy_during(ac, ka, cost)
                             acs.append(ac)
                 at_.append(acs if acs else None)
                 ht.append(cs)
@@ -329,7 +335,7 @@ class _Vars:
                     if bk is not None:
                         i, kb = bk
                         wc = m.col(0.0, True)
-                        m.put(wc, self.stall[kb][0], cost)
+                        self._copy_during(wc, kb, cost)
                         # held across the gaps before it: behind <= held[gap]
                         for gi in seg[:i]:
                             r = m.row(-np.inf, 0.0)
@@ -354,6 +360,13 @@ class _Vars:
                         m.put(self.h[t][gi][d], r, 1.0)
                 wt.append(wcs if wcs else None)
             self.w.append(wt)
+
+    def _copy_during(self, col: int, k: int, cost: float) -> None:
+        """Column ``col`` (a binary) puts a copy of ``cost`` seconds beside kernel ``k``."""
+        r, rc, _ = self.stall[k]
+        self.m.put(col, r, cost)
+        if rc is not None:
+            self.m.put(col, rc, self.g.copy_contention * cost)
 
     def _overlap_kernels(self) -> set[int]:
         """Kernels an asynchronous move may overlap."""
@@ -400,7 +413,7 @@ class _Vars:
                 if any(not _held(held[t][gi], at[t], gl[gi][0], gl[gi][1], d) for gi in seg):
                     if _behind(gl, seg, held[t], at[t], d) is not None:
                         x[wcs[d]] = 1.0
-        stalls = {c for _, c in self.stall.values()}
+        stalls = {c for _, _, c in self.stall.values()}
         activity = np.zeros(len(self.m.row_lo))
         for c, (rows, vals) in enumerate(self.m.entries):
             if self.m.integer[c] and x[c]:
@@ -408,8 +421,8 @@ class _Vars:
         for c, (rows, _) in enumerate(self.m.entries):
             if not self.m.integer[c] and c not in stalls:
                 x[c] = max(0.0, float(np.max(-activity[rows]))) if rows else 0.0
-        for r, c in self.stall.values():
-            x[c] = max(0.0, float(activity[r] - self.m.row_hi[r]))
+        for r, rc, c in self.stall.values():
+            x[c] = max(0.0, float(activity[r] - self.m.row_hi[r]), 0.0 if rc is None else float(activity[rc]))
         return x
 
     def plan_of(self, x: np.ndarray) -> tuple[list[list[int]], list[list[bool]], Overlap | None]:

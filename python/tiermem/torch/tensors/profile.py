@@ -35,6 +35,7 @@ def graph_from_recordings(
     copy_gbps: list[list[float | None]],
     step_seconds: float = 0.0,
     profiles: KernelProfiles | None = None,
+    copy_contention: float = 0.0,
 ) -> Graph:
     """The graph of the recorded iteration: kernels and tensors from ``fast`` (an all-fast
     run), operand extra times from ``slow`` (an all-slow run of the same step). ``devices``:
@@ -43,7 +44,9 @@ def graph_from_recordings(
     its kernels becomes the graph's overhead (:func:`tiermem.bench.plan.capture` runs it
     under the plan executor, so that the overhead includes the executor's work). A kernel's
     extra time is the mean over the kernels that share its signature, in this recording and
-    in ``profiles`` (which gains this recording's samples; the caller saves it)."""
+    in ``profiles`` (which gains this recording's samples; the caller saves it).
+    ``copy_contention``: the graph's (:func:`~tiermem.torch.tensors.contention.copy_contention`
+    measures it)."""
     for rec in (fast, slow):
         if rec.mismatch:
             raise GraphError(
@@ -94,7 +97,7 @@ def graph_from_recordings(
             operands.append(Operand(index[key], use, per))
         kernels.append(Kernel(kname, t_fast, tuple(operands)))
     overhead = max(0.0, step_seconds - sum(t for _, t, _ in slow.kernels))
-    return Graph(name, [Device(dn, cap) for dn, cap in devices], copy_gbps, tensors, kernels, overhead)
+    return Graph(name, [Device(dn, cap) for dn, cap in devices], copy_gbps, tensors, kernels, overhead, copy_contention)
 
 
 def _pooled_extras(fast: Recorder, slow: Recorder, profiles: KernelProfiles | None) -> list[float]:
