@@ -6,8 +6,9 @@ import json
 import os
 from typing import Any
 
-from .. import _tiermem, calibration_path, dram_figures, profiles, topology
+from .. import MEMORY_SPACE_ENV, _tiermem, calibration_path, dram_figures, memory_spaces, profiles, topology
 from .._sizes import format_bytes
+from ..exceptions import InvalidArgumentError
 from ..report.table import table
 
 
@@ -99,6 +100,7 @@ def gather() -> dict[str, Any]:
     return {
         "version": _tiermem.__version__,
         "topology": topo,
+        "memory_spaces": _spaces(),
         "dram": dram,
         "kernels": _tiermem.kernel_isa(),
         "calibration_file": calibration_path(),
@@ -114,11 +116,43 @@ def gather() -> dict[str, Any]:
     }
 
 
+def _spaces() -> dict[str, Any]:
+    """The memory-space mapping; a machine whose sysfs shows no node with memory (or a
+    malformed override) gets an empty mapping whose note says why, not a failed ``info``."""
+    try:
+        return memory_spaces()
+    except InvalidArgumentError as e:
+        return {"spaces": [], "views": [], "notes": [str(e)]}
+
+
 def _f(x: Any, fmt: str = "{:.1f}") -> str:
     return "" if x is None else fmt.format(x)
 
 
+def print_spaces(sp: dict[str, Any]) -> None:
+    """The memory-space mapping and each node's view of it, as ``tiermem info`` shows them."""
+    print(f"memory spaces (override with {', '.join(MEMORY_SPACE_ENV.values())}):")
+    for s in sp["spaces"]:
+        nodes = ",".join(str(n) for n in s["nodes"])
+        print(f"  {s['space']:<10} -> nodes {nodes:<8} from {s['source']}: {s['why']}")
+    print("per source node, candidates by distance and each space in that order:")
+    for v in sp["views"]:
+        near = " ".join(f"{n}({'?' if d is None else d})" for n, d in v["by_distance"])
+        per = "; ".join(f"{name} {' '.join(str(n) for n in nodes)}" for name, nodes in v["spaces"])
+        print(f"  node {v['node']}: {near}  |  {per}")
+    for n in sp["notes"]:
+        print(f"  note: {n}")
+
+
 def run_info(args: Any) -> int:
+    if args.sysfs:
+        sp = memory_spaces(sysfs=args.sysfs)
+        if args.json:
+            print(json.dumps(sp, indent=1))
+        else:
+            print(f"sysfs tree {args.sysfs}")
+            print_spaces(sp)
+        return 0
     data = gather()
     if args.json:
         print(json.dumps(data, indent=1))
@@ -155,6 +189,8 @@ def run_info(args: Any) -> int:
         )
     if not topo["nodes"]:
         print("  (no NUMA information in sysfs)")
+    print()
+    print_spaces(data["memory_spaces"])
     print()
     print("device kinds:")
     for k, v in data["kinds"].items():

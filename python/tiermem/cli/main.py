@@ -22,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="devices, discovered topology, bandwidth and latency")
     info.add_argument("--json", action="store_true", help="print JSON instead of a report")
+    info.add_argument(
+        "--sysfs",
+        metavar="DIR",
+        help="show the memory spaces of the machine whose sysfs tree is DIR (e.g. tests/fixtures/sysfs/knl-snc4-flat)",
+    )
 
     cal = sub.add_parser("calibrate", help="measure every device and keep the figures")
     _add_output(cal)

@@ -14,6 +14,7 @@
 //! now and the others as [`default_prefault`] says, unless `TIERMEM_PREFAULT` says otherwise.
 
 pub mod emulated;
+pub mod spaces;
 mod traits;
 
 pub use traits::DeviceTraits;

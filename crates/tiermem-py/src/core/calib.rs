@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 
 use crate::convert::to_object;
 use tiermem_core::calib;
-use tiermem_core::device::PROFILES;
+use tiermem_core::device::{spaces, PROFILES};
 use tiermem_core::sys::discover;
 
 /// The machine's topology (nodes, distances, memory, THP).
@@ -13,6 +13,48 @@ use tiermem_core::sys::discover;
 pub fn topology(py: Python<'_>) -> PyResult<Py<PyAny>> {
     let t = py.detach(discover::topology);
     to_object(py, &t)
+}
+
+/// Calibrated `(read GB/s, latency ns)` by NUMA node.
+type MeasuredByNode = std::collections::BTreeMap<u32, (Option<f64>, Option<f64>)>;
+
+/// Memory spaces mapped to NUMA nodes, and each node's view of them
+/// (`tiermem_core::device::spaces`). `sysfs`: a sysfs root to read instead of `/sys` (its
+/// `meminfo` beside it); `env`: the overrides to use instead of the process environment;
+/// `measured`: calibrated `(read GB/s, latency ns)` by node.
+#[pyfunction]
+#[pyo3(signature = (sysfs = None, env = None, measured = None))]
+pub fn memory_spaces(
+    py: Python<'_>,
+    sysfs: Option<std::path::PathBuf>,
+    env: Option<std::collections::HashMap<String, String>>,
+    measured: Option<MeasuredByNode>,
+) -> PyResult<Py<PyAny>> {
+    let measured = measured
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(n, (read_gbps, latency_ns))| {
+            (
+                n,
+                spaces::Measured {
+                    read_gbps,
+                    latency_ns,
+                },
+            )
+        })
+        .collect();
+    let map = crate::error::run(py, || {
+        let topo = match &sysfs {
+            Some(root) => discover::topology_from(root, &root.join("meminfo")),
+            None => discover::topology(),
+        };
+        let read = |k: &str| match &env {
+            Some(e) => e.get(k).cloned(),
+            None => std::env::var(k).ok(),
+        };
+        spaces::map_spaces(&topo, &read, &measured)
+    })?;
+    to_object(py, &map)
 }
 
 /// The emulated device profiles.
