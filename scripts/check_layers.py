@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("arch",),
     ("sys",),
     ("counters",),
-    ("calib",),
+    ("calib", "pattern"),
     ("device",),
     ("copy",),
     ("heap",),
@@ -39,6 +39,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("model",),
     ("policy",),
     ("manager",),
+    ("traits",),
     ("measure",),
 ]
 

@@ -15,6 +15,7 @@ Importing tiermem never imports torch, rich or matplotlib.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from . import _tiermem
@@ -39,6 +40,7 @@ from .exceptions import (
     UnknownDeviceError,
 )
 from .manager import Manager
+from .traits import COMMIT_STRATEGIES, TRAIT_KEYS, Traits
 
 __version__: str = _tiermem.__version__
 
@@ -49,6 +51,41 @@ BUILTIN_POLICIES: tuple[str, ...] = tuple(_tiermem.POLICIES)
 def topology() -> dict[str, Any]:
     """NUMA nodes (sizes, CPUs, distances, kernel memory tiers), available memory, THP mode."""
     return _tiermem.topology()
+
+
+#: The memory spaces (H2M's and OpenMP's), and the environment variables that override them.
+MEMORY_SPACES: tuple[str, ...] = tuple(_tiermem.MEMORY_SPACES)
+MEMORY_SPACE_ENV: dict[str, str] = dict(zip(MEMORY_SPACES, _tiermem.MEMORY_SPACE_ENV, strict=True))
+
+
+def memory_spaces(sysfs: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Which NUMA nodes each memory space (``hbw``, ``low_lat``, ``large_cap``) maps to and
+    why, and for each node its candidates by distance: ``{"spaces": [{"space", "nodes",
+    "source", "why"}], "views": [{"node", "by_distance": [[node, distance]], "spaces":
+    [[space, nodes]]}], "notes": [...]}``. Sources, first that applies: the overrides
+    (``TIERMEM_NODES_HBW``, ``..._LOW_LAT``, ``..._LARGE_CAP``: node lists), the firmware's
+    HMAT figures, the kernel's memory tiers, ``tiermem calibrate``'s ``numa:N`` figures,
+    nodes with CPUs (capacity for ``large_cap``). ``sysfs``: read this root instead of
+    ``/sys`` (the test fixtures' machines); ``env``: overrides instead of the environment.
+    A malformed override or one naming a missing node raises
+    :class:`~tiermem.exceptions.InvalidArgumentError` naming it."""
+    measured: dict[int, tuple[float | None, float | None]] = {}
+    for name, fig in _calibrated_devices().items():
+        if name.startswith("numa:") and name[5:].isdigit():
+            measured[int(name[5:])] = (fig.get("seq_read_gbps"), fig.get("latency_ns"))
+    return _tiermem.memory_spaces(sysfs, env, measured)
+
+
+def _calibrated_devices() -> dict[str, Any]:
+    """``tiermem calibrate``'s per-device figures, or none when it has not run (or its file
+    is unreadable: discovery then ranks without them)."""
+    try:
+        with open(calibration_path(), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    devices = doc.get("devices") if isinstance(doc, dict) else None
+    return devices if isinstance(devices, dict) else {}
 
 
 def profiles() -> list[dict[str, Any]]:
@@ -73,6 +110,12 @@ __all__ = [
     "GuardedArray",
     "BUILTIN_POLICIES",
     "topology",
+    "memory_spaces",
+    "MEMORY_SPACES",
+    "Traits",
+    "TRAIT_KEYS",
+    "COMMIT_STRATEGIES",
+    "MEMORY_SPACE_ENV",
     "profiles",
     "dram_figures",
     "calibration_path",

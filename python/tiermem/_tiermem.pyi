@@ -6,6 +6,7 @@ from typing import Any, final
 __version__: str
 __all__ = [
     "CACHE_POLICIES",
+    "COMMIT_STRATEGIES",
     "DISTRIBUTIONS",
     "DTYPES",
     "DataApi",
@@ -13,6 +14,8 @@ __all__ = [
     "ISAS",
     "MODES",
     "MEMORY_ALIGN",
+    "MEMORY_SPACES",
+    "MEMORY_SPACE_ENV",
     "Manager",
     "OPTIMIZERS",
     "PLACES",
@@ -20,9 +23,11 @@ __all__ = [
     "PREFETCH",
     "PREFETCH_ADMISSIONS",
     "REUSE_BUCKETS",
+    "TRAIT_KEYS",
     "Recorder",
     "BlockFile",
     "Table",
+    "Traited",
     "TwoLmModel",
     "__version__",
     "belady_hits",
@@ -46,6 +51,9 @@ __all__ = [
     "shards_curve",
     "sparse_grad",
     "topology",
+    "memory_spaces",
+    "analyse_pattern",
+    "staging_decision",
     "uniform_into",
     "update_from",
 ]
@@ -57,6 +65,10 @@ OPTIMIZERS: list[str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
 MEMORY_ALIGN: int
+MEMORY_SPACES: list[str]
+MEMORY_SPACE_ENV: list[str]
+TRAIT_KEYS: list[str]
+COMMIT_STRATEGIES: list[str]
 PREFETCH: int
 PREFETCH_ADMISSIONS: list[str]
 DTYPES: list[str]
@@ -235,6 +247,17 @@ class BlockFile:
     def sync(self) -> None: ...
 
 @final
+class Traited:
+    def __new__(cls, manager: Manager) -> Traited: ...
+    @staticmethod
+    def parse(traits: list[tuple[str, str]]) -> dict[str, Any]: ...
+    def spaces(self) -> dict[str, Any]: ...
+    def commit(self, decls: list[tuple[int, list[tuple[str, str]]]], strategy: str) -> list[tuple[int, int]]: ...
+    def update_traits(self, id: int, traits: list[tuple[str, str]]) -> None: ...
+    def traits_of(self, id: int) -> dict[str, Any] | None: ...
+    def apply_migration(self, only: list[int] | None, strategy: str) -> list[dict[str, Any]]: ...
+
+@final
 class TwoLmModel:
     EVENT_NAMES: list[str]
     def __new__(cls, manager: Manager, slow: int, fast: int, cache_bytes: int, line: int) -> TwoLmModel: ...
@@ -299,6 +322,23 @@ def generate_into(
 def reuse_histogram(values: Any) -> list[float]: ...
 def uniform_into(out: Any, low: float, high: float, seed: int, start: int) -> None: ...
 def topology() -> dict[str, Any]: ...
+def analyse_pattern(indices: Any, elem_bytes: int, threads: int) -> dict[str, Any]: ...
+def staging_decision(
+    r_paf: float,
+    r_sf: float,
+    u: float,
+    read: bool,
+    write: bool,
+    boosts: list[list[float]],
+    t_1st: float,
+    t_3rd: float,
+    t_th: float,
+) -> dict[str, Any]: ...
+def memory_spaces(
+    sysfs: str | None = None,
+    env: dict[str, str] | None = None,
+    measured: dict[int, tuple[float | None, float | None]] | None = None,
+) -> dict[str, Any]: ...
 def profiles() -> list[dict[str, Any]]: ...
 def dram_figures() -> dict[str, Any]: ...
 def measure_dram(bytes: int, reps: int) -> dict[str, Any]: ...

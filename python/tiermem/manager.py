@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from . import _tiermem
 from ._sizes import parse_size
 from .array import TieredArray
 from .exceptions import InvalidArgumentError
+from .traits import Traits, TraitsLike, ids_of
 
 __all__ = ["Manager", "DeviceList"]
 
@@ -42,6 +44,22 @@ def _parse_devices(devices: DeviceList) -> list[tuple[str, int]]:
     if not items:
         raise InvalidArgumentError("a manager needs at least one device")
     return [(str(s), parse_size(c, f"capacity of {s!r}")) for s, c in items]
+
+
+def _layout(shape: int | Iterable[int], dtype: Any) -> tuple[tuple[int, ...], np.dtype, int]:
+    """A checked shape, dtype and byte count for a tiered array."""
+    shp = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not shp or any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) for s in shp):
+        raise InvalidArgumentError(f"shape must be positive integers, got {shape!r}")
+    if any(s <= 0 for s in shp):
+        raise InvalidArgumentError(f"every dimension must be above zero, got shape {shp}")
+    dt = np.dtype(dtype)
+    if dt.hasobject or dt.itemsize == 0:
+        raise InvalidArgumentError(f"dtype {dt} cannot live in tiered memory (objects or empty)")
+    nbytes = math.prod(int(s) for s in shp) * dt.itemsize
+    if nbytes >= 2**63:
+        raise InvalidArgumentError(f"array of shape {shp} and dtype {dt} overflows: {nbytes} bytes")
+    return tuple(int(s) for s in shp), dt, nbytes
 
 
 class Manager:
@@ -76,6 +94,8 @@ class Manager:
         self._python_policy = None if isinstance(policy, str) else policy
         # The core's names: a spec's `?overwrite` option is not part of the device's name.
         self.device_names: list[str] = [d["name"] for d in self._native.devices()]
+        self._traited: _tiermem.Traited | None = None
+        self._traited_lock = threading.Lock()
         for (src, dst), n in (copy_threads or {}).items():
             self._native.set_pair_threads(src, dst, int(n))
 
@@ -133,23 +153,60 @@ class Manager:
                 (``alloc_slow``), or a device name or index.
             fill: optional value to initialise every element with.
         """
-        shp = (shape,) if isinstance(shape, int) else tuple(shape)
-        if not shp or any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) for s in shp):
-            raise InvalidArgumentError(f"shape must be positive integers, got {shape!r}")
-        if any(s <= 0 for s in shp):
-            raise InvalidArgumentError(f"every dimension must be above zero, got shape {shp}")
-        dt = np.dtype(dtype)
-        if dt.hasobject or dt.itemsize == 0:
-            raise InvalidArgumentError(f"dtype {dt} cannot live in tiered memory (objects or empty)")
-        nbytes = math.prod(int(s) for s in shp) * dt.itemsize
-        if nbytes >= 2**63:
-            raise InvalidArgumentError(f"array of shape {shp} and dtype {dt} overflows: {nbytes} bytes")
+        shp, dt, nbytes = _layout(shape, dtype)
         obj = self._native.alloc(nbytes, self._place(where))
-        arr = TieredArray(self, obj, tuple(int(s) for s in shp), dt)
+        arr = TieredArray(self, obj, shp, dt)
         if fill is not None:
             with arr.write(overwrite=True) as v:
                 v.fill(fill)
         return arr
+
+    # ------------------------------------------------------------------ traits (H2M)
+
+    def _traits(self) -> _tiermem.Traited:
+        with self._traited_lock:  # one registry per manager, whichever thread comes first
+            if self._traited is None:
+                self._traited = _tiermem.Traited(self._native)
+            return self._traited
+
+    def alloc(self, shape: int | Iterable[int], dtype: Any = "float32", traits: TraitsLike | None = None) -> TieredArray:
+        """Allocate a tiered array where its traits (:mod:`tiermem.traits`) say: the first
+        device of its required or preferred space with room, then the others as its
+        ``fallback`` allows. Best with a policy that does not move data on its own
+        (``first_touch``); under ``lru`` the traits choose where it starts."""
+        return self.commit([(shape, dtype, traits)])[0]
+
+    def commit(
+        self, declarations: Iterable[tuple[int | Iterable[int], Any, TraitsLike | None]], strategy: str = "fifo"
+    ) -> list[TieredArray]:
+        """Allocate ``(shape, dtype, traits)`` declarations together, claiming devices in
+        ``strategy``'s order (``fifo``, ``size``, ``priority``, ``gain``); returns the arrays
+        in declaration order. All or nothing: a declaration that cannot be placed frees the
+        others and raises."""
+        decls = [(*_layout(s, d), Traits.of(t)) for s, d, t in declarations]
+        placed = self._traits().commit([(nb, t.pairs) for _, _, nb, t in decls], strategy)
+        return [TieredArray(self, obj, shp, dt) for (obj, _), (shp, dt, _, _) in zip(placed, decls, strict=True)]
+
+    def update_traits(self, array: TieredArray, traits: TraitsLike) -> None:
+        """Give an array allocated by traits new ones; it moves at :meth:`apply_migration`."""
+        self._traits().update_traits(int(array.id), Traits.of(traits).pairs)
+
+    def traits_of(self, array: TieredArray) -> dict[str, Any] | None:
+        """The typed traits an array was allocated or last updated with (None: no traits)."""
+        return self._traits().traits_of(int(array.id))
+
+    def apply_migration(self, arrays: Iterable[TieredArray] | None = None, strategy: str = "fifo") -> list[dict[str, Any]]:
+        """Place the arrays allocated by traits again (``arrays``: only these) by their
+        current traits, in ``strategy``'s order, and move those whose device changes (moves
+        to slower devices first, making room). Returns per object ``object``, ``from``,
+        ``to``, ``now`` (device indices) and ``note`` (why ``now`` is not ``to``: an open
+        guard pins it, or no contiguous room)."""
+        return self._traits().apply_migration(ids_of(arrays), strategy)
+
+    def memory_spaces(self) -> dict[str, Any]:
+        """The memory spaces over this manager's devices: ``{"names": [...], "spaces":
+        [[space, [device indices], why]]}``."""
+        return self._traits().spaces()
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Counters per device: bytes read and written (copy engine and kernels), moves in

@@ -25,6 +25,9 @@ def test_vocabularies_are_the_crates_registries() -> None:
     assert _tiermem.PLACES == {"fast": -1, "slow": -2, "auto": -3}
     assert {"memory", "2lm_model"} <= set(_tiermem.HOME_KINDS)
     assert _tiermem.ISAS[-1] == "scalar"
+    assert tiermem.MEMORY_SPACES == ("hbw", "low_lat", "large_cap")
+    assert tiermem.MEMORY_SPACE_ENV["hbw"] == "TIERMEM_NODES_HBW"
+    assert tiermem.TRAIT_KEYS == tuple(_tiermem.TRAIT_KEYS) and tiermem.COMMIT_STRATEGIES == tuple(_tiermem.COMMIT_STRATEGIES)
     # Every registered name is accepted where it is used, and an unknown one is refused with
     # the registry's list.
     m = tiermem.Manager({"dram": "8 MiB", "emulated:cxl": "16 MiB"})

@@ -10,7 +10,7 @@
 //! | base | [`error`](Error), [`lock_order`] |
 //! | hardware | [`arch`] (ISA, copy kernels, hints), [`sys`] (maps, files, NUMA) |
 //! | counting | [`counters`] |
-//! | figures | [`calib`] (DRAM figures and probes) |
+//! | figures | [`calib`] (DRAM figures and probes), [`pattern`] (access-pattern analysis for staging) |
 //! | devices | [`device`] (kinds, traits, emulation, discovery) |
 //! | copies | [`copy`] (the copy engine) |
 //! | heaps | [`heap`] |
@@ -18,6 +18,7 @@
 //! | models | [`model`] (the 2LM model) |
 //! | decisions | [`policy`] (the trait, the registry, one file per policy) |
 //! | facade | [`manager`] (one lock, guards, reservations, batched ops) |
+//! | traits | [`traits`] (allocation by H2M traits: spaces over devices, commit strategies, migration) |
 //! | measurement | [`measure`] (device figures for calibrate and info) |
 //!
 //! ```
@@ -45,7 +46,9 @@ pub mod manager;
 pub mod measure;
 pub mod mechanism;
 pub mod model;
+pub mod pattern;
 pub mod policy;
 pub mod sys;
+pub mod traits;
 
 pub use error::{Error, Result};

@@ -12,6 +12,9 @@
 //!    binding installs [`set_blocking_check`] so that a thread holding Python's GIL (which a
 //!    Python policy needs under the manager lock) is refused instead of deadlocking.
 //!
+//! 5. The traits registry (`traits::Traited`) is locked only inside the manager lock, and
+//!    never held when a manager call starts.
+//!
 //! [`may_block`] is called before every manager and table lock is taken.
 
 use std::sync::OnceLock;

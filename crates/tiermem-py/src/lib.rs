@@ -23,6 +23,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::manager::PyRecorder>()?;
     m.add_class::<core::policy::DataApi>()?;
     m.add_class::<core::model::PyTwoLm>()?;
+    m.add_class::<core::traits::PyTraited>()?;
     m.add_class::<embed::table::PyTable>()?;
     m.add_class::<embed::blockfile::PyBlockFile>()?;
     m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;
@@ -44,6 +45,9 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(f)?;
     }
     m.add_function(wrap_pyfunction!(core::calib::topology, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::memory_spaces, m)?)?;
+    m.add_function(wrap_pyfunction!(core::pattern::analyse_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(core::pattern::staging_decision, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::profiles, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::dram_figures, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::measure_dram, m)?)?;

@@ -1,5 +1,5 @@
 //! The names Python validates against, exported from the crates' own registries so that no
-//! layer above keeps a copy: policies, the heap alignment of memory, places, optimizers, cache policies, lookup modes,
+//! layer above keeps a copy: policies, the heap alignment of memory, memory spaces and their overrides, places, optimizers, cache policies, lookup modes,
 //! storage types, row-home kinds, the default prefetch distance, instruction sets, and the reuse buckets of the
 //! production-like workloads.
 
@@ -11,6 +11,25 @@ use tiermem_core::mechanism::Place;
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("POLICIES", tiermem_core::policy::BUILTIN.to_vec())?;
     m.add("MEMORY_ALIGN", tiermem_core::device::MEMORY_ALIGN)?;
+    m.add(
+        "MEMORY_SPACES",
+        tiermem_core::device::spaces::Space::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>(),
+    )?;
+    m.add("TRAIT_KEYS", tiermem_core::traits::KEYS.to_vec())?;
+    m.add(
+        "COMMIT_STRATEGIES",
+        tiermem_core::traits::Strategy::NAMES.to_vec(),
+    )?;
+    m.add(
+        "MEMORY_SPACE_ENV",
+        tiermem_core::device::spaces::Space::ALL
+            .iter()
+            .map(|s| s.env_var())
+            .collect::<Vec<_>>(),
+    )?;
     let places = PyDict::new(m.py());
     for (name, code) in Place::CODES {
         places.set_item(name, code)?;

@@ -5,4 +5,6 @@
 pub mod calib;
 pub mod manager;
 pub mod model;
+pub mod pattern;
 pub mod policy;
+pub mod traits;

@@ -1,0 +1,392 @@
+//! Access-pattern analysis for pattern-aware staging (Arima & Schulz,
+//! `../shared/papers/arima-schulz-pattern-aware-staging.txt` §4-5): sample a few thousand
+//! addresses per thread, measure *sparseness* with a page-address Bloom filter (PAF) and
+//! *regularity* with a stride Bloom filter (SF), and decide whether copying a chunk to fast
+//! memory before a loop pays for itself on the calibrated break-even line (eq. 2-9).
+//!
+//! The filters are the paper's (Table 3): `2^N` bits (N = 11: 256 B per filter per
+//! thread), two hashes `hash_k(x) = (x >> (N * k)) & (2^N - 1)`, cleared after 256 inputs
+//! (sets); each sample is a `test` that counts a hit, or a miss followed by a `set`. A thread
+//! samples its first 2048 addresses into the PAF and its first 1024 strides into the SF.
+
+use serde::Serialize;
+
+use crate::{Error, Result};
+
+/// log2 of a filter's bits (256 bytes).
+pub const FILTER_BITS_LOG2: u32 = 11;
+/// Inputs (sets) after which a filter is cleared.
+pub const MAX_INPUTS: u32 = 256;
+/// Addresses a thread samples into its page-address filter.
+pub const PAF_SAMPLES: usize = 2048;
+/// Strides a thread samples into its stride filter.
+pub const SF_SAMPLES: usize = 1024;
+/// The page the PAF sees addresses by.
+pub const PAGE_BYTES: u64 = 4096;
+
+const WORDS: usize = (1 << FILTER_BITS_LOG2) / 64;
+const MASK: u64 = (1 << FILTER_BITS_LOG2) - 1;
+
+/// A Bloom filter with the paper's size, hashes and clearing policy.
+#[derive(Debug, Clone)]
+pub struct Bloom {
+    bits: [u64; WORDS],
+    inputs: u32,
+}
+
+impl Default for Bloom {
+    fn default() -> Self {
+        Bloom {
+            bits: [0; WORDS],
+            inputs: 0,
+        }
+    }
+}
+
+impl Bloom {
+    fn slots(x: u64) -> [usize; 2] {
+        [
+            (x & MASK) as usize,
+            ((x >> FILTER_BITS_LOG2) & MASK) as usize,
+        ]
+    }
+
+    /// Whether `x` may have been set since the last clear.
+    #[must_use]
+    pub fn test(&self, x: u64) -> bool {
+        Self::slots(x)
+            .iter()
+            .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0)
+    }
+
+    /// Record `x`; the filter clears itself first once it holds [`MAX_INPUTS`] inputs.
+    pub fn set(&mut self, x: u64) {
+        if self.inputs >= MAX_INPUTS {
+            self.clear();
+        }
+        for b in Self::slots(x) {
+            self.bits[b / 64] |= 1 << (b % 64);
+        }
+        self.inputs += 1;
+    }
+
+    /// Empty it.
+    pub fn clear(&mut self) {
+        self.bits = [0; WORDS];
+        self.inputs = 0;
+    }
+
+    /// Test `x`, and set it on a miss; returns whether it hit.
+    pub fn observe(&mut self, x: u64) -> bool {
+        let hit = self.test(x);
+        if !hit {
+            self.set(x);
+        }
+        hit
+    }
+}
+
+/// One thread's sampler: its PAF and SF and their counts.
+#[derive(Debug, Clone, Default)]
+pub struct Sampler {
+    paf: Bloom,
+    sf: Bloom,
+    last: Option<u64>,
+    paf_hits: u64,
+    paf_samples: u64,
+    sf_hits: u64,
+    sf_samples: u64,
+}
+
+impl Sampler {
+    /// Whether it has all the samples it takes.
+    #[must_use]
+    pub fn full(&self) -> bool {
+        self.paf_samples >= PAF_SAMPLES as u64 && self.sf_samples >= SF_SAMPLES as u64
+    }
+
+    /// Feed one byte address; returns false once the sampler is full (stop feeding).
+    pub fn feed(&mut self, addr: u64) -> bool {
+        if self.paf_samples < PAF_SAMPLES as u64 {
+            self.paf_hits += u64::from(self.paf.observe(addr / PAGE_BYTES));
+            self.paf_samples += 1;
+        }
+        if let Some(prev) = self.last {
+            if self.sf_samples < SF_SAMPLES as u64 {
+                self.sf_hits += u64::from(self.sf.observe(addr.wrapping_sub(prev)));
+                self.sf_samples += 1;
+            }
+        }
+        self.last = Some(addr);
+        !self.full()
+    }
+}
+
+/// Hit rates of a set of samplers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rates {
+    /// PAF hit rate: near 1 dense (pages reused), near 0 sparse.
+    pub r_paf: f64,
+    /// SF hit rate: near 1 regular (few strides), near 0 irregular.
+    pub r_sf: f64,
+    /// Addresses sampled in all.
+    pub samples: u64,
+}
+
+/// Pool the samplers' counts (the paper sums the threads' private counters).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when no sampler saw an address and a stride.
+pub fn rates(samplers: &[Sampler]) -> Result<Rates> {
+    let sum = |f: fn(&Sampler) -> u64| samplers.iter().map(f).sum::<u64>();
+    let (ph, ps, sh, ss) = (
+        sum(|s| s.paf_hits),
+        sum(|s| s.paf_samples),
+        sum(|s| s.sf_hits),
+        sum(|s| s.sf_samples),
+    );
+    if ps == 0 || ss == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "pattern analysis: the sampler saw {ps} addresses and {ss} strides; a stream needs at \
+             least two addresses per thread"
+        )));
+    }
+    Ok(Rates {
+        r_paf: ph as f64 / ps as f64,
+        r_sf: sh as f64 / ss as f64,
+        samples: ps,
+    })
+}
+
+/// Analyse an index stream as `threads` threads would see it under a static schedule (each
+/// its contiguous share, sampled from its start): element `i` is at byte `i * elem_bytes`.
+/// Only the sampled indices are read.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for an empty stream, zero threads or zero-sized elements, or a
+/// negative sampled index (naming its position).
+pub fn analyse_indices(indices: &[i64], elem_bytes: u64, threads: usize) -> Result<Rates> {
+    if indices.is_empty() {
+        crate::bail!("pattern analysis: the index stream is empty");
+    }
+    if threads == 0 || elem_bytes == 0 {
+        crate::bail!("pattern analysis: threads ({threads}) and element bytes ({elem_bytes}) must be positive");
+    }
+    let share = indices.len().div_ceil(threads);
+    let mut samplers = Vec::new();
+    for (p, part) in indices.chunks(share).enumerate() {
+        let mut s = Sampler::default();
+        for (k, &i) in part.iter().enumerate() {
+            let Ok(i) = u64::try_from(i) else {
+                crate::bail!(
+                    "pattern analysis: index {} is negative ({i})",
+                    p * share + k
+                );
+            };
+            if !s.feed(i.wrapping_mul(elem_bytes)) {
+                break;
+            }
+        }
+        samplers.push(s);
+    }
+    rates(&samplers)
+}
+
+/// How a chunk is used in its loop (the paper's `U`, `R`, `W`, Table 4).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Use {
+    /// Accesses to the chunk over its elements.
+    pub u: f64,
+    /// Whether the loop reads it (then it is copied in).
+    pub read: bool,
+    /// Whether the loop writes it (then it is copied back).
+    pub write: bool,
+}
+
+/// Gains per GB (slow-device time less fast-device time, s/GB) of one access mode on the
+/// calibration patterns (eq. 7).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Boosts {
+    /// Random accesses (`R_sf` ~ 0, `R_paf` ~ 0).
+    pub random: f64,
+    /// Accesses at a long stride (`R_sf` ~ 1, `R_paf` ~ 0).
+    pub strided: f64,
+    /// Sequential streaming (`R_sf` ~ 1, `R_paf` ~ 1).
+    pub sequential: f64,
+}
+
+impl Boosts {
+    /// Eq. 8: the linear gain at `(r_sf, r_paf)`.
+    #[must_use]
+    pub fn at(&self, r_sf: f64, r_paf: f64) -> f64 {
+        self.random - (self.random - self.strided) * r_sf - (self.strided - self.sequential) * r_paf
+    }
+}
+
+/// The calibrated break-even line of one slow/fast device pair.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BreakEven {
+    /// Gains when the loop only reads.
+    pub read: Boosts,
+    /// Gains when it only writes.
+    pub write: Boosts,
+    /// Gains when it reads and writes.
+    pub read_write: Boosts,
+    /// Copy-in time, s/GB (slow to fast).
+    pub t_1st: f64,
+    /// Copy-back time, s/GB (fast to slow).
+    pub t_3rd: f64,
+}
+
+/// A staging decision and the figures behind it (s/GB of chunk).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Decision {
+    /// Whether to stage: `t_boost - t_copy > t_th` (eq. 9).
+    pub stage: bool,
+    /// Predicted gain of running on the fast device (eq. 4-5, 8).
+    pub t_boost: f64,
+    /// Copy time (eq. 3): in if read, back if written.
+    pub t_copy: f64,
+}
+
+impl BreakEven {
+    /// Decide for a chunk with these rates and use, at threshold `t_th` (s/GB).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a use that neither reads nor writes, or a negative or
+    /// non-finite `u`.
+    pub fn decide(&self, r: &Rates, u: &Use, t_th: f64) -> Result<Decision> {
+        if !(u.u >= 0.0 && u.u.is_finite()) {
+            crate::bail!(
+                "staging: accesses per element U must be a finite number >= 0, got {}",
+                u.u
+            );
+        }
+        let b = match (u.read, u.write) {
+            (true, false) => &self.read,
+            (false, true) => &self.write,
+            (true, true) => &self.read_write,
+            (false, false) => {
+                crate::bail!("staging: a chunk the loop neither reads nor writes needs no staging")
+            }
+        };
+        let t_boost = u.u * b.at(r.r_sf, r.r_paf);
+        let t_copy =
+            f64::from(u8::from(u.read)) * self.t_1st + f64::from(u8::from(u.write)) * self.t_3rd;
+        Ok(Decision {
+            stage: t_boost - t_copy > t_th,
+            t_boost,
+            t_copy,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(n: usize, range: i64) -> Vec<i64> {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ((x >> 11) % range as u64) as i64
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_three_calibration_patterns_land_on_their_corners() {
+        let seq: Vec<i64> = (0..1 << 20).collect();
+        let r = analyse_indices(&seq, 8, 4).unwrap();
+        assert!(r.r_paf > 0.99 && r.r_sf > 0.99, "{r:?}");
+        let strided: Vec<i64> = (0..1 << 16).map(|i| i * 1024).collect(); // 8 KiB apart
+        let r = analyse_indices(&strided, 8, 4).unwrap();
+        assert!(r.r_paf < 0.2 && r.r_sf > 0.99, "{r:?}");
+        let random = lcg(1 << 16, 1 << 27);
+        let r = analyse_indices(&random, 8, 4).unwrap();
+        assert!(r.r_paf < 0.2 && r.r_sf < 0.2, "{r:?}");
+        assert_eq!(r.samples, 4 * PAF_SAMPLES as u64);
+    }
+
+    #[test]
+    fn a_filter_clears_after_its_inputs() {
+        let mut b = Bloom::default();
+        for x in 0..u64::from(MAX_INPUTS) {
+            assert!(!b.observe(x));
+        }
+        assert!(b.test(0));
+        b.set(1_000_000); // the 257th input clears first
+        assert!(!b.test(0) && b.test(1_000_000));
+    }
+
+    #[test]
+    fn decisions_follow_the_break_even_line() {
+        let boosts = Boosts {
+            random: 2.0,
+            strided: 1.0,
+            sequential: 0.1,
+        };
+        let be = BreakEven {
+            read: boosts,
+            write: boosts,
+            read_write: boosts,
+            t_1st: 0.5,
+            t_3rd: 0.6,
+        };
+        let random = Rates {
+            r_paf: 0.0,
+            r_sf: 0.0,
+            samples: 1,
+        };
+        let seq = Rates {
+            r_paf: 1.0,
+            r_sf: 1.0,
+            samples: 1,
+        };
+        let read = Use {
+            u: 1.0,
+            read: true,
+            write: false,
+        };
+        let rw = Use {
+            u: 1.0,
+            read: true,
+            write: true,
+        };
+        assert!(be.decide(&random, &read, 0.0).unwrap().stage);
+        assert!(!be.decide(&seq, &read, 0.0).unwrap().stage);
+        let d = be.decide(&random, &rw, 0.0).unwrap();
+        assert_eq!((d.t_boost, d.t_copy), (2.0, 1.1));
+        assert!(!be.decide(&random, &rw, 1.0).unwrap().stage); // a higher threshold stages less
+        let low_u = Use {
+            u: 0.25,
+            read: true,
+            write: false,
+        };
+        assert!(!be.decide(&random, &low_u, 0.0).unwrap().stage);
+        assert!(be
+            .decide(
+                &random,
+                &Use {
+                    u: 1.0,
+                    read: false,
+                    write: false
+                },
+                0.0
+            )
+            .is_err());
+        assert!(analyse_indices(&[], 8, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        assert!(analyse_indices(&[5], 8, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("at least two"));
+        assert!(analyse_indices(&[5, 6, -1], 8, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("index 2 is negative"));
+    }
+}

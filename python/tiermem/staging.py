@@ -1,0 +1,62 @@
+"""Pattern-aware staging (Arima & Schulz): decide whether copying a chunk to fast memory
+before a loop pays for itself, from a sample of the loop's accesses.
+
+:func:`analyse` samples an index stream as ``threads`` threads would (each its contiguous
+share, 2048 addresses into a page-address Bloom filter and 1024 strides into a stride
+filter, 256 B each, the paper's Table 3) and returns the hit rates ``r_paf`` (near 1:
+dense, pages reused; near 0: sparse) and ``r_sf`` (near 1: regular strides; near 0:
+irregular). :class:`BreakEven` holds a device pair's calibrated gains (s/GB, slow less fast)
+on random, long-stride and sequential accesses for reads, writes and both, and the copy
+times in and back; :meth:`BreakEven.decide` applies the paper's eq. 3-9::
+
+    r = staging.analyse(index_array, elem_bytes=8)
+    d = line.decide(r, u=accesses / elements, read=True, write=False)
+    d["stage"], d["t_boost"], d["t_copy"]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _tiermem
+from .exceptions import InvalidArgumentError
+
+__all__ = ["analyse", "BreakEven"]
+
+
+def analyse(indices: Any, elem_bytes: int = 8, threads: int | None = None) -> dict[str, Any]:
+    """``{"r_paf", "r_sf", "samples"}`` of an index stream (any integer array; element ``i``
+    at byte ``i * elem_bytes``). ``threads``: the loop's threads (default: this process's
+    CPUs). An empty stream, or a negative sampled index, raises
+    :class:`~tiermem.exceptions.InvalidArgumentError` naming it."""
+    arr = np.ascontiguousarray(np.asarray(indices))
+    if arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"indices must be integers, got dtype {arr.dtype}")
+    n = threads if threads is not None else len(os.sched_getaffinity(0))
+    return _tiermem.analyse_pattern(arr.astype(np.int64, copy=False).ravel(), int(elem_bytes), int(n))
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """One slow/fast device pair's break-even line: gains in s/GB as ``(random, strided,
+    sequential)`` for loops that read, write, or both, and copy times in (``t_1st``) and back
+    (``t_3rd``), s/GB."""
+
+    read: tuple[float, float, float]
+    write: tuple[float, float, float]
+    read_write: tuple[float, float, float]
+    t_1st: float
+    t_3rd: float
+
+    def decide(self, rates: dict[str, Any], u: float, read: bool, write: bool, t_th: float = 0.0) -> dict[str, Any]:
+        """Stage when ``t_boost - t_copy > t_th`` (eq. 9): ``{"stage", "t_boost", "t_copy"}``
+        (s/GB). ``u``: accesses to the chunk over its elements; ``read``/``write``: whether
+        the loop reads (copy in) and writes (copy back) it."""
+        boosts = [list(self.read), list(self.write), list(self.read_write)]
+        return _tiermem.staging_decision(
+            float(rates["r_paf"]), float(rates["r_sf"]), float(u), read, write, boosts, self.t_1st, self.t_3rd, t_th
+        )
