@@ -236,10 +236,11 @@ fn overridden(
     }))
 }
 
-/// The best nodes by `score` (higher is better), within [`TIE`] of the best.
-fn best(nodes: &[(u32, f64)]) -> Vec<u32> {
-    let top = nodes.iter().map(|n| n.1).fold(f64::NEG_INFINITY, f64::max);
-    nodes
+/// The best of `(id, score)` pairs (higher is better), within [`TIE`] of the best score.
+#[must_use]
+pub fn best<I: Copy>(scored: &[(I, f64)]) -> Vec<I> {
+    let top = scored.iter().map(|n| n.1).fold(f64::NEG_INFINITY, f64::max);
+    scored
         .iter()
         .filter(|n| n.1 >= top - TIE * top.abs())
         .map(|n| n.0)

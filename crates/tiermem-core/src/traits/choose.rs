@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::set::{Fallback, Traits};
-use crate::device::spaces::{Space, TIE};
+use crate::device::spaces::{best, Space};
 use crate::device::DeviceTraits;
 use crate::{Error, Result};
 
@@ -16,14 +16,6 @@ pub struct DeviceSpaces {
     pub names: Vec<String>,
     /// Per space (in [`Space::ALL`] order), its devices and why.
     pub spaces: Vec<(Space, Vec<usize>, String)>,
-}
-
-fn within_best(v: &[(usize, f64)]) -> Vec<usize> {
-    let top = v.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
-    v.iter()
-        .filter(|x| x.1 >= top - TIE * top.abs())
-        .map(|x| x.0)
-        .collect()
 }
 
 impl DeviceSpaces {
@@ -43,7 +35,7 @@ impl DeviceSpaces {
         for s in Space::ALL {
             let (ids, why) = match s {
                 Space::LargeCap => (
-                    within_best(
+                    best(
                         &mem.iter()
                             .map(|&i| (i, traits[i].capacity as f64))
                             .collect::<Vec<_>>(),
@@ -51,14 +43,14 @@ impl DeviceSpaces {
                     "largest capacity".to_owned(),
                 ),
                 Space::Hbw => match by(&|t| t.read_gbps) {
-                    Some(v) => (within_best(&v), "highest read bandwidth".to_owned()),
+                    Some(v) => (best(&v), "highest read bandwidth".to_owned()),
                     None => (
                         vec![mem[0]],
                         "no bandwidth for every device: the fastest".to_owned(),
                     ),
                 },
                 Space::LowLat => match by(&|t| t.latency_ns.map(|l| -l)) {
-                    Some(v) => (within_best(&v), "lowest latency".to_owned()),
+                    Some(v) => (best(&v), "lowest latency".to_owned()),
                     None => (
                         vec![mem[0]],
                         "no latency for every device: the fastest".to_owned(),
