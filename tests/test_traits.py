@@ -46,6 +46,7 @@ def test_traits_are_validated_and_typed() -> None:
     assert t.fields["required"] == ["hbw", "low_lat"] and t.fields["stride"] == 64
     assert t.fields["bandwidth_sensitive"] and t.fields["latency_sensitive"] and t.fields["priority"] == 2.5
     assert Traits.of({"priority": 3}) == Traits(priority=3)
+    assert Traits(space="hbw") == Traits(preferred="hbw") and hash(Traits(space="hbw")) == hash(Traits(preferred="hbw"))
     for kw, msg in [
         ({"colour": "red"}, 'unknown trait "colour"'),
         ({"required": "fast"}, 'unknown memory space "fast"'),

@@ -22,6 +22,7 @@ byte first: the fast device's bytes go where they save the most time).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -69,8 +70,8 @@ class Traits:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Traits) and self.fields == other.fields
 
-    def __hash__(self) -> int:
-        return hash(tuple(sorted(self.pairs)))
+    def __hash__(self) -> int:  # by the parsed fields, as equality is
+        return hash(json.dumps(self.fields, sort_keys=True))
 
     def __repr__(self) -> str:
         return "Traits(" + ", ".join(f"{k}={v!r}" for k, v in self.pairs) + ")"

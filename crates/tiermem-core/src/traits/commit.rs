@@ -109,6 +109,19 @@ struct Entry {
 struct Registry {
     objects: BTreeMap<ObjectId, Entry>,
     next: u64,
+    /// Entries after the last sweep of freed objects.
+    swept: usize,
+}
+
+impl Registry {
+    /// Forget objects freed since (their ids are never reused), whenever the registry has
+    /// doubled since the last sweep: amortised constant time per allocation.
+    fn sweep(&mut self, m: &DataManager, now: bool) {
+        if now || self.objects.len() >= 2 * self.swept.max(64) {
+            self.objects.retain(|id, _| m.object(*id).is_ok());
+            self.swept = self.objects.len();
+        }
+    }
 }
 
 /// A manager's allocations by traits: where each goes, and moves when traits change.
@@ -175,6 +188,7 @@ impl Traited {
         }
         self.manager.with_data(|m, p| {
             let mut reg = self.registry.lock();
+            reg.sweep(m, false);
             let base = reg.next;
             let items: Vec<(u64, u64, &Traits)> = decls
                 .iter()
@@ -290,7 +304,7 @@ impl Traited {
     ) -> Result<Vec<Migration>> {
         self.manager.with_data(|m, _| {
             let mut reg = self.registry.lock();
-            reg.objects.retain(|id, _| m.object(*id).is_ok());
+            reg.sweep(m, true);
             let chosen: Vec<ObjectId> = match only {
                 Some(ids) => {
                     for id in ids {
