@@ -9,5 +9,6 @@ mod model;
 mod model_check;
 mod policies;
 mod torn_write;
+mod traits_props;
 
 pub use tiermem_testkit::{scratch, two_tier};
