@@ -103,12 +103,10 @@ proptest! {
         let mut x = seed | 1;
         let mut next = |r: u64| { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x % r };
         let mut d = vec![vec![10u32; n]; n];
-        for i in 0..n {
-            for j in i + 1..n {
-                let v = 11 + next(40) as u32;
-                d[i][j] = v;
-                d[j][i] = v;
-            }
+        for (i, j) in (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))) {
+            let v = 11 + next(40) as u32;
+            d[i][j] = v;
+            d[j][i] = v;
         }
         let nodes: Vec<NumaNode> = (0..n)
             .map(|i| NumaNode {
