@@ -9,6 +9,7 @@ from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
 from .offsets import Offsets, Residency, assign, residencies
 from .plan import PLAN_FORMAT, Cost, Moves, Overlap, Plan, at_home, evaluate, moves
 from .report import residency_by_kind, tensor_residency
+from .sensitivity import gains, recommend_traits
 from .solve import DEFAULT_FORMULATION, FORMULATIONS, greedy, solve
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "autotm_graph",
     "evaluate",
     "fit",
+    "gains",
     "greedy",
+    "recommend_traits",
     "moves",
     "residencies",
     "residency_by_kind",
