@@ -37,7 +37,7 @@ def gains(g: Graph) -> list[dict[str, Any]]:
         }
         for i, t in enumerate(g.tensors)
     ]
-    rows.sort(key=lambda r: (-r["gain_per_mib"], r["key"]))
+    rows.sort(key=lambda r: (-float(r["gain_per_mib"]), str(r["key"])))
     return rows
 
 
