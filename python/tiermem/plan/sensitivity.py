@@ -26,7 +26,7 @@ def gains(g: Graph) -> list[dict[str, Any]]:
     for ker in g.kernels:
         for o in ker.operands:
             per[o.tensor] += o.seconds[home] - o.seconds[0]
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "key": t.key,
             "kind": t.kind,
@@ -37,7 +37,7 @@ def gains(g: Graph) -> list[dict[str, Any]]:
         }
         for i, t in enumerate(g.tensors)
     ]
-    rows.sort(key=lambda r: (-float(r["gain_per_mib"]), str(r["key"])))
+    rows.sort(key=lambda r: (-r["gain_per_mib"], r["key"]))
     return rows
 
 
