@@ -76,15 +76,20 @@ def memory_spaces(sysfs: str | None = None, env: dict[str, str] | None = None) -
     return _tiermem.memory_spaces(sysfs, env, measured)
 
 
-def _calibrated_devices() -> dict[str, Any]:
-    """``tiermem calibrate``'s per-device figures, or none when it has not run (or its file
-    is unreadable: discovery then ranks without them)."""
+def _read_calibration() -> dict[str, Any] | None:
+    """``tiermem calibrate``'s results, or None when it has not run or its file is
+    unreadable (``info`` and discovery then go without them)."""
     try:
         with open(calibration_path(), encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError):
-        return {}
-    devices = doc.get("devices") if isinstance(doc, dict) else None
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _calibrated_devices() -> dict[str, Any]:
+    """``tiermem calibrate``'s per-device figures (none without a calibration)."""
+    devices = (_read_calibration() or {}).get("devices")
     return devices if isinstance(devices, dict) else {}
 
 

@@ -14,7 +14,7 @@ from . import _tiermem
 from ._sizes import parse_size
 from .array import TieredArray
 from .exceptions import InvalidArgumentError
-from .traits import Traits, TraitsLike, ids_of
+from .traits import Traits, TraitsLike
 
 __all__ = ["Manager", "DeviceList"]
 
@@ -201,7 +201,8 @@ class Manager:
         to slower devices first, making room). Returns per object ``object``, ``from``,
         ``to``, ``now`` (device indices) and ``note`` (why ``now`` is not ``to``: an open
         guard pins it, or no contiguous room)."""
-        return self._traits().apply_migration(ids_of(arrays), strategy)
+        only = None if arrays is None else [int(a.id) for a in arrays]
+        return self._traits().apply_migration(only, strategy)
 
     def memory_spaces(self) -> dict[str, Any]:
         """The memory spaces over this manager's devices: ``{"names": [...], "spaces":

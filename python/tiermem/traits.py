@@ -23,7 +23,7 @@ byte first: the fast device's bytes go where they save the most time).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from . import _tiermem
@@ -78,8 +78,3 @@ class Traits:
 
 
 TraitsLike = Traits | Mapping[str, Any]
-
-
-def ids_of(arrays: Iterable[Any] | None) -> list[int] | None:
-    """Object ids of tiered arrays (None stays None: every object)."""
-    return None if arrays is None else [int(a.id) for a in arrays]

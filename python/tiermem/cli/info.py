@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from .. import MEMORY_SPACE_ENV, _tiermem, calibration_path, dram_figures, memory_spaces, profiles, topology
+from .. import (
+    MEMORY_SPACE_ENV,
+    _calibrated_devices,
+    _read_calibration,
+    _tiermem,
+    calibration_path,
+    dram_figures,
+    memory_spaces,
+    profiles,
+    topology,
+)
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError
 from ..report.table import table
@@ -16,14 +25,8 @@ def gather() -> dict[str, Any]:
     """Everything ``info`` shows, as plain data."""
     topo = topology()
     dram = dram_figures()
-    cal = None
-    if os.path.exists(calibration_path()):
-        try:
-            with open(calibration_path(), encoding="utf-8") as f:
-                cal = json.load(f)
-        except (OSError, ValueError):
-            cal = None
-    measured = (cal or {}).get("devices", {})
+    cal = _read_calibration()
+    measured = _calibrated_devices()
     devices = [
         {
             "name": "dram",

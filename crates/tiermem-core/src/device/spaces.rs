@@ -298,7 +298,7 @@ fn ranked(space: Space, nodes: &[&NumaNode], measured: &BTreeMap<u32, Measured>)
     } else {
         "read latency"
     };
-    let unit = if space == Space::Hbw { "GB/s" } else { "ns" };
+    let unit = if hbw { "GB/s" } else { "ns" };
     let shown =
         |v: &[(u32, f64)]| -> Vec<(u32, f64)> { v.iter().map(|(i, x)| (*i, x.abs())).collect() };
     if let Some(v) = all(&hmat) {

@@ -240,7 +240,8 @@ impl Traited {
                 return Ok((id, device_now(m, id)?));
             }
         }
-        if t.fallback == Fallback::Error || cands.is_empty() {
+        // `next_best` candidates are every device, so only `error` can stop short of them.
+        if t.fallback == Fallback::Error {
             let names: Vec<&str> = cands
                 .iter()
                 .map(|&d| self.spaces.names[d].as_str())
@@ -250,11 +251,8 @@ impl Traited {
                 names.join(", ")
             );
         }
-        Err(crate::mechanism::moves::full(
-            m,
-            *cands.last().expect("not empty"),
-            bytes,
-        ))
+        let last = cands.last().copied().unwrap_or(m.devices().len() - 1);
+        Err(crate::mechanism::moves::full(m, last, bytes))
     }
 
     /// Record new traits for `id`; nothing moves until [`Traited::apply_migration`].
@@ -279,14 +277,15 @@ impl Traited {
         })
     }
 
-    /// The traits `id` was allocated or last updated with.
-    #[must_use]
-    pub fn traits_of(&self, id: ObjectId) -> Option<Traits> {
-        self.registry
-            .lock()
-            .objects
-            .get(&id)
-            .map(|e| e.traits.clone())
+    /// The traits `id` was allocated or last updated with (None: not allocated by traits).
+    ///
+    /// # Errors
+    /// Only the manager's own (a poisoned manager).
+    pub fn traits_of(&self, id: ObjectId) -> Result<Option<Traits>> {
+        self.manager.with_data(|_, _| {
+            let reg = self.registry.lock();
+            Ok(reg.objects.get(&id).map(|e| e.traits.clone()))
+        })
     }
 
     /// Place again the objects in `only` (None: every object allocated by traits, as H2M's

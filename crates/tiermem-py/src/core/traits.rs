@@ -73,7 +73,7 @@ impl PyTraited {
     /// The object's current traits (typed fields), or None.
     fn traits_of(&self, py: Python<'_>, id: u64) -> PyResult<Py<PyAny>> {
         let t = Arc::clone(&self.inner);
-        let got = run(py, move || Ok(t.traits_of(id)))?;
+        let got = run(py, move || t.traits_of(id))?;
         to_object(py, &got)
     }
 
