@@ -41,6 +41,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("manager",),
     ("traits",),
     ("measure",),
+    ("hpc",),
 ]
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _tiermem
 from .exceptions import InvalidArgumentError
 
-__all__ = ["analyse", "BreakEven"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .manager import Manager
+
+__all__ = ["analyse", "BreakEven", "calibrate"]
 
 
 def analyse(indices: Any, elem_bytes: int = 8, threads: int | None = None) -> dict[str, Any]:
@@ -52,6 +55,33 @@ class BreakEven:
     t_1st: float
     t_3rd: float
 
+    def as_dict(self) -> dict[str, Any]:
+        """The line as the core reads it (``{"read": {"random", "strided", "sequential"},
+        ..., "t_1st", "t_3rd"}``)."""
+
+        def boosts(b: tuple[float, float, float]) -> dict[str, float]:
+            return {"random": b[0], "strided": b[1], "sequential": b[2]}
+
+        return {
+            "read": boosts(self.read),
+            "write": boosts(self.write),
+            "read_write": boosts(self.read_write),
+            "t_1st": self.t_1st,
+            "t_3rd": self.t_3rd,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BreakEven:
+        """The inverse of :meth:`as_dict`."""
+        try:
+
+            def boosts(b: dict[str, Any]) -> tuple[float, float, float]:
+                return (float(b["random"]), float(b["strided"]), float(b["sequential"]))
+
+            return cls(boosts(d["read"]), boosts(d["write"]), boosts(d["read_write"]), float(d["t_1st"]), float(d["t_3rd"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"not a break-even line: {e!r}") from e
+
     def decide(self, rates: dict[str, Any], u: float, read: bool, write: bool, t_th: float = 0.0) -> dict[str, Any]:
         """Stage when ``t_boost - t_copy > t_th`` (eq. 9): ``{"stage", "t_boost", "t_copy"}``
         (s/GB). ``u``: accesses to the chunk over its elements; ``read``/``write``: whether
@@ -60,3 +90,14 @@ class BreakEven:
         return _tiermem.staging_decision(
             float(rates["r_paf"]), float(rates["r_sf"]), float(u), read, write, boosts, self.t_1st, self.t_3rd, t_th
         )
+
+
+def calibrate(manager: Manager, length: int = 1 << 23, reps: int = 3) -> BreakEven:
+    """Calibrate the break-even line between ``manager``'s slowest and fastest devices
+    (eq. 7): time the three probe orders (random, a stride over a page, sequential) reading,
+    writing and both over a ``uint64`` array of ``length`` (a power of two that fits fast
+    memory) on each device, and the copies in and back; each figure the median of ``reps``
+    runs. The manager's policy must move only when told (``lru_in_place``)."""
+    if length < 4096 or length & (length - 1):
+        raise InvalidArgumentError(f"calibration length must be a power of two of at least 4096, got {length}")
+    return BreakEven.from_dict(dict(_tiermem.calibrate_staging(manager._native, int(length), int(reps))))

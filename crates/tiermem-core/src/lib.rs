@@ -41,6 +41,7 @@ pub mod counters;
 pub mod device;
 mod error;
 pub mod heap;
+pub mod hpc;
 pub mod lock_order;
 pub mod manager;
 pub mod measure;

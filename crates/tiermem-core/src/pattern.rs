@@ -9,7 +9,7 @@
 //! (sets); each sample is a `test` that counts a hit, or a miss followed by a `set`. A thread
 //! samples its first 2048 addresses into the PAF and its first 1024 strides into the SF.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
@@ -77,10 +77,20 @@ impl Bloom {
     }
 
     /// Test `x`, and set it on a miss; returns whether it hit.
+    #[inline]
     pub fn observe(&mut self, x: u64) -> bool {
-        let hit = self.test(x);
+        let slots = Self::slots(x);
+        let hit = slots
+            .iter()
+            .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0);
         if !hit {
-            self.set(x);
+            if self.inputs >= MAX_INPUTS {
+                self.clear();
+            }
+            for b in slots {
+                self.bits[b / 64] |= 1 << (b % 64);
+            }
+            self.inputs += 1;
         }
         hit
     }
@@ -205,7 +215,7 @@ pub struct Use {
 
 /// Gains per GB (slow-device time less fast-device time, s/GB) of one access mode on the
 /// calibration patterns (eq. 7).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Boosts {
     /// Random accesses (`R_sf` ~ 0, `R_paf` ~ 0).
     pub random: f64,
@@ -224,7 +234,7 @@ impl Boosts {
 }
 
 /// The calibrated break-even line of one slow/fast device pair.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BreakEven {
     /// Gains when the loop only reads.
     pub read: Boosts,

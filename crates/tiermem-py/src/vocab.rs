@@ -20,6 +20,13 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("TRAIT_KEYS", tiermem_core::traits::KEYS.to_vec())?;
     m.add(
+        "HPC_KERNELS",
+        tiermem_core::hpc::KERNELS
+            .iter()
+            .map(|(k, o, p)| (*k, o.to_vec(), p.to_vec()))
+            .collect::<Vec<_>>(),
+    )?;
+    m.add(
         "COMMIT_STRATEGIES",
         tiermem_core::traits::Strategy::NAMES.to_vec(),
     )?;

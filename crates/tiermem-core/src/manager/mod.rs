@@ -402,12 +402,25 @@ impl Manager {
     /// number of threads that wrote. A policy that models the memory system itself
     /// ([`Policy::charges_operands`]) is left to do its own charging.
     pub fn charge(&self, operands: &[(ObjectId, u64, u64)], threads: usize) -> Result<()> {
-        let mut per_device = vec![(0u64, 0u64); self.devices.len()];
+        let with_steps: Vec<_> = operands.iter().map(|&(id, r, w)| (id, r, 0, w)).collect();
+        self.charge_steps(&with_steps, threads)
+    }
+
+    /// [`Manager::charge`] with the dependent-latency steps of each operand's reads:
+    /// `(object, bytes read, steps, bytes written)`. A step is one miss latency the kernel
+    /// could not overlap (see `tiermem_core::hpc::traffic` for how kernels count them).
+    pub fn charge_steps(
+        &self,
+        operands: &[(ObjectId, u64, u64, u64)],
+        threads: usize,
+    ) -> Result<()> {
+        let mut per_device = vec![(0u64, 0u64, 0u64); self.devices.len()];
         let charges = self.with(|m, p| {
-            for &(id, read, written) in operands {
+            for &(id, read, steps, written) in operands {
                 let d = m.device_of(m.primary(id)?)?;
                 per_device[d].0 += read;
-                per_device[d].1 += written;
+                per_device[d].1 += steps;
+                per_device[d].2 += written;
             }
             Ok(p.charges_operands())
         })?;
@@ -417,11 +430,12 @@ impl Manager {
         Ok(())
     }
 
-    /// Charge `(bytes read, bytes written)` per device (outside the manager lock).
-    fn charge_devices(&self, per_device: &[(u64, u64)], threads: usize) {
-        for (d, &(read, written)) in self.devices.iter().zip(per_device) {
-            if read > 0 || written > 0 {
-                d.charge_kernel((read, 0), (written, threads.max(1)));
+    /// Charge `(bytes read, dependent steps, bytes written)` per device (outside the
+    /// manager lock).
+    fn charge_devices(&self, per_device: &[(u64, u64, u64)], threads: usize) {
+        for (d, &(read, steps, written)) in self.devices.iter().zip(per_device) {
+            if read > 0 || steps > 0 || written > 0 {
+                d.charge_kernel((read, steps), (written, threads.max(1)));
             }
         }
     }

@@ -147,7 +147,7 @@ impl Manager {
         threads: usize,
         softevict: &[ObjectId],
     ) -> Result<()> {
-        let mut per_device = vec![(0u64, 0u64); self.devices.len()];
+        let mut per_device = vec![(0u64, 0u64, 0u64); self.devices.len()];
         let (charges_operands, result) = self.with_inner(|i| {
             let mut first: Option<Error> = None;
             let charges_operands = i.policy.charges_operands();
@@ -156,7 +156,7 @@ impl Manager {
                     match i.data.primary(id).and_then(|r| i.data.device_of(r)) {
                         Ok(d) => {
                             per_device[d].0 += read;
-                            per_device[d].1 += written;
+                            per_device[d].2 += written;
                         }
                         Err(e) => {
                             first.get_or_insert(e);

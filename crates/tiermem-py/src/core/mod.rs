@@ -3,6 +3,7 @@
 //! measurement.
 
 pub mod calib;
+pub mod hpc;
 pub mod manager;
 pub mod model;
 pub mod pattern;

@@ -1,0 +1,123 @@
+//! Unblocked DGEMM, `c += a b` for `n x n` row-major `f64` matrices in the `i, j, k` order
+//! (a dot product of a row of `a` and a column of `b` per entry), rows of `c` split over the
+//! threads: the H2M slides' multi-buffer application, with no blocking, so `b` is streamed
+//! once per row of `c`.
+
+use rayon::prelude::*;
+
+use super::traffic::{Traffic, LINE, PAGE};
+use super::{charge, share, threads, view, view_mut, Kernel, Operand};
+use crate::manager::Manager;
+use crate::mechanism::ObjectId;
+use crate::Result;
+
+/// One DGEMM.
+#[derive(Debug, Clone)]
+pub struct Dgemm {
+    /// Left factor.
+    pub a: ObjectId,
+    /// Right factor (read down its columns).
+    pub b: ObjectId,
+    /// Accumulator.
+    pub c: ObjectId,
+    /// The order.
+    pub n: u64,
+}
+
+impl Dgemm {
+    /// `b`'s traffic: a column walk at a row's stride whose lines stay cached for the next
+    /// seven columns, so `b` streams once per row of `c`; each line a miss once the stride
+    /// reaches a page.
+    fn column_walks(n: u64) -> Traffic {
+        let lines = (n * n * 8).div_ceil(LINE) * n;
+        Traffic {
+            read_bytes: lines * LINE,
+            write_bytes: 0,
+            misses: if n * 8 >= PAGE { lines } else { 0 },
+        }
+    }
+}
+
+impl Kernel for Dgemm {
+    fn name(&self) -> String {
+        "DGEMM".into()
+    }
+
+    fn operands(&self) -> Vec<Operand> {
+        let op = |id, name, write| Operand {
+            id,
+            name,
+            elem: 8,
+            len: self.n * self.n,
+            read: true,
+            write,
+        };
+        vec![
+            op(self.a, "a", false),
+            op(self.b, "b", false),
+            op(self.c, "c", true),
+        ]
+    }
+
+    fn target(&self) -> (usize, f64) {
+        (1, self.n as f64)
+    }
+
+    fn sample(
+        &self,
+        _m: &Manager,
+        op: usize,
+        t: usize,
+        threads: usize,
+        n: usize,
+    ) -> Result<Vec<u64>> {
+        let order = self.n as usize;
+        let (i, _) = share(order, t, threads);
+        Ok((0..n.min(order * order))
+            .map(|q| {
+                let (j, k) = (q / order, q % order);
+                let at = match op {
+                    0 => i * order + k,
+                    1 => k * order + j,
+                    _ => i * order + j,
+                };
+                (at * 8) as u64
+            })
+            .collect())
+    }
+
+    fn run(&self, m: &Manager) -> Result<()> {
+        let nn = self.n * self.n;
+        let ga = m.read(self.a)?;
+        let gb = m.read(self.b)?;
+        let mut gc = m.write(self.c)?;
+        let a = view::<f64>("DGEMM a", ga.as_slice(), nn)?;
+        let b = view::<f64>("DGEMM b", gb.as_slice(), nn)?;
+        let c = view_mut::<f64>("DGEMM c", gc.as_mut_slice(), nn)?;
+        let n = self.n as usize;
+        let rows = n.div_ceil(threads()).max(1);
+        c.par_chunks_mut(rows * n)
+            .enumerate()
+            .for_each(|(blk, cs)| {
+                for (r, crow) in cs.chunks_mut(n).enumerate() {
+                    let arow = &a[(blk * rows + r) * n..][..n];
+                    for (j, x) in crow.iter_mut().enumerate() {
+                        let mut acc = 0.0;
+                        for (k, &av) in arow.iter().enumerate() {
+                            acc += av * b[k * n + j];
+                        }
+                        *x += acc;
+                    }
+                }
+            });
+        let bytes = nn * 8;
+        charge(
+            m,
+            &[
+                (self.a, Traffic::sequential(bytes, true, false)),
+                (self.b, Self::column_walks(self.n)),
+                (self.c, Traffic::sequential(bytes, true, true)),
+            ],
+        )
+    }
+}

@@ -1,0 +1,268 @@
+//! The chunked staging executor (Arima & Schulz §2.2, §5): run a kernel with its target
+//! operand left where it is, always copied to fast memory first, or copied when the
+//! sampled pattern says the copy pays (eq. 9); and the calibration of the break-even line
+//! from the three probe patterns on the slow and the fast device (eq. 7).
+//!
+//! Staging copies the target in before the kernel and evicts it after: a target the kernel
+//! only read is dropped from fast memory with no copy back (its slow copy is still valid);
+//! one it wrote is copied back. A write-only target is copied in all the same (the manager
+//! has no move that skips the copy yet; no kernel here has a write-only target). A target
+//! larger than fast memory is never staged (the report says so).
+
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::probe::{Order, Probe};
+use super::{threads, Kernel};
+use crate::manager::Manager;
+use crate::pattern::{
+    rates, Boosts, BreakEven, Decision, Rates, Sampler, Use, PAF_SAMPLES, SF_SAMPLES,
+};
+use crate::Result;
+
+/// How [`run`] treats the target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Leave it where it is.
+    SlowOnly,
+    /// Copy it to fast memory before the kernel.
+    AlwaysStage,
+    /// Sample, and stage when `t_boost - t_copy > t_th` on this line.
+    PatternAware(BreakEven, f64),
+}
+
+/// What one staged run did and how long each part took.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The kernel.
+    pub kernel: String,
+    /// The target operand's name.
+    pub target: String,
+    /// Its sampled rates (pattern-aware runs).
+    pub rates: Option<Rates>,
+    /// Accesses per element, and whether the kernel reads and writes the target.
+    pub u: f64,
+    /// Whether the kernel reads the target.
+    pub read: bool,
+    /// Whether the kernel writes the target.
+    pub write: bool,
+    /// The decision (pattern-aware runs).
+    pub decision: Option<Decision>,
+    /// Whether the target ran in fast memory.
+    pub staged: bool,
+    /// Why a stage that was asked for did not happen.
+    pub fallback: Option<String>,
+    /// Sampling and analysis.
+    pub analysis_seconds: f64,
+    /// Copy in.
+    pub copy_in_seconds: f64,
+    /// The kernel.
+    pub kernel_seconds: f64,
+    /// Copy back (or drop).
+    pub copy_back_seconds: f64,
+    /// All of it.
+    pub seconds: f64,
+}
+
+/// Sample operand `op` of a kernel as its threads would and return the filters' rates.
+///
+/// # Errors
+/// When the kernel cannot be sampled or yields too few addresses.
+pub fn analyse(m: &Manager, k: &dyn Kernel, op: usize) -> Result<Rates> {
+    let th = threads();
+    let want = PAF_SAMPLES.max(SF_SAMPLES + 1);
+    // Each thread's share is sampled as that thread would see it: on the pool when there
+    // are many, on this thread when there are few (waking the pool costs more than
+    // sampling two shares).
+    let one = |t: usize| -> Result<Sampler> {
+        let mut s = Sampler::default();
+        for a in k.sample(m, op, t, th, want)? {
+            if !s.feed(a) {
+                break;
+            }
+        }
+        Ok(s)
+    };
+    let samplers = if th >= 4 {
+        (0..th)
+            .into_par_iter()
+            .map(one)
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        (0..th).map(one).collect::<Result<Vec<_>>>()?
+    };
+    rates(&samplers)
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Run `k` once under `mode` on a manager whose policy moves only when told
+/// (`lru_in_place`).
+///
+/// # Errors
+/// What the kernel, the sampler or a move returns.
+pub fn run(m: &Manager, k: &dyn Kernel, mode: Mode) -> Result<Report> {
+    let start = Instant::now();
+    let (t, u) = k.target();
+    let op = k.operands()[t];
+    let mut rep = Report {
+        kernel: k.name(),
+        target: op.name.into(),
+        rates: None,
+        u,
+        read: op.read,
+        write: op.write,
+        decision: None,
+        staged: false,
+        fallback: None,
+        analysis_seconds: 0.0,
+        copy_in_seconds: 0.0,
+        kernel_seconds: 0.0,
+        copy_back_seconds: 0.0,
+        seconds: 0.0,
+    };
+    let stage = match mode {
+        Mode::SlowOnly => false,
+        Mode::AlwaysStage => true,
+        Mode::PatternAware(line, t_th) => {
+            let r = analyse(m, k, t)?;
+            let d = line.decide(
+                &r,
+                &Use {
+                    u,
+                    read: op.read,
+                    write: op.write,
+                },
+                t_th,
+            )?;
+            rep.analysis_seconds = secs(start.elapsed());
+            rep.rates = Some(r);
+            rep.decision = Some(d);
+            d.stage
+        }
+    };
+    let bytes = op.len * op.elem;
+    let fast = m.devices()[0].capacity;
+    if stage && bytes > fast {
+        rep.fallback = Some(format!(
+            "the target '{}' ({bytes} bytes) is larger than fast memory ({fast} bytes): not staged",
+            op.name
+        ));
+    } else if stage {
+        let t0 = Instant::now();
+        m.prefetch(op.id, true)?;
+        rep.copy_in_seconds = secs(t0.elapsed());
+        rep.staged = m.in_fast(op.id)?;
+        if !rep.staged {
+            rep.fallback = Some(format!(
+                "the policy '{}' did not move '{}' to fast memory",
+                m.policy_name(),
+                op.name
+            ));
+        }
+    }
+    let t1 = Instant::now();
+    k.run(m)?;
+    rep.kernel_seconds = secs(t1.elapsed());
+    if rep.staged {
+        let t2 = Instant::now();
+        m.evict(op.id)?;
+        rep.copy_back_seconds = secs(t2.elapsed());
+    }
+    rep.seconds = secs(start.elapsed());
+    Ok(rep)
+}
+
+/// The median of `reps` timings of `f`.
+fn median_secs(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<f64> {
+    let mut v = (0..reps.max(1)).map(|_| f()).collect::<Result<Vec<_>>>()?;
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
+/// Calibrate the break-even line between the manager's slowest and fastest devices with a
+/// probe array of `len` `u64`s (a power of two that fits fast memory), each figure the
+/// median of `reps` runs: gains `(slow - fast) / GB` of the three probe orders for reads,
+/// writes and both, and copy times in and back per GB. The manager's policy must move only
+/// when told (`lru_in_place`); the array is allocated on the slowest device and freed.
+///
+/// # Errors
+/// When the array cannot be allocated or staged, or a probe fails.
+pub fn calibrate(m: &Manager, len: u64, reps: usize) -> Result<BreakEven> {
+    let slow = m.devices().len() - 1;
+    crate::ensure!(
+        slow > 0,
+        "staging calibration needs a fast and a slow device"
+    );
+    let bytes = len * 8;
+    let id = m.alloc(bytes, crate::mechanism::Place::Device(slow))?;
+    let out = calibrate_on(m, id, len, reps);
+    let freed = m.free(id);
+    let line = out?;
+    freed?;
+    Ok(line)
+}
+
+fn calibrate_on(
+    m: &Manager,
+    id: crate::mechanism::ObjectId,
+    len: u64,
+    reps: usize,
+) -> Result<BreakEven> {
+    let gb = (len * 8) as f64 / 1e9;
+    let orders = [Order::Random, Order::Strided, Order::Sequential];
+    let modes = [(true, false), (false, true), (true, true)];
+    let mut slow_t = [[0.0; 3]; 3];
+    let mut fast_t = [[0.0; 3]; 3];
+    let time = |o, (r, w)| -> Result<f64> {
+        let p = Probe::new(id, len, o, r, w)?;
+        median_secs(reps, || {
+            let t = Instant::now();
+            p.run(m)?;
+            Ok(secs(t.elapsed()))
+        })
+    };
+    for (i, &mode) in modes.iter().enumerate() {
+        for (j, &o) in orders.iter().enumerate() {
+            slow_t[i][j] = time(o, mode)?;
+        }
+    }
+    let t_1st = median_secs(reps, || {
+        m.evict(id)?;
+        let t = Instant::now();
+        m.prefetch(id, true)?;
+        Ok(secs(t.elapsed()))
+    })?;
+    crate::ensure!(
+        m.in_fast(id)?,
+        "staging calibration: the probe array did not move to fast memory"
+    );
+    for (i, &mode) in modes.iter().enumerate() {
+        for (j, &o) in orders.iter().enumerate() {
+            fast_t[i][j] = time(o, mode)?;
+        }
+    }
+    let t_3rd = median_secs(reps, || {
+        m.prefetch(id, true)?;
+        m.write_use(id)?;
+        let t = Instant::now();
+        m.evict(id)?;
+        Ok(secs(t.elapsed()))
+    })?;
+    let boosts = |i: usize| Boosts {
+        random: (slow_t[i][0] - fast_t[i][0]) / gb,
+        strided: (slow_t[i][1] - fast_t[i][1]) / gb,
+        sequential: (slow_t[i][2] - fast_t[i][2]) / gb,
+    };
+    Ok(BreakEven {
+        read: boosts(0),
+        write: boosts(1),
+        read_write: boosts(2),
+        t_1st: t_1st / gb,
+        t_3rd: t_3rd / gb,
+    })
+}
