@@ -326,6 +326,7 @@ def generate_into(
 def reuse_histogram(values: Any) -> list[float]: ...
 def uniform_into(out: Any, low: float, high: float, seed: int, start: int) -> None: ...
 def topology() -> dict[str, Any]: ...
+
 @final
 class Kernel:
     def __new__(cls, manager: Manager, kind: str, objects: dict[str, int], params: dict[str, int]) -> Kernel: ...
@@ -338,17 +339,7 @@ class Kernel:
 
 def calibrate_staging(manager: Manager, len: int, reps: int) -> dict[str, Any]: ...
 def analyse_pattern(indices: Any, elem_bytes: int, threads: int) -> dict[str, Any]: ...
-def staging_decision(
-    r_paf: float,
-    r_sf: float,
-    u: float,
-    read: bool,
-    write: bool,
-    boosts: list[list[float]],
-    t_1st: float,
-    t_3rd: float,
-    t_th: float,
-) -> dict[str, Any]: ...
+def staging_decision(rates: str, u: float, read: bool, write: bool, line: str, t_th: float) -> dict[str, Any]: ...
 def memory_spaces(
     sysfs: str | None = None,
     env: dict[str, str] | None = None,

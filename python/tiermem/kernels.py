@@ -136,10 +136,11 @@ def jacobi(m: Manager, dims: tuple[int, ...], sweeps: int = 1, where: str | int 
     return Kernel(m, f"jacobi{len(dims)}d", arrays, {**params, "sweeps": int(sweeps)})
 
 
-def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int = "slow", seed: int = 0) -> Kernel:
+def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int | dict[str, str | int] = "slow", seed: int = 0) -> Kernel:
     """``y = A x``, ``reps`` times, for a CRS ``matrix``: a ``(rowptr, cols, ncols)`` triple
-    (as :mod:`tiermem.matrices` makes) or anything with ``indptr``, ``indices`` and
-    ``shape`` (a SciPy CSR matrix). Values and ``x`` are random."""
+    (as :func:`tiermem.matrices.generate` makes) or anything with ``indptr``, ``indices`` and
+    ``shape`` (a SciPy CSR matrix). Values and ``x`` are random; ``where`` may give each of
+    ``rowptr``, ``cols``, ``vals``, ``x``, ``y`` its own place."""
     if hasattr(matrix, "indptr"):
         rowptr, cols, ncols = matrix.indptr, matrix.indices, matrix.shape[1]
     else:
@@ -148,14 +149,16 @@ def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int = "slow", seed
     cols = np.asarray(cols)
     if cols.size and (cols.min() < 0 or cols.max() >= ncols):
         raise InvalidArgumentError(f"SpMV column indices must lie in [0, {ncols}), got [{cols.min()}, {cols.max()}]")
+    names = ("rowptr", "cols", "vals", "x", "y")
+    places = where if isinstance(where, dict) else dict.fromkeys(names, where)
     rng = np.random.default_rng(seed)
     rows, nnz = len(rowptr) - 1, len(cols)
     arrays = {
-        "rowptr": _filled(m, rowptr, where),
-        "cols": _filled(m, cols.astype(np.uint32), where),
-        "vals": _filled(m, rng.random(nnz), where),
-        "x": _filled(m, rng.random(int(ncols)), where),
-        "y": m.array(rows, np.float64, where=where),
+        "rowptr": _filled(m, rowptr, places["rowptr"]),
+        "cols": _filled(m, cols.astype(np.uint32), places["cols"]),
+        "vals": _filled(m, rng.random(nnz), places["vals"]),
+        "x": _filled(m, rng.random(int(ncols)), places["x"]),
+        "y": m.array(rows, np.float64, where=places["y"]),
     }
     return Kernel(m, "spmv", arrays, {"rows": rows, "ncols": int(ncols), "nnz": nnz, "reps": int(reps)})
 

@@ -16,6 +16,7 @@ times in and back; :meth:`BreakEven.decide` applies the paper's eq. 3-9::
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,18 +47,20 @@ def analyse(indices: Any, elem_bytes: int = 8, threads: int | None = None) -> di
 @dataclass(frozen=True)
 class BreakEven:
     """One slow/fast device pair's break-even line: gains in s/GB as ``(random, strided,
-    sequential)`` for loops that read, write, or both, and copy times in (``t_1st``) and back
-    (``t_3rd``), s/GB."""
+    sequential)`` for loops that read, write, or both, copy times in (``t_1st``) and back
+    (``t_3rd``), s/GB, and the calibration patterns' line-filter hit rates ``lines``
+    (``(random, strided, sequential)``; all 0 gives the paper's rule)."""
 
     read: tuple[float, float, float]
     write: tuple[float, float, float]
     read_write: tuple[float, float, float]
     t_1st: float
     t_3rd: float
+    lines: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         """The line as the core reads it (``{"read": {"random", "strided", "sequential"},
-        ..., "t_1st", "t_3rd"}``)."""
+        ..., "t_1st", "t_3rd", "lines"}``)."""
 
         def boosts(b: tuple[float, float, float]) -> dict[str, float]:
             return {"random": b[0], "strided": b[1], "sequential": b[2]}
@@ -68,6 +71,7 @@ class BreakEven:
             "read_write": boosts(self.read_write),
             "t_1st": self.t_1st,
             "t_3rd": self.t_3rd,
+            "lines": list(self.lines),
         }
 
     @classmethod
@@ -78,18 +82,26 @@ class BreakEven:
             def boosts(b: dict[str, Any]) -> tuple[float, float, float]:
                 return (float(b["random"]), float(b["strided"]), float(b["sequential"]))
 
-            return cls(boosts(d["read"]), boosts(d["write"]), boosts(d["read_write"]), float(d["t_1st"]), float(d["t_3rd"]))
-        except (KeyError, TypeError, ValueError) as e:
+            lines = d.get("lines", (0.0, 0.0, 0.0))
+            return cls(
+                boosts(d["read"]),
+                boosts(d["write"]),
+                boosts(d["read_write"]),
+                float(d["t_1st"]),
+                float(d["t_3rd"]),
+                (float(lines[0]), float(lines[1]), float(lines[2])),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as e:
             raise InvalidArgumentError(f"not a break-even line: {e!r}") from e
 
     def decide(self, rates: dict[str, Any], u: float, read: bool, write: bool, t_th: float = 0.0) -> dict[str, Any]:
-        """Stage when ``t_boost - t_copy > t_th`` (eq. 9): ``{"stage", "t_boost", "t_copy"}``
-        (s/GB). ``u``: accesses to the chunk over its elements; ``read``/``write``: whether
-        the loop reads (copy in) and writes (copy back) it."""
-        boosts = [list(self.read), list(self.write), list(self.read_write)]
-        return _tiermem.staging_decision(
-            float(rates["r_paf"]), float(rates["r_sf"]), float(u), read, write, boosts, self.t_1st, self.t_3rd, t_th
-        )
+        """Stage when ``t_boost - t_copy > t_th`` (eq. 9): ``{"stage", "t_boost", "t_copy",
+        "stage_paper", "t_boost_paper"}`` (s/GB). ``u``: accesses to the chunk over its
+        elements; ``read``/``write``: whether the loop reads (copy in) and writes (copy back)
+        it. ``t_boost`` counts the lines the loop fetches, ``u * (1 - r_lf)``; the paper's
+        ``t_boost_paper`` counts every reference."""
+        r = {"r_paf": float(rates["r_paf"]), "r_sf": float(rates["r_sf"]), "r_lf": float(rates.get("r_lf", 0.0)), "samples": 0}
+        return dict(_tiermem.staging_decision(json.dumps(r), float(u), read, write, json.dumps(self.as_dict()), float(t_th)))
 
 
 def calibrate(manager: Manager, length: int = 1 << 23, reps: int = 3) -> BreakEven:

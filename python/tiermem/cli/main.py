@@ -1,5 +1,6 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
-``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``bench plan``, ``plan``, ``train dlrm``,
+``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``bench plan``, ``bench staging``,
+``bench traits``, ``plan``, ``train dlrm``,
 ``stress``, ``demo``."""
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     ssd.add_argument(
         "--queries", type=integer(100, 1 << 30), help="queries per generated trace (default 200000, 30000 with --quick)"
     )
+    stg = bsub.add_parser(
+        "staging",
+        help="pattern-aware staging on six HPC kernels and a suite of SpMV patterns vs slow-only, first-touch, 2LM, always-stage",
+    )
+    _add_output(stg)
+    stg.add_argument(
+        "--plot", metavar="PNG", help="write the kernels' variants and the suite's predicted vs measured gains (needs matplotlib)"
+    )
+    stg.add_argument("--reps", type=integer(1, 100), help="interleaved runs per figure (default 5, 3 with --quick)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(
@@ -235,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.ssd import run_cli as run_ssd
 
             return run_ssd(args)
+        if args.command == "bench" and args.bench == "staging":
+            from ..bench.staging import run_cli as run_staging
+
+            return run_staging(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

@@ -262,3 +262,38 @@ def plot_kernels(predicted: list[float], measured: list[float], path: str, title
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_staging(res: dict[str, Any], path: str) -> None:
+    """``tiermem bench staging --plot``: each kernel's five variants against slow-only, and
+    the suite's predicted against measured staging gain (correct decisions in one colour)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    variants = list(res["staging"][0]["seconds"]) if res["staging"] else []
+    width = 0.8 / max(1, len(variants))
+    for i, v in enumerate(variants):
+        xs = [k + i * width for k in range(len(res["staging"]))]
+        a.bar(xs, [r["seconds"][v] / r["seconds"]["slow_only"] for r in res["staging"]], width, label=v)
+    a.set_xticks([k + 0.4 - width / 2 for k in range(len(res["staging"]))], [r["kernel"] for r in res["staging"]], fontsize=8)
+    a.set_ylabel("time / slow-only")
+    a.set_title(f"kernels, slow tier {res['slow_device']}", fontsize=9)
+    a.legend(fontsize=7)
+    for ok, colour in ((True, "tab:green"), (False, "tab:red")):
+        pts = [(r["predicted_gain"], r["measured_gain"]) for r in res["suite"] if r["correct"] == ok]
+        if pts:
+            b.scatter(*zip(*pts, strict=True), s=12, color=colour, label="correct" if ok else "wrong")
+    b.axhline(0, color="grey", lw=0.8)
+    b.axvline(0, color="grey", lw=0.8)
+    b.set_xscale("symlog")
+    b.set_yscale("symlog")
+    b.set_xlabel("predicted T_boost / T_copy - 1")
+    b.set_ylabel("measured T_boost / T_copy - 1")
+    b.set_title(f"SpMV decision suite: {res['suite_accuracy'] * 100:.0f}% correct", fontsize=9)
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -189,6 +189,7 @@ fn median_secs(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<f64> {
 /// median of `reps` runs: gains `(slow - fast) / GB` of the three probe orders for reads,
 /// writes and both, and copy times in and back per GB. The manager's policy must move only
 /// when told (`lru_in_place`); the array is allocated on the slowest device and freed.
+/// The line-filter hit rates of the three orders are sampled as a kernel's are.
 ///
 /// # Errors
 /// When the array cannot be allocated or staged, or a probe fails.
@@ -258,11 +259,16 @@ fn calibrate_on(
         strided: (slow_t[i][1] - fast_t[i][1]) / gb,
         sequential: (slow_t[i][2] - fast_t[i][2]) / gb,
     };
+    let mut lines = [0.0; 3];
+    for (h, &o) in lines.iter_mut().zip(&orders) {
+        *h = analyse(m, &Probe::new(id, len, o, true, false)?, 0)?.r_lf;
+    }
     Ok(BreakEven {
         read: boosts(0),
         write: boosts(1),
         read_write: boosts(2),
         t_1st: t_1st / gb,
         t_3rd: t_3rd / gb,
+        lines,
     })
 }

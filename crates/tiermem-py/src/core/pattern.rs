@@ -2,11 +2,11 @@
 //! `tiermem.staging`.
 
 use pyo3::prelude::*;
-use tiermem_core::pattern::{self, Boosts, BreakEven, Rates, Use};
+use tiermem_core::pattern::{self, BreakEven, Rates, Use};
 
 use crate::buffer::view;
 use crate::convert::to_object;
-use crate::error::run;
+use crate::error::{run, to_py};
 
 /// PAF and SF hit rates of an int64 index stream (`elem_bytes` per element) as `threads`
 /// threads sample it.
@@ -24,40 +24,25 @@ pub fn analyse_pattern(
     to_object(py, &r)
 }
 
-/// The staging decision (eq. 9) for rates `(r_paf, r_sf)`, use `(u, read, write)` and a
-/// break-even line: `boosts` `[[random, strided, sequential]]` for read, write and
-/// read-write (s/GB), copy times `t_1st`, `t_3rd` (s/GB), threshold `t_th` (s/GB).
+/// The staging decision (eq. 9) for sampled `rates` (`{r_paf, r_sf, r_lf}` as JSON), use
+/// `(u, read, write)`, a break-even `line` (as JSON) and threshold `t_th` (s/GB).
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub fn staging_decision(
     py: Python<'_>,
-    r_paf: f64,
-    r_sf: f64,
+    rates: &str,
     u: f64,
     read: bool,
     write: bool,
-    boosts: [[f64; 3]; 3],
-    t_1st: f64,
-    t_3rd: f64,
+    line: &str,
     t_th: f64,
 ) -> PyResult<Py<PyAny>> {
-    let b = |x: [f64; 3]| Boosts {
-        random: x[0],
-        strided: x[1],
-        sequential: x[2],
+    let bad = |what: &str, e: serde_json::Error| {
+        to_py(tiermem_core::Error::InvalidArgument(format!(
+            "not {what}: {e}"
+        )))
     };
-    let be = BreakEven {
-        read: b(boosts[0]),
-        write: b(boosts[1]),
-        read_write: b(boosts[2]),
-        t_1st,
-        t_3rd,
-    };
-    let rates = Rates {
-        r_paf,
-        r_sf,
-        samples: 0,
-    };
-    let d = run(py, || be.decide(&rates, &Use { u, read, write }, t_th))?;
+    let r: Rates = serde_json::from_str(rates).map_err(|e| bad("pattern rates", e))?;
+    let be: BreakEven = serde_json::from_str(line).map_err(|e| bad("a break-even line", e))?;
+    let d = run(py, || be.decide(&r, &Use { u, read, write }, t_th))?;
     to_object(py, &d)
 }

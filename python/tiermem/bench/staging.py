@@ -1,0 +1,274 @@
+"""``tiermem bench staging``: pattern-aware staging (Arima & Schulz) on the six kernels and a
+suite of SpMV access patterns, against slow-only, preferred-fast (``first_touch``), the 2LM
+model and always-stage, measured side by side in one run.
+
+Part 1, the kernels (the paper's Table 6): each kernel's arrays live on the slow device; its
+target array is left there (slow-only), copied to fast memory before the kernel and back after
+it (always-stage), or copied when the sampled pattern says so (pattern-aware). The same kernel
+also runs under ``first_touch`` (arrays in fast memory while it has room, in allocation order)
+and under the ``2lm_model`` policy (fast memory as a hardware cache). Fast memory holds 1.25
+times the target. Each figure is the median of ``reps`` interleaved runs.
+
+Part 2, the decision suite (the paper's §5.3): SpMV with the structures of the paper's Table 2
+(:mod:`tiermem.matrices`), rows scaled 1, 1/8 and 1/32, ``x`` on the slow device and the
+matrix in fast memory; a decision is correct when its sign agrees with the measured one
+(staging faster than not). Our rule and the paper's are scored on the same runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from statistics import median
+from typing import Any
+
+from .. import kernels, matrices, staging
+from .._sizes import format_bytes
+from ..manager import Manager
+from ..report.load import MachineLoad
+from ..report.output import write_outputs
+from ..report.progress import Progress
+from ..report.table import table
+
+SLOW = "emulated:optane-pmem"
+VARIANTS = ("slow_only", "first_touch", "2lm_model", "always_stage", "pattern_aware")
+
+#: Kernel -> factory(manager, where, quick), in the paper's Table 6 order. Targets are
+#: 512 MiB (8-16 MiB with ``--quick``), so a copy takes long enough to compare the sampling
+#: with it as the paper does (its chunks: 8 GB).
+KERNELS: dict[str, Callable[[Manager, Any, bool], kernels.Kernel]] = {
+    "RandomAccess": lambda m, w, q: kernels.random_access(m, 1 << (20 if q else 26), where=w),
+    "PTRANS": lambda m, w, q: kernels.ptrans(m, 1024 if q else 8192, where=w),
+    "Jacobi2D": lambda m, w, q: kernels.jacobi(m, (1024, 1024) if q else (8192, 8192), where=w),
+    "Jacobi3D": lambda m, w, q: kernels.jacobi(m, (128, 128, 128) if q else (400, 400, 400), where=w),
+    "CG": lambda m, w, q: kernels.spmv(m, matrices.generate("uniform", 1 << (20 if q else 26), row_scale=1 / 8), reps=7, where=w),
+    "FFT": lambda m, w, q: kernels.fft(m, 1 << (19 if q else 25), where=w),
+}
+
+#: Matrices of the decision suite with ``--quick`` (every Table 2 matrix otherwise).
+QUICK_MATRICES = (
+    "audikw_1",
+    "europe_osm",
+    "FullChip",
+    "G_n_pin_pout",
+    "hugebubbles-00020",
+    "pkustk14",
+    "poisson3Db",
+    "road_usa",
+    "wiki-Talk",
+    "wikipedia-20061104",
+)
+SCALES = (1.0, 1 / 8, 1 / 32)
+
+
+def _manager(fast: int, big: int, policy: str) -> Manager:
+    return Manager({"dram": fast, SLOW: big}, policy)
+
+
+def _target_bytes(factory: Callable[[Manager, Any, bool], kernels.Kernel], quick: bool, big: int) -> int:
+    """The target's size, from a throwaway build on a scratch manager."""
+    k = factory(_manager(64 << 20, big, "lru_in_place"), "slow", quick)
+    name = k.target[0]
+    op = next(o for o in k.operands if o["name"] == name)
+    k.free()
+    return int(op["len"] * op["elem_bytes"])
+
+
+def _staged(k: kernels.Kernel, reps: int, line: Any) -> dict[str, list[dict[str, Any]]]:
+    """Slow-only, always-stage and pattern-aware runs, interleaved, after a warm-up run;
+    frees the kernel's arrays."""
+    k.run()  # warm-up: pages touched, pools woken
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(reps):
+        for mode in ("slow_only", "always_stage", "pattern_aware"):
+            runs.setdefault(mode, []).append(k.staged(mode, line))
+    k.free()
+    return runs
+
+
+def _timed(k: kernels.Kernel, reps: int) -> float:
+    """Median seconds of ``reps`` runs after a warm-up; frees the kernel's arrays."""
+    k.run()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        k.run()
+        ts.append(time.perf_counter() - t)
+    k.free()
+    return median(ts)
+
+
+def _gains(runs: dict[str, list[dict[str, Any]]]) -> tuple[float, float]:
+    """Measured ``T_boost / T_copy - 1`` and the copy seconds (in and back), from medians."""
+    staged = [r for r in runs["always_stage"] if r["staged"]]
+    if not staged:
+        return float("nan"), float("nan")
+    copy = median(r["copy_in_seconds"] + r["copy_back_seconds"] for r in staged)
+    boost = median(r["kernel_seconds"] for r in runs["slow_only"]) - median(r["kernel_seconds"] for r in staged)
+    return boost / copy - 1, copy
+
+
+def _decision_fields(runs: dict[str, list[dict[str, Any]]], measured: float) -> dict[str, Any]:
+    """The pattern-aware run's rates and decisions, scored against the measured gain."""
+    pa = runs["pattern_aware"][0]
+    d = pa["decision"]
+    return {
+        "u": pa["u"],
+        "r": int(pa["read"]),
+        "w": int(pa["write"]),
+        "r_paf": pa["rates"]["r_paf"],
+        "r_sf": pa["rates"]["r_sf"],
+        "r_lf": pa["rates"]["r_lf"],
+        "decision": "stage" if d["stage"] else "no",
+        "decision_paper": "stage" if d["stage_paper"] else "no",
+        "predicted_gain": d["t_boost"] / d["t_copy"] - 1,
+        "predicted_gain_paper": d["t_boost_paper"] / d["t_copy"] - 1,
+        "measured_gain": measured,
+        "correct": d["stage"] == (measured > 0),
+        "correct_paper": d["stage_paper"] == (measured > 0),
+    }
+
+
+def _kernel_row(
+    name: str, factory: Callable[[Manager, Any, bool], kernels.Kernel], quick: bool, reps: int, line: Any, big: int
+) -> dict[str, Any]:
+    target = _target_bytes(factory, quick, big)
+    fast = int(target * 1.25) + (4 << 20)
+    runs = _staged(factory(_manager(fast, big, "lru_in_place"), "slow", quick), reps, line)
+    seconds = {mode: median(r["seconds"] for r in rs) for mode, rs in runs.items()}
+    for policy in ("first_touch", "2lm_model"):
+        seconds[policy] = _timed(factory(_manager(fast, big, policy), "auto", quick), reps)
+    measured, copy = _gains(runs)
+    best = min(seconds["slow_only"], seconds["always_stage"])
+    return {
+        "kernel": name,
+        "target": runs["pattern_aware"][0]["target"],
+        "target_bytes": target,
+        "fast_bytes": fast,
+        **_decision_fields(runs, measured),
+        "seconds": {v: seconds[v] for v in VARIANTS},
+        "pattern_aware_over_best": seconds["pattern_aware"] / best,
+        "analysis_seconds": median(r["analysis_seconds"] for r in runs["pattern_aware"]),
+        "copy_seconds": copy,
+    }
+
+
+def _suite_row(name: str, scale: float, ncols: int, reps: int, line: Any, big: int) -> dict[str, Any]:
+    rowptr, cols, n = matrices.generate(name, ncols, row_scale=scale, max_per_row=32)
+    where: dict[str, str | int] = {"rowptr": "fast", "cols": "fast", "vals": "fast", "y": "fast", "x": "slow"}
+    fast = int((len(rowptr) * 16 + len(cols) * 12 + n * 8) * 1.1) + (8 << 20)
+    runs = _staged(kernels.spmv(_manager(fast, big, "lru_in_place"), (rowptr, cols, n), where=where), reps, line)
+    measured, copy = _gains(runs)
+    return {
+        "matrix": name,
+        "structure": matrices.TABLE2[name][0],
+        "row_scale": scale,
+        **_decision_fields(runs, measured),
+        "seconds": {mode: median(r["seconds"] for r in rs) for mode, rs in runs.items()},
+        "copy_seconds": copy,
+    }
+
+
+def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> dict[str, Any]:
+    """Calibrate, then measure the kernels and the decision suite."""
+    reps = reps or (3 if quick else 5)
+    big = (2 if quick else 8) << 30
+    names = QUICK_MATRICES if quick else tuple(matrices.TABLE2)
+    ncols = 1 << (18 if quick else 20)
+    t = time.perf_counter()
+    probe = 1 << (22 if quick else 24)
+    line = staging.calibrate(_manager(probe * 8 + (16 << 20), probe * 8 + (16 << 20), "lru_in_place"), probe, reps=3)
+    calib_seconds = time.perf_counter() - t
+    out: dict[str, Any] = {
+        "benchmark": "staging",
+        "quick": quick,
+        "slow_device": f"{SLOW} (emulated)",
+        "reps": reps,
+        "line": line.as_dict(),
+        "calibration_seconds": calib_seconds,
+        "staging": [],
+        "suite": [],
+    }
+    with Progress(len(KERNELS) + len(names) * len(SCALES), "bench staging", progress) as bar:
+        for name, factory in KERNELS.items():
+            out["staging"].append(_kernel_row(name, factory, quick, reps, line, big))
+            bar.step(name)
+        for name in names:
+            for scale in SCALES:
+                out["suite"].append(_suite_row(name, scale, ncols, reps, line, big))
+                bar.step(f"{name} x{scale:g}")
+    suite = out["suite"]
+    out["suite_accuracy"] = sum(r["correct"] for r in suite) / len(suite)
+    out["suite_accuracy_paper"] = sum(r["correct_paper"] for r in suite) / len(suite)
+    return out
+
+
+def report(res: dict[str, Any]) -> str:
+    """Tables of the kernels (Table 6's columns and the five variants) and the suite."""
+    rows = []
+    for r in res["staging"]:
+        sec = r["seconds"]
+        rows.append(
+            [
+                r["kernel"],
+                f"{r['target']} {format_bytes(r['target_bytes'])}",
+                f"{r['r_paf']:.3f}",
+                f"{r['r_sf']:.3f}",
+                f"{r['r_lf']:.3f}",
+                f"{r['u']:g}",
+                r["r"],
+                r["w"],
+                f"{r['predicted_gain']:.2f} / {r['predicted_gain_paper']:.2f}",
+                f"{r['measured_gain']:.2f}",
+                r["decision"] + (" ok" if r["correct"] else " WRONG"),
+                *(f"{sec[v] / sec['slow_only']:.2f}" for v in VARIANTS[1:]),
+                f"{r['pattern_aware_over_best']:.3f}",
+                f"{r['analysis_seconds'] / r['copy_seconds'] * 100:.3f}%",
+            ]
+        )
+    head = ["kernel", "target", "R_paf", "R_sf", "R_lf", "U", "R", "W", "pred. gain ours/paper", "meas. gain", "decision"]
+    head += [f"{v} / slow" for v in VARIANTS[1:]] + ["pattern / best", "analysis / copy"]
+    lines = [
+        f"pattern-aware staging, slow tier {res['slow_device']}; gains are T_boost/T_copy - 1; "
+        f"each time the median of {res['reps']} interleaved runs",
+        table(head, rows),
+        "",
+    ]
+    suite = res["suite"]
+    wrong = [r for r in suite if not r["correct"]]
+    lines.append(
+        f"decision suite: {len(suite)} SpMV patterns ({len({r['matrix'] for r in suite})} Table 2 structures x rows "
+        f"{', '.join(f'{s:g}' for s in SCALES)}): correct {res['suite_accuracy'] * 100:.0f}% with the line filter, "
+        f"{res['suite_accuracy_paper'] * 100:.0f}% with the paper's rule (paper: 79%)"
+    )
+    if wrong:
+        body = [
+            [
+                r["matrix"],
+                f"{r['row_scale']:g}",
+                f"{r['u']:.2f}",
+                f"{r['r_paf']:.2f}",
+                f"{r['r_sf']:.2f}",
+                f"{r['r_lf']:.2f}",
+                f"{r['predicted_gain']:.2f}",
+                f"{r['measured_gain']:.2f}",
+                r["decision"],
+            ]
+            for r in wrong
+        ]
+        lines.append(table(["wrong: matrix", "rows", "U", "R_paf", "R_sf", "R_lf", "predicted", "measured", "decision"], body))
+    return "\n".join(lines)
+
+
+def run_cli(args: Any) -> int:
+    t0 = time.perf_counter()
+    with MachineLoad() as load:
+        res = run(args.quick, args.reps)
+    res["load"] = load.summary()
+    res["wall_seconds"] = time.perf_counter() - t0
+    print(report(res))
+    print(load.line())
+    from ..report.plot import plot_staging
+
+    write_outputs(res, args, plot_staging)
+    return 0
