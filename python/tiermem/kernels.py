@@ -87,6 +87,34 @@ class Kernel:
         decision, whether it staged, and the seconds of each part."""
         return dict(self._native.staged(mode, json.dumps(line.as_dict()) if line is not None else None, float(t_th)))
 
+    def gains(self, reps: int = 3) -> dict[str, float]:
+        """Sensitivity by timing (H2M's profile-based detection): per operand, the seconds a
+        run saves with that operand alone in fast memory, the others where they are (the
+        median of ``reps`` runs each, against the median with none moved). The manager's
+        policy must move only when told (``lru_in_place``), and fast memory must hold the
+        largest operand."""
+        import time
+        from statistics import median
+
+        def timed() -> float:
+            ts = []
+            for _ in range(max(1, reps)):
+                t = time.perf_counter()
+                self.run()
+                ts.append(time.perf_counter() - t)
+            return median(ts)
+
+        self.run()  # warm-up
+        base = timed()
+        out = {}
+        for name, arr in self.arrays.items():
+            arr.prefetch(force=True)
+            if not arr.in_fast:
+                raise InvalidArgumentError(f"{self.name}: operand {name!r} ({arr.nbytes} bytes) did not move to fast memory")
+            out[name] = base - timed()
+            arr.evict()
+        return out
+
     def free(self) -> None:
         """Free every array."""
         for a in self.arrays.values():

@@ -29,7 +29,7 @@ from .exceptions import InvalidArgumentError
 if TYPE_CHECKING:  # pragma: no cover
     from .manager import Manager
 
-__all__ = ["analyse", "BreakEven", "calibrate"]
+__all__ = ["analyse", "BreakEven", "calibrate", "stored_line"]
 
 
 def analyse(indices: Any, elem_bytes: int = 8, threads: int | None = None) -> dict[str, Any]:
@@ -113,3 +113,12 @@ def calibrate(manager: Manager, length: int = 1 << 23, reps: int = 3) -> BreakEv
     if length < 4096 or length & (length - 1):
         raise InvalidArgumentError(f"calibration length must be a power of two of at least 4096, got {length}")
     return BreakEven.from_dict(dict(_tiermem.calibrate_staging(manager._native, int(length), int(reps))))
+
+
+def stored_line(device: str) -> BreakEven | None:
+    """The break-even line between ``dram`` and ``device`` (a device spec such as
+    ``emulated:optane-pmem`` or ``numa:1``) that ``tiermem calibrate`` kept, or None."""
+    from . import _read_calibration
+
+    doc = (_read_calibration() or {}).get("staging", {})
+    return BreakEven.from_dict(doc[device]) if isinstance(doc, dict) and device in doc else None

@@ -7,7 +7,7 @@ import datetime as _dt
 import os
 from typing import Any
 
-from .. import _tiermem, calibration_path, profiles
+from .. import _tiermem, calibration_path, profiles, staging
 from .._files import write_json_atomic
 from .._sizes import format_bytes, parse_size
 from ..manager import Manager
@@ -55,7 +55,9 @@ def run_calibrate(args: Any) -> int:
         "tiermem": _tiermem.__version__,
         "scratch_bytes": size,
     }
-    steps = 2 + len(specs) + len(specs) ** 2
+    # Staging lines: dram against every slower memory device (the break-even of Arima & Schulz).
+    slower = [s for s in specs[1:] if not s.startswith("block:") and s != "numa:0"]
+    steps = 2 + len(specs) + len(specs) ** 2 + len(slower)
     try:
         with Progress(steps, "calibrate") as bar:
             # DRAM first: emulated devices scale their profile to these figures, so they
@@ -81,6 +83,14 @@ def run_calibrate(args: Any) -> int:
                     bar.step(f"{s} -> {d}")
             result["block_depth"] = _depth_sweep(block, size, reps)
             bar.step("block queue depths")
+            del m  # its devices' memory goes back before the staging managers take theirs
+            result["staging"] = {}
+            probe = 1 << max(12, min(23, (size // 8).bit_length() - 1))
+            for s in slower:
+                cap = probe * 8 + (16 << 20)
+                line = staging.calibrate(Manager({"dram": cap, s: cap}, "lru_in_place"), probe, reps=3)
+                result["staging"][s] = line.as_dict()
+                bar.step(f"staging line dram / {s}")
     finally:
         try:
             os.unlink(block)
@@ -116,6 +126,12 @@ def run_calibrate(args: Any) -> int:
     print(
         f"block (the real disk), random 4 KiB reads/s by depth ({q['engine']}): {sweep}; tables read at depth {q['best_depth']}"
     )
+    for s, line in result["staging"].items():
+        r = line["read"]
+        print(
+            f"staging dram / {s}: read gains random {r['random']:.2f}, strided {r['strided']:.2f}, sequential "
+            f"{r['sequential']:.2f} s/GB; copy in {line['t_1st']:.3f}, back {line['t_3rd']:.3f} s/GB"
+        )
     print(f"wrote {path}")
     if args.json:
         write_json_atomic(args.json, result)

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="PNG", help="write the kernels' variants and the suite's predicted vs measured gains (needs matplotlib)"
     )
     stg.add_argument("--reps", type=integer(1, 100), help="interleaved runs per figure (default 5, 3 with --quick)")
+    trt = bsub.add_parser(
+        "traits", help="a multi-DGEMM application allocated by traits: FIFO, SIZE, PRIORITY, GAIN over fast-memory limits"
+    )
+    _add_output(trt)
+    trt.add_argument("--plot", metavar="PNG", help="write seconds against the fast limit per strategy (needs matplotlib)")
+    trt.add_argument("--reps", type=integer(1, 100), help="runs per figure (default 5, 3 with --quick)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(
@@ -249,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.staging import run_cli as run_staging
 
             return run_staging(args)
+        if args.command == "bench" and args.bench == "traits":
+            from ..bench.traits import run_cli as run_traits
+
+            return run_traits(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

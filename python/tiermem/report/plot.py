@@ -297,3 +297,26 @@ def plot_staging(res: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_traits(res: dict[str, Any], path: str) -> None:
+    """``tiermem bench traits --plot``: the DGEMM application's seconds per commit strategy
+    against the fast-memory limit, with the all-``large_cap`` and unlimited-``hbw`` lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for s in dict.fromkeys(r["strategy"] for r in res["traits"]):
+        rows = sorted((r["fraction"], r["seconds"]) for r in res["traits"] if r["strategy"] == s)
+        ax.plot([f * 100 for f, _ in rows], [t for _, t in rows], marker="o", label=s)
+    ax.axhline(res["all_large_cap"], color="grey", ls="--", lw=1, label="all large_cap")
+    ax.axhline(res["unlimited_hbw"], color="black", ls=":", lw=1, label="unlimited hbw")
+    ax.set_xlabel("fast memory limit, % of the application's bytes")
+    ax.set_ylabel("seconds per run")
+    ax.set_title(f"DGEMM application by traits, slow tier {res['slow_device']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,50 @@
+"""``tiermem bench staging`` and ``tiermem bench traits`` at toy sizes: every variant and
+strategy runs, the JSON holds the documented fields, and the reports print."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tiermem import kernels
+from tiermem.bench import staging as bench_staging
+from tiermem.bench import traits as bench_traits
+
+
+def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        bench_staging,
+        "KERNELS",
+        {
+            "Jacobi2D": lambda m, w, q: kernels.jacobi(m, (256, 256), where=w),
+            "FFT": lambda m, w, q: kernels.fft(m, 1 << 14, where=w),
+        },
+    )
+    monkeypatch.setattr(bench_staging, "QUICK_MATRICES", ("road_usa", "G_n_pin_pout"))
+    res = bench_staging.run(quick=True, reps=1, progress=False)
+    assert [r["kernel"] for r in res["staging"]] == ["Jacobi2D", "FFT"]
+    for r in res["staging"]:
+        assert set(r["seconds"]) == set(bench_staging.VARIANTS) and all(v > 0 for v in r["seconds"].values())
+        assert r["decision"] in ("stage", "no") and isinstance(r["correct"], bool)
+        assert 0 <= r["r_paf"] <= 1 and 0 <= r["r_sf"] <= 1 and r["analysis_seconds"] > 0 and r["copy_seconds"] > 0
+        assert {"predicted_gain", "measured_gain", "u", "r", "w"} <= set(r)
+    assert len(res["suite"]) == 2 * len(bench_staging.SCALES)
+    assert 0 <= res["suite_accuracy"] <= 1 and 0 <= res["suite_accuracy_paper"] <= 1
+    assert "decision suite" in bench_staging.report(res)
+
+
+def test_bench_traits_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_traits, "QUICK_SIZES", (64, 96))
+    monkeypatch.setattr(bench_traits, "FRACTIONS", (0.5,))
+    res: dict[str, Any] = bench_traits.run(quick=True, reps=1, progress=False)
+    assert {r["strategy"] for r in res["traits"]} == {"fifo", "size", "priority", "gain"}
+    for r in res["traits"]:
+        assert r["seconds"] > 0 and r["fast_limit"] == int(res["app_bytes"] * 0.5)
+        assert sum(r["fast_bytes"].values()) <= r["fast_limit"]
+    # PRIORITY puts every b (priority 15) in fast memory first, then what c (5) fits.
+    prio = next(r for r in res["traits"] if r["strategy"] == "priority")
+    assert prio["fast_bytes"] == {"a": 0, "b": 64 * 64 * 8 + 96 * 96 * 8, "c": 64 * 64 * 8}
+    assert res["all_large_cap"] > 0 and res["unlimited_hbw"] > 0
+    assert set(res["gains"]) == {"64", "96"} and set(res["gains"]["64"]) == {"a", "b", "c"}
+    assert "priority vs fifo" in bench_traits.report(res)
