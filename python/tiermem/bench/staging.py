@@ -75,12 +75,14 @@ def _target_bytes(factory: Callable[[Manager, Any, bool], kernels.Kernel], quick
 
 
 def _staged(k: kernels.Kernel, reps: int, line: Any) -> dict[str, list[dict[str, Any]]]:
-    """Slow-only, always-stage and pattern-aware runs, interleaved, after a warm-up run;
-    frees the kernel's arrays."""
+    """Slow-only, always-stage and pattern-aware runs, interleaved in a rotating order, after
+    a warm-up run; frees the kernel's arrays."""
     k.run()  # warm-up: pages touched, pools woken
     runs: dict[str, list[dict[str, Any]]] = {}
-    for _ in range(reps):
-        for mode in ("slow_only", "always_stage", "pattern_aware"):
+    modes = ("slow_only", "always_stage", "pattern_aware")
+    for rep in range(reps):
+        for i in range(len(modes)):  # each rep starts with the next mode: no mode always follows another
+            mode = modes[(rep + i) % len(modes)]
             runs.setdefault(mode, []).append(k.staged(mode, line))
     k.free()
     return runs
