@@ -47,4 +47,5 @@ def test_bench_traits_json(monkeypatch: pytest.MonkeyPatch) -> None:
     assert prio["fast_bytes"] == {"a": 0, "b": 64 * 64 * 8 + 96 * 96 * 8, "c": 64 * 64 * 8}
     assert res["all_large_cap"] > 0 and res["unlimited_hbw"] > 0
     assert set(res["gains"]) == {"64", "96"} and set(res["gains"]["64"]) == {"a", "b", "c"}
+    assert {t["priority"] for t in res["recommended"]["96"].values()} == {1, 2, 3}
     assert "priority vs fifo" in bench_traits.report(res)

@@ -192,3 +192,16 @@ def test_bad_input_is_refused_by_name() -> None:
     bad = tiermem._tiermem.Kernel(m._native, "fft", {"data": small.id}, {"n": 8})
     with pytest.raises(InvalidArgumentError, match="FFT data: has 10 elements, the kernel needs 16"):
         bad.run()
+
+
+def test_recommended_traits_for_dgemm_match_the_slides_shape() -> None:
+    # Unblocked DGEMM at n = 512: b is read down its columns a page apart (every access a
+    # miss), a and c in order; the slides' profile gives a: hbw, b: low_lat with the highest
+    # priority, c: hbw.
+    m = tiermem.Manager({"dram": "16 MiB", SLOW: "64 MiB"}, "lru_in_place")
+    t = kernels.dgemm(m, 512).recommend_traits(reps=1)
+    assert t["b"]["preferred"] == "low_lat" and t["b"]["sensitivity"] == "latency"
+    assert t["b"]["priority"] == 3 and t["b"]["gain"] > 0
+    for name in "ac":
+        assert t[name]["sensitivity"] == "bandwidth" and t[name]["preferred"] in ("hbw", "large_cap")
+    tiermem.Traits(**t["b"])  # valid traits

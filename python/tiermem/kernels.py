@@ -115,6 +115,27 @@ class Kernel:
             arr.evict()
         return out
 
+    def recommend_traits(self, reps: int = 3) -> dict[str, dict[str, Any]]:
+        """Traits per operand from a profile (H2M's profile-based detection): its measured
+        ``gain`` (:meth:`gains`), its ``sensitivity`` from its sampled pattern (``latency``
+        when its accesses rarely share a page, ``r_paf < 0.5``: each is a miss no prefetcher
+        hides; ``bandwidth`` otherwise), the matching ``preferred`` space (``low_lat`` or
+        ``hbw``; ``large_cap`` for an operand that gains nothing), and ``priority``, its rank
+        by gain per byte (the highest the largest)."""
+        gains = self.gains(reps)
+        sizes = {o["name"]: o["len"] * o["elem_bytes"] for o in self.operands}
+        ranked = sorted(gains, key=lambda n: gains[n] / sizes[n])
+        out = {}
+        for rank, name in enumerate(ranked, start=1):
+            latency = self.analyse(name)["r_paf"] < 0.5
+            out[name] = {
+                "preferred": ("low_lat" if latency else "hbw") if gains[name] > 0 else "large_cap",
+                "sensitivity": "latency" if latency else "bandwidth",
+                "priority": rank,
+                "gain": max(0.0, gains[name]),
+            }
+        return out
+
     def free(self) -> None:
         """Free every array."""
         for a in self.arrays.values():

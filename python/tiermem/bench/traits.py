@@ -6,8 +6,9 @@ against all buffers in ``large_cap`` and unlimited ``hbw``, measured side by sid
 Traits are the slides' (from their profile of this DGEMM): ``a`` ``hbw`` priority 1, ``b``
 ``low_lat`` priority 15, ``c`` ``hbw`` priority 5, declared kernel by kernel (``a``, ``b``,
 ``c`` of the first DGEMM, then the next). GAIN adds each buffer's measured gain: the seconds
-one run of its DGEMM saves with that buffer alone in fast memory (:meth:`Kernel.gains`,
-measured once before the runs; its cost is reported). The fast device is ``dram`` limited
+one run of its DGEMM saves with that buffer alone in fast memory (measured once before the
+runs by :meth:`Kernel.recommend_traits`, whose traits are reported beside the slides'; its
+cost is reported). The fast device is ``dram`` limited
 to each fraction of the application's bytes; the slow one is emulated.
 """
 
@@ -44,14 +45,15 @@ def _bytes(n: int) -> int:
     return n * n * 8
 
 
-def measure_gains(sizes: tuple[int, ...], reps: int) -> dict[int, dict[str, float]]:
-    """Each DGEMM's per-buffer gains, measured on a manager that moves only when told."""
+def profile(sizes: tuple[int, ...], reps: int) -> dict[int, dict[str, dict[str, Any]]]:
+    """Each DGEMM's recommended traits per buffer (:meth:`Kernel.recommend_traits`: measured
+    gain, sensitivity, space, priority), on a manager that moves only when told."""
     big = 3 * _bytes(max(sizes))
     out = {}
     for n in sizes:
         m = Manager({"dram": big, SLOW: 2 * big}, "lru_in_place")
         k = kernels.dgemm(m, n, where="slow")
-        out[n] = k.gains(reps)
+        out[n] = k.recommend_traits(reps)
         k.free()
     return out
 
@@ -109,7 +111,8 @@ def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> d
     sizes = QUICK_SIZES if quick else SIZES
     total = sum(3 * _bytes(n) for n in sizes)
     t0 = time.perf_counter()
-    gains = measure_gains(sizes, reps)
+    recommended = profile(sizes, reps)
+    gains = {n: {b: t["gain"] for b, t in per.items()} for n, per in recommended.items()}
     profile_seconds = time.perf_counter() - t0
     strategies = list(COMMIT_STRATEGIES)
     out: dict[str, Any] = {
@@ -120,6 +123,7 @@ def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> d
         "app_bytes": total,
         "reps": reps,
         "gains": {str(n): g for n, g in gains.items()},
+        "recommended": {str(n): t for n, t in recommended.items()},
         "profile_seconds": profile_seconds,
         "traits": [],
     }
@@ -181,6 +185,11 @@ def report(res: dict[str, Any]) -> str:
             f"baselines: all large_cap {res['all_large_cap']:.3f} s, unlimited hbw {res['unlimited_hbw']:.3f} s",
             f"measured gains (seconds one DGEMM saves with the buffer alone in fast memory; profile took "
             f"{res['profile_seconds']:.1f} s): {gains}",
+            "recommended traits (profile; the slides': a hbw prio 1, b low_lat prio 15, c hbw prio 5): "
+            + "; ".join(
+                f"n={n}: " + ", ".join(f"{b} {t['preferred']} prio {t['priority']}" for b, t in per.items())
+                for n, per in res["recommended"].items()
+            ),
         ]
     )
 
