@@ -23,8 +23,7 @@ import numpy as np
 from .. import kernels
 from .._sizes import format_bytes
 from ..manager import Manager
-from ..report.load import MachineLoad
-from ..report.output import write_outputs
+from ..report.output import measured_cli
 from ..report.progress import Progress
 from ..report.table import table
 from ..traits import COMMIT_STRATEGIES
@@ -195,14 +194,6 @@ def report(res: dict[str, Any]) -> str:
 
 
 def run_cli(args: Any) -> int:
-    t0 = time.perf_counter()
-    with MachineLoad() as load:
-        res = run(args.quick, args.reps)
-    res["load"] = load.summary()
-    res["wall_seconds"] = time.perf_counter() - t0
-    print(report(res))
-    print(load.line())
     from ..report.plot import plot_traits
 
-    write_outputs(res, args, plot_traits)
-    return 0
+    return measured_cli(args, lambda: run(args.quick, args.reps), report, plot_traits)

@@ -3,10 +3,8 @@
 //! threads: the H2M slides' multi-buffer application, with no blocking, so `b` is streamed
 //! once per row of `c`.
 
-use rayon::prelude::*;
-
 use super::traffic::{Traffic, LINE, PAGE};
-use super::{charge, share, threads, view, view_mut, Kernel, Operand};
+use super::{matrix_rows, share, Kernel, Operand};
 use crate::manager::Manager;
 use crate::mechanism::ObjectId;
 use crate::Result;
@@ -87,37 +85,29 @@ impl Kernel for Dgemm {
     }
 
     fn run(&self, m: &Manager) -> Result<()> {
-        let nn = self.n * self.n;
-        let ga = m.read(self.a)?;
-        let gb = m.read(self.b)?;
-        let mut gc = m.write(self.c)?;
-        let a = view::<f64>("DGEMM a", ga.as_slice(), nn)?;
-        let b = view::<f64>("DGEMM b", gb.as_slice(), nn)?;
-        let c = view_mut::<f64>("DGEMM c", gc.as_mut_slice(), nn)?;
+        let bytes = self.n * self.n * 8;
         let n = self.n as usize;
-        let rows = n.div_ceil(threads()).max(1);
-        c.par_chunks_mut(rows * n)
-            .enumerate()
-            .for_each(|(blk, cs)| {
-                for (r, crow) in cs.chunks_mut(n).enumerate() {
-                    let arow = &a[(blk * rows + r) * n..][..n];
-                    for (j, x) in crow.iter_mut().enumerate() {
-                        let mut acc = 0.0;
-                        for (k, &av) in arow.iter().enumerate() {
-                            acc += av * b[k * n + j];
-                        }
-                        *x += acc;
-                    }
-                }
-            });
-        let bytes = nn * 8;
-        charge(
+        let traffic = [
+            Traffic::sequential(bytes, true, false),
+            Self::column_walks(self.n),
+            Traffic::sequential(bytes, true, true),
+        ];
+        matrix_rows(
             m,
-            &[
-                (self.a, Traffic::sequential(bytes, true, false)),
-                (self.b, Self::column_walks(self.n)),
-                (self.c, Traffic::sequential(bytes, true, true)),
-            ],
+            "DGEMM",
+            [self.a, self.b, self.c],
+            self.n,
+            traffic,
+            |i, crow, a, b| {
+                let arow = &a[i * n..][..n];
+                for (j, x) in crow.iter_mut().enumerate() {
+                    let mut acc = 0.0;
+                    for (k, &av) in arow.iter().enumerate() {
+                        acc += av * b[k * n + j];
+                    }
+                    *x += acc;
+                }
+            },
         )
     }
 }

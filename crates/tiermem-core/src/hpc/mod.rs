@@ -18,6 +18,8 @@ pub mod spmv;
 pub mod staging;
 pub mod traffic;
 
+use rayon::prelude::*;
+
 use crate::manager::Manager;
 use crate::mechanism::ObjectId;
 use crate::Result;
@@ -87,6 +89,39 @@ pub fn charge(m: &Manager, ops: &[(ObjectId, Traffic)]) -> Result<()> {
         .map(|&(id, x)| (id, x.read_bytes, x.steps(t), x.write_bytes))
         .collect();
     m.charge_steps(&c, t)
+}
+
+/// The rows of `c = f(a, b)` for `n x n` row-major `f64` matrices, split over the threads:
+/// `row(i, c_row, a, b)` writes row `i`; the three matrices' `traffic` is charged before
+/// their guards close (`what` names the kernel in errors).
+///
+/// # Errors
+/// When a matrix cannot be opened or is not `n x n`.
+pub fn matrix_rows(
+    m: &Manager,
+    what: &str,
+    [a, b, c]: [ObjectId; 3],
+    n: u64,
+    traffic: [Traffic; 3],
+    row: impl Fn(usize, &mut [f64], &[f64], &[f64]) + Sync,
+) -> Result<()> {
+    let nn = n * n;
+    let ga = m.read(a)?;
+    let gb = m.read(b)?;
+    let mut gc = m.write(c)?;
+    let av = view::<f64>(&format!("{what} a"), ga.as_slice(), nn)?;
+    let bv = view::<f64>(&format!("{what} b"), gb.as_slice(), nn)?;
+    let cv = view_mut::<f64>(&format!("{what} c"), gc.as_mut_slice(), nn)?;
+    let n = n as usize;
+    let rows = n.div_ceil(threads()).max(1);
+    cv.par_chunks_mut(rows * n)
+        .enumerate()
+        .for_each(|(k, block)| {
+            for (r, crow) in block.chunks_mut(n).enumerate() {
+                row(k * rows + r, crow, av, bv);
+            }
+        });
+    charge(m, &[(a, traffic[0]), (b, traffic[1]), (c, traffic[2])])
 }
 
 /// Plain numbers a guard's bytes can be viewed as.

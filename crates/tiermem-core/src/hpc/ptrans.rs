@@ -2,10 +2,8 @@
 //! split over the threads. `a` is read down its columns (a stride of a row), `b` and `c`
 //! in order.
 
-use rayon::prelude::*;
-
 use super::traffic::Traffic;
-use super::{charge, threads, view, view_mut, Kernel, Operand};
+use super::{matrix_rows, Kernel, Operand};
 use crate::manager::Manager;
 use crate::mechanism::ObjectId;
 use crate::Result;
@@ -73,32 +71,23 @@ impl Kernel for Ptrans {
 
     fn run(&self, m: &Manager) -> Result<()> {
         let nn = self.n * self.n;
-        let ga = m.read(self.a)?;
-        let gb = m.read(self.b)?;
-        let mut gc = m.write(self.c)?;
-        let a = view::<f64>("PTRANS a", ga.as_slice(), nn)?;
-        let b = view::<f64>("PTRANS b", gb.as_slice(), nn)?;
-        let c = view_mut::<f64>("PTRANS c", gc.as_mut_slice(), nn)?;
         let n = self.n as usize;
-        let rows = n.div_ceil(threads()).max(1);
-        c.par_chunks_mut(rows * n)
-            .enumerate()
-            .for_each(|(k, block)| {
-                for (r, row) in block.chunks_mut(n).enumerate() {
-                    let i = k * rows + r;
-                    for (j, x) in row.iter_mut().enumerate() {
-                        *x = a[j * n + i] + b[i * n + j];
-                    }
-                }
-            });
-        let bytes = nn * 8;
-        charge(
+        let traffic = [
+            Traffic::strided(nn, self.n * 8, 8, true, false),
+            Traffic::sequential(nn * 8, true, false),
+            Traffic::sequential(nn * 8, false, true),
+        ];
+        matrix_rows(
             m,
-            &[
-                (self.a, Traffic::strided(nn, self.n * 8, 8, true, false)),
-                (self.b, Traffic::sequential(bytes, true, false)),
-                (self.c, Traffic::sequential(bytes, false, true)),
-            ],
+            "PTRANS",
+            [self.a, self.b, self.c],
+            self.n,
+            traffic,
+            |i, row, a, b| {
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = a[j * n + i] + b[i * n + j];
+                }
+            },
         )
     }
 }
