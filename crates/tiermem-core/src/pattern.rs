@@ -10,8 +10,10 @@
 //! samples its first 2048 addresses into the PAF and its first 1024 strides into the SF.
 //!
 //! One addition to the paper: a third filter of the same kind over the sampled addresses'
-//! cache *lines* (LF), large enough (2^14 bits) to remember a thread's whole sample. Its hit rate `R_lf` is the share of accesses that reuse a line seen
-//! shortly before, which a cache serves: the paper multiplies its per-access gain by the
+//! cache *lines* (LF), large enough (2^14 bits) to remember a thread's whole sample, over
+//! mixed line addresses (the bit-slice hashes alias strided lines). Its hit rate `R_lf` is
+//! the share of accesses to a line seen earlier in the sample, which a cache serves (reuse
+//! farther apart than a sample is invisible to it): the paper multiplies its per-access gain by the
 //! loop's references per element `U`, which overstates the gain of loops that reuse lines
 //! (a banded SpMV reads each `x` element dozens of times but fetches its line once).
 //! [`BreakEven::decide`] scales the gain by the lines fetched, `U (1 - R_lf)`, against the

@@ -3,7 +3,8 @@
 //! sampled pattern says the copy pays (eq. 9); and the calibration of the break-even line
 //! from the three probe patterns on the slow and the fast device (eq. 7).
 //!
-//! Staging copies the target in before the kernel and evicts it after: a target the kernel
+//! Staging copies the target in before the kernel and evicts it after (a target already in
+//! fast memory is used there and stays): a target the kernel
 //! only read is dropped from fast memory with no copy back (its slow copy is still valid);
 //! one it wrote is copied back. A write-only target is copied in all the same (the manager
 //! has no move that skips the copy yet; no kernel here has a write-only target). A target
@@ -11,7 +12,6 @@
 
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::probe::{Order, Probe};
@@ -73,26 +73,19 @@ pub struct Report {
 pub fn analyse(m: &Manager, k: &dyn Kernel, op: usize) -> Result<Rates> {
     let th = threads();
     let want = PAF_SAMPLES.max(SF_SAMPLES + 1);
-    // Each thread's share is sampled as that thread would see it: on the pool when there
-    // are many, on this thread when there are few (waking the pool costs more than
-    // sampling two shares).
-    let one = |t: usize| -> Result<Sampler> {
-        let mut s = Sampler::default();
-        for a in k.sample(m, op, t, th, want)? {
-            if !s.feed(a) {
-                break;
+    // Each thread's share is sampled as that thread would see it, all on this thread: a
+    // kernel's sampler may open guards (the manager lock), which no rayon pool thread takes.
+    let samplers = (0..th)
+        .map(|t| -> Result<Sampler> {
+            let mut s = Sampler::default();
+            for a in k.sample(m, op, t, th, want)? {
+                if !s.feed(a) {
+                    break;
+                }
             }
-        }
-        Ok(s)
-    };
-    let samplers = if th >= 4 {
-        (0..th)
-            .into_par_iter()
-            .map(one)
-            .collect::<Result<Vec<_>>>()?
-    } else {
-        (0..th).map(one).collect::<Result<Vec<_>>>()?
-    };
+            Ok(s)
+        })
+        .collect::<Result<Vec<_>>>()?;
     rates(&samplers)
 }
 
@@ -147,16 +140,20 @@ pub fn run(m: &Manager, k: &dyn Kernel, mode: Mode) -> Result<Report> {
     };
     let bytes = op.len * op.elem;
     let fast = m.devices()[0].capacity;
+    let mut moved = false;
     if stage && bytes > fast {
         rep.fallback = Some(format!(
             "the target '{}' ({bytes} bytes) is larger than fast memory ({fast} bytes): not staged",
             op.name
         ));
+    } else if stage && m.in_fast(op.id)? {
+        rep.staged = true; // already there: nothing to copy, and it stays
     } else if stage {
         let t0 = Instant::now();
         m.prefetch(op.id, true)?;
         rep.copy_in_seconds = secs(t0.elapsed());
         rep.staged = m.in_fast(op.id)?;
+        moved = rep.staged;
         if !rep.staged {
             rep.fallback = Some(format!(
                 "the policy '{}' did not move '{}' to fast memory",
@@ -168,7 +165,7 @@ pub fn run(m: &Manager, k: &dyn Kernel, mode: Mode) -> Result<Report> {
     let t1 = Instant::now();
     k.run(m)?;
     rep.kernel_seconds = secs(t1.elapsed());
-    if rep.staged {
+    if moved {
         let t2 = Instant::now();
         m.evict(op.id)?;
         rep.copy_back_seconds = secs(t2.elapsed());
