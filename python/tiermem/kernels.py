@@ -18,6 +18,8 @@ so on an ``emulated`` device it runs at that device's speed (see ``ARCHITECTURE.
 from __future__ import annotations
 
 import json
+import time
+from statistics import median
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,8 +73,8 @@ class Kernel:
         self._native.run()
 
     def analyse(self, operand: str | None = None) -> dict[str, Any]:
-        """``{r_paf, r_sf, samples}`` from sampling an operand (default: the target) as the
-        kernel's threads access it."""
+        """``{r_paf, r_sf, r_lf, samples}`` from sampling an operand (default: the target)
+        as the kernel's threads access it."""
         names = [o["name"] for o in self.operands]
         name = operand if operand is not None else self.target[0]
         if name not in names:
@@ -90,11 +92,9 @@ class Kernel:
     def gains(self, reps: int = 3) -> dict[str, float]:
         """Sensitivity by timing (H2M's profile-based detection): per operand, the seconds a
         run saves with that operand alone in fast memory, the others where they are (the
-        median of ``reps`` runs each, against the median with none moved). The manager's
-        policy must move only when told (``lru_in_place``), and fast memory must hold the
-        largest operand."""
-        import time
-        from statistics import median
+        median of ``reps`` runs each, against the median with none moved). The arrays start
+        on a slower device and end there; the manager's policy must move only when told
+        (``lru_in_place``), and fast memory must hold the largest operand."""
 
         def timed() -> float:
             ts = []
