@@ -17,8 +17,10 @@ def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
         bench_staging,
         "KERNELS",
         {
-            "Jacobi2D": lambda m, w, q: kernels.jacobi(m, (256, 256), where=w),
-            "FFT": lambda m, w, q: kernels.fft(m, 1 << 14, where=w),
+            "Jacobi2D": bench_staging.Case(
+                lambda q: (256, 256), lambda d: 8 * d[0] * d[1], lambda m, w, d: kernels.jacobi(m, d, where=w)
+            ),
+            "FFT": bench_staging.Case(lambda q: 1 << 14, lambda n: 16 * n, lambda m, w, n: kernels.fft(m, n, where=w)),
         },
     )
     monkeypatch.setattr(bench_staging, "QUICK_MATRICES", ("road_usa", "G_n_pin_pout"))
@@ -29,6 +31,8 @@ def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
         assert r["decision"] in ("stage", "no") and isinstance(r["correct"], bool)
         assert 0 <= r["r_paf"] <= 1 and 0 <= r["r_sf"] <= 1 and r["analysis_seconds"] > 0 and r["copy_seconds"] > 0
         assert {"predicted_gain", "measured_gain", "u", "r", "w"} <= set(r)
+    # The declared target sizes are the built kernels' (the fast device is sized from them).
+    assert [r["target_bytes"] for r in res["staging"]] == [8 * 256 * 256, 16 << 14]
     assert len(res["suite"]) == 2 * len(bench_staging.SCALES)
     assert 0 <= res["suite_accuracy"] <= 1 and 0 <= res["suite_accuracy_paper"] <= 1
     assert "decision suite" in bench_staging.report(res)

@@ -182,6 +182,8 @@ def test_bad_input_is_refused_by_name() -> None:
         k.staged("sometimes")
     with pytest.raises(InvalidArgumentError, match="no operand 'q'"):
         k.analyse("q")
+    with pytest.raises(InvalidArgumentError, match=r"a place for each of \['a', 'b', 'c'\]"):
+        kernels.dgemm(m, 8, where={"a": "fast"})
     with pytest.raises(InvalidArgumentError, match="unknown matrix"):
         matrices.generate("nope", 1024)
     with pytest.raises(InvalidArgumentError, match="row_scale"):

@@ -152,6 +152,15 @@ def _filled(m: Manager, data: np.ndarray, where: str | int) -> TieredArray:
     return arr
 
 
+def _places(where: str | int | dict[str, str | int], names: tuple[str, ...]) -> dict[str, str | int]:
+    """One place for every array, or a place per array name (all of them)."""
+    if not isinstance(where, dict):
+        return dict.fromkeys(names, where)
+    if set(where) != set(names):
+        raise InvalidArgumentError(f"where= needs a place for each of {list(names)}, got {sorted(where)}")
+    return where
+
+
 def _pow2(what: str, n: int, least: int = 2) -> int:
     if n < least or n & (n - 1):
         raise InvalidArgumentError(f"{what} must be a power of two of at least {least}, got {n}")
@@ -199,7 +208,7 @@ def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int | dict[str, st
     if cols.size and (cols.min() < 0 or cols.max() >= ncols):
         raise InvalidArgumentError(f"SpMV column indices must lie in [0, {ncols}), got [{cols.min()}, {cols.max()}]")
     names = ("rowptr", "cols", "vals", "x", "y")
-    places = where if isinstance(where, dict) else dict.fromkeys(names, where)
+    places = _places(where, names)
     rng = np.random.default_rng(seed)
     rows, nnz = len(rowptr) - 1, len(cols)
     arrays = {
@@ -224,7 +233,7 @@ def fft(m: Manager, n: int, where: str | int = "slow", seed: int = 0) -> Kernel:
 def dgemm(m: Manager, n: int, where: str | dict[str, str | int] = "slow", seed: int = 0) -> Kernel:
     """Unblocked ``c += a @ b`` for random ``n x n`` matrices, ``c`` starting at zero;
     ``where`` may give each of ``a``, ``b``, ``c`` its own place."""
-    places = where if isinstance(where, dict) else dict.fromkeys("abc", where)
+    places = _places(where, ("a", "b", "c"))
     rng = np.random.default_rng(seed)
     arrays = {
         "a": _filled(m, rng.random((n, n)), places["a"]),

@@ -75,20 +75,28 @@ impl<const W: usize, const MAX: u32> Bloom<W, MAX> {
     /// Whether `x` may have been set since the last clear.
     #[must_use]
     pub fn test(&self, x: u64) -> bool {
-        Self::slots(x)
-            .iter()
-            .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0)
+        self.has(Self::slots(x))
     }
 
     /// Record `x`; the filter clears itself first once it holds `MAX` inputs.
     pub fn set(&mut self, x: u64) {
+        self.set_slots(Self::slots(x));
+    }
+
+    fn set_slots(&mut self, slots: [usize; 2]) {
         if self.inputs >= MAX {
             self.clear();
         }
-        for b in Self::slots(x) {
+        for b in slots {
             self.bits[b / 64] |= 1 << (b % 64);
         }
         self.inputs += 1;
+    }
+
+    fn has(&self, slots: [usize; 2]) -> bool {
+        slots
+            .iter()
+            .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0)
     }
 
     /// Empty it.
@@ -101,17 +109,9 @@ impl<const W: usize, const MAX: u32> Bloom<W, MAX> {
     #[inline]
     pub fn observe(&mut self, x: u64) -> bool {
         let slots = Self::slots(x);
-        let hit = slots
-            .iter()
-            .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0);
+        let hit = self.has(slots);
         if !hit {
-            if self.inputs >= MAX {
-                self.clear();
-            }
-            for b in slots {
-                self.bits[b / 64] |= 1 << (b % 64);
-            }
-            self.inputs += 1;
+            self.set_slots(slots);
         }
         hit
     }

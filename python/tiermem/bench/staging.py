@@ -17,10 +17,11 @@ matrix in fast memory; a decision is correct when its sign agrees with the measu
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import kernels, matrices, staging
 from .._sizes import format_bytes
@@ -32,16 +33,36 @@ from ..report.table import table
 SLOW = "emulated:optane-pmem"
 VARIANTS = ("slow_only", "first_touch", "2lm_model", "always_stage", "pattern_aware")
 
-#: Kernel -> factory(manager, where, quick), in the paper's Table 6 order. Targets are
-#: 512 MiB (8-16 MiB with ``--quick``), so a copy takes long enough to compare the sampling
-#: with it as the paper does (its chunks: 8 GB).
-KERNELS: dict[str, Callable[[Manager, Any, bool], kernels.Kernel]] = {
-    "RandomAccess": lambda m, w, q: kernels.random_access(m, 1 << (20 if q else 26), where=w),
-    "PTRANS": lambda m, w, q: kernels.ptrans(m, 1024 if q else 8192, where=w),
-    "Jacobi2D": lambda m, w, q: kernels.jacobi(m, (1024, 1024) if q else (8192, 8192), where=w),
-    "Jacobi3D": lambda m, w, q: kernels.jacobi(m, (128, 128, 128) if q else (400, 400, 400), where=w),
-    "CG": lambda m, w, q: kernels.spmv(m, matrices.generate("uniform", 1 << (20 if q else 26), row_scale=1 / 8), reps=7, where=w),
-    "FFT": lambda m, w, q: kernels.fft(m, 1 << (19 if q else 25), where=w),
+
+class Case(NamedTuple):
+    """One kernel of the benchmark: its size parameter (quick or full), its target's bytes at
+    that size, and how to build it on a manager (``make(manager, where, size)``)."""
+
+    size: Callable[[bool], Any]
+    target_bytes: Callable[[Any], int]
+    make: Callable[[Manager, Any, Any], kernels.Kernel]
+
+
+#: The kernels, in the paper's Table 6 order. Targets are 512 MiB (8-16 MiB with
+#: ``--quick``), so a copy takes long enough to compare the sampling with it as the paper
+#: does (its chunks: 8 GB).
+KERNELS: dict[str, Case] = {
+    "RandomAccess": Case(lambda q: 1 << (20 if q else 26), lambda n: 8 * n, lambda m, w, n: kernels.random_access(m, n, where=w)),
+    "PTRANS": Case(lambda q: 1024 if q else 8192, lambda n: 8 * n * n, lambda m, w, n: kernels.ptrans(m, n, where=w)),
+    "Jacobi2D": Case(
+        lambda q: (1024, 1024) if q else (8192, 8192), lambda d: 8 * math.prod(d), lambda m, w, d: kernels.jacobi(m, d, where=w)
+    ),
+    "Jacobi3D": Case(
+        lambda q: (128, 128, 128) if q else (400, 400, 400),
+        lambda d: 8 * math.prod(d),
+        lambda m, w, d: kernels.jacobi(m, d, where=w),
+    ),
+    "CG": Case(
+        lambda q: 1 << (20 if q else 26),
+        lambda n: 8 * n,
+        lambda m, w, n: kernels.spmv(m, matrices.generate("uniform", n, row_scale=1 / 8), reps=7, where=w),
+    ),
+    "FFT": Case(lambda q: 1 << (19 if q else 25), lambda n: 16 * n, lambda m, w, n: kernels.fft(m, n, where=w)),
 }
 
 #: Matrices of the decision suite with ``--quick`` (every Table 2 matrix otherwise).
@@ -62,15 +83,6 @@ SCALES = (1.0, 1 / 8, 1 / 32)
 
 def _manager(fast: int, big: int, policy: str) -> Manager:
     return Manager({"dram": fast, SLOW: big}, policy)
-
-
-def _target_bytes(factory: Callable[[Manager, Any, bool], kernels.Kernel], quick: bool, big: int) -> int:
-    """The target's size, from a throwaway build on a scratch manager."""
-    k = factory(_manager(64 << 20, big, "lru_in_place"), "slow", quick)
-    name = k.target[0]
-    op = next(o for o in k.operands if o["name"] == name)
-    k.free()
-    return int(op["len"] * op["elem_bytes"])
 
 
 def _staged(k: kernels.Kernel, reps: int, line: Any) -> dict[str, list[dict[str, Any]]]:
@@ -130,15 +142,18 @@ def _decision_fields(runs: dict[str, list[dict[str, Any]]], measured: float) -> 
     }
 
 
-def _kernel_row(
-    name: str, factory: Callable[[Manager, Any, bool], kernels.Kernel], quick: bool, reps: int, line: Any, big: int
-) -> dict[str, Any]:
-    target = _target_bytes(factory, quick, big)
+def _kernel_row(name: str, case: Case, quick: bool, reps: int, line: Any, big: int) -> dict[str, Any]:
+    size = case.size(quick)
+    target = case.target_bytes(size)
     fast = int(target * 1.25) + (4 << 20)
-    runs = _staged(factory(_manager(fast, big, "lru_in_place"), "slow", quick), reps, line)
+    k = case.make(_manager(fast, big, "lru_in_place"), "slow", size)
+    built = next(o["len"] * o["elem_bytes"] for o in k.operands if o["name"] == k.target[0])
+    if built != target:
+        raise ValueError(f"bench staging: {name}'s target is {built} bytes, its case says {target}")
+    runs = _staged(k, reps, line)
     seconds = {mode: median(r["seconds"] for r in rs) for mode, rs in runs.items()}
     for policy in ("first_touch", "2lm_model"):
-        seconds[policy] = _timed(factory(_manager(fast, big, policy), "auto", quick), reps)
+        seconds[policy] = _timed(case.make(_manager(fast, big, policy), "auto", size), reps)
     measured, copy = _gains(runs)
     best = min(seconds["slow_only"], seconds["always_stage"])
     return {
@@ -191,8 +206,8 @@ def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> d
         "suite": [],
     }
     with Progress(len(KERNELS) + len(names) * len(SCALES), "bench staging", progress) as bar:
-        for name, factory in KERNELS.items():
-            out["staging"].append(_kernel_row(name, factory, quick, reps, line, big))
+        for name, case in KERNELS.items():
+            out["staging"].append(_kernel_row(name, case, quick, reps, line, big))
             bar.step(name)
         for name in names:
             for scale in SCALES:

@@ -8,6 +8,23 @@ from typing import Any
 from .._sizes import format_bytes
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (imported on first use)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: str, dpi: int) -> None:
+    """Lay out, write and close a figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def short_name(name: str, kind: str) -> str:
     """``block:/long/path`` -> ``block``; emulated devices say so."""
     if name.startswith("block:"):
@@ -18,10 +35,7 @@ def short_name(name: str, kind: str) -> str:
 def plot_copy(res: dict[str, Any], path: str) -> None:
     """Copy bandwidth against size: one panel per source device, one line per destination,
     the DRAM memcpy and NumPy baselines in every panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     label = {n: short_name(n, k) for n, k in res["devices"].items()}
     sources = list(dict.fromkeys(r["src"] for r in res["rows"]))
@@ -48,18 +62,13 @@ def plot_copy(res: dict[str, Any], path: str) -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel("GB/s")
     fig.suptitle(f"tiermem copy bandwidth ({res['cores']} cores, {res['kernels']} kernels)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path, 100)
 
 
 def plot_trace(trace: list[dict[str, Any]], path: str, title: str = "bytes moved per device") -> None:
     """Read and write bandwidth per device over time from ``Manager.record()`` samples
     (like thesis Fig. 4.6/4.8): reads above the axis, writes below."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     if not trace:
         raise ValueError("the trace is empty: record for longer than one interval")
@@ -81,19 +90,14 @@ def plot_trace(trace: list[dict[str, Any]], path: str, title: str = "bytes moved
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path, 100)
 
 
 def plot_embedding(res: dict[str, Any], path: str) -> None:
     """Width-64, bag-40 lookups and lookup + updates per distribution: tiermem's time for
     every placement (DRAM, cached over the slow tier, all on the slow tier; hit rates on the
     bars) against torch and FBGEMM with tables in DRAM."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     cases = [c for c in res["cases"] if c["width"] == 64 and c["bag"] == 40]
     dists = list(dict.fromkeys(c["dist"] for c in cases))
@@ -128,18 +132,13 @@ def plot_embedding(res: dict[str, Any], path: str) -> None:
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"tiermem embedding tables; slow tier {slow} is EMULATED; numbers on bars: cache hit rate")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path, 100)
 
 
 def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
     """DLRM runs: per-iteration time split into lookup / update / dense per mode, one panel
     per input distribution (thesis Fig. 5.12); and training loss against time per mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     runs = res["runs"]
     dists = list(dict.fromkeys(r["dist"] for r in runs))
@@ -161,9 +160,7 @@ def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
         ax.grid(axis="y", alpha=0.3)
     axes.flat[0].legend()
     fig.suptitle(f"DLRM training step by phase{note}; 2lm-model is a model of the hardware cache")
-    fig.tight_layout()
-    fig.savefig(breakdown_path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, breakdown_path, 120)
 
     fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 4.2), squeeze=False)
     for ax, dist in zip(axes.flat, dists):
@@ -176,9 +173,7 @@ def plot_dlrm(res: dict[str, Any], breakdown_path: str, loss_path: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(f"DLRM loss over time{note}")
-    fig.tight_layout()
-    fig.savefig(loss_path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, loss_path, 120)
 
 
 def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
@@ -187,21 +182,15 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
     variant at the smallest budget (Fig. 4.8). One file of each per model."""
     import os
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     note = " (slow tier emulated)" if res.get("emulated") else ""
     slow = res["slow_device"]
     paths: list[str] = []
 
     def finish(fig: Any, ax: Any, file: str) -> str:
         ax.legend(fontsize=8)
-        fig.tight_layout()
         path = os.path.join(out_dir, file)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        _save(plt, fig, path, 120)
         return path
 
     for name, info in res["models"].items():
@@ -245,10 +234,7 @@ def plot_train(res: dict[str, Any], out_dir: str) -> list[str]:
 def plot_kernels(predicted: list[float], measured: list[float], path: str, title: str) -> None:
     """``tiermem plan --run --plot``: each kernel's predicted time against its measured time
     under the plan (log axes, the diagonal for reference)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
     lo = max(1e-7, min(min(predicted), min(measured)))
@@ -259,18 +245,13 @@ def plot_kernels(predicted: list[float], measured: list[float], path: str, title
     ax.set_ylabel("measured seconds")
     ax.set_title(f"{title}: kernels under the plan (slow tier emulated)", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path, 120)
 
 
 def plot_staging(res: dict[str, Any], path: str) -> None:
     """``tiermem bench staging --plot``: each kernel's five variants against slow-only, and
     the suite's predicted against measured staging gain (correct decisions in one colour)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     variants = list(res["staging"][0]["seconds"]) if res["staging"] else []
@@ -294,18 +275,13 @@ def plot_staging(res: dict[str, Any], path: str) -> None:
     b.set_ylabel("measured T_boost / T_copy - 1")
     b.set_title(f"SpMV decision suite: {res['suite_accuracy'] * 100:.0f}% correct", fontsize=9)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path, 120)
 
 
 def plot_traits(res: dict[str, Any], path: str) -> None:
     """``tiermem bench traits --plot``: the DGEMM application's seconds per commit strategy
     against the fast-memory limit, with the all-``large_cap`` and unlimited-``hbw`` lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for s in dict.fromkeys(r["strategy"] for r in res["traits"]):
@@ -317,6 +293,4 @@ def plot_traits(res: dict[str, Any], path: str) -> None:
     ax.set_ylabel("seconds per run")
     ax.set_title(f"DGEMM application by traits, slow tier {res['slow_device']}", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path, 120)

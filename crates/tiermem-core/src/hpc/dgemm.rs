@@ -42,18 +42,11 @@ impl Kernel for Dgemm {
     }
 
     fn operands(&self) -> Vec<Operand> {
-        let op = |id, name, write| Operand {
-            id,
-            name,
-            elem: 8,
-            len: self.n * self.n,
-            read: true,
-            write,
-        };
+        let nn = self.n * self.n;
         vec![
-            op(self.a, "a", false),
-            op(self.b, "b", false),
-            op(self.c, "c", true),
+            Operand::new(self.a, "a", 8, nn, true, false),
+            Operand::new(self.b, "b", 8, nn, true, false),
+            Operand::new(self.c, "c", 8, nn, true, true),
         ]
     }
 

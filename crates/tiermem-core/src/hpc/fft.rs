@@ -60,14 +60,7 @@ impl Kernel for Fft {
     }
 
     fn operands(&self) -> Vec<Operand> {
-        vec![Operand {
-            id: self.data,
-            name: "data",
-            elem: 16,
-            len: self.n,
-            read: true,
-            write: true,
-        }]
+        vec![Operand::new(self.data, "data", 16, self.n, true, true)]
     }
 
     fn target(&self) -> (usize, f64) {

@@ -69,15 +69,10 @@ impl Kernel for Jacobi {
 
     fn operands(&self) -> Vec<Operand> {
         let more = self.sweeps > 1;
-        let op = |id, name, read, write| Operand {
-            id,
-            name,
-            elem: 8,
-            len: self.points(),
-            read,
-            write,
-        };
-        vec![op(self.u, "u", true, more), op(self.v, "v", more, true)]
+        vec![
+            Operand::new(self.u, "u", 8, self.points(), true, more),
+            Operand::new(self.v, "v", 8, self.points(), more, true),
+        ]
     }
 
     /// `U` counts the passes over `u`, one per sweep that reads or writes it: a point's

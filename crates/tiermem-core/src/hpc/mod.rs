@@ -42,6 +42,28 @@ pub struct Operand {
     pub write: bool,
 }
 
+impl Operand {
+    /// An operand of `len` elements of `elem` bytes in object `id`.
+    #[must_use]
+    pub fn new(
+        id: ObjectId,
+        name: &'static str,
+        elem: u64,
+        len: u64,
+        read: bool,
+        write: bool,
+    ) -> Self {
+        Operand {
+            id,
+            name,
+            elem,
+            len,
+            read,
+            write,
+        }
+    }
+}
+
 /// A kernel over tiered arrays.
 pub trait Kernel: Send + Sync {
     /// Its name in reports.

@@ -83,14 +83,9 @@ impl Kernel for Probe {
     }
 
     fn operands(&self) -> Vec<Operand> {
-        vec![Operand {
-            id: self.data,
-            name: "data",
-            elem: 8,
-            len: self.len,
-            read: self.read,
-            write: self.write,
-        }]
+        vec![Operand::new(
+            self.data, "data", 8, self.len, self.read, self.write,
+        )]
     }
 
     fn target(&self) -> (usize, f64) {

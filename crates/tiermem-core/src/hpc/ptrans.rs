@@ -27,18 +27,11 @@ impl Kernel for Ptrans {
     }
 
     fn operands(&self) -> Vec<Operand> {
-        let op = |id, name, read, write| Operand {
-            id,
-            name,
-            elem: 8,
-            len: self.n * self.n,
-            read,
-            write,
-        };
+        let nn = self.n * self.n;
         vec![
-            op(self.a, "a", true, false),
-            op(self.b, "b", true, false),
-            op(self.c, "c", false, true),
+            Operand::new(self.a, "a", 8, nn, true, false),
+            Operand::new(self.b, "b", 8, nn, true, false),
+            Operand::new(self.c, "c", 8, nn, false, true),
         ]
     }
 

@@ -117,14 +117,7 @@ impl Kernel for RandomAccess {
     }
 
     fn operands(&self) -> Vec<Operand> {
-        vec![Operand {
-            id: self.table,
-            name: "table",
-            elem: 8,
-            len: self.len,
-            read: true,
-            write: true,
-        }]
+        vec![Operand::new(self.table, "table", 8, self.len, true, true)]
     }
 
     fn target(&self) -> (usize, f64) {

@@ -53,26 +53,50 @@ impl Spmv {
     }
 }
 
+/// One `y = A x`, rows split over the threads; with `COUNT`, also the traffic of `x`'s
+/// gather through each thread's [`Stream`] (zero without: every product gathers alike).
+fn product<const COUNT: bool>(
+    rowptr: &[u64],
+    cols: &[u32],
+    vals: &[f64],
+    x: &[f64],
+    y: &mut [f64],
+) -> Traffic {
+    let per = y.len().div_ceil(threads()).max(1);
+    y.par_chunks_mut(per)
+        .enumerate()
+        .map(|(k, ys)| {
+            let mut s = COUNT.then(Stream::default);
+            for (r, out) in ys.iter_mut().enumerate() {
+                let row = k * per + r;
+                let (a, b) = (rowptr[row] as usize, rowptr[row + 1] as usize);
+                let mut acc = 0.0;
+                for e in a..b {
+                    let c = cols[e] as usize;
+                    if let Some(s) = s.as_mut() {
+                        s.touch(c as u64 * 8, false);
+                    }
+                    acc += vals[e] * x[c];
+                }
+                *out = acc;
+            }
+            s.map_or_else(Traffic::default, |s| s.traffic)
+        })
+        .reduce(Traffic::default, Traffic::plus)
+}
+
 impl Kernel for Spmv {
     fn name(&self) -> String {
         "SpMV".into()
     }
 
     fn operands(&self) -> Vec<Operand> {
-        let op = |id, name, elem, len, read, write| Operand {
-            id,
-            name,
-            elem,
-            len,
-            read,
-            write,
-        };
         vec![
-            op(self.x, "x", 8, self.ncols, true, false),
-            op(self.rowptr, "rowptr", 8, self.rows + 1, true, false),
-            op(self.cols, "cols", 4, self.nnz, true, false),
-            op(self.vals, "vals", 8, self.nnz, true, false),
-            op(self.y, "y", 8, self.rows, false, true),
+            Operand::new(self.x, "x", 8, self.ncols, true, false),
+            Operand::new(self.rowptr, "rowptr", 8, self.rows + 1, true, false),
+            Operand::new(self.cols, "cols", 4, self.nnz, true, false),
+            Operand::new(self.vals, "vals", 8, self.nnz, true, false),
+            Operand::new(self.y, "y", 8, self.rows, false, true),
         ]
     }
 
@@ -119,33 +143,10 @@ impl Kernel for Spmv {
         let x = view::<f64>("SpMV x", gx.as_slice(), self.ncols)?;
         let y = view_mut::<f64>("SpMV y", gy.as_mut_slice(), self.rows)?;
         Self::check_structure(rowptr, cols, self.ncols)?;
-        let per = (self.rows as usize).div_ceil(threads()).max(1);
-        let mut gathered = Traffic::default();
-        for rep in 0..self.reps {
-            let counted: Vec<Traffic> = y
-                .par_chunks_mut(per)
-                .enumerate()
-                .map(|(k, ys)| {
-                    let mut s = Stream::default();
-                    for (r, out) in ys.iter_mut().enumerate() {
-                        let row = k * per + r;
-                        let (a, b) = (rowptr[row] as usize, rowptr[row + 1] as usize);
-                        let mut acc = 0.0;
-                        for e in a..b {
-                            let c = cols[e] as usize;
-                            if rep == 0 {
-                                s.touch(c as u64 * 8, false);
-                            }
-                            acc += vals[e] * x[c];
-                        }
-                        *out = acc;
-                    }
-                    s.traffic
-                })
-                .collect();
-            if rep == 0 {
-                gathered = counted.into_iter().fold(Traffic::default(), Traffic::plus);
-            }
+        // The first product counts `x`'s gather through the model; the others only compute.
+        let gathered = product::<true>(rowptr, cols, vals, x, y);
+        for _ in 1..self.reps {
+            product::<false>(rowptr, cols, vals, x, y);
         }
         let (n, r) = (self.nnz, self.reps);
         charge(

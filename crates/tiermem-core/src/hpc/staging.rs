@@ -10,7 +10,7 @@
 //! has no move that skips the copy yet; no kernel here has a write-only target). A target
 //! larger than fast memory is never staged (the report says so).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -89,10 +89,6 @@ pub fn analyse(m: &Manager, k: &dyn Kernel, op: usize) -> Result<Rates> {
     rates(&samplers)
 }
 
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
 /// Run `k` once under `mode` on a manager whose policy moves only when told
 /// (`lru_in_place`).
 ///
@@ -132,7 +128,7 @@ pub fn run(m: &Manager, k: &dyn Kernel, mode: Mode) -> Result<Report> {
                 },
                 t_th,
             )?;
-            rep.analysis_seconds = secs(start.elapsed());
+            rep.analysis_seconds = start.elapsed().as_secs_f64();
             rep.rates = Some(r);
             rep.decision = Some(d);
             d.stage
@@ -151,7 +147,7 @@ pub fn run(m: &Manager, k: &dyn Kernel, mode: Mode) -> Result<Report> {
     } else if stage {
         let t0 = Instant::now();
         m.prefetch(op.id, true)?;
-        rep.copy_in_seconds = secs(t0.elapsed());
+        rep.copy_in_seconds = t0.elapsed().as_secs_f64();
         rep.staged = m.in_fast(op.id)?;
         moved = rep.staged;
         if !rep.staged {
@@ -164,13 +160,13 @@ pub fn run(m: &Manager, k: &dyn Kernel, mode: Mode) -> Result<Report> {
     }
     let t1 = Instant::now();
     k.run(m)?;
-    rep.kernel_seconds = secs(t1.elapsed());
+    rep.kernel_seconds = t1.elapsed().as_secs_f64();
     if moved {
         let t2 = Instant::now();
         m.evict(op.id)?;
-        rep.copy_back_seconds = secs(t2.elapsed());
+        rep.copy_back_seconds = t2.elapsed().as_secs_f64();
     }
-    rep.seconds = secs(start.elapsed());
+    rep.seconds = start.elapsed().as_secs_f64();
     Ok(rep)
 }
 
@@ -221,7 +217,7 @@ fn calibrate_on(
         median_secs(reps, || {
             let t = Instant::now();
             p.run(m)?;
-            Ok(secs(t.elapsed()))
+            Ok(t.elapsed().as_secs_f64())
         })
     };
     for (i, &mode) in modes.iter().enumerate() {
@@ -233,7 +229,7 @@ fn calibrate_on(
         m.evict(id)?;
         let t = Instant::now();
         m.prefetch(id, true)?;
-        Ok(secs(t.elapsed()))
+        Ok(t.elapsed().as_secs_f64())
     })?;
     crate::ensure!(
         m.in_fast(id)?,
@@ -249,7 +245,7 @@ fn calibrate_on(
         m.write_use(id)?;
         let t = Instant::now();
         m.evict(id)?;
-        Ok(secs(t.elapsed()))
+        Ok(t.elapsed().as_secs_f64())
     })?;
     let boosts = |i: usize| Boosts {
         random: (slow_t[i][0] - fast_t[i][0]) / gb,
