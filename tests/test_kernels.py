@@ -129,6 +129,29 @@ def test_written_target_is_copied_back() -> None:
     assert (k.arrays["table"].to_numpy() == _hpcc_reference(1 << 12, 4 << 12)).all()
 
 
+def test_write_only_target_is_not_copied_in() -> None:
+    m = _manager()
+    n = 1 << 14
+    reference = kernels.probe(m, n, "random", read=False, write=True)
+    reference.run()  # writes each element's visiting order into it
+    want = reference.arrays["data"].to_numpy()
+    reference.free()
+    k = kernels.probe(m, n, "random", read=False, write=True)
+    with k.arrays["data"].write(overwrite=True) as v:
+        v[:] = 7  # stale bytes, never read
+    m.reset_stats()
+    rep = k.staged("always_stage")
+    assert rep["staged"] and rep["copy_in_skipped"] and rep["write"] and not rep["read"]
+    # The slow device was never read: no copy in; its bytes were written back after.
+    assert m.stats()[SLOW]["bytes_read"] == 0 and m.stats()[SLOW]["bytes_written"] == n * 8
+    data = k.arrays["data"]
+    assert data.device == SLOW and (data.to_numpy() == want).all()
+    m.check()
+    # A target that is also read is copied in.
+    k2 = kernels.random_access(m, 1 << 12)
+    assert not k2.staged("always_stage")["copy_in_skipped"]
+
+
 def test_a_target_larger_than_fast_memory_is_not_staged() -> None:
     m = _manager(fast="1 MiB")
     k = kernels.random_access(m, 1 << 18)  # 2 MiB
@@ -157,6 +180,37 @@ def test_line_rule_counts_fetched_lines() -> None:
     assert d["t_boost"] == pytest.approx(32 * 0.01 * 0.1 / 0.125)
     d = line.decide({"r_paf": 0.0, "r_sf": 0.0, "r_lf": 0.0}, u=1, read=True, write=False)
     assert d["stage"] and d["t_boost"] == d["t_boost_paper"] == pytest.approx(1.0)
+
+
+def test_a_sweep_whose_band_fits_the_cache_fetches_at_its_front() -> None:
+    # A 7-point stencil's gather: every row reads three planes of x, 2 * plane apart. The
+    # sample, from the start of each thread's rows, sees each plane fetch its lines; the
+    # cache holds the band, so in the loop only the leading plane fetches.
+    plane = 4096
+    rows = np.arange(1 << 17)
+    idx = np.stack([rows + o for o in (0, plane, 2 * plane)], axis=1).ravel()
+    r = staging.analyse(idx, elem_bytes=8, threads=2)
+    band = 2 * plane * 8 // 64  # lines between the trailing and the leading plane
+    assert band < r["band_lines"] <= band + 2048 // 3 * 8 // 64 + 2  # plus the sampled rows
+    assert r["r_front"] == pytest.approx(1 / 24, rel=0.05)  # a line per 8 rows of 3 accesses
+    assert 1 - r["r_lf"] > 2 * r["r_front"]  # the sample's view: every plane fetches
+    line = staging.BreakEven((1.0, 1.0, 0.1), (1.0, 1.0, 0.1), (1.0, 1.0, 0.1), 0.5, 0.5, lines=(0.0, 0.0, 0.875))
+    swept = staging.BreakEven(line.read, line.write, line.read_write, 0.5, 0.5, line.lines, cache_lines=4096)
+    no_model, model = (b.decide(r, u=3, read=True, write=False) for b in (line, swept))
+    assert model["t_boost"] == pytest.approx(no_model["t_boost"] * r["r_front"] / (1 - r["r_lf"]))
+    # A band wider than the cache: the line filter's count stands.
+    narrow = staging.BreakEven(line.read, line.write, line.read_write, 0.5, 0.5, line.lines, cache_lines=64)
+    assert narrow.decide(r, u=3, read=True, write=False)["t_boost"] == no_model["t_boost"]
+
+
+def test_calibration_on_an_emulated_device_reads_its_stall_counters() -> None:
+    # The emulated device's stall per probe is a function of the probe's traffic: two
+    # calibrations agree exactly on every gain (wall-clock differences would not).
+    a, b = (staging.calibrate(_manager(fast="64 MiB"), 1 << 18, reps=1) for _ in range(2))
+    for x, y in zip((a.read, a.write, a.read_write), (b.read, b.write, b.read_write), strict=True):
+        assert x == pytest.approx(y, rel=1e-3)
+    assert a.read[0] > a.read[2] > 0  # a random read costs more per GB than a sequential one
+    assert a.cache_lines > 0
 
 
 def test_bad_input_is_refused_by_name() -> None:

@@ -48,8 +48,9 @@ def analyse(indices: Any, elem_bytes: int = 8, threads: int | None = None) -> di
 class BreakEven:
     """One slow/fast device pair's break-even line: gains in s/GB as ``(random, strided,
     sequential)`` for loops that read, write, or both, copy times in (``t_1st``) and back
-    (``t_3rd``), s/GB, and the calibration patterns' line-filter hit rates ``lines``
-    (``(random, strided, sequential)``; all 0 gives the paper's rule)."""
+    (``t_3rd``), s/GB, the calibration patterns' line-filter hit rates ``lines``
+    (``(random, strided, sequential)``; all 0 gives the paper's rule) and the lines a core's
+    cache holds for one stream, ``cache_lines`` (0: no sweep model; see :meth:`decide`)."""
 
     read: tuple[float, float, float]
     write: tuple[float, float, float]
@@ -57,10 +58,11 @@ class BreakEven:
     t_1st: float
     t_3rd: float
     lines: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cache_lines: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The line as the core reads it (``{"read": {"random", "strided", "sequential"},
-        ..., "t_1st", "t_3rd", "lines"}``)."""
+        ..., "t_1st", "t_3rd", "lines", "cache_lines"}``)."""
 
         def boosts(b: tuple[float, float, float]) -> dict[str, float]:
             return {"random": b[0], "strided": b[1], "sequential": b[2]}
@@ -72,6 +74,7 @@ class BreakEven:
             "t_1st": self.t_1st,
             "t_3rd": self.t_3rd,
             "lines": list(self.lines),
+            "cache_lines": self.cache_lines,
         }
 
     @classmethod
@@ -90,6 +93,7 @@ class BreakEven:
                 float(d["t_1st"]),
                 float(d["t_3rd"]),
                 (float(lines[0]), float(lines[1]), float(lines[2])),
+                int(d.get("cache_lines", 0)),
             )
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise InvalidArgumentError(f"not a break-even line: {e!r}") from e
@@ -98,9 +102,22 @@ class BreakEven:
         """Stage when ``t_boost - t_copy > t_th`` (eq. 9): ``{"stage", "t_boost", "t_copy",
         "stage_paper", "t_boost_paper"}`` (s/GB). ``u``: accesses to the chunk over its
         elements; ``read``/``write``: whether the loop reads (copy in) and writes (copy back)
-        it. ``t_boost`` counts the lines the loop fetches, ``u * (1 - r_lf)``; the paper's
-        ``t_boost_paper`` counts every reference."""
-        r = {"r_paf": float(rates["r_paf"]), "r_sf": float(rates["r_sf"]), "r_lf": float(rates.get("r_lf", 0.0)), "samples": 0}
+        it. ``t_boost`` counts the lines the loop fetches, ``u`` times ``1 - r_lf`` (or the
+        sampled band's advance ``r_front`` when the band fits ``cache_lines``), at the gain of
+        the fetched lines' own pattern (``r_paf_fetched``, ``r_sf_fetched``); the paper's
+        ``t_boost_paper`` counts every reference at the gain of all of them. Rates missing
+        from ``rates`` default to what the paper's three imply."""
+        paf, sf, lf = float(rates["r_paf"]), float(rates["r_sf"]), float(rates.get("r_lf", 0.0))
+        r = {
+            "r_paf": paf,
+            "r_sf": sf,
+            "r_lf": lf,
+            "r_paf_fetched": float(rates.get("r_paf_fetched", paf)),
+            "r_sf_fetched": float(rates.get("r_sf_fetched", sf)),
+            "r_front": float(rates.get("r_front", 1.0 - lf)),
+            "band_lines": int(rates.get("band_lines", 0)),
+            "samples": 0,
+        }
         return dict(_tiermem.staging_decision(json.dumps(r), float(u), read, write, json.dumps(self.as_dict()), float(t_th)))
 
 

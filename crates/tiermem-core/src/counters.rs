@@ -28,6 +28,9 @@ pub struct DeviceCounters {
     pub writebacks_elided: AtomicU64,
     /// Allocations the device could not satisfy.
     pub alloc_failures: AtomicU64,
+    /// Nanoseconds an emulated device held tiermem kernels past their run at DRAM speed:
+    /// the extra time of their access patterns on it (zero on a real device).
+    pub kernel_stall_ns: AtomicU64,
 }
 
 /// A point-in-time copy of one device's counters.
@@ -49,6 +52,8 @@ pub struct CounterSnapshot {
     pub writebacks_elided: u64,
     /// See [`DeviceCounters::alloc_failures`].
     pub alloc_failures: u64,
+    /// See [`DeviceCounters::kernel_stall_ns`].
+    pub kernel_stall_ns: u64,
 }
 
 macro_rules! counter_fields {
@@ -61,7 +66,8 @@ macro_rules! counter_fields {
             evictions,
             dirty_writebacks,
             writebacks_elided,
-            alloc_failures
+            alloc_failures,
+            kernel_stall_ns
         )
     };
 }
@@ -92,6 +98,12 @@ impl DeviceCounters {
     /// Count a write of `n` bytes.
     pub fn wrote(&self, n: u64) {
         self.bytes_written.fetch_add(n, Relaxed);
+    }
+
+    /// Count a stall an emulated device imposed on a kernel.
+    pub fn stalled(&self, d: Duration) {
+        self.kernel_stall_ns
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
     }
 
     /// Add one to a counter.

@@ -31,6 +31,9 @@ pub const MAX_INPUTS: u32 = 256;
 pub const PAF_SAMPLES: usize = 2048;
 /// Strides a thread samples into its stride filter.
 pub const SF_SAMPLES: usize = 1024;
+/// Fetched lines (the LF's misses) a thread feeds its fetched-line PAF and SF: enough for
+/// their rates, and a bound on the analysis's cost when nearly every access fetches.
+pub const FETCHED_SAMPLES: u64 = 512;
 /// The page the PAF sees addresses by.
 pub const PAGE_BYTES: u64 = 4096;
 /// The line the LF sees addresses by.
@@ -99,6 +102,12 @@ impl<const W: usize, const MAX: u32> Bloom<W, MAX> {
             .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0)
     }
 
+    /// Whether nothing was set since the last clear (an observation now cannot hit).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.inputs == 0
+    }
+
     /// Empty it.
     pub fn clear(&mut self) {
         self.bits = [0; W];
@@ -129,6 +138,28 @@ pub struct Sampler {
     paf_samples: u64,
     sf_hits: u64,
     sf_samples: u64,
+    fetched: Fetched,
+}
+
+/// What a sampler sees of the lines its LF missed (the lines a loop fetches: the first
+/// [`FETCHED_SAMPLES`]), and of the band of lines its sample spans.
+#[derive(Debug, Clone, Default)]
+struct Fetched {
+    paf: Bloom,
+    sf: Bloom,
+    last: Option<u64>,
+    samples: u64,
+    paf_hits: u64,
+    sf_hits: u64,
+    sf_samples: u64,
+    /// Observations that met an empty filter (they cannot hit): left out of the rates, which
+    /// are then a warm filter's, however few lines were fetched.
+    paf_cold: u64,
+    sf_cold: u64,
+    /// Lowest and highest line sampled.
+    band: Option<(u64, u64)>,
+    /// The highest line once a quarter of the sample was in.
+    front_at_quarter: u64,
 }
 
 impl Sampler {
@@ -143,9 +174,21 @@ impl Sampler {
         if self.paf_samples < PAF_SAMPLES as u64 {
             self.paf_hits += u64::from(self.paf.observe(addr / PAGE_BYTES));
             // Lines are mixed first: the paper's bit-slice hashes alias strided lines.
-            let line = (addr / LINE_BYTES).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 36;
-            self.lf_hits += u64::from(self.lf.observe(line));
+            let line = addr / LINE_BYTES;
+            let hit = self
+                .lf
+                .observe(line.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 36);
+            self.lf_hits += u64::from(hit);
+            if !hit && self.fetched.samples < FETCHED_SAMPLES {
+                self.fetched.feed(addr);
+            }
+            let f = &mut self.fetched;
+            let (lo, hi) = f.band.unwrap_or((line, line));
+            f.band = Some((lo.min(line), hi.max(line)));
             self.paf_samples += 1;
+            if self.paf_samples == PAF_SAMPLES as u64 / 4 {
+                f.front_at_quarter = hi.max(line);
+            }
         }
         if let Some(prev) = self.last {
             if self.sf_samples < SF_SAMPLES as u64 {
@@ -155,6 +198,29 @@ impl Sampler {
         }
         self.last = Some(addr);
         !self.full()
+    }
+}
+
+impl Fetched {
+    /// A line the LF missed, at byte `addr`: into this PAF and SF.
+    fn feed(&mut self, addr: u64) {
+        self.samples += 1;
+        self.paf_cold += u64::from(self.paf.is_empty());
+        self.paf_hits += u64::from(self.paf.observe(addr / PAGE_BYTES));
+        if let Some(prev) = self.last {
+            self.sf_cold += u64::from(self.sf.is_empty());
+            self.sf_hits += u64::from(self.sf.observe(addr.wrapping_sub(prev)));
+            self.sf_samples += 1;
+        }
+        self.last = Some(addr);
+    }
+
+    /// Lines the band's top advanced per sampled access over the last three quarters of
+    /// the sample.
+    fn front_rate(&self, samples: u64) -> f64 {
+        let top = self.band.map_or(0, |b| b.1);
+        let later = samples - samples / 4;
+        top.saturating_sub(self.front_at_quarter) as f64 / later.max(1) as f64
     }
 }
 
@@ -168,6 +234,21 @@ pub struct Rates {
     /// LF hit rate: the share of accesses to a line used shortly before.
     #[serde(default)]
     pub r_lf: f64,
+    /// PAF hit rate over the lines the LF missed (the fetched lines' sparseness), of a warm
+    /// filter (observations of an empty one left out; 1 with none left).
+    #[serde(default)]
+    pub r_paf_fetched: f64,
+    /// SF hit rate over the lines the LF missed (the fetched lines' regularity), warm as
+    /// `r_paf_fetched` is.
+    #[serde(default)]
+    pub r_sf_fetched: f64,
+    /// Lines the top of a thread's sampled band of lines advanced per access, pooled: the
+    /// rate a sweep fetches new lines once the lines behind its front are cached.
+    #[serde(default)]
+    pub r_front: f64,
+    /// The widest band of lines one thread's sample spans (highest less lowest, plus one).
+    #[serde(default)]
+    pub band_lines: u64,
     /// Addresses sampled in all.
     pub samples: u64,
 }
@@ -191,10 +272,40 @@ pub fn rates(samplers: &[Sampler]) -> Result<Rates> {
              least two addresses per thread"
         )));
     }
+    let warm = |hits: u64, n: u64, cold: u64| {
+        let n = n - cold;
+        if n == 0 {
+            1.0
+        } else {
+            hits as f64 / n as f64
+        }
+    };
+    let r_paf_fetched = warm(
+        sum(|s| s.fetched.paf_hits),
+        sum(|s| s.fetched.samples),
+        sum(|s| s.fetched.paf_cold),
+    );
+    let r_sf_fetched = warm(
+        sum(|s| s.fetched.sf_hits),
+        sum(|s| s.fetched.sf_samples),
+        sum(|s| s.fetched.sf_cold),
+    );
+    let front: f64 = samplers
+        .iter()
+        .map(|s| s.fetched.front_rate(s.paf_samples) * s.paf_samples as f64)
+        .sum();
     Ok(Rates {
         r_paf: ph as f64 / ps as f64,
         r_sf: sh as f64 / ss as f64,
         r_lf: lh as f64 / ps as f64,
+        r_paf_fetched,
+        r_sf_fetched,
+        r_front: front / ps as f64,
+        band_lines: samplers
+            .iter()
+            .filter_map(|s| s.fetched.band.map(|(lo, hi)| hi - lo + 1))
+            .max()
+            .unwrap_or(0),
         samples: ps,
     })
 }
@@ -281,6 +392,10 @@ pub struct BreakEven {
     /// the paper's rule).
     #[serde(default)]
     pub lines: [f64; 3],
+    /// Lines a core's cache holds for one stream (0: no sweep model, see
+    /// [`BreakEven::fetches`]).
+    #[serde(default)]
+    pub cache_lines: u64,
 }
 
 /// A staging decision and the figures behind it (s/GB of chunk).
@@ -300,6 +415,22 @@ pub struct Decision {
 }
 
 impl BreakEven {
+    /// Lines fetched per sampled access: the LF's misses, `1 - R_lf`; but when a thread's
+    /// sample spans a band of lines the cache holds, the loop sweeps that band (a stencil, a
+    /// mesh, a band matrix), and once its first pass has filled the cache only the band's
+    /// advancing top fetches: `R_front`, if lower. A sample from the start of a sweep sees
+    /// every trailing run of the band fetch its lines for the first time, which the LF
+    /// counts and the cache will not.
+    #[must_use]
+    pub fn fetches(&self, r: &Rates) -> f64 {
+        let lf = 1.0 - r.r_lf;
+        if r.band_lines > 0 && r.band_lines <= self.cache_lines {
+            lf.min(r.r_front)
+        } else {
+            lf
+        }
+    }
+
     /// Decide for a chunk with these rates and use, at threshold `t_th` (s/GB).
     ///
     /// # Errors
@@ -328,7 +459,7 @@ impl BreakEven {
             strided: per_line(b.strided, self.lines[1]),
             sequential: per_line(b.sequential, self.lines[2]),
         };
-        let t_boost = u.u * (1.0 - r.r_lf) * lines.at(r.r_sf, r.r_paf);
+        let t_boost = u.u * self.fetches(r) * lines.at(r.r_sf_fetched, r.r_paf_fetched);
         let t_copy =
             f64::from(u8::from(u.read)) * self.t_1st + f64::from(u8::from(u.write)) * self.t_3rd;
         Ok(Decision {
@@ -394,17 +525,26 @@ mod tests {
             t_1st: 0.5,
             t_3rd: 0.6,
             lines: [0.0; 3],
+            cache_lines: 0,
         };
         let random = Rates {
             r_paf: 0.0,
             r_sf: 0.0,
             r_lf: 0.0,
+            r_paf_fetched: 0.0,
+            r_sf_fetched: 0.0,
+            r_front: 1.0,
+            band_lines: 1 << 20,
             samples: 1,
         };
         let seq = Rates {
             r_paf: 1.0,
             r_sf: 1.0,
             r_lf: 0.0,
+            r_paf_fetched: 1.0,
+            r_sf_fetched: 1.0,
+            r_front: 1.0,
+            band_lines: 256,
             samples: 1,
         };
         let read = Use {

@@ -272,7 +272,7 @@ def plot_staging(res: dict[str, Any], path: str) -> None:
     b.set_xscale("symlog")
     b.set_yscale("symlog")
     b.set_xlabel("predicted T_boost / T_copy - 1")
-    b.set_ylabel("measured T_boost / T_copy - 1")
+    b.set_ylabel("measured T_boost / T_copy - 1 (device stall)")
     b.set_title(f"SpMV decision suite: {res['suite_accuracy'] * 100:.0f}% correct", fontsize=9)
     b.legend(fontsize=8)
     _save(plt, fig, path, 120)

@@ -160,9 +160,10 @@ impl Throttle {
     }
 
     /// Charge a kernel's reads and writes that ran at DRAM speed: reserve the extra time
-    /// on each channel and wait for the later deadline.
-    pub fn charge_kernel(&self, read: (u64, u64), write: (u64, usize)) {
-        let mut until = Instant::now();
+    /// on each channel and wait for the later deadline. Returns how long it held the caller.
+    pub fn charge_kernel(&self, read: (u64, u64), write: (u64, usize)) -> Duration {
+        let start = Instant::now();
+        let mut until = start;
         if read.0 > 0 || read.1 > 0 {
             until = until.max(reserve(&self.read_busy, self.read_extra(read.0, read.1)));
         }
@@ -173,6 +174,7 @@ impl Throttle {
             ));
         }
         wait_until(until);
+        until.saturating_duration_since(start)
     }
 
     /// Charge traffic a model of a hardware cache put on this device (the 2LM model):

@@ -318,7 +318,7 @@ impl Device {
             self.counters.wrote(write.0);
         }
         if let Some(t) = &self.throttle {
-            t.charge_kernel(read, write);
+            self.counters.stalled(t.charge_kernel(read, write));
         }
     }
 

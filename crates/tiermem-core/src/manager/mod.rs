@@ -219,6 +219,20 @@ impl Manager {
         })
     }
 
+    /// A forced prefetch into fast memory for an object the caller will overwrite whole
+    /// ([`Policy::prefetch_for_overwrite`]): under a policy that skips the copy, nothing is
+    /// read from the slow copy, the object reads as zeros until written, and it is dirty (an
+    /// eviction writes it back).
+    pub fn prefetch_for_overwrite(&self, id: ObjectId) -> Result<()> {
+        self.with(|m, p| {
+            m.object(id)?;
+            p.prefetch_for_overwrite(m, id, true)?;
+            let r = m.primary(id)?;
+            m.set_dirty(r, true)?;
+            p.write_use(m, id)
+        })
+    }
+
     /// `evict!(object)`.
     pub fn evict(&self, id: ObjectId) -> Result<()> {
         self.with(|m, p| {

@@ -419,6 +419,27 @@ impl DataManager {
         )
     }
 
+    /// Zero a region of an object (its length), counting the bytes written; a region on a
+    /// device that is not byte-addressable is left as it is and `false` returned. The write
+    /// is not throttled: it is for fast memory, where staging puts a chunk to overwrite.
+    pub fn zero(&self, id: RegionId) -> Result<bool> {
+        let r = self.region(id)?;
+        let len = self.object(r.object)?.len;
+        if self.object(r.object)?.primary == id {
+            self.ensure_unpinned(r.object, "zeroing its primary region")?;
+        }
+        let dev = &self.devices[r.device];
+        let Some(p) = dev.addr(r.offset) else {
+            return Ok(false);
+        };
+        // SAFETY: the heap gave this region `len` bytes from `offset` on the device's map, no
+        // other region overlaps them, and no guard is open on it (it is not a pinned
+        // primary; a new region has no guard at all), so nothing else reads or writes them.
+        unsafe { std::ptr::write_bytes(p, 0, len as usize) };
+        dev.counters.wrote(len);
+        Ok(true)
+    }
+
     /// `in(region, device)`: the device index of a region.
     pub fn device_of(&self, id: RegionId) -> Result<usize> {
         Ok(self.region(id)?.device)

@@ -9,8 +9,8 @@ mod object;
 pub use data::DataManager;
 pub use moves::{
     create_first_fit, create_on, create_slow, device_for, evict_object, full, make_room,
-    prefetch_object, prefetch_object_at, stage_in, stage_out, writeback_begin, writeback_end,
-    writeback_object, Prefetched, Writeback,
+    prefetch_filled, prefetch_object, prefetch_object_at, stage_in, stage_out, writeback_begin,
+    writeback_end, writeback_object, Fill, Prefetched, Writeback,
 };
 pub use object::{Object, ObjectId, Region, RegionId};
 

@@ -248,6 +248,27 @@ pub fn prefetch_object(
     force: bool,
     start: Option<u64>,
 ) -> Result<Prefetched> {
+    prefetch_filled(m, id, target, (force, start), Fill::Copy)
+}
+
+/// How a prefetch fills the object's new region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// With the object's bytes (every prefetch but one for overwrite).
+    Copy,
+    /// With zeros, reading nothing from the old region, and dirty: for an object its user
+    /// is about to overwrite whole (staging a write-only chunk). Its slower copy is stale.
+    Zero,
+}
+
+/// [`prefetch_object`] filling the new region as `fill` says; `(force, start)` as there.
+pub fn prefetch_filled(
+    m: &mut DataManager,
+    id: ObjectId,
+    target: usize,
+    (force, start): (bool, Option<u64>),
+    fill: Fill,
+) -> Result<Prefetched> {
     let (x, len) = match prefetchable(m, id, target)? {
         Ok(from) => from,
         Err(outcome) => return Ok(outcome),
@@ -260,7 +281,7 @@ pub fn prefetch_object(
     let Some(y) = y else {
         return Ok(Prefetched::Skipped);
     };
-    switch_primary(m, id, x, y)
+    switch_primary(m, id, x, y, fill)
 }
 
 /// [`prefetch_object`] into the span at heap offset `at` of `target` (a plan's offset),
@@ -276,7 +297,7 @@ pub fn prefetch_object_at(
         Err(outcome) => return Ok(outcome),
     };
     match m.allocate_at(target, len, id, Some(at))? {
-        Some(y) => switch_primary(m, id, x, y),
+        Some(y) => switch_primary(m, id, x, y, Fill::Copy),
         None => Ok(Prefetched::Skipped),
     }
 }
@@ -299,15 +320,25 @@ fn prefetchable(
     Ok(Ok((x, o.len)))
 }
 
-/// Copy primary `x` into the new region `y`, keep `x` linked as a clean sibling and make
-/// `y` primary (the end of every prefetch).
+/// Fill the new region `y` from primary `x` as `fill` says, keep `x` linked as a clean
+/// sibling and make `y` primary (the end of every prefetch); a zero-filled `y` is dirty, so
+/// `x` is stale until it is written back.
 fn switch_primary(
     m: &mut DataManager,
     id: ObjectId,
     x: RegionId,
     y: RegionId,
+    fill: Fill,
 ) -> Result<Prefetched> {
-    if let Err(e) = m.copy(y, x) {
+    let filled = match fill {
+        Fill::Zero => match m.zero(y) {
+            Ok(true) => Ok(()),
+            Ok(false) => m.copy(y, x), // not byte-addressable: copy instead
+            Err(e) => Err(e),
+        },
+        Fill::Copy => m.copy(y, x),
+    };
+    if let Err(e) = filled {
         m.free(y)?;
         return Err(e);
     }
@@ -317,6 +348,9 @@ fn switch_primary(
     }
     link_all(m, x, y)?;
     m.set_primary(id, y)?;
+    if fill == Fill::Zero {
+        m.set_dirty(y, true)?;
+    }
     Ok(Prefetched::Done)
 }
 

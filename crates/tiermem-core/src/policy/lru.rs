@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::Policy;
 use crate::mechanism::{
-    create_first_fit, create_on, device_for, evict_object, make_room, prefetch_object, stage_in,
-    DataManager, ObjectId, Place,
+    create_first_fit, create_on, device_for, evict_object, make_room, prefetch_filled,
+    prefetch_object, stage_in, DataManager, Fill, ObjectId, Place,
 };
 use crate::{Error, Result};
 
@@ -68,6 +68,20 @@ impl Lru {
         if let Some(s) = self.stamps.remove(&id) {
             self.order.remove(&s);
         }
+    }
+
+    /// A forced-or-not prefetch into fast memory, filled as `fill` says; the object is used.
+    fn prefetch_filled(
+        &mut self,
+        m: &mut DataManager,
+        id: ObjectId,
+        force: bool,
+        fill: Fill,
+    ) -> Result<()> {
+        let start = self.victim_start(m);
+        prefetch_filled(m, id, 0, (force, Some(start)), fill)?;
+        self.touch(id);
+        Ok(())
     }
 
     /// The offset in fast memory of the least recently used unpinned object living there.
@@ -146,10 +160,16 @@ impl Policy for Lru {
     }
 
     fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, force: bool) -> Result<()> {
-        let start = self.victim_start(m);
-        prefetch_object(m, id, 0, force, Some(start))?;
-        self.touch(id);
-        Ok(())
+        self.prefetch_filled(m, id, force, Fill::Copy)
+    }
+
+    fn prefetch_for_overwrite(
+        &mut self,
+        m: &mut DataManager,
+        id: ObjectId,
+        force: bool,
+    ) -> Result<()> {
+        self.prefetch_filled(m, id, force, Fill::Zero)
     }
 
     fn evict(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {

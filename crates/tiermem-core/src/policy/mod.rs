@@ -60,6 +60,18 @@ pub trait Policy: Send {
     /// `prefetch!(object, force)`.
     fn prefetch(&mut self, m: &mut DataManager, id: ObjectId, force: bool) -> Result<()>;
 
+    /// A prefetch into fast memory for an object its user will overwrite whole: its bytes
+    /// there are unspecified until written (zeros where the policy skips the copy, as the
+    /// LRU policies do; its old bytes under policies that copy). The manager marks it dirty.
+    fn prefetch_for_overwrite(
+        &mut self,
+        m: &mut DataManager,
+        id: ObjectId,
+        force: bool,
+    ) -> Result<()> {
+        self.prefetch(m, id, force)
+    }
+
     /// `evict!(object)`.
     fn evict(&mut self, m: &mut DataManager, id: ObjectId) -> Result<()> {
         evict_object(m, id)

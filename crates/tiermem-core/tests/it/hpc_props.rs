@@ -69,6 +69,7 @@ proptest! {
             t_1st: 0.1,
             t_3rd: 0.1,
             lines: [0.0; 3],
+            cache_lines: 0,
         };
         let mut results = Vec::new();
         for md in [Mode::SlowOnly, [Mode::SlowOnly, Mode::AlwaysStage, Mode::PatternAware(line, 0.0)][mode as usize]] {
