@@ -204,11 +204,12 @@ def test_a_sweep_whose_band_fits_the_cache_fetches_at_its_front() -> None:
 
 
 def test_calibration_on_an_emulated_device_reads_its_stall_counters() -> None:
-    # The emulated device's stall per probe is a function of the probe's traffic: two
-    # calibrations agree exactly on every gain (wall-clock differences would not).
+    # The emulated device's stall per probe is a function of the probe's traffic and of
+    # the device's figures (fixed within a process): two calibrations agree on every gain,
+    # however busy the machine, where wall-clock differences range over a factor of two.
     a, b = (staging.calibrate(_manager(fast="64 MiB"), 1 << 18, reps=1) for _ in range(2))
     for x, y in zip((a.read, a.write, a.read_write), (b.read, b.write, b.read_write), strict=True):
-        assert x == pytest.approx(y, rel=1e-3)
+        assert x == pytest.approx(y, rel=1e-9)
     assert a.read[0] > a.read[2] > 0  # a random read costs more per GB than a sequential one
     assert a.cache_lines > 0
 

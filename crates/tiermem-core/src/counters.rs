@@ -28,8 +28,9 @@ pub struct DeviceCounters {
     pub writebacks_elided: AtomicU64,
     /// Allocations the device could not satisfy.
     pub alloc_failures: AtomicU64,
-    /// Nanoseconds an emulated device held tiermem kernels past their run at DRAM speed:
-    /// the extra time of their access patterns on it (zero on a real device).
+    /// Nanoseconds an emulated device charged tiermem kernels past their run at DRAM speed:
+    /// the extra time their traffic costs on it, as its model prices it (zero on a real
+    /// device).
     pub kernel_stall_ns: AtomicU64,
 }
 

@@ -160,21 +160,24 @@ impl Throttle {
     }
 
     /// Charge a kernel's reads and writes that ran at DRAM speed: reserve the extra time
-    /// on each channel and wait for the later deadline. Returns how long it held the caller.
+    /// on each channel and wait for the later deadline. Returns the extra time the traffic
+    /// costs on this device (the longer channel's; without any wait queued behind other
+    /// charges, so the same traffic always returns the same figure).
     pub fn charge_kernel(&self, read: (u64, u64), write: (u64, usize)) -> Duration {
-        let start = Instant::now();
-        let mut until = start;
+        let mut until = Instant::now();
+        let mut cost = Duration::ZERO;
         if read.0 > 0 || read.1 > 0 {
-            until = until.max(reserve(&self.read_busy, self.read_extra(read.0, read.1)));
+            let c = self.read_extra(read.0, read.1);
+            until = until.max(reserve(&self.read_busy, c));
+            cost = cost.max(c);
         }
         if write.0 > 0 {
-            until = until.max(reserve(
-                &self.write_busy,
-                self.write_extra(write.0, write.1),
-            ));
+            let c = self.write_extra(write.0, write.1);
+            until = until.max(reserve(&self.write_busy, c));
+            cost = cost.max(c);
         }
         wait_until(until);
-        until.saturating_duration_since(start)
+        cost
     }
 
     /// Charge traffic a model of a hardware cache put on this device (the 2LM model):
