@@ -24,6 +24,7 @@ def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
         },
     )
     monkeypatch.setattr(bench_staging, "QUICK_MATRICES", ("road_usa", "G_n_pin_pout"))
+    monkeypatch.setattr(bench_staging, "CHUNKED", ((3, 1 << 14), (3, 1 << 14)))
     res = bench_staging.run(quick=True, reps=1, progress=False)
     assert [r["kernel"] for r in res["staging"]] == ["Jacobi2D", "FFT"]
     for r in res["staging"]:
@@ -33,6 +34,9 @@ def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
         assert {"predicted_gain", "measured_gain", "u", "r", "w"} <= set(r)
     # The declared target sizes are the built kernels' (the fast device is sized from them).
     assert [r["target_bytes"] for r in res["staging"]] == [8 * 256 * 256, 16 << 14]
+    c = res["chunked"]
+    assert c["chunks"] == 3 and c["data_over_fast"] > 0 and 0 <= c["staged"] <= 3
+    assert set(c["seconds"]) == {"slow_only", "always_stage", "pattern_aware"} and c["copy_seconds"] > 0
     assert len(res["suite"]) == 2 * len(bench_staging.SCALES)
     assert 0 <= res["suite_accuracy"] <= 1 and 0 <= res["suite_accuracy_paper"] <= 1
     assert "decision suite" in bench_staging.report(res)

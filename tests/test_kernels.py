@@ -152,6 +152,37 @@ def test_write_only_target_is_not_copied_in() -> None:
     assert not k2.staged("always_stage")["copy_in_skipped"]
 
 
+def test_chunked_executor_stages_each_chunk_in_turn() -> None:
+    # Four source vectors (chunks) of 64 KiB with the matrix in fast memory, which has room
+    # for the matrix and one and a half chunks: every chunk is staged in its turn.
+    n, chunks = 1 << 13, 4
+    rowptr, cols, _ = matrices.generate("uniform", n)
+    fixed = (len(rowptr) * 8 + len(cols) * 12 + chunks * n * 8 + 3 * 4096) * 9 // 8
+    m = _manager(fast=f"{fixed + n * 12} B")
+    where: dict[str, str | int] = {"rowptr": "fast", "cols": "fast", "vals": "fast", "x": "slow", "y": "fast"}
+    tasks = kernels.spmv_chunks(m, (rowptr, cols, n), chunks, where=where)
+    assert all(t.arrays["cols"] is tasks[0].arrays["cols"] for t in tasks)  # one matrix
+    use = m.usage()["dram"]
+    free = use["capacity"] - use["used"]
+    assert chunks * n * 8 > free > n * 8  # the chunks together do not fit; one does
+    xs = [t.arrays["x"].to_numpy() for t in tasks]
+    line = staging.BreakEven((2.0, 1.0, 0.1), (2.0, 1.0, 0.1), (2.0, 1.0, 0.1), 0.1, 0.1)
+    out = kernels.run_chunks(tasks, "pattern_aware", line)
+    assert out["staged"] == chunks and len(out["chunks"]) == chunks
+    assert all(r["decision"]["stage"] and not r["fallback"] for r in out["chunks"])  # a uniform gather pays
+    assert out["copy_seconds"] > 0 and out["seconds"] >= out["kernel_seconds"]
+    vals = tasks[0].arrays["vals"].to_numpy()
+    dense = _csr_dense(rowptr, cols, vals, n)
+    for t, x in zip(tasks, xs, strict=True):
+        np.testing.assert_allclose(t.arrays["y"].to_numpy(), dense @ x, rtol=1e-12)
+        assert t.arrays["x"].device == SLOW  # each chunk went home after its task
+    for t in tasks:
+        t.free()
+    m.check()
+    with pytest.raises(InvalidArgumentError, match="no tasks"):
+        kernels.run_chunks([], "always_stage")
+
+
 def test_a_target_larger_than_fast_memory_is_not_staged() -> None:
     m = _manager(fast="1 MiB")
     k = kernels.random_access(m, 1 << 18)  # 2 MiB

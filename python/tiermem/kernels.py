@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .manager import Manager
     from .staging import BreakEven
 
-__all__ = ["Kernel", "random_access", "ptrans", "jacobi", "spmv", "fft", "dgemm", "probe", "KERNELS"]
+__all__ = ["Kernel", "random_access", "ptrans", "jacobi", "spmv", "spmv_chunks", "run_chunks", "fft", "dgemm", "probe", "KERNELS"]
 
 #: ``name -> (objects, parameters)`` of every kernel the core builds.
 KERNELS: dict[str, tuple[list[str], list[str]]] = {k: (list(o), list(p)) for k, o, p in _tiermem.HPC_KERNELS}
@@ -145,6 +146,35 @@ class Kernel:
         return f"Kernel({self.name}, {self.params})"
 
 
+def run_chunks(tasks: Sequence[Kernel], mode: str, line: BreakEven | None = None, t_th: float = 0.0) -> dict[str, Any]:
+    """The chunked staging executor (the paper's §2.2 and Fig. 10-11): data divided into
+    chunks, each the target of its own task (a :class:`Kernel`, such as :func:`spmv_chunks`
+    makes), run in turn. For each chunk: decide (in
+    ``pattern_aware`` mode, by sampling that chunk's own accesses), copy it in (not for a
+    chunk the task only writes), run the task, then copy it back (or drop it, for a chunk
+    the task only read). Fast memory need hold one chunk at a time; a chunk larger than fast
+    memory runs where it is, its report's ``fallback`` saying so. ``mode`` and ``line`` as
+    :meth:`Kernel.staged`.
+
+    Returns ``{"chunks": [each chunk's report], "staged": chunks staged, "seconds",
+    "analysis_seconds", "copy_seconds", "kernel_seconds"}`` (sums over the chunks)."""
+    if not tasks:
+        raise InvalidArgumentError("run_chunks: no tasks (one per chunk) given")
+    reports = [k.staged(mode, line, t_th) for k in tasks]
+
+    def total(key: str) -> float:
+        return float(sum(r[key] for r in reports))
+
+    return {
+        "chunks": reports,
+        "staged": sum(bool(r["staged"]) for r in reports),
+        "seconds": total("seconds"),
+        "analysis_seconds": total("analysis_seconds"),
+        "copy_seconds": total("copy_in_seconds") + total("copy_back_seconds"),
+        "kernel_seconds": total("kernel_seconds"),
+    }
+
+
 def _filled(m: Manager, data: np.ndarray, where: str | int) -> TieredArray:
     arr = m.array(data.shape, data.dtype, where=where)
     with arr.write(overwrite=True) as v:
@@ -194,11 +224,8 @@ def jacobi(m: Manager, dims: tuple[int, ...], sweeps: int = 1, where: str | int 
     return Kernel(m, f"jacobi{len(dims)}d", arrays, {**params, "sweeps": int(sweeps)})
 
 
-def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int | dict[str, str | int] = "slow", seed: int = 0) -> Kernel:
-    """``y = A x``, ``reps`` times, for a CRS ``matrix``: a ``(rowptr, cols, ncols)`` triple
-    (as :func:`tiermem.matrices.generate` makes) or anything with ``indptr``, ``indices`` and
-    ``shape`` (a SciPy CSR matrix). Values and ``x`` are random; ``where`` may give each of
-    ``rowptr``, ``cols``, ``vals``, ``x``, ``y`` its own place."""
+def _crs(matrix: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(rowptr, cols, ncols)`` of a CRS triple or a SciPy CSR matrix, checked."""
     if hasattr(matrix, "indptr"):
         rowptr, cols, ncols = matrix.indptr, matrix.indices, matrix.shape[1]
     else:
@@ -207,18 +234,46 @@ def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int | dict[str, st
     cols = np.asarray(cols)
     if cols.size and (cols.min() < 0 or cols.max() >= ncols):
         raise InvalidArgumentError(f"SpMV column indices must lie in [0, {ncols}), got [{cols.min()}, {cols.max()}]")
-    names = ("rowptr", "cols", "vals", "x", "y")
-    places = _places(where, names)
+    return rowptr, cols, int(ncols)
+
+
+def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int | dict[str, str | int] = "slow", seed: int = 0) -> Kernel:
+    """``y = A x``, ``reps`` times, for a CRS ``matrix``: a ``(rowptr, cols, ncols)`` triple
+    (as :func:`tiermem.matrices.generate` makes) or anything with ``indptr``, ``indices`` and
+    ``shape`` (a SciPy CSR matrix). Values and ``x`` are random; ``where`` may give each of
+    ``rowptr``, ``cols``, ``vals``, ``x``, ``y`` its own place."""
+    return spmv_chunks(m, matrix, 1, reps, where, seed)[0]
+
+
+def spmv_chunks(
+    m: Manager, matrix: Any, chunks: int, reps: int = 1, where: str | int | dict[str, str | int] = "slow", seed: int = 0
+) -> list[Kernel]:
+    """The paper's chunked SpMV (its CG and decision suite): one matrix and ``chunks``
+    source vectors, each a chunk of its own array; kernel ``k`` computes ``y_k = A x_k``
+    (``reps`` times). The kernels share the matrix's arrays; ``where`` as :func:`spmv`'s
+    (every ``x_k`` and ``y_k`` where ``x`` and ``y`` go). Run them through
+    :func:`run_chunks`; freeing each frees the shared arrays once."""
+    if chunks < 1:
+        raise InvalidArgumentError(f"SpMV needs at least one chunk (source vector), got {chunks}")
+    rowptr, cols, ncols = _crs(matrix)
+    places = _places(where, ("rowptr", "cols", "vals", "x", "y"))
     rng = np.random.default_rng(seed)
     rows, nnz = len(rowptr) - 1, len(cols)
-    arrays = {
+    shared = {
         "rowptr": _filled(m, rowptr, places["rowptr"]),
         "cols": _filled(m, cols.astype(np.uint32), places["cols"]),
         "vals": _filled(m, rng.random(nnz), places["vals"]),
-        "x": _filled(m, rng.random(int(ncols)), places["x"]),
-        "y": m.array(rows, np.float64, where=places["y"]),
     }
-    return Kernel(m, "spmv", arrays, {"rows": rows, "ncols": int(ncols), "nnz": nnz, "reps": int(reps)})
+    params = {"rows": rows, "ncols": ncols, "nnz": nnz, "reps": int(reps)}
+    return [
+        Kernel(
+            m,
+            "spmv",
+            {**shared, "x": _filled(m, rng.random(ncols), places["x"]), "y": m.array(rows, np.float64, where=places["y"])},
+            params,
+        )
+        for _ in range(chunks)
+    ]
 
 
 def fft(m: Manager, n: int, where: str | int = "slow", seed: int = 0) -> Kernel:

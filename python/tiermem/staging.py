@@ -102,8 +102,10 @@ class BreakEven:
         """Stage when ``t_boost - t_copy > t_th`` (eq. 9): ``{"stage", "t_boost", "t_copy",
         "stage_paper", "t_boost_paper"}`` (s/GB). ``u``: accesses to the chunk over its
         elements; ``read``/``write``: whether the loop reads (copy in) and writes (copy back)
-        it. ``t_boost`` counts the lines the loop fetches, ``u`` times ``1 - r_lf`` (or the
-        sampled band's advance ``r_front`` when the band fits ``cache_lines``), at the gain of
+        it. ``t_boost`` counts the lines the loop fetches, ``u`` times ``1 - r_lf`` (less when
+        the sampled working set, grown along ``ws_exponent`` to ``accesses_per_thread``,
+        fits ``cache_lines`` for long, or when the sampled band fits it and only its front
+        ``r_front`` fetches), at the gain of
         the fetched lines' own pattern (``r_paf_fetched``, ``r_sf_fetched``); the paper's
         ``t_boost_paper`` counts every reference at the gain of all of them. Rates missing
         from ``rates`` default to what the paper's three imply."""
@@ -116,6 +118,9 @@ class BreakEven:
             "r_sf_fetched": float(rates.get("r_sf_fetched", sf)),
             "r_front": float(rates.get("r_front", 1.0 - lf)),
             "band_lines": int(rates.get("band_lines", 0)),
+            "ws_exponent": float(rates.get("ws_exponent", 1.0)),
+            "sampled_per_thread": float(rates.get("sampled_per_thread", 0.0)),
+            "accesses_per_thread": float(rates.get("accesses_per_thread", 0.0)),
             "samples": 0,
         }
         return dict(_tiermem.staging_decision(json.dumps(r), float(u), read, write, json.dumps(self.as_dict()), float(t_th)))

@@ -160,6 +160,8 @@ struct Fetched {
     band: Option<(u64, u64)>,
     /// The highest line once a quarter of the sample was in.
     front_at_quarter: u64,
+    /// Distinct lines (LF misses) once a quarter of the sample was in.
+    lines_at_quarter: u64,
 }
 
 impl Sampler {
@@ -188,6 +190,7 @@ impl Sampler {
             self.paf_samples += 1;
             if self.paf_samples == PAF_SAMPLES as u64 / 4 {
                 f.front_at_quarter = hi.max(line);
+                f.lines_at_quarter = self.paf_samples - self.lf_hits;
             }
         }
         if let Some(prev) = self.last {
@@ -249,8 +252,25 @@ pub struct Rates {
     /// The widest band of lines one thread's sample spans (highest less lowest, plus one).
     #[serde(default)]
     pub band_lines: u64,
+    /// How the distinct lines a thread's sample touches grow with its length `n`, as
+    /// `n^ws_exponent` between a quarter of the sample and all of it: 1 when every access
+    /// is as likely to fetch late as early (a stream, a uniform gather), below 1 when a
+    /// few hot lines take ever more of the accesses (a power-law gather).
+    #[serde(default = "one")]
+    pub ws_exponent: f64,
+    /// Accesses per thread a sample was taken from (mean).
+    #[serde(default)]
+    pub sampled_per_thread: f64,
+    /// Accesses per thread in the whole loop, when known (0: not known): the working set
+    /// is extrapolated to it ([`BreakEven::fetches`]).
+    #[serde(default)]
+    pub accesses_per_thread: f64,
     /// Addresses sampled in all.
     pub samples: u64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Pool the samplers' counts (the paper sums the threads' private counters).
@@ -306,8 +326,24 @@ pub fn rates(samplers: &[Sampler]) -> Result<Rates> {
             .filter_map(|s| s.fetched.band.map(|(lo, hi)| hi - lo + 1))
             .max()
             .unwrap_or(0),
+        ws_exponent: ws_exponent(
+            sum(|s| s.fetched.lines_at_quarter),
+            ps - lh,
+            samplers.iter().all(|s| s.paf_samples >= PAF_SAMPLES as u64),
+        ),
+        sampled_per_thread: ps as f64 / samplers.len() as f64,
+        accesses_per_thread: 0.0,
         samples: ps,
     })
+}
+
+/// The working set's growth exponent from the distinct lines at a quarter of the samples
+/// and at all of them (1 unless every sample was full and both counts are positive).
+fn ws_exponent(at_quarter: u64, at_end: u64, full: bool) -> f64 {
+    if !full || at_quarter == 0 {
+        return 1.0;
+    }
+    ((at_end.max(at_quarter) as f64 / at_quarter as f64).ln() / 4f64.ln()).clamp(0.0, 1.0)
 }
 
 /// Analyse an index stream as `threads` threads would see it under a static schedule (each
@@ -341,7 +377,9 @@ pub fn analyse_indices(indices: &[i64], elem_bytes: u64, threads: usize) -> Resu
         }
         samplers.push(s);
     }
-    rates(&samplers)
+    let mut r = rates(&samplers)?;
+    r.accesses_per_thread = indices.len() as f64 / samplers.len() as f64;
+    Ok(r)
 }
 
 /// How a chunk is used in its loop (the paper's `U`, `R`, `W`, Table 4).
@@ -421,9 +459,35 @@ impl BreakEven {
     /// advancing top fetches: `R_front`, if lower. A sample from the start of a sweep sees
     /// every trailing run of the band fetch its lines for the first time, which the LF
     /// counts and the cache will not.
+    ///
+    /// And when the loop is longer than the sample (`accesses_per_thread`), the sample's
+    /// distinct lines `d0` in `n0` accesses are extrapolated along `n^ws_exponent`: while
+    /// the working set `d(N)` of the whole loop fits the cache, its lines are fetched once,
+    /// `d(N) / N` per access; past it, a cache of `C` lines misses at the working set's
+    /// slope where it reaches `C` (the working-set model of LRU), `ws_exponent * C / T`
+    /// with `d(T) = C`. A power-law gather's prefix sees its hot lines arrive and
+    /// overstates the misses of a loop that then hits them for a long time.
     #[must_use]
     pub fn fetches(&self, r: &Rates) -> f64 {
         let lf = 1.0 - r.r_lf;
+        let c = self.cache_lines as f64;
+        let (n0, n) = (r.sampled_per_thread, r.accesses_per_thread);
+        let beta = r.ws_exponent;
+        let extrapolated = if c > 0.0 && n > n0 && n0 > 0.0 && lf > 0.0 && beta < 1.0 {
+            let d0 = lf * n0;
+            let dn = d0 * (n / n0).powf(beta);
+            if dn <= c {
+                dn / n
+            } else if beta > 0.0 && d0 < c {
+                let t = n0 * (c / d0).powf(1.0 / beta);
+                beta * c / t
+            } else {
+                lf // the sample's own lines overflow the cache: it misses as sampled
+            }
+        } else {
+            lf
+        };
+        let lf = extrapolated.min(lf);
         if r.band_lines > 0 && r.band_lines <= self.cache_lines {
             lf.min(r.r_front)
         } else {
@@ -501,6 +565,59 @@ mod tests {
     }
 
     #[test]
+    fn a_power_law_gather_extrapolates_below_its_sampled_misses() {
+        // Zipf-like: index k drawn as floor(1 / u^1.6) over a large array, so a few hot
+        // elements take most accesses and new ones keep arriving ever more slowly.
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let zipf: Vec<i64> = (0..1 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                ((1.0 / u.max(1e-12).powf(1.6)) as i64).min(1 << 30) * 1031 % (1 << 30)
+            })
+            .collect();
+        let r = analyse_indices(&zipf, 8, 2).unwrap();
+        assert!(r.ws_exponent < 0.9, "{r:?}");
+        assert_eq!(r.accesses_per_thread, (1 << 19) as f64);
+        let line = BreakEven {
+            read: Boosts {
+                random: 1.0,
+                strided: 1.0,
+                sequential: 0.1,
+            },
+            write: Boosts {
+                random: 1.0,
+                strided: 1.0,
+                sequential: 0.1,
+            },
+            read_write: Boosts {
+                random: 1.0,
+                strided: 1.0,
+                sequential: 0.1,
+            },
+            t_1st: 0.5,
+            t_3rd: 0.5,
+            lines: [0.0; 3],
+            cache_lines: 4096,
+        };
+        let f = line.fetches(&r);
+        assert!(f < 0.5 * (1.0 - r.r_lf), "{f} vs {}", 1.0 - r.r_lf);
+        // Unknown loop length, or no cache model: the sample's own rate.
+        let short = Rates {
+            accesses_per_thread: 0.0,
+            ..r
+        };
+        assert_eq!(line.fetches(&short), 1.0 - r.r_lf);
+        // A uniform gather grows linearly: nothing to extrapolate.
+        let uniform = lcg(1 << 18, 1 << 27);
+        let r = analyse_indices(&uniform, 8, 2).unwrap();
+        assert!(r.ws_exponent > 0.97, "{r:?}");
+        assert!((line.fetches(&r) - (1.0 - r.r_lf)).abs() < 0.05);
+    }
+
+    #[test]
     fn a_filter_clears_after_its_inputs() {
         let mut b: Bloom = Bloom::default();
         for x in 0..u64::from(MAX_INPUTS) {
@@ -535,6 +652,9 @@ mod tests {
             r_sf_fetched: 0.0,
             r_front: 1.0,
             band_lines: 1 << 20,
+            ws_exponent: 1.0,
+            sampled_per_thread: 1.0,
+            accesses_per_thread: 0.0,
             samples: 1,
         };
         let seq = Rates {
@@ -545,6 +665,9 @@ mod tests {
             r_sf_fetched: 1.0,
             r_front: 1.0,
             band_lines: 256,
+            ws_exponent: 1.0,
+            sampled_per_thread: 1.0,
+            accesses_per_thread: 0.0,
             samples: 1,
         };
         let read = Use {

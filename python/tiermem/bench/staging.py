@@ -9,6 +9,9 @@ also runs under ``first_touch`` (arrays in fast memory while it has room, in all
 and under the ``2lm_model`` policy (fast memory as a hardware cache). Fast memory holds 1.25
 times the target. Each figure is the median of ``reps`` interleaved runs.
 
+Then the chunked executor (the paper's §2.2): CG's SpMV over several source vectors, each a
+chunk, together several times fast memory; each mode runs the chunks in turn.
+
 Part 2, the decision suite (the paper's §5.3): SpMV with the structures of the paper's Table 2
 (:mod:`tiermem.matrices`), rows scaled 1, 1/8 and 1/32, ``x`` on the slow device and the
 matrix in fast memory; a decision is correct when its sign agrees with the measured one
@@ -86,6 +89,9 @@ QUICK_MATRICES = (
     "wikipedia-20061104",
 )
 SCALES = (1.0, 1 / 8, 1 / 32)
+#: The chunked CG's chunks and columns (a chunk is a vector of that many ``float64``), with
+#: ``--quick`` and without.
+CHUNKED = ((4, 1 << 18), (8, 1 << 23))
 
 
 def _manager(fast: int, big: int, policy: str) -> Manager:
@@ -218,6 +224,40 @@ def _suite_row(name: str, scale: float, ncols: int, reps: int, line: Any, big: i
     }
 
 
+def _chunked_row(quick: bool, reps: int, line: Any, big: int) -> dict[str, Any]:
+    """CG's SpMV over several source vectors, each a chunk (the paper's CG and suite): the
+    chunks together are several times fast memory, which holds the matrix, the results and
+    one chunk; each mode runs every chunk in turn (:func:`tiermem.kernels.run_chunks`)."""
+    chunks, ncols = CHUNKED[0 if quick else 1]
+    rowptr, cols, n = matrices.generate("uniform", ncols, row_scale=1 / 8)
+    rows = len(rowptr) - 1
+    fast = int((len(rowptr) * 8 + len(cols) * 12 + chunks * rows * 8) * 1.05) + int(ncols * 8 * 1.25) + (1 << 20)
+    where: dict[str, str | int] = {"rowptr": "fast", "cols": "fast", "vals": "fast", "x": "slow", "y": "fast"}
+    tasks = kernels.spmv_chunks(_manager(fast, big, "lru_in_place"), (rowptr, cols, n), chunks, reps=7, where=where)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    modes = ("slow_only", "always_stage", "pattern_aware")
+    kernels.run_chunks(tasks, "slow_only")  # warm-up
+    for rep in range(reps):
+        for i in range(len(modes)):
+            mode = modes[(rep + i) % len(modes)]
+            runs.setdefault(mode, []).append(kernels.run_chunks(tasks, mode, line))
+    for t in tasks:
+        t.free()
+    seconds = {mode: median(r["seconds"] for r in rs) for mode, rs in runs.items()}
+    return {
+        "kernel": "CG (chunked)",
+        "chunks": chunks,
+        "chunk_bytes": ncols * 8,
+        "fast_bytes": fast,
+        "data_over_fast": chunks * ncols * 8 / fast,
+        "staged": runs["pattern_aware"][0]["staged"],
+        "seconds": seconds,
+        "pattern_aware_over_best": seconds["pattern_aware"] / min(seconds["slow_only"], seconds["always_stage"]),
+        "analysis_seconds": median(r["analysis_seconds"] for r in runs["pattern_aware"]),
+        "copy_seconds": median(r["copy_seconds"] for r in runs["always_stage"]),
+    }
+
+
 def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> dict[str, Any]:
     """Calibrate, then measure the kernels and the decision suite."""
     reps = reps or (3 if quick else 5)
@@ -238,10 +278,12 @@ def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> d
         "staging": [],
         "suite": [],
     }
-    with Progress(len(KERNELS) + len(names) * len(SCALES), "bench staging", progress) as bar:
+    with Progress(len(KERNELS) + 1 + len(names) * len(SCALES), "bench staging", progress) as bar:
         for name, case in KERNELS.items():
             out["staging"].append(_kernel_row(name, case, quick, reps, line, big))
             bar.step(name)
+        out["chunked"] = _chunked_row(quick, reps, line, big)
+        bar.step("CG (chunked)")
         for name in names:
             for scale in SCALES:
                 out["suite"].append(_suite_row(name, scale, ncols, reps, line, big))
@@ -301,6 +343,18 @@ def report(res: dict[str, Any]) -> str:
         table(head, rows),
         "",
     ]
+    c = res.get("chunked")
+    if c:
+        sec = c["seconds"]
+        lines += [
+            f"chunked: {c['kernel']}, {c['chunks']} chunks of {format_bytes(c['chunk_bytes'])} "
+            f"({c['data_over_fast']:.1f}x fast memory): slow-only {sec['slow_only']:.3f} s, always-stage "
+            f"{sec['always_stage']:.3f} s ({sec['slow_only'] / sec['always_stage']:.2f}x), pattern-aware "
+            f"{sec['pattern_aware']:.3f} s ({sec['slow_only'] / sec['pattern_aware']:.2f}x, {c['staged']}/{c['chunks']} "
+            f"chunks staged; {c['pattern_aware_over_best']:.3f} of the better), analysis "
+            f"{c['analysis_seconds'] / c['copy_seconds'] * 100:.3f}% of the copies",
+            "",
+        ]
     suite = res["suite"]
     wrong = [r for r in suite if not r["correct"]]
     lines.append(

@@ -94,7 +94,12 @@ pub fn analyse(m: &Manager, k: &dyn Kernel, op: usize) -> Result<Rates> {
             Ok(s)
         })
         .collect::<Result<Vec<_>>>()?;
-    rates(&samplers)
+    let mut r = rates(&samplers)?;
+    let (target, u) = k.target();
+    if target == op {
+        r.accesses_per_thread = u * k.operands()[op].len as f64 / th as f64;
+    }
+    Ok(r)
 }
 
 /// Run `k` once under `mode` on a manager whose policy moves only when told
