@@ -143,7 +143,7 @@ pub struct Sampler {
 
 /// What a sampler sees of the lines its LF missed (the lines a loop fetches: the first
 /// [`FETCHED_SAMPLES`]), and of the band of lines its sample spans.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Fetched {
     paf: Bloom,
     sf: Bloom,
@@ -156,8 +156,8 @@ struct Fetched {
     /// are then a warm filter's, however few lines were fetched.
     paf_cold: u64,
     sf_cold: u64,
-    /// Lowest and highest line sampled.
-    band: Option<(u64, u64)>,
+    /// Lowest and highest line sampled (`u64::MAX, 0` before any).
+    band: (u64, u64),
     /// The highest line once a quarter of the sample was in.
     front_at_quarter: u64,
     /// Distinct lines (LF misses) once a quarter of the sample was in.
@@ -185,11 +185,10 @@ impl Sampler {
                 self.fetched.feed(addr);
             }
             let f = &mut self.fetched;
-            let (lo, hi) = f.band.unwrap_or((line, line));
-            f.band = Some((lo.min(line), hi.max(line)));
+            f.band = (f.band.0.min(line), f.band.1.max(line));
             self.paf_samples += 1;
             if self.paf_samples == PAF_SAMPLES as u64 / 4 {
-                f.front_at_quarter = hi.max(line);
+                f.front_at_quarter = f.band.1;
                 f.lines_at_quarter = self.paf_samples - self.lf_hits;
             }
         }
@@ -201,6 +200,25 @@ impl Sampler {
         }
         self.last = Some(addr);
         !self.full()
+    }
+}
+
+impl Default for Fetched {
+    fn default() -> Self {
+        Fetched {
+            paf: Bloom::default(),
+            sf: Bloom::default(),
+            last: None,
+            samples: 0,
+            paf_hits: 0,
+            sf_hits: 0,
+            sf_samples: 0,
+            paf_cold: 0,
+            sf_cold: 0,
+            band: (u64::MAX, 0),
+            front_at_quarter: 0,
+            lines_at_quarter: 0,
+        }
     }
 }
 
@@ -221,7 +239,7 @@ impl Fetched {
     /// Lines the band's top advanced per sampled access over the last three quarters of
     /// the sample.
     fn front_rate(&self, samples: u64) -> f64 {
-        let top = self.band.map_or(0, |b| b.1);
+        let top = self.band.1;
         let later = samples - samples / 4;
         top.saturating_sub(self.front_at_quarter) as f64 / later.max(1) as f64
     }
@@ -323,7 +341,8 @@ pub fn rates(samplers: &[Sampler]) -> Result<Rates> {
         r_front: front / ps as f64,
         band_lines: samplers
             .iter()
-            .filter_map(|s| s.fetched.band.map(|(lo, hi)| hi - lo + 1))
+            .filter(|s| s.paf_samples > 0)
+            .map(|s| s.fetched.band.1 - s.fetched.band.0 + 1)
             .max()
             .unwrap_or(0),
         ws_exponent: ws_exponent(
