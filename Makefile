@@ -72,7 +72,7 @@ demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mo
 	$(VENV)/bin/tiermem bench tensors --quick --model resnet --ratio 8:1 --iters 3 --rounds 2 --stat median --out results/demo/train --json results/demo/train.json
 
 .PHONY: bench-quick
-bench-quick: build $(TORCH_STAMP) ## quick copy, embedding, tiered-tensor, dispatch, staging and traits benchmarks with JSON and plots into results/
+bench-quick: build $(TORCH_STAMP) ## quick copy, embedding, tiered-tensor, dispatch, staging, traits and criteo benchmarks with JSON and plots into results/
 	mkdir -p results
 	$(VENV)/bin/tiermem bench copy --quick --json results/bench-copy.json --plot results/bench-copy.png
 	$(VENV)/bin/tiermem bench embedding --quick --json results/bench-embedding.json --plot results/bench-embedding.png
@@ -80,11 +80,12 @@ bench-quick: build $(TORCH_STAMP) ## quick copy, embedding, tiered-tensor, dispa
 	$(VENV)/bin/tiermem bench dispatch --quick --json results/bench-dispatch.json
 	$(VENV)/bin/tiermem bench staging --quick --json results/bench-staging.json --plot results/bench-staging.png
 	$(VENV)/bin/tiermem bench traits --quick --json results/bench-traits.json --plot results/bench-traits.png
+	$(VENV)/bin/tiermem bench criteo --quick --json results/bench-criteo.json
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZ_SECONDS (default 600); installs cargo-fuzz (stable toolchain, RUSTC_BOOTSTRAP)
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-	cd fuzz && for t in heap_ops manager_ops bags; do \
+	cd fuzz && for t in heap_ops manager_ops bags criteo_lines; do \
 		RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; done
 
 .PHONY: lint

@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("arch",),
     ("sys",),
     ("counters",),
-    ("calib", "pattern"),
+    ("calib", "pattern", "criteo"),
     ("device",),
     ("copy",),
     ("heap",),

@@ -25,8 +25,10 @@ __all__ = [
     "REUSE_BUCKETS",
     "TRAIT_KEYS",
     "HPC_KERNELS",
+    "CriteoParser",
     "Kernel",
     "calibrate_staging",
+    "criteo_ranges",
     "Recorder",
     "BlockFile",
     "Table",
@@ -338,6 +340,16 @@ class Kernel:
     def staged(self, mode: str, line: str | None = None, t_th: float = 0.0) -> dict[str, Any]: ...
 
 def calibrate_staging(manager: Manager, len: int, reps: int) -> dict[str, Any]: ...
+
+@final
+class CriteoParser:
+    def __new__(
+        cls, path: str, rows: list[int], start: int, end: int | None, max_line: int, stop_on_bad: bool
+    ) -> CriteoParser: ...
+    def fill(self, labels: Any, dense: Any, cats: Any) -> tuple[int, int, int, int, tuple[int, str] | None]: ...
+    def examples(self) -> list[tuple[int, str]]: ...
+
+def criteo_ranges(path: str, parts: int) -> list[tuple[int, int]]: ...
 def analyse_pattern(indices: Any, elem_bytes: int, threads: int) -> dict[str, Any]: ...
 def staging_decision(rates: str, u: float, read: bool, write: bool, line: str, t_th: float) -> dict[str, Any]: ...
 def memory_spaces(

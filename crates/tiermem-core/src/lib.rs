@@ -10,7 +10,7 @@
 //! | base | [`error`](Error), [`lock_order`] |
 //! | hardware | [`arch`] (ISA, copy kernels, hints), [`sys`] (maps, files, NUMA) |
 //! | counting | [`counters`] |
-//! | figures | [`calib`] (DRAM figures and probes), [`pattern`] (access-pattern analysis for staging) |
+//! | figures | [`calib`] (DRAM figures and probes), [`pattern`] (access-pattern analysis for staging), [`criteo`] (the Criteo TSV reader) |
 //! | devices | [`device`] (kinds, traits, emulation, discovery) |
 //! | copies | [`copy`] (the copy engine) |
 //! | heaps | [`heap`] |
@@ -20,6 +20,7 @@
 //! | facade | [`manager`] (one lock, guards, reservations, batched ops) |
 //! | traits | [`traits`] (allocation by H2M traits: spaces over devices, commit strategies, migration) |
 //! | measurement | [`measure`] (device figures for calibrate and info) |
+//! | kernels | [`hpc`] (HPC kernels over tiered arrays, the staging executor) |
 //!
 //! ```
 //! use tiermem_core::{device::Device, mechanism::Place, policy, manager::Manager};
@@ -38,6 +39,7 @@ pub mod arch;
 pub mod calib;
 pub mod copy;
 pub mod counters;
+pub mod criteo;
 pub mod device;
 mod error;
 pub mod heap;

@@ -18,6 +18,10 @@
 //! (a banded SpMV reads each `x` element dozens of times but fetches its line once).
 //! [`BreakEven::decide`] scales the gain by the lines fetched, `U (1 - R_lf)`, against the
 //! calibration patterns' own line reuse; with no line reuse anywhere it is the paper's rule.
+//! Two models then see past the sample ([`BreakEven::fetches`]): a sweep whose band of lines
+//! fits the cache fetches only at its front (`R_front`), and a working set that grows slowly
+//! (`ws_exponent`) is extrapolated to the whole loop. The fetched lines are priced at their
+//! own pattern: a PAF and an SF fed only the LF's misses (`R_paf_fetched`, `R_sf_fetched`).
 
 use serde::{Deserialize, Serialize};
 

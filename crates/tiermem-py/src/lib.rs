@@ -26,6 +26,8 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::traits::PyTraited>()?;
     m.add_class::<core::hpc::PyKernel>()?;
     m.add_function(wrap_pyfunction!(core::hpc::calibrate_staging, m)?)?;
+    m.add_class::<core::criteo::PyCriteoParser>()?;
+    m.add_function(wrap_pyfunction!(core::criteo::criteo_ranges, m)?)?;
     m.add_class::<embed::table::PyTable>()?;
     m.add_class::<embed::blockfile::PyBlockFile>()?;
     m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;

@@ -1,6 +1,6 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
 ``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``bench plan``, ``bench staging``,
-``bench traits``, ``plan``, ``train dlrm``,
+``bench traits``, ``bench criteo``, ``plan``, ``train dlrm``,
 ``stress``, ``demo``."""
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(trt)
     trt.add_argument("--plot", metavar="PNG", help="write seconds against the fast limit per strategy (needs matplotlib)")
     trt.add_argument("--reps", type=integer(1, 100), help="runs per figure (default 5, 3 with --quick)")
+    cri = bsub.add_parser("criteo", help="the core Criteo reader vs the Python reference on one file: lines/s, identical batches")
+    _add_output(cri)
+    cri.add_argument("--lines", type=integer(1000, 1 << 32), help="synthetic lines (default 1,000,000; 100,000 with --quick)")
+    cri.add_argument("--file", metavar="TSV", help="read this Criteo file instead of a synthetic one")
+    cri.add_argument("--reps", type=integer(1, 100), help="core reader runs (default 3, 1 with --quick)")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(
@@ -259,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.traits import run_cli as run_traits
 
             return run_traits(args)
+        if args.command == "bench" and args.bench == "criteo":
+            from ..bench.criteo import run_cli as run_criteo
+
+            return run_criteo(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

@@ -2,7 +2,7 @@
 and a streaming reader for the Criteo display-advertising TSV format."""
 
 from .batch import Batch
-from .criteo import CriteoFormatError, CriteoReader, write_criteo
+from .criteo import CriteoFormatError, CriteoReader, line_ranges, write_criteo
 from .synthetic import SyntheticData
 
-__all__ = ["Batch", "SyntheticData", "CriteoReader", "CriteoFormatError", "write_criteo"]
+__all__ = ["Batch", "SyntheticData", "CriteoReader", "CriteoFormatError", "line_ranges", "write_criteo"]

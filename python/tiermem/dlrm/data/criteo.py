@@ -9,6 +9,12 @@ clamped to 0, and each becomes ``log(x + 1)``; a categorical value is hashed int
 time, so memory stays bounded whatever its size; :attr:`CriteoReader.position` is the byte
 offset after the last batch handed out, from which a resumed run continues.
 
+Parsing, hashing and batching run in the core (``engine="core"``, the default; the GIL is
+released while a batch fills), or in Python (``engine="python"``, the reference the core is
+tested against: the same batches, counts and reasons on any file). ``start``/``end`` bound
+the lines read to those starting in a byte range, so that ranks given adjacent ranges from
+:func:`line_ranges` read every line once.
+
 Malformed lines (a wrong column count, a label other than 0/1, an integer or hexadecimal
 field that does not parse or does not fit 64 bits, a line longer than ``max_line`` bytes) are
 skipped and counted (``bad_lines="skip"``), or stop the read with :class:`CriteoFormatError`
@@ -26,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ... import _tiermem
 from ...exceptions import InvalidArgumentError
 from .batch import Batch
 
@@ -92,8 +99,11 @@ class CriteoReader:
         batch_size: samples per batch; the last, shorter batch is dropped unless
             ``keep_last`` (training wants equal batches).
         bad_lines: ``"skip"`` (count them, see :attr:`bad`) or ``"error"``.
-        start: byte offset to start from (a checkpoint's :attr:`position`).
+        start: byte offset to start from (a checkpoint's :attr:`position`, or a bound from
+            :func:`line_ranges`).
+        end: read only lines that start before this byte offset (default: the whole file).
         max_line: longest line in bytes; a longer one is a malformed line.
+        engine: ``"core"`` (parsed in the core) or ``"python"`` (the reference).
     """
 
     def __init__(
@@ -106,6 +116,8 @@ class CriteoReader:
         start: int = 0,
         keep_last: bool = False,
         max_line: int = MAX_LINE,
+        end: int | None = None,
+        engine: str = "core",
     ) -> None:
         if not isinstance(max_line, int) or not 256 <= max_line <= 1 << 30:
             raise InvalidArgumentError(f"max_line must be an integer from 256 to 2**30 bytes, got {max_line!r}")
@@ -122,6 +134,12 @@ class CriteoReader:
         size = os.path.getsize(path)
         if not 0 <= start <= size:
             raise InvalidArgumentError(f"start offset {start} is outside the file's {size} bytes")
+        if end is not None and not start <= end:
+            raise InvalidArgumentError(f"end offset {end} is before the start offset {start}")
+        if engine not in ("core", "python"):
+            raise InvalidArgumentError(f"engine {engine!r}: choose 'core' or 'python'")
+        self.end = None if end is None else min(int(end), size)
+        self.engine = engine
         self.path = os.fspath(path)
         self.rows = [int(r) for r in rows]
         self.batch_size = int(batch_size)
@@ -138,6 +156,34 @@ class CriteoReader:
         self.bad_examples: list[tuple[int, str]] = []
 
     def __iter__(self) -> Iterator[Batch]:
+        return self._iter_core() if self.engine == "core" else self._iter_python()
+
+    def _iter_core(self) -> Iterator[Batch]:
+        b = self.batch_size
+        labels = np.empty(b, np.float32)
+        dense = np.empty((b, INT_FEATURES), np.float32)
+        cats = np.empty((CAT_FEATURES, b), np.int64)
+        p = _tiermem.CriteoParser(self.path, self.rows, self.position, self.end, self.max_line, self.bad_lines == "error")
+        lines0, bad0, examples0 = self.lines, self.bad, list(self.bad_examples)
+        while True:
+            n, pos, lines, bad, failed = p.fill(labels, dense, cats)
+            self.lines, self.bad = lines0 + lines, bad0 + bad
+            if bad:
+                self.bad_examples = (examples0 + [(lines0 + k, why) for k, why in p.examples()])[:5]
+            if failed is not None:
+                raise CriteoFormatError(f"{self.path}: line {lines0 + failed[0]} (from byte {self.position}): {failed[1]}")
+            if n == b:
+                self.position = pos
+                yield self._batch(labels, dense, cats, n)
+                continue
+            if n and self.keep_last:
+                self.position = pos
+                yield self._batch(labels, dense, cats, n)
+            elif not n:
+                self.position = pos
+            return
+
+    def _iter_python(self) -> Iterator[Batch]:
         b = self.batch_size
         labels = np.empty(b, np.float32)
         dense = np.empty((b, INT_FEATURES), np.float32)
@@ -147,6 +193,8 @@ class CriteoReader:
             f.seek(self.position)
             pos = self.position
             for line, used in _bounded_lines(f, self.max_line):
+                if self.end is not None and pos >= self.end:
+                    break
                 pos += used
                 self.lines += 1
                 if line is not None and not line.strip():
@@ -189,6 +237,15 @@ class CriteoReader:
     def report(self) -> dict[str, Any]:
         """Lines read, malformed lines skipped and examples of them."""
         return {"lines": self.lines, "bad_lines": self.bad, "examples": list(self.bad_examples)}
+
+
+def line_ranges(path: str | os.PathLike[str], parts: int) -> list[tuple[int, int]]:
+    """``parts`` adjacent byte ranges ``(start, end)`` covering a file, each starting at a
+    line start: readers given them (``CriteoReader(..., start=, end=)``) read every line
+    once, rank ``r`` the ``r``-th."""
+    if parts < 1:
+        raise InvalidArgumentError(f"a file splits into at least one range, got {parts}")
+    return [(int(a), int(b)) for a, b in _tiermem.criteo_ranges(os.fspath(path), int(parts))]
 
 
 def _bounded_lines(f: Any, limit: int) -> Iterator[tuple[bytes | None, int]]:
