@@ -7,6 +7,7 @@ __version__: str
 __all__ = [
     "CACHE_POLICIES",
     "COMMIT_STRATEGIES",
+    "CRITEO",
     "DISTRIBUTIONS",
     "DTYPES",
     "DataApi",
@@ -70,6 +71,7 @@ OPTIMIZERS: list[str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
 MEMORY_ALIGN: int
+CRITEO: dict[str, int]
 MEMORY_SPACES: list[str]
 MEMORY_SPACE_ENV: list[str]
 TRAIT_KEYS: list[str]

@@ -26,6 +26,21 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
             .map(|(k, o, p)| (*k, o.to_vec(), p.to_vec()))
             .collect::<Vec<_>>(),
     )?;
+    {
+        use tiermem_core::criteo as c;
+        m.add(
+            "CRITEO",
+            [
+                ("int_features", c::INT_FEATURES),
+                ("cat_features", c::CAT_FEATURES),
+                ("max_int_digits", c::MAX_INT_DIGITS),
+                ("max_hex_digits", c::MAX_HEX_DIGITS),
+                ("examples", c::EXAMPLES),
+            ]
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        )?;
+    }
     m.add(
         "COMMIT_STRATEGIES",
         tiermem_core::traits::Strategy::NAMES.to_vec(),

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ..dlrm.data.criteo import CriteoReader, write_criteo
+from ..dlrm.data.criteo import CAT_FEATURES, INT_FEATURES, CriteoReader, write_criteo
 from ..exceptions import InvalidArgumentError
 from ..report.output import measured_cli
 from ..report.table import table
 
 #: Tables' rows for hashing (the DLRM Kaggle configuration's largest are ~10M).
-ROWS = [10_000_000 if k % 3 == 0 else 100_000 for k in range(26)]
+ROWS = [10_000_000 if k % 3 == 0 else 100_000 for k in range(CAT_FEATURES)]
 BATCH = 2048
 
 
@@ -42,12 +42,13 @@ def _damage(path: str, every: int, seed: int) -> int:
                 kind = int(rng.integers(3))
                 cols = line.rstrip(b"\n").split(b"\t")
                 if kind == 0:
-                    line = b"\t".join(cols[:20]) + b"\n"  # truncated
+                    line = b"\t".join(cols[: len(cols) // 2]) + b"\n"  # truncated
                 elif kind == 1:
-                    cols[1 + int(rng.integers(13))] = b"1.5"  # a float where an integer goes
+                    cols[1 + int(rng.integers(INT_FEATURES))] = b"1.5"  # a float where an integer goes
                     line = b"\t".join(cols) + b"\n"
                 else:
-                    cols[14 + int(rng.integers(26))] = b"zz" + cols[14][:6]  # not hexadecimal
+                    first = 1 + INT_FEATURES
+                    cols[first + int(rng.integers(CAT_FEATURES))] = b"zz" + cols[first][:6]  # not hexadecimal
                     line = b"\t".join(cols) + b"\n"
                 n += 1
             dst.write(line)

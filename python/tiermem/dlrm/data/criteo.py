@@ -36,15 +36,18 @@ from ... import _tiermem
 from ...exceptions import InvalidArgumentError
 from .batch import Batch
 
-INT_FEATURES = 13
-CAT_FEATURES = 26
+# The format's sizes, defined once in the core (``tiermem_core::criteo``).
+INT_FEATURES: int = _tiermem.CRITEO["int_features"]
+CAT_FEATURES: int = _tiermem.CRITEO["cat_features"]
 COLUMNS = 1 + INT_FEATURES + CAT_FEATURES
 #: Longest line read (bytes); real Criteo lines are a few hundred bytes.
 MAX_LINE = 64 << 10
 #: Longest integer field: an int64 in decimal with its sign.
-_MAX_INT_DIGITS = 20
+_MAX_INT_DIGITS: int = _tiermem.CRITEO["max_int_digits"]
 #: Longest categorical field: 64 bits in hexadecimal (the data has 32).
-_MAX_HEX_DIGITS = 16
+_MAX_HEX_DIGITS: int = _tiermem.CRITEO["max_hex_digits"]
+#: Malformed lines whose reasons a reader keeps.
+_EXAMPLES: int = _tiermem.CRITEO["examples"]
 
 
 class CriteoFormatError(InvalidArgumentError):
@@ -169,7 +172,7 @@ class CriteoReader:
             n, pos, lines, bad, failed = p.fill(labels, dense, cats)
             self.lines, self.bad = lines0 + lines, bad0 + bad
             if bad:
-                self.bad_examples = (examples0 + [(lines0 + k, why) for k, why in p.examples()])[:5]
+                self.bad_examples = (examples0 + [(lines0 + k, why) for k, why in p.examples()])[:_EXAMPLES]
             if failed is not None:
                 raise CriteoFormatError(f"{self.path}: line {lines0 + failed[0]} (from byte {self.position}): {failed[1]}")
             if n == b:
@@ -207,7 +210,7 @@ class CriteoReader:
                     if self.bad_lines == "error":
                         raise CriteoFormatError(f"{self.path}: line {self.lines} (from byte {self.position}): {e}") from None
                     self.bad += 1
-                    if len(self.bad_examples) < 5:
+                    if len(self.bad_examples) < _EXAMPLES:
                         self.bad_examples.append((self.lines, str(e)))
                     continue
                 labels[n] = lab
