@@ -73,12 +73,15 @@ impl PyCriteoParser {
     }
 
     /// The first malformed lines skipped: (line number from the start, reason).
-    fn examples(&self) -> Vec<(u64, String)> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .examples
-            .clone()
+    fn examples(&self, py: Python<'_>) -> PyResult<Vec<(u64, String)>> {
+        let inner = &self.inner;
+        run(py, || {
+            Ok(inner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .examples
+                .clone())
+        })
     }
 }
 
