@@ -32,6 +32,10 @@ def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
         assert r["decision"] in ("stage", "no") and isinstance(r["correct"], bool)
         assert 0 <= r["r_paf"] <= 1 and 0 <= r["r_sf"] <= 1 and r["analysis_seconds"] > 0 and r["copy_seconds"] > 0
         assert {"predicted_gain", "measured_gain", "u", "r", "w"} <= set(r)
+        # The chunk at which the analysis is the budgeted share of the copy: its copy takes
+        # analysis / budget seconds at the measured rate.
+        budget_copy = r["analysis_budget_bytes"] * r["copy_seconds"] / r["target_bytes"]
+        assert budget_copy == pytest.approx(r["analysis_seconds"] / bench_staging.ANALYSIS_BUDGET)
     # The declared target sizes are the built kernels' (the fast device is sized from them).
     assert [r["target_bytes"] for r in res["staging"]] == [8 * 256 * 256, 16 << 14]
     c = res["chunked"]

@@ -4,8 +4,8 @@
 //! *regularity* with a stride Bloom filter (SF), and decide whether copying a chunk to fast
 //! memory before a loop pays for itself on the calibrated break-even line (eq. 2-9).
 //!
-//! The filters are the paper's (Table 3): `2^N` bits (N = 11: 256 B per filter per
-//! thread), two hashes `hash_k(x) = (x >> (N * k)) & (2^N - 1)`, cleared after 256 inputs
+//! The filters are the paper's (Table 3): `2^N` bits (N = 11; stored a byte per bit, 2 KiB
+//! per filter per thread), two hashes `hash_k(x) = (x >> (N * k)) & (2^N - 1)`, cleared after 256 inputs
 //! (sets); each sample is a `test` that counts a hit, or a miss followed by a `set`. A thread
 //! samples its first 2048 addresses into the PAF and its first 1024 strides into the SF.
 //!
@@ -23,6 +23,8 @@
 //! (`ws_exponent`) is extrapolated to the whole loop. The fetched lines are priced at their
 //! own pattern: a PAF and an SF fed only the LF's misses (`R_paf_fetched`, `R_sf_fetched`).
 
+use std::cell::RefCell;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -38,38 +40,48 @@ pub const SF_SAMPLES: usize = 1024;
 /// Fetched lines (the LF's misses) a thread feeds its fetched-line PAF and SF: enough for
 /// their rates, and a bound on the analysis's cost when nearly every access fetches.
 pub const FETCHED_SAMPLES: u64 = 512;
+/// Addresses a thread's sampler takes at most (its PAF's, or its SF's strides and one).
+pub const WANTED: usize = if PAF_SAMPLES > SF_SAMPLES {
+    PAF_SAMPLES
+} else {
+    SF_SAMPLES + 1
+};
 /// The page the PAF sees addresses by.
 pub const PAGE_BYTES: u64 = 4096;
 /// The line the LF sees addresses by.
 pub const LINE_BYTES: u64 = 64;
 
-const WORDS: usize = (1 << FILTER_BITS_LOG2) / 64;
+const BITS: usize = 1 << FILTER_BITS_LOG2;
 
-/// The line filter's words (2^14 bits, 2 KiB) and inputs between clears: it remembers a
+/// The line filter's bits (2^14) and inputs between clears: it remembers a
 /// whole thread's sample of lines (our addition; see the module's note).
-pub const LF_WORDS: usize = 256;
+pub const LF_BITS: usize = 1 << 14;
 /// Inputs after which the line filter is cleared.
 pub const LF_MAX_INPUTS: u32 = PAF_SAMPLES as u32;
 
-/// A Bloom filter of `W` 64-bit words with the paper's two hashes and clearing policy,
-/// cleared after `MAX` inputs; the default is the paper's (2^11 bits, 256 inputs).
-#[derive(Debug, Clone)]
-pub struct Bloom<const W: usize = WORDS, const MAX: u32 = MAX_INPUTS> {
-    bits: [u64; W],
+/// A Bloom filter of `B` bits with the paper's two hashes and clearing policy, cleared
+/// after `MAX` inputs; the default is the paper's (2^11 bits, 256 inputs).
+///
+/// A bit is a byte: a test is two loads, a set two stores, with no shifts (a quarter off
+/// the sampling's time, measured; generation marks in place of zeroing on a clear were
+/// slower).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bloom<const B: usize = BITS, const MAX: u32 = MAX_INPUTS> {
+    bits: [u8; B],
     inputs: u32,
 }
 
-impl<const W: usize, const MAX: u32> Default for Bloom<W, MAX> {
+impl<const B: usize, const MAX: u32> Default for Bloom<B, MAX> {
     fn default() -> Self {
         Bloom {
-            bits: [0; W],
+            bits: [0; B],
             inputs: 0,
         }
     }
 }
 
-impl<const W: usize, const MAX: u32> Bloom<W, MAX> {
-    const LOG2: u32 = (W * 64).trailing_zeros();
+impl<const B: usize, const MAX: u32> Bloom<B, MAX> {
+    const LOG2: u32 = B.trailing_zeros();
     const MASK: u64 = (1 << Self::LOG2) - 1;
 
     fn slots(x: u64) -> [usize; 2] {
@@ -82,28 +94,19 @@ impl<const W: usize, const MAX: u32> Bloom<W, MAX> {
     /// Whether `x` may have been set since the last clear.
     #[must_use]
     pub fn test(&self, x: u64) -> bool {
-        self.has(Self::slots(x))
+        let [a, b] = Self::slots(x);
+        self.bits[a] & self.bits[b] != 0
     }
 
     /// Record `x`; the filter clears itself first once it holds `MAX` inputs.
     pub fn set(&mut self, x: u64) {
-        self.set_slots(Self::slots(x));
-    }
-
-    fn set_slots(&mut self, slots: [usize; 2]) {
         if self.inputs >= MAX {
             self.clear();
         }
-        for b in slots {
-            self.bits[b / 64] |= 1 << (b % 64);
-        }
+        let [a, b] = Self::slots(x);
+        self.bits[a] = 1;
+        self.bits[b] = 1;
         self.inputs += 1;
-    }
-
-    fn has(&self, slots: [usize; 2]) -> bool {
-        slots
-            .iter()
-            .all(|&b| self.bits[b / 64] & (1 << (b % 64)) != 0)
     }
 
     /// Whether nothing was set since the last clear (an observation now cannot hit).
@@ -114,28 +117,44 @@ impl<const W: usize, const MAX: u32> Bloom<W, MAX> {
 
     /// Empty it.
     pub fn clear(&mut self) {
-        self.bits = [0; W];
+        self.bits = [0; B];
         self.inputs = 0;
     }
 
     /// Test `x`, and set it on a miss; returns whether it hit.
+    ///
+    /// Without a branch on the outcome, which is data and mispredicts on sparse patterns:
+    /// setting a hit's bits again changes nothing, so only the count and the clear depend
+    /// on it.
     #[inline]
     pub fn observe(&mut self, x: u64) -> bool {
-        let slots = Self::slots(x);
-        let hit = self.has(slots);
-        if !hit {
-            self.set_slots(slots);
+        Self::observe_in(&mut self.bits, &mut self.inputs, x)
+    }
+
+    /// [`Bloom::observe`] on a filter's parts, so that a loop can keep its count in a
+    /// register rather than in the filter (a count stored and reloaded every access is a
+    /// chain the loop cannot run ahead of).
+    #[inline(always)]
+    fn observe_in(bits: &mut [u8; B], inputs: &mut u32, x: u64) -> bool {
+        let [a, b] = Self::slots(x);
+        let hit = bits[a] & bits[b] != 0;
+        if !hit & (*inputs >= MAX) {
+            *bits = [0; B];
+            *inputs = 0;
         }
+        bits[a] = 1;
+        bits[b] = 1;
+        *inputs += u32::from(!hit);
         hit
     }
 }
 
 /// One thread's sampler: its PAF, SF and LF and their counts.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sampler {
     paf: Bloom,
     sf: Bloom,
-    lf: Bloom<LF_WORDS, LF_MAX_INPUTS>,
+    lf: Bloom<LF_BITS, LF_MAX_INPUTS>,
     last: Option<u64>,
     paf_hits: u64,
     lf_hits: u64,
@@ -147,7 +166,7 @@ pub struct Sampler {
 
 /// What a sampler sees of the lines its LF missed (the lines a loop fetches: the first
 /// [`FETCHED_SAMPLES`]), and of the band of lines its sample spans.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Fetched {
     paf: Bloom,
     sf: Bloom,
@@ -205,6 +224,93 @@ impl Sampler {
         self.last = Some(addr);
         !self.full()
     }
+
+    /// Empty it as new, in place: its filters' memory stays (a test checks that it equals a
+    /// new sampler).
+    pub fn reset(&mut self) {
+        self.paf.clear();
+        self.sf.clear();
+        self.lf.clear();
+        self.last = None;
+        self.paf_hits = 0;
+        self.lf_hits = 0;
+        self.paf_samples = 0;
+        self.sf_hits = 0;
+        self.sf_samples = 0;
+        self.fetched.reset();
+    }
+
+    /// Feed addresses until the sampler is full; returns how many it took. The same
+    /// counts as [`Sampler::feed`] one address at a time (a test checks it), in two tight
+    /// passes: pages and lines, then strides. The LF's misses are gathered without a
+    /// branch and fed to the fetched-line filters after the first pass.
+    pub fn feed_all(&mut self, addrs: &[u64]) -> usize {
+        let paf = (PAF_SAMPLES as u64 - self.paf_samples.min(PAF_SAMPLES as u64)) as usize;
+        let strides = (SF_SAMPLES as u64 - self.sf_samples.min(SF_SAMPLES as u64)) as usize;
+        let sf = strides + usize::from(strides > 0 && self.last.is_none());
+        let taken = paf.max(sf).max(1).min(addrs.len());
+        let mut missed = [0u64; FETCHED_SAMPLES as usize + 1];
+        let room = (FETCHED_SAMPLES - self.fetched.samples) as usize;
+        let mut n = 0;
+        let quarter = PAF_SAMPLES as u64 / 4;
+        // A key equal to the one just observed hits and changes nothing (a hit neither sets
+        // nor clears): skipping it spares a sweep the wait on the store it just made.
+        let (mut page_was, mut line_was) = (u64::MAX, u64::MAX);
+        let (mut paf_in, mut lf_in) = (self.paf.inputs, self.lf.inputs);
+        let (mut paf_hits, mut lf_hits) = (0, 0);
+        let (mut lo, mut hi) = self.fetched.band;
+        let first = self.paf_samples;
+        for (k, &addr) in addrs[..paf.min(taken)].iter().enumerate() {
+            let page = addr / PAGE_BYTES;
+            paf_hits += u64::from(
+                page == page_was
+                    || Bloom::<BITS, MAX_INPUTS>::observe_in(&mut self.paf.bits, &mut paf_in, page),
+            );
+            page_was = page;
+            let line = addr / LINE_BYTES;
+            let hit = line == line_was
+                || Bloom::<LF_BITS, LF_MAX_INPUTS>::observe_in(
+                    &mut self.lf.bits,
+                    &mut lf_in,
+                    line.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 36,
+                );
+            line_was = line;
+            lf_hits += u64::from(hit);
+            missed[n] = addr;
+            n += usize::from(!hit & (n < room));
+            (lo, hi) = (lo.min(line), hi.max(line));
+            if first + k as u64 + 1 == quarter {
+                self.fetched.front_at_quarter = hi;
+                self.fetched.lines_at_quarter = quarter - (self.lf_hits + lf_hits);
+            }
+        }
+        self.paf.inputs = paf_in;
+        self.lf.inputs = lf_in;
+        self.paf_hits += paf_hits;
+        self.lf_hits += lf_hits;
+        self.paf_samples += paf.min(taken) as u64;
+        self.fetched.band = (lo, hi);
+        self.fetched.feed_all(&missed[..n]);
+        let strided = &addrs[..sf.min(taken)];
+        let (mut prev, rest) = match (self.last, strided) {
+            (Some(p), _) => (p, strided),
+            (None, [first, rest @ ..]) => (*first, rest),
+            (None, []) => (0, strided),
+        };
+        let mut stride_was = None;
+        for &addr in rest {
+            let stride = addr.wrapping_sub(prev);
+            let hit = stride_was == Some(stride) || self.sf.observe(stride);
+            self.sf_hits += u64::from(hit);
+            stride_was = Some(stride);
+            prev = addr;
+        }
+        self.sf_samples += rest.len() as u64;
+        if taken > 0 {
+            self.last = Some(addrs[taken - 1]);
+        }
+        taken
+    }
 }
 
 impl Default for Fetched {
@@ -227,6 +333,22 @@ impl Default for Fetched {
 }
 
 impl Fetched {
+    /// [`Sampler::reset`]'s part.
+    fn reset(&mut self) {
+        self.paf.clear();
+        self.sf.clear();
+        self.last = None;
+        self.samples = 0;
+        self.paf_hits = 0;
+        self.sf_hits = 0;
+        self.sf_samples = 0;
+        self.paf_cold = 0;
+        self.sf_cold = 0;
+        self.band = (u64::MAX, 0);
+        self.front_at_quarter = 0;
+        self.lines_at_quarter = 0;
+    }
+
     /// A line the LF missed, at byte `addr`: into this PAF and SF.
     fn feed(&mut self, addr: u64) {
         self.samples += 1;
@@ -240,6 +362,35 @@ impl Fetched {
         self.last = Some(addr);
     }
 
+    /// [`Fetched::feed`] for each of `addrs`, skipping (as hits) a page or stride equal to
+    /// the one just observed.
+    fn feed_all(&mut self, addrs: &[u64]) {
+        let (mut page_was, mut stride_was) = (u64::MAX, None);
+        for &addr in addrs {
+            let page = addr / PAGE_BYTES;
+            if page == page_was {
+                self.paf_hits += 1;
+            } else {
+                self.paf_cold += u64::from(self.paf.is_empty());
+                self.paf_hits += u64::from(self.paf.observe(page));
+            }
+            page_was = page;
+            if let Some(prev) = self.last {
+                let stride = addr.wrapping_sub(prev);
+                if stride_was == Some(stride) {
+                    self.sf_hits += 1;
+                } else {
+                    self.sf_cold += u64::from(self.sf.is_empty());
+                    self.sf_hits += u64::from(self.sf.observe(stride));
+                }
+                stride_was = Some(stride);
+                self.sf_samples += 1;
+            }
+            self.last = Some(addr);
+        }
+        self.samples += addrs.len() as u64;
+    }
+
     /// Lines the band's top advanced per sampled access over the last three quarters of
     /// the sample.
     fn front_rate(&self, samples: u64) -> f64 {
@@ -247,6 +398,28 @@ impl Fetched {
         let later = samples - samples / 4;
         top.saturating_sub(self.front_at_quarter) as f64 / later.max(1) as f64
     }
+}
+
+thread_local! {
+    /// Each thread's samplers, kept between analyses.
+    static SAMPLERS: RefCell<Vec<Sampler>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on `n` empty samplers. They are this thread's, kept between calls: a sampler is
+/// 24 KiB of filters, and on a virtual machine the first-touch faults of fresh memory for
+/// them cost more than the sampling (measured: 8 us a sampler, against 3-13 us of feeding).
+/// A nested call gets fresh ones.
+pub fn with_samplers<R>(n: usize, f: impl FnOnce(&mut [Sampler]) -> R) -> R {
+    SAMPLERS.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) => {
+            let len = kept.len().max(n);
+            kept.resize_with(len, Sampler::default);
+            let samplers = &mut kept[..n];
+            samplers.iter_mut().for_each(Sampler::reset);
+            f(samplers)
+        }
+        Err(_) => f(&mut vec![Sampler::default(); n]),
+    })
 }
 
 /// Hit rates of a set of samplers.
@@ -384,24 +557,26 @@ pub fn analyse_indices(indices: &[i64], elem_bytes: u64, threads: usize) -> Resu
         crate::bail!("pattern analysis: threads ({threads}) and element bytes ({elem_bytes}) must be positive");
     }
     let share = indices.len().div_ceil(threads);
-    let mut samplers = Vec::new();
-    for (p, part) in indices.chunks(share).enumerate() {
-        let mut s = Sampler::default();
-        for (k, &i) in part.iter().enumerate() {
-            let Ok(i) = u64::try_from(i) else {
-                crate::bail!(
-                    "pattern analysis: index {} is negative ({i})",
-                    p * share + k
-                );
-            };
-            if !s.feed(i.wrapping_mul(elem_bytes)) {
-                break;
-            }
+    let parts = indices.len().div_ceil(share);
+    let mut r = with_samplers(parts, |samplers| {
+        for (p, (part, s)) in indices.chunks(share).zip(samplers.iter_mut()).enumerate() {
+            let wanted = &part[..part.len().min(WANTED)];
+            let addrs = wanted
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| match u64::try_from(i) {
+                    Ok(i) => Ok(i.wrapping_mul(elem_bytes)),
+                    Err(_) => Err(Error::InvalidArgument(format!(
+                        "pattern analysis: index {} is negative ({i})",
+                        p * share + k
+                    ))),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            s.feed_all(&addrs);
         }
-        samplers.push(s);
-    }
-    let mut r = rates(&samplers)?;
-    r.accesses_per_thread = indices.len() as f64 / samplers.len() as f64;
+        rates(samplers)
+    })?;
+    r.accesses_per_thread = indices.len() as f64 / parts as f64;
     Ok(r)
 }
 
@@ -561,7 +736,66 @@ impl BreakEven {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// Streams that mix runs of the patterns the filters tell apart: sequential, strided,
+    /// repeated and random addresses.
+    fn stream() -> impl Strategy<Value = Vec<u64>> {
+        let run = (0u8..4, any::<u64>(), 1u64..5000, 1usize..900).prop_map(
+            |(kind, seed, stride, len)| {
+                let mut x = seed >> 20;
+                (0..len)
+                    .map(|k| match kind {
+                        0 => (seed >> 24) + 8 * k as u64,
+                        1 => (seed >> 24) + stride * 8 * k as u64,
+                        2 => (seed >> 24) + 64 * (k as u64 % stride.min(40)),
+                        _ => {
+                            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                            x >> 30
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            },
+        );
+        prop::collection::vec(run, 1..8).prop_map(|runs| runs.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn a_reset_sampler_is_a_new_one(addrs in stream()) {
+            let mut s = Sampler::default();
+            s.feed_all(&addrs);
+            s.reset();
+            prop_assert_eq!(&s, &Sampler::default());
+        }
+
+        #[test]
+        fn feeding_a_batch_counts_as_feeding_one_by_one(addrs in stream(), cuts in prop::collection::vec(0usize..4000, 0..4)) {
+            let mut one = Sampler::default();
+            let mut took_one = 0;
+            for &a in &addrs {
+                took_one += 1;
+                if !one.feed(a) {
+                    break;
+                }
+            }
+            let mut batch = Sampler::default();
+            let mut at = 0;
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            for c in cuts.into_iter().chain([addrs.len()]) {
+                let c = c.clamp(at, addrs.len());
+                at += batch.feed_all(&addrs[at..c]);
+                if batch.full() {
+                    break;
+                }
+            }
+            prop_assert_eq!(at, took_one);
+            prop_assert_eq!(&batch, &one);
+        }
+    }
 
     fn lcg(n: usize, range: i64) -> Vec<i64> {
         let mut x = 0x9e37_79b9_7f4a_7c15_u64;

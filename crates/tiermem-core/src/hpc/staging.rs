@@ -19,9 +19,7 @@ use serde::Serialize;
 use super::probe::{Order, Probe};
 use super::{threads, Kernel};
 use crate::manager::Manager;
-use crate::pattern::{
-    rates, Boosts, BreakEven, Decision, Rates, Sampler, Use, PAF_SAMPLES, SF_SAMPLES,
-};
+use crate::pattern::{rates, with_samplers, Boosts, BreakEven, Decision, Rates, Use, WANTED};
 use crate::Result;
 
 /// How [`run`] treats the target.
@@ -80,21 +78,15 @@ pub struct Report {
 /// When the kernel cannot be sampled or yields too few addresses.
 pub fn analyse(m: &Manager, k: &dyn Kernel, op: usize) -> Result<Rates> {
     let th = threads();
-    let want = PAF_SAMPLES.max(SF_SAMPLES + 1);
+
     // Each thread's share is sampled as that thread would see it, all on this thread: a
     // kernel's sampler may open guards (the manager lock), which no rayon pool thread takes.
-    let samplers = (0..th)
-        .map(|t| -> Result<Sampler> {
-            let mut s = Sampler::default();
-            for a in k.sample(m, op, t, th, want)? {
-                if !s.feed(a) {
-                    break;
-                }
-            }
-            Ok(s)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut r = rates(&samplers)?;
+    let mut r = with_samplers(th, |samplers| {
+        for (t, s) in samplers.iter_mut().enumerate() {
+            s.feed_all(&k.sample(m, op, t, th, WANTED)?);
+        }
+        rates(samplers)
+    })?;
     let (target, u) = k.target();
     if target == op {
         r.accesses_per_thread = u * k.operands()[op].len as f64 / th as f64;
