@@ -228,34 +228,61 @@ class Checkpoint:
         """Stream table ``name``'s rows (and optimizer state) into ``t``, from the
         checkpoint or, for a block table, from its snapshot (any kind of table may receive
         them)."""
-        s = self.sections.get(f"rows:{name}") or self.sections.get(f"block:{name}")
-        if s is None:
-            raise _bad(self.path, f"has no table {name!r} (it has {', '.join(self.tables()) or 'none'})")
+        s = self._table_section(name)
         if (s["rows"], s["width"]) != (t.num_embeddings, t.embedding_dim):
             raise _bad(
                 self.path, f"table {name!r} is {s['rows']} x {s['width']}, the model's {t.num_embeddings} x {t.embedding_dim}"
             )
-        rows = max(1, CHUNK // (4 * t.embedding_dim))
+        self.restore_rows(name, t, 0, s["rows"], 0)
+
+    def table_shape(self, name: str) -> tuple[int, int]:
+        """``(rows, width)`` of table ``name``."""
+        s = self._table_section(name)
+        return int(s["rows"]), int(s["width"])
+
+    def _table_section(self, name: str) -> dict[str, Any]:
+        s = self.sections.get(f"rows:{name}") or self.sections.get(f"block:{name}")
+        if s is None:
+            raise _bad(self.path, f"has no table {name!r} (it has {', '.join(self.tables()) or 'none'})")
+        return s
+
+    def restore_rows(self, name: str, t: EmbeddingTable, lo: int, hi: int, at: int) -> None:
+        """Stream rows ``lo..hi`` of table ``name`` (and their optimizer state, when it is
+        kept per row or per element) into ``t`` from its row ``at``: a table resharded over
+        other row ranges is filled from the pieces of the saved ones it overlaps."""
+        s = self._table_section(name)
+        if not (0 <= lo <= hi <= s["rows"]) or s["width"] != t.embedding_dim or not 0 <= at <= t.num_embeddings - (hi - lo):
+            raise _bad(
+                self.path,
+                f"rows {lo}..{hi} of table {name!r} ({s['rows']} x {s['width']}) do not fit a "
+                f"{t.num_embeddings} x {t.embedding_dim} table from row {at}",
+            )
+        width = t.embedding_dim
+        rows = max(1, CHUNK // (4 * width))
         if s["name"].startswith("block:"):
-            self._restore_snapshot(name, s, t, rows)
+            self._restore_snapshot(name, s, t, rows, lo, hi, at)
         with open(self.path, "rb") as f:
             if s["name"].startswith("rows:"):
-                f.seek(s["offset"])
-                for start in range(0, t.num_embeddings, rows):
-                    n = min(rows, t.num_embeddings - start)
-                    data = np.frombuffer(f.read(4 * n * t.embedding_dim), np.float32)
-                    t.load(data.reshape(n, t.embedding_dim), start)
+                f.seek(s["offset"] + 4 * width * lo)
+                for start in range(lo, hi, rows):
+                    n = min(rows, hi - start)
+                    data = np.frombuffer(f.read(4 * n * width), np.float32)
+                    t.load(data.reshape(n, width), at + start - lo)
             o = self.sections.get(f"optimizer:{name}")
-            if o is not None:
-                f.seek(o["offset"])
-                step = CHUNK // 4
-                for start in range(0, o["values"], step):
-                    k = min(step, o["values"] - start)
-                    t.set_optimizer_state(o["kind"], np.frombuffer(f.read(4 * k), np.float32), o["steps"], start)
+            if o is not None and o["values"]:
+                per_row, odd = divmod(o["values"], s["rows"])
+                if odd:
+                    raise _bad(self.path, f"table {name!r}: its optimizer state ({o['values']} values) is not kept per row")
+                f.seek(o["offset"] + 4 * per_row * lo)
+                step = max(per_row, CHUNK // 4 // max(per_row, 1) * per_row)
+                total = per_row * (hi - lo)
+                for k0 in range(0, total, step):
+                    k = min(step, total - k0)
+                    t.set_optimizer_state(o["kind"], np.frombuffer(f.read(4 * k), np.float32), o["steps"], per_row * at + k0)
 
-    def _restore_snapshot(self, name: str, s: dict[str, Any], t: EmbeddingTable, rows: int) -> None:
-        """Read a block table's snapshot (opened as a table of its own, blocks checked as
-        they are read) into ``t`` in chunks of ``rows`` rows."""
+    def _restore_snapshot(self, name: str, s: dict[str, Any], t: EmbeddingTable, rows: int, lo: int, hi: int, at: int) -> None:
+        """Read rows ``lo..hi`` of a block table's snapshot (opened as a table of its own,
+        blocks checked as they are read) into ``t`` from row ``at``, in chunks of ``rows``."""
         snap = os.path.join(snapshot_folder(self.path), s["file"])
         stride = 4 * s["width"]
         cache = min(1.0, max(rows * stride, 1 << 20) / (s["rows"] * stride))
@@ -268,10 +295,10 @@ class Checkpoint:
                     self.path,
                     f"table {name!r}: its snapshot {snap!r} has layout generation {info['generation']}, recorded {s['generation']} (replaced)",
                 )
-            buf = np.empty((min(rows, t.num_embeddings), t.embedding_dim), np.float32)
-            for start in range(0, t.num_embeddings, rows):
-                n = min(rows, t.num_embeddings - start)
+            buf = np.empty((max(1, min(rows, hi - lo)), t.embedding_dim), np.float32)
+            for start in range(lo, hi, rows):
+                n = min(rows, hi - start)
                 src._native.read_rows(start, buf[:n])
-                t.load(buf[:n], start)
+                t.load(buf[:n], at + start - lo)
         finally:
             del src

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from ..exceptions import InvalidArgumentError, TiermemError
-from ._args import integer
+from ._args import integer, number
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -87,6 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     cri.add_argument("--lines", type=integer(1000, 1 << 32), help="synthetic lines (default 1,000,000; 100,000 with --quick)")
     cri.add_argument("--file", metavar="TSV", help="read this Criteo file instead of a synthetic one")
     cri.add_argument("--reps", type=integer(1, 100), help="core reader runs (default 3, 1 with --quick)")
+    dst = bsub.add_parser(
+        "dist", help="DLRM with sharded tables at 1, 2 and 4 processes: step time and split against the scaling model"
+    )
+    _add_output(dst)
+    dst.add_argument("--plot", metavar="PNG", help="write measured and modelled step times (needs matplotlib)")
+    dst.add_argument(
+        "--placement", choices=("dram", "cached", "block"), default="cached", help="where each rank keeps its shards"
+    )
+    dst.add_argument("--rows", type=integer(1, 1 << 50), default=1 << 32, help="rows in all, for the extrapolation")
+    dst.add_argument("--bandwidth", type=number(1, 1e15), default=12.5e9, help="bytes/s per rank, for the extrapolation")
+    dst.add_argument("--latency", type=number(0, 1), default=20e-6, help="seconds per collective, for the extrapolation")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
     tr = bsub.add_parser(
@@ -268,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.criteo import run_cli as run_criteo
 
             return run_criteo(args)
+        if args.command == "bench" and args.bench == "dist":
+            from ..bench.dist import run_cli as run_dist
+
+            return run_dist(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

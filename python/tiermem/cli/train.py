@@ -60,6 +60,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="write dlrm.json and plots into DIR")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--quick", action="store_true", help="half-size tables, few iterations")
+    d = p.add_argument_group("distributed (tables sharded over --nproc processes, gloo over loopback)")
+    d.add_argument("--nproc", type=integer(1, 1024), help="train over this many processes (torch.distributed)")
+    d.add_argument("--sharding", choices=("table", "row"), default="table", help="table-wise or row-wise shards")
+    d.add_argument(
+        "--placement",
+        choices=("dram", "cached", "block"),
+        default="cached",
+        help="each rank's shards: in DRAM, cached over --slow, or in files under --slow block:DIR/rank<r>",
+    )
+    d.add_argument("--cache", type=number(0, 1, low_open=True), default=0.25, help="share of a shard's rows its cache holds")
+    d.add_argument("--timeout", type=number(0, 86400, low_open=True), default=60.0, help="seconds a collective may wait")
+    d.add_argument("--check-single", action="store_true", help="also train in one process and report the largest loss difference")
 
 
 def _config(args: Any) -> Any:
@@ -86,6 +98,8 @@ def run_train(args: Any) -> int:
     from ..dlrm.report import report, run_modes, write
 
     config = _config(args)
+    if args.nproc:
+        return _distributed(args, config)
     on_disk = args.slow.startswith("block:")
     default = "all-fast,fbgemm,block" if on_disk else "reference,all-slow,static,dynamic,2lm-model"
     modes = [m.strip() for m in (args.modes or default).split(",") if m.strip()]
@@ -143,6 +157,60 @@ def run_train(args: Any) -> int:
     paths = write(res, args.out, args.json)
     if paths:
         print("wrote " + ", ".join(paths))
+    return 0
+
+
+def _distributed(args: Any, config: Any) -> int:
+    """``--nproc N``: the run over N processes; with ``--check-single``, beside the same run
+    in one process."""
+    from ..dist import DistOptions, launch
+    from ..dist.train import max_difference, single_process_losses
+    from ..report.load import MachineLoad
+
+    if args.criteo or args.modes or args.checkpoint or args.inference:
+        raise InvalidArgumentError("--nproc trains synthetic data in one run: drop --criteo, --modes, --checkpoint, --inference")
+    directory = ""
+    if args.placement == "block":
+        if not args.slow.startswith("block:"):
+            raise InvalidArgumentError("--placement block keeps each rank's shards in files: pass --slow block:DIR")
+        directory = args.slow[len("block:") :]
+        if not os.path.isdir(directory):
+            raise InvalidArgumentError(f"--slow block:{directory}: no such directory")
+    dist = args.dist.split(",")[0].strip()
+    o = DistOptions(
+        config,
+        sharding=args.sharding,
+        placement=args.placement,
+        steps=min(args.iters, 10) if args.quick else args.iters,
+        lr=args.lr,
+        seed=args.seed,
+        data_seed=args.seed,
+        dist=dist,
+        cache=args.cache,
+        directory=directory,
+        timeout=args.timeout,
+    )
+    with MachineLoad() as load:
+        res = launch(o, args.nproc)
+        ref = single_process_losses(o) if args.check_single else None
+    sec = res["seconds"]
+    steps = len(res["losses"])
+    print(
+        f"dlrm over {args.nproc} processes, {args.sharding}-wise shards, placement {args.placement}: "
+        f"{steps} steps, loss {res['losses'][0]:.5f} -> {res['losses'][-1]:.5f}; rank 0 per timed step: "
+        + ", ".join(f"{k} {v / res['timed_steps'] * 1e3:.2f} ms" for k, v in sec.items())
+    )
+    if ref is not None:
+        res["single_process_losses"] = ref
+        res["max_difference"] = max_difference(res["losses"], ref)
+        print(f"largest loss difference from one process over {steps} steps: {res['max_difference']:.3g}")
+    res["load"] = load.summary()
+    print(load.line())
+    if args.json:
+        from .._files import write_json_atomic
+
+        write_json_atomic(args.json, res)
+        print(f"wrote {args.json}")
     return 0
 
 

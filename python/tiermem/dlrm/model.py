@@ -299,15 +299,19 @@ def _init_mlp(mlp: torch.nn.Sequential, g: torch.Generator) -> None:
                 layer.bias.normal_(0.0, math.sqrt(1.0 / n), generator=g)
 
 
-def initial_rows(rows: int, dim: int, seed: int, chunk: int = 1 << 18) -> Iterator[tuple[int, np.ndarray]]:
+def initial_rows(
+    rows: int, dim: int, seed: int, chunk: int = 1 << 18, span: tuple[int, int] | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
     """The DLRM reference's initial rows, ``U(-sqrt(1/rows), sqrt(1/rows))``, in chunks of
     ``(start, values)``; element ``k`` of the table depends on ``(seed, k)`` only (generated in
-    parallel in the core), so every placement starts from the same numbers."""
+    parallel in the core), so every placement starts from the same numbers, and a shard
+    (``span``: rows ``lo..hi``) makes its own rows alone."""
     from .. import _tiermem
 
     bound = math.sqrt(1.0 / rows)
-    for start in range(0, rows, chunk):
-        n = min(chunk, rows - start)
+    lo, hi = span if span is not None else (0, rows)
+    for start in range(lo, hi, chunk):
+        n = min(chunk, hi - start)
         buf = np.empty((n, dim), np.float32)
         _tiermem.uniform_into(buf, -bound, bound, seed, start * dim)
         yield start, buf
@@ -383,9 +387,11 @@ class DLRM(torch.nn.Module):
         self.top = _mlp(config.top_mlp, config.top_input, sigmoid_last=True)
         _init_mlp(self.bottom, g)
         _init_mlp(self.top, g)
+        held = getattr(embeddings, "rows_held", lambda t: [(0, config.rows[t])])
         for t, r in enumerate(config.rows):
-            for start, values in initial_rows(r, config.dim, (seed + 1) * 1_000_003 + t):
-                embeddings.load_rows(t, start, values)
+            for span in held(t):
+                for start, values in initial_rows(r, config.dim, (seed + 1) * 1_000_003 + t, span=span):
+                    embeddings.load_rows(t, start, values)
         if config.interaction == "dot":
             n = config.num_tables + 1
             li, lj = torch.tril_indices(n, n, offset=-1)

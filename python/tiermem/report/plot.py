@@ -294,3 +294,34 @@ def plot_traits(res: dict[str, Any], path: str) -> None:
     ax.set_title(f"DGEMM application by traits, slow tier {res['slow_device']}", fontsize=9)
     ax.legend(fontsize=8)
     _save(plt, fig, path, 120)
+
+
+def plot_dist(res: dict[str, Any], path: str) -> None:
+    """``tiermem bench dist --plot``: measured and modelled seconds per step against the
+    process count per sharding (left), and the model extrapolated to more ranks (right)."""
+    plt = _pyplot()
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for sh in dict.fromkeys(r["sharding"] for r in res["runs"]):
+        rows = sorted(
+            (r["nproc"], r["seconds_per_iter"], r["predicted_seconds_per_iter"]) for r in res["runs"] if r["sharding"] == sh
+        )
+        line = ax.plot([n for n, _, _ in rows], [m * 1e3 for _, m, _ in rows], marker="o", label=f"{sh}-wise measured")
+        ax.plot(
+            [n for n, _, _ in rows], [p * 1e3 for _, _, p in rows], ls="--", color=line[0].get_color(), label=f"{sh}-wise model"
+        )
+    ax.set_xlabel("processes")
+    ax.set_ylabel("ms per step")
+    ax.set_title(f"this machine ({res['cores']} cores, {res['placement']} shards)", fontsize=9)
+    ax.legend(fontsize=8)
+    x = res["extrapolation"]
+    ranks = [p["nproc"] for p in x["ranks"]]
+    for key in ("seconds", "compute", "exchange"):
+        bx.plot(ranks, [p[key] * 1e3 for p in x["ranks"]], marker="o", label=key)
+    bx.set_xscale("log", base=2)
+    bx.set_yscale("log")
+    bx.set_xlabel("ranks")
+    bx.set_ylabel("ms per step (model)")
+    bx.set_title(f"extrapolated: {x['bandwidth'] / 1e9:.1f} GB/s, {x['latency'] * 1e6:.0f} us per collective", fontsize=9)
+    bx.legend(fontsize=8)
+    _save(plt, fig, path, 120)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...exceptions import InvalidArgumentError
+
 
 @dataclass
 class Batch:
@@ -20,6 +22,20 @@ class Batch:
     @property
     def size(self) -> int:
         return int(self.dense.shape[0])
+
+    def shard(self, rank: int, world: int) -> Batch:
+        """Samples ``rank * B / world`` to ``(rank + 1) * B / world`` (a rank's share of a
+        global batch; ``B`` must split evenly)."""
+        b = self.size
+        if world < 1 or not 0 <= rank < world or b % world:
+            raise InvalidArgumentError(f"a batch of {b} cannot be split into {world} equal shares for rank {rank}")
+        lo, hi = rank * b // world, (rank + 1) * b // world
+        idx, offs = [], []
+        for v, o in zip(self.indices, self.offsets, strict=True):
+            a, z = int(o[lo]), int(o[hi])
+            idx.append(v[a:z])
+            offs.append(o[lo : hi + 1] - a)
+        return Batch(self.dense[lo:hi], idx, offs, self.labels[lo:hi])
 
     def lookups(self) -> int:
         """Indices over every table."""

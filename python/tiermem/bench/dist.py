@@ -1,0 +1,170 @@
+"""``tiermem bench dist``: DLRM with sharded tables at 1, 2 and 4 processes on this
+machine (gloo over loopback), table-wise and row-wise: seconds per step and their split
+(lookup, exchange, dense, update), against the scaling model of
+:mod:`tiermem.dist.scaling` priced with the collectives measured at each process count;
+then the model extrapolated to 8-512 ranks on a network (``--bandwidth``, ``--latency``)
+for tables of ``--rows`` rows in all.
+
+On this two-core machine, four processes share two cores: the model's ``min(n, cores)``
+says so, and the extrapolation assumes a core per rank.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..dist import DistOptions, launch
+from ..dist.scaling import Network, StepModel, probe
+from ..dlrm.model import DLRMConfig
+from ..report.output import measured_cli
+from ..report.progress import Progress
+from ..report.table import table
+
+PROCS = (1, 2, 4)
+SHARDINGS = ("table", "row")
+
+
+def _config(quick: bool) -> DLRMConfig:
+    rows = tuple([40_000 if quick else 200_000] * 8)
+    return DLRMConfig(
+        rows=rows, dim=16, bottom_mlp=(64, 16), top_mlp=(64, 1), bag=4, batch_size=512 if quick else 2048, name="bench-dist"
+    )
+
+
+def _torchrec_note() -> str:
+    """Why TorchRec's ``DistributedModelParallel`` is not measured beside (``torchrec`` is
+    ``null`` in the JSON): the import's error, or that the comparison is not built yet."""
+    try:
+        import torchrec  # noqa: F401
+    except Exception as e:  # any import failure means there is no peer to run
+        return f"torchrec does not import here ({type(e).__name__}: {e})"
+    return "torchrec imports, but its DistributedModelParallel run is not part of this benchmark yet"
+
+
+def run(
+    quick: bool,
+    placement: str = "cached",
+    rows: int = 1 << 32,
+    bandwidth: float = 12.5e9,
+    latency: float = 20e-6,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    c = _config(quick)
+    steps, warmup = (12, 4) if quick else (40, 10)
+    runs: list[dict[str, Any]] = []
+    nets: dict[int, Network] = {}
+    cores = len(os.sched_getaffinity(0))
+    with Progress(len(PROCS) * (len(SHARDINGS) + 1), "bench dist", progress) as bar:
+        for n in PROCS:
+            nets[n] = probe(n)
+            bar.step(f"probe {n}")
+            for sh in SHARDINGS:
+                import tempfile
+
+                with tempfile.TemporaryDirectory(prefix="tiermem-bench-dist-") as d:
+                    o = DistOptions(c, sharding=sh, placement=placement, steps=steps, warmup=warmup, directory=d)
+                    r = launch(o, n)
+                per = {k: v / r["timed_steps"] for k, v in r["seconds"].items()}
+                runs.append(
+                    {
+                        "nproc": n,
+                        "sharding": sh,
+                        "seconds_per_iter": r["seconds_per_iter"],
+                        "exchange_seconds": per["exchange"],
+                        "split": per,
+                        "bytes_sent_per_iter": r["traffic"]["bytes_sent"] / steps,
+                        "losses": r["losses"],
+                    }
+                )
+                bar.step(f"{sh} x{n}")
+    for sh in SHARDINGS:
+        one = next(r for r in runs if r["nproc"] == 1 and r["sharding"] == sh)["split"]
+        model = StepModel(
+            c.batch_size, c.num_tables, c.bag, c.dim, c.dense_parameters(), one["lookup"], one["dense"], one["update"], cores
+        )
+        for r in runs:
+            if r["sharding"] == sh:
+                p = model.step(r["nproc"], nets[r["nproc"]])
+                r["predicted_seconds_per_iter"] = p["seconds"]
+                r["predicted_exchange_seconds"] = p["exchange"]
+                r["predicted_bytes_per_iter"] = p["bytes"]
+                r["error"] = p["seconds"] / r["seconds_per_iter"] - 1
+    net = Network(latency, bandwidth)
+    one = next(r for r in runs if r["nproc"] == 1 and r["sharding"] == "row")["split"]
+    wide = StepModel(
+        c.batch_size, c.num_tables, c.bag, c.dim, c.dense_parameters(), one["lookup"], one["dense"], one["update"], 1 << 20
+    )
+    plan = []
+    for n in (8, 16, 32, 64, 128, 256, 512):
+        p = wide.step(n, net)
+        plan.append({"nproc": n, "rows_per_rank": rows / n, "bytes_per_rank": rows / n * c.row_bytes, **p})
+    return {
+        "benchmark": "dist",
+        "quick": quick,
+        "config": c.to_dict(),
+        "placement": placement,
+        "cores": cores,
+        "steps": steps,
+        "warmup": warmup,
+        "networks": {str(n): {"latency": v.latency, "bandwidth": v.bandwidth} for n, v in nets.items()},
+        "runs": runs,
+        "extrapolation": {"rows": rows, "latency": latency, "bandwidth": bandwidth, "ranks": plan},
+        "torchrec": None,
+        "torchrec_note": _torchrec_note(),
+    }
+
+
+def report(res: dict[str, Any]) -> str:
+    from .._sizes import format_bytes
+
+    body = [
+        [
+            str(r["nproc"]),
+            r["sharding"],
+            f"{r['seconds_per_iter'] * 1e3:.2f}",
+            *(f"{r['split'][k] * 1e3:.2f}" for k in ("lookup", "exchange", "dense", "update")),
+            f"{r['predicted_seconds_per_iter'] * 1e3:.2f}",
+            f"{r['error'] * 100:+.0f}%",
+            format_bytes(int(r["bytes_sent_per_iter"])),
+        ]
+        for r in res["runs"]
+    ]
+    head = ["procs", "sharding", "ms/step", "lookup", "exchange", "dense", "update", "model ms", "model err", "sent/step"]
+    x = res["extrapolation"]
+    plan = [
+        [
+            str(p["nproc"]),
+            f"{p['rows_per_rank']:.3g}",
+            format_bytes(int(p["bytes_per_rank"])),
+            f"{p['seconds'] * 1e3:.3f}",
+            f"{p['compute'] * 1e3:.3f}",
+            f"{p['exchange'] * 1e3:.3f}",
+        ]
+        for p in x["ranks"]
+    ]
+    worst = max(abs(r["error"]) for r in res["runs"])
+    return "\n".join(
+        [
+            f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
+            f"{res['warmup']} untimed); model from the 1-process split and collectives probed per process count; "
+            f"largest model error {worst * 100:.0f}%",
+            table(head, body),
+            "",
+            f"extrapolated (row-wise, {x['rows']:.3g} rows, network {x['bandwidth'] / 1e9:.1f} GB/s and "
+            f"{x['latency'] * 1e6:.0f} us per collective, a core per rank):",
+            table(["ranks", "rows/rank", "table/rank", "ms/step", "compute", "exchange"], plan),
+            "torchrec: " + res["torchrec_note"],
+        ]
+    )
+
+
+def run_cli(args: Any) -> int:
+    from ..report.plot import plot_dist
+
+    return measured_cli(
+        args,
+        lambda: run(args.quick, args.placement, args.rows, args.bandwidth, args.latency),
+        report,
+        plot_dist,
+    )

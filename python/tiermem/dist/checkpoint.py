@@ -1,0 +1,120 @@
+"""Checkpoints of a sharded run: every rank streams its shards into a file of its own
+(:mod:`tiermem.checkpoint`), rank 0 adds the dense model, and a manifest names the set.
+
+Layout of a checkpoint folder::
+
+    manifest.json            {"format", "step", "world", "plan", "config", "folder", "files"}
+    step00000040/rank0.ckpt  rank 0's shards, the dense model and optimizer, the step
+    step00000040/rank1.ckpt  rank 1's shards
+
+A save writes a new ``stepNNNNNNNN`` folder; once every rank's file is in place (a
+barrier), rank 0 replaces the manifest atomically and removes older folders. A rank that
+dies mid-save leaves the manifest naming the previous, complete set. Resuming reads the
+manifest and fills each of this run's shards from the saved shards whose rows it overlaps,
+so a run may resume on a different number of ranks (or sharding) than it saved from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+import torch.distributed as dist
+
+from .. import checkpoint
+from .._files import write_json_atomic
+from ..exceptions import InvalidArgumentError
+from .embeddings import ShardedEmbeddings
+from .plan import Shard, ShardPlan
+
+__all__ = ["FORMAT", "load_sharded", "save_sharded"]
+
+FORMAT = "tiermem-sharded-1"
+MANIFEST = "manifest.json"
+
+
+def shard_name(s: Shard) -> str:
+    return f"t{s.table}-rows{s.lo}-{s.hi}"
+
+
+def save_sharded(folder: str, emb: ShardedEmbeddings, step: int, config: dict[str, Any], dense: dict[str, Any]) -> str:
+    """Every rank calls it together after step ``step``; ``dense`` (rank 0's) holds the
+    dense model's and optimizer's state. Returns the file this rank wrote."""
+    rank, world = emb.rank, emb.world
+    sub = f"step{step:08d}"
+    os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    path = os.path.join(folder, sub, f"rank{rank}.ckpt")
+    state: dict[str, Any] = {"rank": rank, "step": step}
+    if rank == 0:
+        state["dense"] = dense
+    checkpoint.save(path, state, {shard_name(s): t for s, t in zip(emb.shards, emb.tables, strict=True)})
+    dist.barrier(group=emb.group)
+    if rank == 0:
+        write_json_atomic(
+            os.path.join(folder, MANIFEST),
+            {
+                "format": FORMAT,
+                "step": step,
+                "world": world,
+                "plan": emb.plan.to_dict(),
+                "config": config,
+                "folder": sub,
+                "files": [f"rank{r}.ckpt" for r in range(world)],
+            },
+        )
+        for old in os.listdir(folder):
+            if old.startswith("step") and old != sub and os.path.isdir(os.path.join(folder, old)):
+                shutil.rmtree(os.path.join(folder, old), ignore_errors=True)
+    dist.barrier(group=emb.group)
+    return path
+
+
+def _manifest(folder: str, config: dict[str, Any]) -> dict[str, Any]:
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.isfile(path):
+        raise InvalidArgumentError(f"{folder!r} holds no sharded checkpoint (no {MANIFEST})")
+    try:
+        with open(path) as f:
+            m: dict[str, Any] = json.load(f)
+    except ValueError:
+        raise InvalidArgumentError(f"{path!r} is not JSON (damaged)") from None
+    if m.get("format") != FORMAT:
+        raise InvalidArgumentError(f"{path!r} has format {m.get('format')!r}, expected {FORMAT!r}")
+    if m.get("config") != config:
+        diff = sorted(k for k in set(config) | set(m.get("config") or {}) if (m.get("config") or {}).get(k) != config.get(k))
+        raise InvalidArgumentError(
+            f"the checkpoint in {folder!r} is of another model (differs in {', '.join(diff)}): resume with the model it saved"
+        )
+    return m
+
+
+def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) -> dict[str, Any]:
+    """Fill this rank's shards from the checkpoint in ``folder`` (saved on any number of
+    ranks) and return the saved dense state and step. A missing or damaged file is an
+    error naming it; nothing is restored from a file that fails its checks."""
+    m = _manifest(folder, config)
+    p = m["plan"]
+    old = ShardPlan(
+        tuple(p["rows"]), int(p["dim"]), int(p["world"]), p["sharding"], tuple(Shard(*map(int, s)) for s in p["shards"])
+    )
+    if old.rows != emb.plan.rows or old.dim != emb.plan.dim:
+        raise InvalidArgumentError(f"the checkpoint's tables are {list(old.rows)} x {old.dim}, the model's {list(emb.plan.rows)} x {emb.plan.dim}")
+    opened: dict[int, checkpoint.Checkpoint] = {}
+
+    def saved(rank: int) -> checkpoint.Checkpoint:
+        if rank not in opened:
+            path = os.path.join(folder, m["folder"], m["files"][rank])
+            if not os.path.isfile(path):
+                raise InvalidArgumentError(f"the checkpoint's shard file of rank {rank}, {path!r}, is missing")
+            opened[rank] = checkpoint.Checkpoint(path)
+        return opened[rank]
+
+    for s, t in zip(emb.shards, emb.tables, strict=True):
+        for o in old.of_table(s.table):
+            lo, hi = max(s.lo, o.lo), min(s.hi, o.hi)
+            if lo < hi:
+                saved(o.rank).restore_rows(shard_name(o), t, lo - o.lo, hi - o.lo, lo - s.lo)
+    state = saved(0).state()
+    return {"step": int(m["step"]), "dense": state["dense"], "saved_world": int(m["world"])}

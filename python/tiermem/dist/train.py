@@ -1,0 +1,275 @@
+"""DLRM trained over ``torch.distributed``: tables sharded (:class:`ShardedEmbeddings`), the
+dense part data-parallel (DDP), each rank on its share of every global batch.
+
+:func:`launch` starts ``nproc`` processes on this machine (gloo over loopback), runs
+:func:`train_rank` in each and returns rank 0's result; a rank that fails ends the others
+(each collective is bounded by ``timeout``) and the launch raises with that rank's error.
+The same :func:`train_rank` runs under ``torchrun`` across hosts (it reads the rank and
+world from the environment when ``init_method="env://"``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .._files import write_json_atomic
+from ..embedding import EmbeddingTable
+from ..exceptions import InvalidArgumentError
+from ..manager import Manager
+from ..dlrm.data.synthetic import SyntheticData
+from ..dlrm.model import DLRM, DLRMConfig
+from .checkpoint import load_sharded, save_sharded
+from .embeddings import ShardedEmbeddings
+from .plan import Shard, plan_shards
+
+__all__ = ["PLACEMENTS", "DistOptions", "launch", "train_rank"]
+
+#: Where a rank keeps its shards: all in DRAM, in a DRAM cache over an emulated slow
+#: device, or in block files on the disk with a DRAM cache.
+PLACEMENTS = ("dram", "cached", "block")
+SLOW = "emulated:optane-pmem"
+
+
+@dataclass
+class DistOptions:
+    """One distributed run: the model, how its tables are sharded and placed, the data."""
+
+    config: DLRMConfig
+    sharding: str = "table"
+    placement: str = "dram"
+    steps: int = 50
+    lr: float = 0.01
+    seed: int = 0
+    data_seed: int = 0
+    dist: str = "uniform"
+    #: Share of each shard's rows its DRAM cache holds (``cached`` and ``block``).
+    cache: float = 0.25
+    #: Directory of the block files (``block``); each rank writes under ``rank<r>/``.
+    directory: str = ""
+    #: Steps left out of the time split (the first touch of every page and socket).
+    warmup: int = 0
+    #: Seconds any collective may wait before the step fails.
+    timeout: float = 60.0
+    #: Checkpoint folder (:mod:`tiermem.dist.checkpoint`); saved every ``checkpoint_every``
+    #: steps and after the last, resumed from with ``resume``.
+    checkpoint: str = ""
+    checkpoint_every: int = 0
+    resume: bool = False
+    #: Test hook: this rank exits abruptly (``os._exit``) at the start of this step.
+    die: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise InvalidArgumentError(f"placement {self.placement!r}: known are {', '.join(PLACEMENTS)}")
+        if self.placement == "block" and not self.directory:
+            raise InvalidArgumentError("placement 'block' needs a directory for the table files")
+        if (self.resume or self.checkpoint_every) and not self.checkpoint:
+            raise InvalidArgumentError("resume and checkpoint_every need a checkpoint folder")
+        if self.steps < 1 or self.timeout <= 0 or not 0 <= self.warmup < self.steps:
+            raise InvalidArgumentError(
+                f"steps ({self.steps}) and timeout ({self.timeout}) must be positive, warmup ({self.warmup}) below steps"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["config"] = self.config.to_dict()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DistOptions:
+        d = dict(d)
+        d["config"] = DLRMConfig.from_dict(d["config"])
+        d["die"] = tuple(d["die"]) if d.get("die") else None
+        return cls(**d)
+
+
+def _table_maker(o: DistOptions, rank: int, managers: list[Manager]) -> Any:
+    c = o.config
+
+    def make(s: Shard) -> EmbeddingTable:
+        rb = c.row_bytes
+        if o.placement == "dram":
+            m = Manager([("dram", s.rows * rb + (2 << 20))], policy="all_fast")
+            managers.append(m)
+            return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m)
+        fast = int(s.rows * rb * o.cache) + 16 * s.rows + (4 << 20)
+        if o.placement == "cached":
+            m = Manager([("dram", fast), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
+            managers.append(m)
+            return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=1, cache=o.cache, policy="dynamic")
+        # A block table reads a call's rows through its cache: it must hold the most rows a
+        # global batch can touch in this shard.
+        cache = max(o.cache, min(1.0, (c.batch_size * c.bag + 16) / s.rows))
+        fast = int(s.rows * rb * cache) + 16 * s.rows + (4 << 20)
+        d = os.path.join(o.directory, f"rank{rank}")
+        os.makedirs(d, exist_ok=True)
+        m = Manager([("dram", fast)], policy="all_fast")
+        managers.append(m)
+        path = os.path.join(d, f"t{s.table}-r{s.lo}-{s.hi}.tmb")
+        return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=cache, cacheslack=0.0)
+
+    return make
+
+
+class _Dense(torch.nn.Module):
+    """The model after the lookup, as DDP wraps it."""
+
+    def __init__(self, model: DLRM) -> None:
+        super().__init__()
+        self.bottom, self.top = model.bottom, model.top
+        self.model = [model]  # not a submodule: DDP must not see the embeddings
+
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        return self.model[0].dense_forward(dense, emb)
+
+    @staticmethod
+    def state(m: _Dense, opt: torch.optim.Optimizer) -> dict[str, Any]:
+        return {"model": m.state_dict(), "optimizer": opt.state_dict()}
+
+    @staticmethod
+    def load(m: _Dense, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        m.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+
+
+def train_rank(o: DistOptions, rank: int, world: int, init_method: str) -> dict[str, Any]:
+    """Train ``o.steps`` steps as rank ``rank`` of ``world``; returns the global loss of
+    every step (the mean over every rank's samples) and this rank's time split."""
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=o.timeout))
+    managers: list[Manager] = []
+    try:
+        c = o.config
+        if c.batch_size % world:
+            raise InvalidArgumentError(f"the global batch of {c.batch_size} does not split evenly over {world} ranks")
+        _agree(o, world)
+        plan = plan_shards(c.rows, c.dim, world, o.sharding)
+        emb = ShardedEmbeddings(plan, _table_maker(o, rank, managers), lr=o.lr)
+        model = DLRM(c, emb, seed=o.seed)
+        dense = DistributedDataParallel(_Dense(model))
+        opt = torch.optim.SGD(model.dense_parameters(), lr=o.lr)
+        loss_fn = torch.nn.BCELoss()
+        data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
+        first = 0
+        if o.resume:
+            saved = load_sharded(o.checkpoint, emb, c.to_dict())
+            _Dense.load(dense.module, opt, saved["dense"])
+            first = saved["step"]
+        losses, split = [], {"lookup": 0.0, "exchange": 0.0, "dense": 0.0, "update": 0.0}
+        x = emb.traffic
+        for step in range(first, o.steps):
+            if o.die is not None and o.die == (rank, step):
+                os._exit(3)
+            b = data.batch(step).shard(rank, world)
+            t0, x0 = time.perf_counter(), x.seconds
+            e_out = emb(b.indices, b.offsets)
+            t1, x1 = time.perf_counter(), x.seconds
+            e = e_out.detach().requires_grad_()
+            loss = loss_fn(dense(b.dense, e), b.labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            t2, x2 = time.perf_counter(), x.seconds
+            e_out.backward(e.grad)
+            t3, x3 = time.perf_counter(), x.seconds
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            losses.append(float(total) / world)
+            done = step + 1
+            if o.checkpoint and (done == o.steps or (o.checkpoint_every and done % o.checkpoint_every == 0)):
+                save_sharded(o.checkpoint, emb, done, c.to_dict(), _Dense.state(dense.module, opt))
+            if step - first >= o.warmup:
+                split["lookup"] += (t1 - t0) - (x1 - x0)
+                split["exchange"] += (x1 - x0) + (x3 - x2)
+                split["dense"] += t2 - t1
+                split["update"] += (t3 - t2) - (x3 - x2)
+        timed = max(1, o.steps - first - o.warmup)
+        return {
+            "rank": rank,
+            "world": world,
+            "first_step": first,
+            "losses": losses,
+            "seconds": split,
+            "seconds_per_iter": sum(split.values()) / timed,
+            "timed_steps": timed,
+            "traffic": x.as_dict(),
+            "plan": plan.to_dict(),
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def _agree(o: DistOptions, world: int) -> None:
+    """Every rank must run the same options: a mismatch is an error on every rank."""
+    mine = json.dumps({k: v for k, v in o.to_json().items() if k not in ("die", "directory")}, sort_keys=True)
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, mine)
+    for r, theirs in enumerate(every):
+        if theirs != mine:
+            raise InvalidArgumentError(f"rank {r}'s options differ from rank {dist.get_rank()}'s: every rank must train the same run")
+
+
+def write_result(path: str, res: dict[str, Any]) -> None:
+    """Write a rank's result as JSON (atomically: temporary name, fsync, rename)."""
+    write_json_atomic(path, res)
+
+
+def _worker(rank: int, world: int, port: int, options: dict[str, Any], out: str) -> None:
+    torch.set_num_threads(1)
+    res = train_rank(DistOptions.from_json(options), rank, world, f"tcp://127.0.0.1:{port}")
+    if rank == 0:
+        write_result(out, res)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(o: DistOptions, nproc: int) -> dict[str, Any]:
+    """Run ``o`` on ``nproc`` local processes; returns rank 0's result. A rank's failure
+    ends the others and raises ``torch.multiprocessing.ProcessRaisedException`` (or
+    ``ProcessExitedException``) naming that rank, with its traceback."""
+    import torch.multiprocessing as mp
+
+    if nproc < 1:
+        raise InvalidArgumentError(f"--nproc must be at least 1, got {nproc}")
+    with tempfile.TemporaryDirectory(prefix="tiermem-dist-") as d:
+        out = os.path.join(d, "rank0.json")
+        mp.start_processes(_worker, args=(nproc, _free_port(), o.to_json(), out), nprocs=nproc, join=True, start_method="spawn")
+        with open(out) as f:
+            res: dict[str, Any] = json.load(f)
+    return res
+
+
+def single_process_losses(o: DistOptions) -> list[float]:
+    """The same run in one process, on the single-process trainer's model and step (for
+    comparison with :func:`launch`)."""
+    from ..dlrm.trainer import Trainer
+
+    c = o.config
+    tr = Trainer(c, "all-fast", lr=o.lr, seed=o.seed)
+    try:
+        data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
+        return [tr.train_step(data.batch(s))[0] for s in range(o.steps)]
+    finally:
+        tr.close()
+
+
+def max_difference(a: list[float], b: list[float]) -> float:
+    """Largest absolute difference of two loss curves of the same length."""
+    if len(a) != len(b):
+        raise InvalidArgumentError(f"loss curves of {len(a)} and {len(b)} steps")
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if a else 0.0
