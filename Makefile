@@ -27,6 +27,13 @@ $(TORCH_STAMP): $(STAMP)
 	# The PyPI wheel runs on the CPU; its CUDA libraries must be present for it to import.
 	# fbgemm-gpu-cpu pairs with this torch: the peer `bench embedding` compares against.
 	$(PIP) install -q "torch==$(TORCH_VERSION)" "fbgemm-gpu-cpu==$(FBGEMM_VERSION)"
+	# TorchRec (KeyedJaggedTensor inputs to the sharded tables): its wheel asks for the CUDA
+	# fbgemm-gpu, whose module fbgemm-gpu-cpu provides, so it and its pure-Python needs go
+	# in without dependencies, pinned.
+	$(PIP) install -q --no-deps "torchrec==1.9.2" "tensordict==0.15.3" "torchmetrics==1.0.3" "pyre-extensions==0.0.32" \
+		"typing-inspect==0.9.0" "lightning-utilities==0.15.3" "pyvers==0.2.3" "orjson==3.13.0" "cloudpickle==3.1.2" \
+		"importlib_metadata==10.2.0" "zipp" "tqdm" \
+		|| echo "torchrec did not install: the sharded tables take plain values/offsets only"
 	touch $@
 
 .PHONY: venv

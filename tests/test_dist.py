@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -143,3 +145,44 @@ def test_resuming_another_model_or_a_set_missing_a_shard_is_an_error_naming_it(t
     os.unlink(os.path.join(ck, "step00000002", "rank1.ckpt"))
     with pytest.raises(mp.ProcessRaisedException, match="shard file of rank 1.*is missing"):
         launch(DistOptions(CONFIG, steps=4, checkpoint=ck, resume=True), 2)
+
+
+@pytest.fixture
+def one_rank() -> Any:
+    import torch.distributed as dist
+
+    from tiermem.dist.train import _free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _dram_table(s: Any) -> Any:
+    from tiermem.embedding import EmbeddingTable
+    from tiermem.manager import Manager
+
+    return EmbeddingTable(s.rows, 8, manager=Manager([("dram", 64 << 20)], policy="all_fast"))
+
+
+def test_a_keyed_jagged_tensor_looks_up_as_its_values_and_offsets(one_rank: Any) -> None:
+    jt = pytest.importorskip("torchrec.sparse.jagged_tensor")
+    from tiermem.dist import ShardedEmbeddings
+
+    plan = plan_shards((50, 20), 8, 1, "row")
+    emb = ShardedEmbeddings(plan, _dram_table, names=["user", "item"], lr=0.1)
+    for t, rows in enumerate(plan.rows):
+        emb.load_rows(t, 0, np.arange(rows * 8, dtype=np.float32).reshape(rows, 8) / 100)
+    user, item = torch.tensor([3, 4, 49, 0]), torch.tensor([19, 1, 1])
+    kjt = jt.KeyedJaggedTensor.from_lengths_sync(
+        keys=["item", "user"], values=torch.cat([item, user]), lengths=torch.tensor([1, 2, 0, 2, 1, 1])
+    )
+    with torch.no_grad():
+        keyed = emb(kjt)
+        plain = emb([user, item], [torch.tensor([0, 2, 3, 4]), torch.tensor([0, 1, 3, 3])])
+    assert keyed.keys() == ["user", "item"] and torch.equal(keyed.values(), plain)
+    assert torch.allclose(keyed["user"][0], torch.from_numpy((np.arange(24, 32) + np.arange(32, 40)) / 100).float())
+    with pytest.raises(InvalidArgumentError, match=r"keys \['item'\], the tables are \['user', 'item'\]"):
+        emb(jt.KeyedJaggedTensor.from_lengths_sync(keys=["item"], values=item, lengths=torch.tensor([1, 2, 0])))

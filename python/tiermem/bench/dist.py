@@ -12,10 +12,12 @@ says so, and the extrapolation assumes a core per rank.
 from __future__ import annotations
 
 import os
+import tempfile
+from dataclasses import replace
 from typing import Any
 
 from ..dist import DistOptions, launch
-from ..dist.scaling import Network, StepModel, probe
+from ..dist.scaling import CALLS, Network, StepModel, probe
 from ..dlrm.model import DLRMConfig
 from ..report.output import measured_cli
 from ..report.progress import Progress
@@ -42,6 +44,16 @@ def _torchrec_note() -> str:
     return "torchrec imports, but its DistributedModelParallel run is not part of this benchmark yet"
 
 
+def _launch(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="tiermem-bench-dist-") as d:
+        return launch(DistOptions(c, sharding=sharding, placement=placement, steps=steps, warmup=warmup, directory=d), n)
+
+
+def _compute(r: dict[str, Any]) -> float:
+    """Seconds per step outside the exchange."""
+    return sum(v for k, v in r["seconds"].items() if k != "exchange") / r["timed_steps"]
+
+
 def run(
     quick: bool,
     placement: str = "cached",
@@ -50,22 +62,35 @@ def run(
     latency: float = 20e-6,
     progress: bool | None = None,
 ) -> dict[str, Any]:
+    """One process at the per-rank batches (the model's compute), the collectives probed
+    at each process count (its network), then the runs it predicts."""
     c = _config(quick)
     steps, warmup = (12, 4) if quick else (40, 10)
     runs: list[dict[str, Any]] = []
     nets: dict[int, Network] = {}
+    models: dict[str, StepModel] = {}
+    calibration: dict[str, list[dict[str, float]]] = {}
     cores = len(os.sched_getaffinity(0))
-    with Progress(len(PROCS) * (len(SHARDINGS) + 1), "bench dist", progress) as bar:
+    with Progress(len(PROCS) * (1 + 2 * len(SHARDINGS)), "bench dist", progress) as bar:
+        for sh in SHARDINGS:
+            points = []
+            for n in PROCS:
+                b = c.batch_size // n
+                r = _launch(replace(c, batch_size=b), sh, placement, steps, warmup, 1)
+                points.append({"batch": b, "compute_seconds": _compute(r)})
+                bar.step(f"{sh} 1 process, batch {b}")
+            fixed, per_sample = StepModel.fit([p["batch"] for p in points], [p["compute_seconds"] for p in points])
+            calibration[sh] = points
+            models[sh] = StepModel(c.batch_size, c.num_tables, c.bag, c.dim, c.dense_parameters(), sh, fixed, per_sample, cores)
         for n in PROCS:
-            nets[n] = probe(n)
+            # Between two collectives a rank computes for its step's compute over the calls.
+            gap = max(models[sh].compute(n) for sh in SHARDINGS) / CALLS
+            nets[n] = probe(n, gap)
             bar.step(f"probe {n}")
             for sh in SHARDINGS:
-                import tempfile
-
-                with tempfile.TemporaryDirectory(prefix="tiermem-bench-dist-") as d:
-                    o = DistOptions(c, sharding=sh, placement=placement, steps=steps, warmup=warmup, directory=d)
-                    r = launch(o, n)
+                r = _launch(c, sh, placement, steps, warmup, n)
                 per = {k: v / r["timed_steps"] for k, v in r["seconds"].items()}
+                p = models[sh].step(n, nets[n])
                 runs.append(
                     {
                         "nproc": n,
@@ -74,31 +99,22 @@ def run(
                         "exchange_seconds": per["exchange"],
                         "split": per,
                         "bytes_sent_per_iter": r["traffic"]["bytes_sent"] / steps,
+                        "predicted_seconds_per_iter": p["seconds"],
+                        "predicted_compute_seconds": p["compute"],
+                        "predicted_exchange_seconds": p["exchange"],
+                        "predicted_sparse_bytes_per_iter": p["sparse_bytes"],
+                        "error": p["seconds"] / r["seconds_per_iter"] - 1,
                         "losses": r["losses"],
                     }
                 )
                 bar.step(f"{sh} x{n}")
-    for sh in SHARDINGS:
-        one = next(r for r in runs if r["nproc"] == 1 and r["sharding"] == sh)["split"]
-        model = StepModel(
-            c.batch_size, c.num_tables, c.bag, c.dim, c.dense_parameters(), one["lookup"], one["dense"], one["update"], cores
-        )
-        for r in runs:
-            if r["sharding"] == sh:
-                p = model.step(r["nproc"], nets[r["nproc"]])
-                r["predicted_seconds_per_iter"] = p["seconds"]
-                r["predicted_exchange_seconds"] = p["exchange"]
-                r["predicted_bytes_per_iter"] = p["bytes"]
-                r["error"] = p["seconds"] / r["seconds_per_iter"] - 1
     net = Network(latency, bandwidth)
-    one = next(r for r in runs if r["nproc"] == 1 and r["sharding"] == "row")["split"]
-    wide = StepModel(
-        c.batch_size, c.num_tables, c.bag, c.dim, c.dense_parameters(), one["lookup"], one["dense"], one["update"], 1 << 20
-    )
     plan = []
-    for n in (8, 16, 32, 64, 128, 256, 512):
-        p = wide.step(n, net)
-        plan.append({"nproc": n, "rows_per_rank": rows / n, "bytes_per_rank": rows / n * c.row_bytes, **p})
+    for sh in SHARDINGS:
+        wide = replace(models[sh], cores=1 << 20)
+        for n in (8, 16, 32, 64, 128, 256, 512):
+            p = wide.step(n, net)
+            plan.append({"nproc": n, "sharding": sh, "rows_per_rank": rows / n, "bytes_per_rank": rows / n * c.row_bytes, **p})
     return {
         "benchmark": "dist",
         "quick": quick,
@@ -107,6 +123,8 @@ def run(
         "cores": cores,
         "steps": steps,
         "warmup": warmup,
+        "calibration": calibration,
+        "models": {sh: {"fixed": m.fixed, "per_sample": m.per_sample} for sh, m in models.items()},
         "networks": {str(n): {"latency": v.latency, "bandwidth": v.bandwidth} for n, v in nets.items()},
         "runs": runs,
         "extrapolation": {"rows": rows, "latency": latency, "bandwidth": bandwidth, "ranks": plan},
@@ -134,6 +152,7 @@ def report(res: dict[str, Any]) -> str:
     x = res["extrapolation"]
     plan = [
         [
+            p["sharding"],
             str(p["nproc"]),
             f"{p['rows_per_rank']:.3g}",
             format_bytes(int(p["bytes_per_rank"])),
@@ -147,13 +166,14 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
-            f"{res['warmup']} untimed); model from the 1-process split and collectives probed per process count; "
+            f"{res['warmup']} untimed); model: one process's compute at the per-rank batches, collectives probed at each "
+            "process count; "
             f"largest model error {worst * 100:.0f}%",
             table(head, body),
             "",
-            f"extrapolated (row-wise, {x['rows']:.3g} rows, network {x['bandwidth'] / 1e9:.1f} GB/s and "
+            f"extrapolated ({x['rows']:.3g} rows, network {x['bandwidth'] / 1e9:.1f} GB/s and "
             f"{x['latency'] * 1e6:.0f} us per collective, a core per rank):",
-            table(["ranks", "rows/rank", "table/rank", "ms/step", "compute", "exchange"], plan),
+            table(["sharding", "ranks", "rows/rank", "table/rank", "ms/step", "compute", "exchange"], plan),
             "torchrec: " + res["torchrec_note"],
         ]
     )

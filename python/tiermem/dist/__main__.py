@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-from .train import DistOptions, train_rank, write_result
+from .train import DistOptions, exit_now, train_rank, write_result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,4 +31,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -126,6 +126,7 @@ class ShardedEmbeddings(torch.nn.Module):
         mode: str = "sum",
         grad_scale: float | None = None,
         group: Any = None,
+        names: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         if mode not in ("sum", "mean"):
@@ -138,6 +139,9 @@ class ShardedEmbeddings(torch.nn.Module):
         if plan.world != self.world:
             raise InvalidArgumentError(f"the shard plan is for {plan.world} ranks, the group has {self.world}")
         self.plan, self.mode = plan, mode
+        self.names = list(names) if names is not None else [f"t{t}" for t in range(len(plan.rows))]
+        if len(self.names) != len(plan.rows) or len(set(self.names)) != len(self.names):
+            raise InvalidArgumentError(f"{len(plan.rows)} tables need as many distinct names, got {list(self.names)}")
         self.optim = optimizer if optimizer is not None else OptimizerConfig("sgd", lr=lr)
         self.grad_scale = float(grad_scale) if grad_scale is not None else 1.0 / self.world
         self.shards = plan.held(self.rank)
@@ -173,12 +177,35 @@ class ShardedEmbeddings(torch.nn.Module):
     def step(self) -> None:
         """Nothing: rows were updated in backward."""
 
-    def forward(self, indices: Sequence[Any], offsets: Sequence[Any]) -> torch.Tensor:
+    def forward(self, indices: Any, offsets: Sequence[Any] | None = None) -> Any:
+        """``forward(indices, offsets)`` (per table) returns a tensor; ``forward(kjt)`` with
+        TorchRec's ``KeyedJaggedTensor`` (one key per table name) returns a ``KeyedTensor``."""
+        if offsets is None:
+            return self._keyed(indices)
         if len(indices) != len(self.plan.rows) or len(offsets) != len(self.plan.rows):
             raise InvalidArgumentError(f"{len(indices)} index and {len(offsets)} offset arrays for {len(self.plan.rows)} tables")
         if torch.is_grad_enabled():
             return _ShardedLookup.apply(self._anchor, self, indices, offsets)
         return torch.from_numpy(self._forward(indices, offsets)[0])
+
+    def _keyed(self, kjt: Any) -> Any:
+        try:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+        except ImportError:
+            raise InvalidArgumentError(
+                "one argument to forward is a KeyedJaggedTensor, and torchrec does not import here: "
+                "pass per-table indices and offsets"
+            ) from None
+        if not isinstance(kjt, KeyedJaggedTensor):
+            raise InvalidArgumentError(f"forward takes (indices, offsets) or a KeyedJaggedTensor, not {type(kjt).__name__}")
+        keys = list(kjt.keys())
+        if sorted(keys) != sorted(self.names):
+            raise InvalidArgumentError(f"the KeyedJaggedTensor has keys {keys}, the tables are {self.names}")
+        jts = kjt.to_dict()
+        out = self(
+            [jts[n].values().to(torch.int64) for n in self.names], [jts[n].offsets().to(torch.int64) for n in self.names]
+        )
+        return KeyedTensor(keys=self.names, length_per_key=[self.plan.dim] * len(self.names), values=out)
 
     # The exchange ---------------------------------------------------------------------------
     def _local_bags(self, indices: Sequence[Any], offsets: Sequence[Any]) -> tuple[int, list[list[np.ndarray]], list[np.ndarray]]:

@@ -11,9 +11,11 @@ world from the environment when ``init_method="env://"``).
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -148,66 +150,75 @@ def train_rank(o: DistOptions, rank: int, world: int, init_method: str) -> dict[
     """Train ``o.steps`` steps as rank ``rank`` of ``world``; returns the global loss of
     every step (the mean over every rank's samples) and this rank's time split."""
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=o.timeout))
-    managers: list[Manager] = []
     try:
-        c = o.config
-        if c.batch_size % world:
-            raise InvalidArgumentError(f"the global batch of {c.batch_size} does not split evenly over {world} ranks")
-        _agree(o, world)
-        plan = plan_shards(c.rows, c.dim, world, o.sharding)
-        emb = ShardedEmbeddings(plan, _table_maker(o, rank, managers), lr=o.lr)
-        model = DLRM(c, emb, seed=o.seed)
-        dense = DistributedDataParallel(_Dense(model))
-        opt = torch.optim.SGD(model.dense_parameters(), lr=o.lr)
-        loss_fn = torch.nn.BCELoss()
-        data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
-        first = 0
-        if o.resume:
-            saved = load_sharded(o.checkpoint, emb, c.to_dict())
-            _Dense.load(dense.module, opt, saved["dense"])
-            first = saved["step"]
-        losses, split = [], {"lookup": 0.0, "exchange": 0.0, "dense": 0.0, "update": 0.0}
-        x = emb.traffic
-        for step in range(first, o.steps):
-            if o.die is not None and o.die == (rank, step):
-                os._exit(3)
-            b = data.batch(step).shard(rank, world)
-            t0, x0 = time.perf_counter(), x.seconds
-            e_out = emb(b.indices, b.offsets)
-            t1, x1 = time.perf_counter(), x.seconds
-            e = e_out.detach().requires_grad_()
-            loss = loss_fn(dense(b.dense, e), b.labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            t2, x2 = time.perf_counter(), x.seconds
-            e_out.backward(e.grad)
-            t3, x3 = time.perf_counter(), x.seconds
-            total = loss.detach().clone()
-            dist.all_reduce(total)
-            losses.append(float(total) / world)
-            done = step + 1
-            if o.checkpoint and (done == o.steps or (o.checkpoint_every and done % o.checkpoint_every == 0)):
-                save_sharded(o.checkpoint, emb, done, c.to_dict(), _Dense.state(dense.module, opt))
-            if step - first >= o.warmup:
-                split["lookup"] += (t1 - t0) - (x1 - x0)
-                split["exchange"] += (x1 - x0) + (x3 - x2)
-                split["dense"] += t2 - t1
-                split["update"] += (t3 - t2) - (x3 - x2)
-        timed = max(1, o.steps - first - o.warmup)
-        return {
-            "rank": rank,
-            "world": world,
-            "first_step": first,
-            "losses": losses,
-            "seconds": split,
-            "seconds_per_iter": sum(split.values()) / timed,
-            "timed_steps": timed,
-            "traffic": x.as_dict(),
-            "plan": plan.to_dict(),
-        }
+        return _train(o, rank, world)
     finally:
+        # The model, DDP and the tables are gone (with _train's frame) before the group:
+        # a process group torn down at interpreter exit instead can abort in gloo's threads.
+        gc.collect()
         dist.destroy_process_group()
+
+
+def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
+    managers: list[Manager] = []
+    c = o.config
+    if c.batch_size % world:
+        raise InvalidArgumentError(f"the global batch of {c.batch_size} does not split evenly over {world} ranks")
+    _agree(o, world)
+    plan = plan_shards(c.rows, c.dim, world, o.sharding)
+    emb = ShardedEmbeddings(plan, _table_maker(o, rank, managers), lr=o.lr)
+    model = DLRM(c, emb, seed=o.seed)
+    dense = DistributedDataParallel(_Dense(model))
+    opt = torch.optim.SGD(model.dense_parameters(), lr=o.lr)
+    loss_fn = torch.nn.BCELoss()
+    data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
+    first = 0
+    if o.resume:
+        saved = load_sharded(o.checkpoint, emb, c.to_dict())
+        _Dense.load(dense.module, opt, saved["dense"])
+        first = saved["step"]
+    losses, split = [], {"lookup": 0.0, "exchange": 0.0, "dense": 0.0, "update": 0.0}
+    x = emb.traffic
+    for step in range(first, o.steps):
+        if o.die is not None and o.die == (rank, step):
+            os._exit(3)
+        b = data.batch(step).shard(rank, world)
+        t0, x0 = time.perf_counter(), x.seconds
+        e_out = emb(b.indices, b.offsets)
+        t1, x1 = time.perf_counter(), x.seconds
+        e = e_out.detach().requires_grad_()
+        loss = loss_fn(dense(b.dense, e), b.labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        t2, x2 = time.perf_counter(), x.seconds
+        e_out.backward(e.grad)
+        t3, x3 = time.perf_counter(), x.seconds
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(float(total) / world)
+        done = step + 1
+        if o.checkpoint and (done == o.steps or (o.checkpoint_every and done % o.checkpoint_every == 0)):
+            save_sharded(o.checkpoint, emb, done, c.to_dict(), _Dense.state(dense.module, opt))
+        if step - first >= o.warmup:
+            split["lookup"] += (t1 - t0) - (x1 - x0)
+            split["exchange"] += (x1 - x0) + (x3 - x2)
+            split["dense"] += t2 - t1
+            split["update"] += (t3 - t2) - (x3 - x2)
+    # Nobody tears its connections down while another rank still uses them.
+    dist.barrier()
+    timed = max(1, o.steps - first - o.warmup)
+    return {
+        "rank": rank,
+        "world": world,
+        "first_step": first,
+        "losses": losses,
+        "seconds": split,
+        "seconds_per_iter": sum(split.values()) / timed,
+        "timed_steps": timed,
+        "traffic": x.as_dict(),
+        "plan": plan.to_dict(),
+    }
 
 
 def _agree(o: DistOptions, world: int) -> None:
@@ -225,11 +236,20 @@ def write_result(path: str, res: dict[str, Any]) -> None:
     write_json_atomic(path, res)
 
 
+def exit_now(code: int = 0) -> None:
+    """End a rank's process now, its output flushed, without running C++ static destructors
+    (torch's and gloo's threads can abort the process while they run at exit)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _worker(rank: int, world: int, port: int, options: dict[str, Any], out: str) -> None:
     torch.set_num_threads(1)
     res = train_rank(DistOptions.from_json(options), rank, world, f"tcp://127.0.0.1:{port}")
     if rank == 0:
         write_result(out, res)
+    exit_now(0)
 
 
 def _free_port() -> int:

@@ -315,9 +315,16 @@ def plot_dist(res: dict[str, Any], path: str) -> None:
     ax.set_title(f"this machine ({res['cores']} cores, {res['placement']} shards)", fontsize=9)
     ax.legend(fontsize=8)
     x = res["extrapolation"]
-    ranks = [p["nproc"] for p in x["ranks"]]
-    for key in ("seconds", "compute", "exchange"):
-        bx.plot(ranks, [p[key] * 1e3 for p in x["ranks"]], marker="o", label=key)
+    for sh in dict.fromkeys(p["sharding"] for p in x["ranks"]):
+        pts = [p for p in x["ranks"] if p["sharding"] == sh]
+        line = bx.plot([p["nproc"] for p in pts], [p["seconds"] * 1e3 for p in pts], marker="o", label=f"{sh}-wise step")
+        bx.plot(
+            [p["nproc"] for p in pts],
+            [p["exchange"] * 1e3 for p in pts],
+            ls=":",
+            color=line[0].get_color(),
+            label=f"{sh}-wise exchange",
+        )
     bx.set_xscale("log", base=2)
     bx.set_yscale("log")
     bx.set_xlabel("ranks")
