@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +55,16 @@ def _compute(r: dict[str, Any]) -> float:
     return sum(v for k, v in r["seconds"].items() if k != "exchange") / r["timed_steps"]
 
 
+def _side_by_side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> float:
+    """A rank's compute when ``n`` ranks share the machine: ``n`` one-process runs of
+    the per-rank batch at once (no collective between them), the slowest's seconds per
+    step outside the exchange."""
+    part = replace(c, batch_size=c.batch_size // n)
+    with ThreadPoolExecutor(n) as pool:
+        runs = list(pool.map(lambda _: _launch(part, sharding, placement, steps, warmup, 1), range(n)))
+    return max(_compute(r) for r in runs)
+
+
 def run(
     quick: bool,
     placement: str = "cached",
@@ -75,13 +86,25 @@ def run(
         for sh in SHARDINGS:
             points = []
             for n in PROCS:
-                b = c.batch_size // n
-                r = _launch(replace(c, batch_size=b), sh, placement, steps, warmup, 1)
-                points.append({"batch": b, "compute_seconds": _compute(r)})
-                bar.step(f"{sh} 1 process, batch {b}")
-            fixed, per_sample = StepModel.fit([p["batch"] for p in points], [p["compute_seconds"] for p in points])
+                seconds = _side_by_side(c, sh, placement, steps, warmup, n)
+                points.append({"nproc": n, "batch": c.batch_size // n, "compute_seconds": seconds})
+                bar.step(f"{sh}: {n} x 1 process")
+            # The line for ranks with a core each (the extrapolation), from the counts that had.
+            alone = [p for p in points if p["nproc"] <= cores]
+            fixed, per_sample = StepModel.fit([p["batch"] for p in alone], [p["compute_seconds"] for p in alone])
             calibration[sh] = points
-            models[sh] = StepModel(c.batch_size, c.num_tables, c.bag, c.dim, c.dense_parameters(), sh, fixed, per_sample, cores)
+            models[sh] = StepModel(
+                c.batch_size,
+                c.num_tables,
+                c.bag,
+                c.dim,
+                c.dense_parameters(),
+                sh,
+                fixed,
+                per_sample,
+                cores,
+                measured={p["nproc"]: p["compute_seconds"] for p in points},
+            )
         for n in PROCS:
             # Between two collectives a rank computes for its step's compute over the calls.
             gap = max(models[sh].compute(n) for sh in SHARDINGS) / CALLS
@@ -111,7 +134,7 @@ def run(
     net = Network(latency, bandwidth)
     plan = []
     for sh in SHARDINGS:
-        wide = replace(models[sh], cores=1 << 20)
+        wide = replace(models[sh], cores=1 << 20, measured={})
         for n in (8, 16, 32, 64, 128, 256, 512):
             p = wide.step(n, net)
             plan.append({"nproc": n, "sharding": sh, "rows_per_rank": rows / n, "bytes_per_rank": rows / n * c.row_bytes, **p})
@@ -166,8 +189,8 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
-            f"{res['warmup']} untimed); model: one process's compute at the per-rank batches, collectives probed at each "
-            "process count; "
+            f"{res['warmup']} untimed); model: a rank's compute from N one-process runs of the per-rank batch side by "
+            "side, collectives probed at each process count between busy ranks; "
             f"largest model error {worst * 100:.0f}%",
             table(head, body),
             "",
