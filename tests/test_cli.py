@@ -140,3 +140,18 @@ def test_bench_train_bad_ratio_is_a_clear_error(capsys: pytest.CaptureFixture[st
     pytest.importorskip("torch")
     assert main(["bench", "train", "--quick", "--ratio", "8to1"]) == 2
     assert "write it SLOW:FAST" in capsys.readouterr().err
+
+
+def test_train_dlrm_over_two_processes_reports_the_difference_from_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "dist.json"
+    args = ["train", "dlrm", "--nproc", "2", "--rows", "300,50", "--dim", "8", "--bottom-mlp", "16-8", "--top-mlp", "16-1"]
+    args += ["--batch-size", "16", "--iters", "6", "--sharding", "row", "--placement", "cached", "--check-single"]
+    assert main([*args, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "dlrm over 2 processes, row-wise shards" in text and "largest loss difference from one process" in text
+    res = json.loads(out.read_text())
+    assert len(res["losses"]) == 6 and res["max_difference"] <= 1e-5
+    assert main([*args[:-1], "--placement", "block", "--slow", "block:" + str(tmp_path / "nowhere")]) == 2
+    assert "no such directory" in capsys.readouterr().err
