@@ -151,6 +151,7 @@ def test_train_dlrm_over_two_processes_reports_the_difference_from_one(
     assert main([*args, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "dlrm over 2 processes, row-wise shards" in text and "largest loss difference from one process" in text
+    assert "t0[0:150] t1[0:25]" in text and "t0[150:300] t1[25:50]" in text  # the plan, rank by rank
     res = json.loads(out.read_text())
     assert len(res["losses"]) == 6 and res["max_difference"] <= 1e-5
     assert main([*args[:-1], "--placement", "block", "--slow", "block:" + str(tmp_path / "nowhere")]) == 2

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from tiermem.dist import DistOptions, launch, plan_shards
+from tiermem.dist import DistOptions, ShardPlan, launch, plan_shards
 from tiermem.dist.train import max_difference, single_process_losses
 from tiermem.dlrm.data.synthetic import SyntheticData
 from tiermem.dlrm.model import DLRMConfig
@@ -35,6 +35,7 @@ def test_table_wise_plans_balance_rows_and_row_wise_splits_cover_every_row() -> 
         assert [s.rank for s in ss] == [0, 1, 2] and ss[0].lo == 0 and ss[-1].hi == rows
         assert all(a.hi == b.lo for a, b in zip(ss, ss[1:])) and max(s.rows for s in ss) - min(s.rows for s in ss) <= 1
     assert r.rank_bytes(32) == [sum(s.rows for s in r.held(k)) * 32 for k in range(3)]
+    assert ShardPlan.from_dict(json.loads(json.dumps(r.to_dict()))) == r
 
 
 def test_a_plan_that_does_not_fit_names_the_rank_and_the_numbers() -> None:

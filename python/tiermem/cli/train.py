@@ -193,6 +193,11 @@ def _distributed(args: Any, config: Any) -> int:
     with MachineLoad() as load:
         res = launch(o, args.nproc)
         ref = single_process_losses(o) if args.check_single else None
+    from ..dist import ShardPlan
+    from ..report.table import table
+
+    plan = ShardPlan.from_dict(res["plan"])
+    print(table(["rank", "shards (table[rows])", "rows"], plan.table(config.row_bytes)))
     sec = res["seconds"]
     steps = len(res["losses"])
     print(

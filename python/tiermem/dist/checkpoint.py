@@ -95,10 +95,7 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
     ranks) and return the saved dense state and step. A missing or damaged file is an
     error naming it; nothing is restored from a file that fails its checks."""
     m = _manifest(folder, config)
-    p = m["plan"]
-    old = ShardPlan(
-        tuple(p["rows"]), int(p["dim"]), int(p["world"]), p["sharding"], tuple(Shard(*map(int, s)) for s in p["shards"])
-    )
+    old = ShardPlan.from_dict(m["plan"])
     if old.rows != emb.plan.rows or old.dim != emb.plan.dim:
         raise InvalidArgumentError(f"the checkpoint's tables are {list(old.rows)} x {old.dim}, the model's {list(emb.plan.rows)} x {emb.plan.dim}")
     opened: dict[int, checkpoint.Checkpoint] = {}

@@ -69,6 +69,17 @@ class ShardPlan:
             "shards": [[s.table, s.rank, s.lo, s.hi] for s in self.shards],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShardPlan:
+        """The plan :meth:`to_dict` wrote."""
+        return cls(
+            tuple(int(r) for r in d["rows"]),
+            int(d["dim"]),
+            int(d["world"]),
+            str(d["sharding"]),
+            tuple(Shard(*(int(x) for x in s)) for s in d["shards"]),
+        )
+
     def table(self, row_bytes: int) -> list[list[str]]:
         """The plan as rows of text (rank, tables and row ranges, bytes) for a report."""
         sizes = self.rank_bytes(row_bytes)
