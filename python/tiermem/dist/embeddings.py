@@ -107,6 +107,8 @@ class ShardedEmbeddings(torch.nn.Module):
         grad_scale: what the output's gradient is multiplied by before the update (default
             ``1 / world``; see the module's note).
         group: the process group (default the world).
+        names: the tables' names, the keys of a ``KeyedJaggedTensor`` input (default
+            ``t0``, ``t1``, ...).
 
     ``forward(indices, offsets)`` takes this rank's local bags per table (``indices[t]``
     int64, ``offsets[t]`` its ``b + 1`` boundaries; every rank calls it together) and

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import hashlib
 import json
 import os
 import socket
@@ -223,11 +224,13 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
 
 def _agree(o: DistOptions, world: int) -> None:
     """Every rank must run the same options: a mismatch is an error on every rank."""
+    # Digests, not the options: all_gather_object would unpickle what peers send.
     mine = json.dumps({k: v for k, v in o.to_json().items() if k not in ("die", "directory")}, sort_keys=True)
-    every: list[Any] = [None] * world
-    dist.all_gather_object(every, mine)
+    digest = torch.frombuffer(bytearray(hashlib.sha256(mine.encode()).digest()), dtype=torch.uint8)
+    every = [torch.empty_like(digest) for _ in range(world)]
+    dist.all_gather(every, digest)
     for r, theirs in enumerate(every):
-        if theirs != mine:
+        if not torch.equal(theirs, digest):
             raise InvalidArgumentError(f"rank {r}'s options differ from rank {dist.get_rank()}'s: every rank must train the same run")
 
 
