@@ -4,6 +4,7 @@ malformed line, under fuzzing; byte ranges that split a file between readers."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,29 @@ def test_bench_criteo_reports_both_readers_alike() -> None:
     assert res["identical"] and res["lines"] == 3000 and res["bad_lines"] == res["damaged_lines"] == 60
     assert res["core_lines_per_second"] > 0 and res["python_lines_per_second"] > 0
     assert "core / python" in bench_criteo.report(res)
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_batches_parsed_ahead_on_a_thread_are_the_batches_read_in_turn(tmp_path: Path, prefetch: int) -> None:
+    p = tmp_path / "odd.tsv"
+    write_criteo(p, 300, seed=9)
+    good = p.read_text().splitlines()
+    _write(p, [x for pair in zip(good, ODD_LINES * 10, strict=False) for x in pair])
+    plain = _read(p, "core", 16)
+    ahead = _read(p, "core", 16, prefetch=prefetch)
+    # Positions, counts and examples describe the batches handed out, not those parsed ahead.
+    assert ahead[1] == plain[1] and ahead[2] == plain[2] and len(ahead[0]) == len(plain[0]) > 5
+    assert all(all(torch.equal(x, y) for x, y in zip(a, b, strict=True)) for a, b in zip(ahead[0], plain[0], strict=True))
+    r = CriteoReader(p, ROWS, 16, prefetch=prefetch)
+    it = iter(r)
+    next(it)
+    first = r.position
+    it.close()  # stopping early stops the thread
+    assert first == plain[1][0] and not any(t.name == "tiermem-criteo-prefetch" for t in threading.enumerate())
+    with pytest.raises(CriteoFormatError) as e:
+        list(CriteoReader(p, ROWS, 16, bad_lines="error", prefetch=prefetch))
+    with pytest.raises(CriteoFormatError) as f:
+        list(CriteoReader(p, ROWS, 16, bad_lines="error"))
+    assert str(e.value) == str(f.value)
+    with pytest.raises(InvalidArgumentError, match="prefetch must be an integer from 0 to 1024"):
+        CriteoReader(p, ROWS, 16, prefetch=-1)

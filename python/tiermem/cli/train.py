@@ -222,7 +222,8 @@ def _distributed(args: Any, config: Any) -> int:
 def _criteo(args: Any, config: Any, readers: list[Any], start: int = 0) -> Any:
     from ..dlrm.data import CriteoReader
 
-    r = CriteoReader(args.criteo, config.rows, config.batch_size, bad_lines=args.bad_lines, start=start)
+    # Two batches parsed ahead on a thread while the model trains (the parser releases the GIL).
+    r = CriteoReader(args.criteo, config.rows, config.batch_size, bad_lines=args.bad_lines, start=start, prefetch=2)
     readers.append(r)
     return iter(r)
 

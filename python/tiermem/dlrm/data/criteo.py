@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import os
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -107,6 +109,9 @@ class CriteoReader:
         end: read only lines that start before this byte offset (default: the whole file).
         max_line: longest line in bytes; a longer one is a malformed line.
         engine: ``"core"`` (parsed in the core) or ``"python"`` (the reference).
+        prefetch: batches parsed ahead on a background thread (0: none). The core parser
+            releases the GIL, so they are parsed while the caller trains; :attr:`position`,
+            :attr:`lines` and :attr:`bad` still describe the batches handed out.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class CriteoReader:
         max_line: int = MAX_LINE,
         end: int | None = None,
         engine: str = "core",
+        prefetch: int = 0,
     ) -> None:
         if not isinstance(max_line, int) or not 256 <= max_line <= 1 << 30:
             raise InvalidArgumentError(f"max_line must be an integer from 256 to 2**30 bytes, got {max_line!r}")
@@ -141,6 +147,9 @@ class CriteoReader:
             raise InvalidArgumentError(f"end offset {end} is before the start offset {start}")
         if engine not in ("core", "python"):
             raise InvalidArgumentError(f"engine {engine!r}: choose 'core' or 'python'")
+        if not isinstance(prefetch, int) or not 0 <= prefetch <= 1024:
+            raise InvalidArgumentError(f"prefetch must be an integer from 0 to 1024 batches, got {prefetch!r}")
+        self.prefetch = prefetch
         self.end = None if end is None else min(int(end), size)
         self.engine = engine
         self.path = os.fspath(path)
@@ -159,7 +168,67 @@ class CriteoReader:
         self.bad_examples: list[tuple[int, str]] = []
 
     def __iter__(self) -> Iterator[Batch]:
+        if self.prefetch:
+            return self._iter_ahead()
         return self._iter_core() if self.engine == "core" else self._iter_python()
+
+    def _state(self) -> tuple[int, int, int, list[tuple[int, str]]]:
+        return self.position, self.lines, self.bad, list(self.bad_examples)
+
+    def _iter_ahead(self) -> Iterator[Batch]:
+        """Batches parsed by a reader of the same file on a background thread, up to
+        ``prefetch`` ahead; each carries that reader's state after it, which becomes this
+        reader's as the batch is handed out. Stopping early stops the thread."""
+        shadow = CriteoReader(
+            self.path,
+            self.rows,
+            self.batch_size,
+            bad_lines=self.bad_lines,
+            start=self.position,
+            keep_last=self.keep_last,
+            max_line=self.max_line,
+            end=self.end,
+            engine=self.engine,
+        )
+        lines0, bad0, examples0 = self.lines, self.bad, list(self.bad_examples)
+        q: queue.Queue[tuple[Batch | BaseException | None, tuple[int, int, int, list[tuple[int, str]]]]] = queue.Queue(
+            self.prefetch
+        )
+        stop = threading.Event()
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce() -> None:
+            try:
+                for b in shadow:
+                    if not put((b, shadow._state())):
+                        return
+                put((None, shadow._state()))
+            except BaseException as e:  # handed to the consumer, which raises it
+                put((e, shadow._state()))
+
+        t = threading.Thread(target=produce, name="tiermem-criteo-prefetch", daemon=True)
+        t.start()
+        try:
+            while True:
+                item, (pos, lines, bad, examples) = q.get()
+                self.position, self.lines, self.bad = pos, lines0 + lines, bad0 + bad
+                self.bad_examples = (examples0 + [(lines0 + k, why) for k, why in examples])[:_EXAMPLES]
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            t.join()
 
     def _iter_core(self) -> Iterator[Batch]:
         b = self.batch_size
