@@ -194,8 +194,10 @@ impl Sampler {
         self.paf_samples >= PAF_SAMPLES as u64 && self.sf_samples >= SF_SAMPLES as u64
     }
 
-    /// Feed one byte address; returns false once the sampler is full (stop feeding).
-    pub fn feed(&mut self, addr: u64) -> bool {
+    /// Feed one byte address; returns false once the sampler is full (stop feeding). The
+    /// plain form of `feed_all`, kept as the reference its test compares with.
+    #[cfg(test)]
+    fn feed(&mut self, addr: u64) -> bool {
         if self.paf_samples < PAF_SAMPLES as u64 {
             self.paf_hits += u64::from(self.paf.observe(addr / PAGE_BYTES));
             // Lines are mixed first: the paper's bit-slice hashes alias strided lines.
@@ -241,7 +243,7 @@ impl Sampler {
     }
 
     /// Feed addresses until the sampler is full; returns how many it took. The same
-    /// counts as [`Sampler::feed`] one address at a time (a test checks it), in two tight
+    /// counts as feeding one address at a time (a test checks it), in two tight
     /// passes: pages and lines, then strides. The LF's misses are gathered without a
     /// branch and fed to the fetched-line filters after the first pass.
     pub fn feed_all(&mut self, addrs: &[u64]) -> usize {
@@ -349,7 +351,9 @@ impl Fetched {
         self.lines_at_quarter = 0;
     }
 
-    /// A line the LF missed, at byte `addr`: into this PAF and SF.
+    /// A line the LF missed, at byte `addr`: into this PAF and SF (the reference of
+    /// `feed_all`, as `Sampler::feed` is).
+    #[cfg(test)]
     fn feed(&mut self, addr: u64) {
         self.samples += 1;
         self.paf_cold += u64::from(self.paf.is_empty());
@@ -362,7 +366,7 @@ impl Fetched {
         self.last = Some(addr);
     }
 
-    /// [`Fetched::feed`] for each of `addrs`, skipping (as hits) a page or stride equal to
+    /// Each of `addrs` into this PAF and SF, skipping (as hits) a page or stride equal to
     /// the one just observed.
     fn feed_all(&mut self, addrs: &[u64]) {
         let (mut page_was, mut stride_was) = (u64::MAX, None);

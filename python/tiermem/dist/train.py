@@ -98,28 +98,26 @@ class DistOptions:
         return cls(**d)
 
 
-def _table_maker(o: DistOptions, rank: int, managers: list[Manager]) -> Any:
+def _table_maker(o: DistOptions, rank: int) -> Any:
     c = o.config
 
     def make(s: Shard) -> EmbeddingTable:
         rb = c.row_bytes
         if o.placement == "dram":
             m = Manager([("dram", s.rows * rb + (2 << 20))], policy="all_fast")
-            managers.append(m)
             return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m)
-        fast = int(s.rows * rb * o.cache) + 16 * s.rows + (4 << 20)
+        cache = o.cache
+        if o.placement == "block":
+            # A block table reads a call's rows through its cache: it must hold the most rows
+            # a global batch can touch in this shard.
+            cache = max(cache, min(1.0, (c.batch_size * c.bag + 16) / s.rows))
+        fast = int(s.rows * rb * cache) + 16 * s.rows + (4 << 20)
         if o.placement == "cached":
             m = Manager([("dram", fast), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
-            managers.append(m)
-            return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=1, cache=o.cache, policy="dynamic")
-        # A block table reads a call's rows through its cache: it must hold the most rows a
-        # global batch can touch in this shard.
-        cache = max(o.cache, min(1.0, (c.batch_size * c.bag + 16) / s.rows))
-        fast = int(s.rows * rb * cache) + 16 * s.rows + (4 << 20)
+            return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=1, cache=cache, policy="dynamic")
         d = os.path.join(o.directory, f"rank{rank}")
         os.makedirs(d, exist_ok=True)
         m = Manager([("dram", fast)], policy="all_fast")
-        managers.append(m)
         path = os.path.join(d, f"t{s.table}-r{s.lo}-{s.hi}.tmb")
         return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=cache, cacheslack=0.0)
 
@@ -161,13 +159,12 @@ def train_rank(o: DistOptions, rank: int, world: int, init_method: str) -> dict[
 
 
 def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
-    managers: list[Manager] = []
     c = o.config
     if c.batch_size % world:
         raise InvalidArgumentError(f"the global batch of {c.batch_size} does not split evenly over {world} ranks")
     _agree(o, world)
     plan = plan_shards(c.rows, c.dim, world, o.sharding)
-    emb = ShardedEmbeddings(plan, _table_maker(o, rank, managers), lr=o.lr)
+    emb = ShardedEmbeddings(plan, _table_maker(o, rank), lr=o.lr)
     model = DLRM(c, emb, seed=o.seed)
     dense = DistributedDataParallel(_Dense(model))
     opt = torch.optim.SGD(model.dense_parameters(), lr=o.lr)

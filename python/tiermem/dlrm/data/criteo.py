@@ -24,6 +24,7 @@ naming the line and the reason (``bad_lines="error"``). A line is never held who
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import queue
@@ -179,17 +180,8 @@ class CriteoReader:
         """Batches parsed by a reader of the same file on a background thread, up to
         ``prefetch`` ahead; each carries that reader's state after it, which becomes this
         reader's as the batch is handed out. Stopping early stops the thread."""
-        shadow = CriteoReader(
-            self.path,
-            self.rows,
-            self.batch_size,
-            bad_lines=self.bad_lines,
-            start=self.position,
-            keep_last=self.keep_last,
-            max_line=self.max_line,
-            end=self.end,
-            engine=self.engine,
-        )
+        shadow = copy.copy(self)  # the same file, range and settings, from here
+        shadow.prefetch, shadow.lines, shadow.bad, shadow.bad_examples = 0, 0, 0, []
         lines0, bad0, examples0 = self.lines, self.bad, list(self.bad_examples)
         q: queue.Queue[tuple[Batch | BaseException | None, tuple[int, int, int, list[tuple[int, str]]]]] = queue.Queue(
             self.prefetch
