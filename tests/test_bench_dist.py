@@ -27,6 +27,10 @@ def test_bench_dist_reports_runs_against_its_model(monkeypatch: pytest.MonkeyPat
         assert r["bytes_sent_per_iter"] > 0 and r["predicted_sparse_bytes_per_iter"] > 0
         if r["sharding"] == "table":  # a table on each rank, fixed bags: the count is exact
             assert r["bytes_sent_per_iter"] == pytest.approx(r["predicted_sparse_bytes_per_iter"])
+    # A row-wise rank's lookups are of the whole batch on a shard of the rows: calibrated so.
+    two = next(p for p in res["calibration"]["row"] if p["nproc"] == 2)
+    assert two["compute_seconds"] == pytest.approx(two["dense_seconds"] + two["sparse_seconds"])
+    assert "dense_seconds" not in next(p for p in res["calibration"]["table"] if p["nproc"] == 2)
     x = res["extrapolation"]
     assert [p["nproc"] for p in x["ranks"]] == [8, 16, 32, 64, 128, 256, 512] * 2
     assert all(p["seconds"] == pytest.approx(p["compute"] + p["exchange"]) for p in x["ranks"])

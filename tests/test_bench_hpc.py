@@ -7,26 +7,19 @@ from typing import Any
 
 import pytest
 
-from tiermem import kernels
 from tiermem.bench import staging as bench_staging
 from tiermem.bench import traits as bench_traits
+from tiermem.exceptions import InvalidArgumentError
 
 
 def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        bench_staging,
-        "KERNELS",
-        {
-            "Jacobi2D": bench_staging.Case(
-                lambda q: (256, 256), lambda d: 8 * d[0] * d[1], lambda m, w, d: kernels.jacobi(m, d, where=w)
-            ),
-            "FFT": bench_staging.Case(lambda q: 1 << 14, lambda n: 16 * n, lambda m, w, n: kernels.fft(m, n, where=w)),
-        },
-    )
     monkeypatch.setattr(bench_staging, "QUICK_MATRICES", ("road_usa", "G_n_pin_pout"))
     monkeypatch.setattr(bench_staging, "CHUNKED", ((3, 1 << 14), (3, 1 << 14)))
-    res = bench_staging.run(quick=True, reps=1, progress=False)
-    assert [r["kernel"] for r in res["staging"]] == ["Jacobi2D", "FFT"]
+    res = bench_staging.run(quick=True, reps=1, progress=False, chunk=1 << 20)
+    assert [r["kernel"] for r in res["staging"]] == list(bench_staging.KERNELS)
+    assert res["chunk_bytes"] == 1 << 20
+    for r in res["staging"]:  # each target is the chunk, or the largest square or cube of float64 within it
+        assert (1 << 20) * 0.95 < r["target_bytes"] <= 1 << 20, r
     for r in res["staging"]:
         assert set(r["seconds"]) == set(bench_staging.VARIANTS) and all(v > 0 for v in r["seconds"].values())
         assert r["decision"] in ("stage", "no") and isinstance(r["correct"], bool)
@@ -36,14 +29,18 @@ def test_bench_staging_json(monkeypatch: pytest.MonkeyPatch) -> None:
         # analysis / budget seconds at the measured rate.
         budget_copy = r["analysis_budget_bytes"] * r["copy_seconds"] / r["target_bytes"]
         assert budget_copy == pytest.approx(r["analysis_seconds"] / bench_staging.ANALYSIS_BUDGET)
-    # The declared target sizes are the built kernels' (the fast device is sized from them).
-    assert [r["target_bytes"] for r in res["staging"]] == [8 * 256 * 256, 16 << 14]
     c = res["chunked"]
     assert c["chunks"] == 3 and c["data_over_fast"] > 0 and 0 <= c["staged"] <= 3
     assert set(c["seconds"]) == {"slow_only", "always_stage", "pattern_aware"} and c["copy_seconds"] > 0
     assert len(res["suite"]) == 2 * len(bench_staging.SCALES)
     assert 0 <= res["suite_accuracy"] <= 1 and 0 <= res["suite_accuracy_paper"] <= 1
     assert "decision suite" in bench_staging.report(res)
+
+
+@pytest.mark.parametrize(("chunk", "why"), [((1 << 20) + 8, "power of two"), (1 << 19, "at least 1 MiB"), (1 << 50, "available")])
+def test_bench_staging_refuses_a_bad_chunk(chunk: int, why: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=why):
+        bench_staging.run(quick=True, reps=1, progress=False, chunk=chunk)
 
 
 def test_bench_traits_json(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from tiermem.dist import DistOptions, ShardPlan, launch, plan_shards
+from tiermem.dist import DistOptions, ShardPlan, launch, plan_caches, plan_shards
 from tiermem.dist.train import max_difference, single_process_losses
+from tiermem.dlrm.data.batch import Batch
+from tiermem.dlrm.data.criteo import CriteoReader, line_ranges, write_criteo
 from tiermem.dlrm.data.synthetic import SyntheticData
 from tiermem.dlrm.model import DLRMConfig
+from tiermem.embedding.cacheplan import Costs, cache_fast_bytes, meta_bytes
 from tiermem.exceptions import InvalidArgumentError
 
 CONFIG = DLRMConfig(rows=(300, 57, 1000, 8), dim=8, bottom_mlp=(16, 8), top_mlp=(16, 1), bag=3, batch_size=32)
@@ -43,8 +46,23 @@ def test_a_plan_that_does_not_fit_names_the_rank_and_the_numbers() -> None:
         plan_shards((1000, 10), 8, 2, "table", row_bytes=32, capacity=[1024, 1 << 20])
     with pytest.raises(InvalidArgumentError, match="fewer than the 4 ranks"):
         plan_shards((3,), 8, 4, "row")
-    with pytest.raises(InvalidArgumentError, match="sharding 'column'"):
-        plan_shards((3,), 8, 1, "column")
+    with pytest.raises(InvalidArgumentError, match="sharding 'diagonal'"):
+        plan_shards((3,), 8, 1, "diagonal")
+    with pytest.raises(InvalidArgumentError, match="8 wide cannot be split column-wise over 16"):
+        plan_shards((3,), 8, 16, "column")
+
+
+def test_column_wise_plans_split_every_table_s_columns_over_the_ranks() -> None:
+    p = plan_shards(CONFIG.rows, 8, 3, "column")
+    for t, rows in enumerate(CONFIG.rows):
+        ss = p.of_table(t)
+        assert [s.cols(8) for s in ss] == [(0, 3), (3, 6), (6, 8)] and all((s.lo, s.hi) == (0, rows) for s in ss)
+    assert p.rank_bytes(32) == [sum(CONFIG.rows) * 4 * w for w in (3, 3, 2)]
+    assert ShardPlan.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    assert p.table(32)[2][1].startswith("t0[:, 6:8]")
+    # A plan written before column shards (four numbers a shard) reads as whole-width shards.
+    old = {"rows": [5], "dim": 8, "world": 1, "sharding": "table", "shards": [[0, 0, 0, 5]]}
+    assert ShardPlan.from_dict(old).shards[0].cols(8) == (0, 8)
 
 
 def test_batch_shares_concatenate_to_the_batch() -> None:
@@ -56,9 +74,76 @@ def test_batch_shares_concatenate_to_the_batch() -> None:
         assert all(int(p.offsets[t][0]) == 0 and len(p.offsets[t]) == 9 for p in parts)
     with pytest.raises(InvalidArgumentError, match="cannot be split into 3"):
         b.shard(0, 3)
+    back = Batch.concat(parts)
+    assert torch.equal(back.dense, b.dense) and torch.equal(back.labels, b.labels)
+    for t in range(len(CONFIG.rows)):
+        assert torch.equal(back.indices[t], b.indices[t]) and torch.equal(back.offsets[t], b.offsets[t])
+    with pytest.raises(InvalidArgumentError, match="at least one"):
+        Batch.concat([])
 
 
-@pytest.mark.parametrize(("sharding", "placement"), [("table", "dram"), ("row", "dram"), ("row", "cached"), ("table", "block")])
+CRITEO = DLRMConfig(rows=(50,) * 26, dim=8, bottom_mlp=(16, 8), top_mlp=(16, 1), bag=1, batch_size=32)
+
+
+def test_two_processes_each_read_their_part_of_a_criteo_file(tmp_path: Path) -> None:
+    path = tmp_path / "day.tsv"
+    write_criteo(path, 700, seed=3)
+    with open(path, "ab") as f:
+        f.write(b"not a criteo line\n")  # skipped in the second rank's part
+    o = DistOptions(CRITEO, steps=50, lr=0.5, criteo=str(path))
+    res = launch(o, 2)
+    # About 350 lines a part, batches of 16 a rank: both stop when the first part runs out.
+    parts = [sum(1 for _ in CriteoReader(path, CRITEO.rows, 16, start=lo, end=hi)) for lo, hi in line_ranges(path, 2)]
+    assert 18 <= min(parts) < 50 and len(res["losses"]) == min(parts)
+    assert res["data_ran_out"] == parts.index(min(parts))
+    ref = single_process_losses(o, 2)
+    assert max_difference(res["losses"], ref) <= 1e-5, (res["losses"], ref)
+    assert abs(res["losses"][-1] - res["losses"][0]) > 1e-3
+    with pytest.raises(InvalidArgumentError, match="26 categorical"):
+        DistOptions(CONFIG, criteo=str(path))
+    with pytest.raises(InvalidArgumentError, match="not checkpointed yet"):
+        DistOptions(CRITEO, criteo=str(path), checkpoint=str(tmp_path / "ck"))
+
+
+def test_cache_plans_give_each_rank_s_fast_memory_to_the_shards_whose_hit_rate_it_raises_most() -> None:
+    rng = np.random.default_rng(0)
+    rows = (4000, 4000, 4000, 4000)
+    hot = np.minimum(rng.zipf(1.3, 40_000) - 1, 3999)  # a few rows take most accesses
+    cold = rng.integers(0, 4000, 40_000)  # every row alike: a cache barely pays
+    traces = [hot, hot.copy(), cold, cold.copy()]  # table-wise: t0 and t2 on rank 0, t1 and t3 on rank 1
+    costs = Costs(delta_ns=0.5, insert_ns=0.2, source="test")
+    base = plan_shards(rows, 8, 2, "table")
+    fast = [meta_bytes([4000, 4000]) + 40_000] * 2
+    p = plan_caches(base, traces, fast, 32, costs)
+    for r in range(2):
+        held = p.held(r)
+        caches = {s.table: p.cache_of(s) for s in held}
+        hot_t = next(t for t in caches if t in (0, 1))
+        cold_t = next(t for t in caches if t in (2, 3))
+        assert caches[hot_t].rows > caches[cold_t].rows and caches[hot_t].hit_rate > 0.3
+        used = sum(cache_fast_bytes(4000, 32, c.rows / 4000) for c in caches.values() if c.policy)
+        assert meta_bytes([4000, 4000]) + used <= fast[r]
+    assert ShardPlan.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    assert p.header()[-1] == "predicted hit rate" and len(p.table(32)[0]) == len(p.header())
+    with pytest.raises(InvalidArgumentError, match=r"rank 1's fast memory of 1\.0 KiB does not hold"):
+        plan_caches(base, traces, [fast[0], 1024], 32, costs)
+    with pytest.raises(InvalidArgumentError, match="3 profiles for 4 tables"):
+        plan_caches(base, traces[:3], fast, 32, costs)
+
+
+def test_two_processes_with_planned_caches_train_the_single_process_curve() -> None:
+    o = DistOptions(CONFIG, sharding="row", placement="cached", steps=10, lr=0.5, dist="zipf", fast_bytes=40_000)
+    res = launch(o, 2)
+    plan = ShardPlan.from_dict(res["plan"])
+    assert plan.fast == (40_000, 40_000) and {c.policy for c in plan.caches} & {"static", "dynamic"}
+    assert max_difference(res["losses"], single_process_losses(o)) <= 1e-5
+    with pytest.raises(InvalidArgumentError, match="keeps every row in DRAM"):
+        DistOptions(CONFIG, placement="dram", fast_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("sharding", "placement"), [("table", "dram"), ("row", "dram"), ("row", "cached"), ("table", "block"), ("column", "cached")]
+)
 def test_two_processes_train_the_single_process_loss_curve(sharding: str, placement: str, tmp_path: Path) -> None:
     o = DistOptions(CONFIG, sharding=sharding, placement=placement, steps=12, lr=0.5, directory=str(tmp_path), cache=0.3)
     res = launch(o, 2)
@@ -133,6 +218,17 @@ def test_a_checkpoint_from_four_ranks_resumes_on_two_on_the_same_curve(tmp_path:
     assert resumed["first_step"] == 4 and len(resumed["losses"]) == 4
     ref = single_process_losses(base)
     assert max_difference(first["losses"] + resumed["losses"], ref) <= 1e-5, (first["losses"], resumed["losses"], ref)
+
+
+def test_column_shards_resume_from_row_shards_and_from_other_column_splits(tmp_path: Path) -> None:
+    ck = str(tmp_path / "ck")
+    base = DistOptions(CONFIG, sharding="column", placement="dram", steps=9, lr=0.5)
+    a = launch(DistOptions(**{**vars(base), "sharding": "row", "steps": 3, "checkpoint": ck}), 2)
+    b = launch(DistOptions(**{**vars(base), "steps": 6, "checkpoint": ck, "resume": True}), 4)  # 2 columns a rank
+    c = launch(DistOptions(**{**vars(base), "checkpoint": ck, "resume": True}), 2)  # 4 columns a rank
+    assert (b["first_step"], c["first_step"]) == (3, 6)
+    ref = single_process_losses(base)
+    assert max_difference(a["losses"] + b["losses"] + c["losses"], ref) <= 1e-5, (a["losses"], b["losses"], c["losses"], ref)
 
 
 def test_resuming_another_model_or_a_set_missing_a_shard_is_an_error_naming_it(tmp_path: Path) -> None:

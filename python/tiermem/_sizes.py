@@ -1,4 +1,5 @@
-"""Byte sizes: parse ``"64 MiB"`` and print ``67108864`` as ``64.0 MiB``."""
+"""Byte sizes: parse ``"64 MiB"``, print ``67108864`` as ``64.0 MiB``, and this machine's
+available memory."""
 
 from __future__ import annotations
 
@@ -53,3 +54,15 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def available_memory() -> int:
+    """This machine's MemAvailable in bytes (0 when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

@@ -257,22 +257,14 @@ class Checkpoint:
                 f"rows {lo}..{hi} of table {name!r} ({s['rows']} x {s['width']}) do not fit a "
                 f"{t.num_embeddings} x {t.embedding_dim} table from row {at}",
             )
-        width = t.embedding_dim
-        rows = max(1, CHUNK // (4 * width))
-        if s["name"].startswith("block:"):
-            self._restore_snapshot(name, s, t, rows, lo, hi, at)
-        with open(self.path, "rb") as f:
-            if s["name"].startswith("rows:"):
-                f.seek(s["offset"] + 4 * width * lo)
-                for start in range(lo, hi, rows):
-                    n = min(rows, hi - start)
-                    data = np.frombuffer(f.read(4 * n * width), np.float32)
-                    t.load(data.reshape(n, width), at + start - lo)
-            o = self.sections.get(f"optimizer:{name}")
-            if o is not None and o["values"]:
-                per_row, odd = divmod(o["values"], s["rows"])
-                if odd:
-                    raise _bad(self.path, f"table {name!r}: its optimizer state ({o['values']} values) is not kept per row")
+        for start, rows in self.iter_rows(name, lo, hi):
+            t.load(rows, at + start - lo)
+        o = self.sections.get(f"optimizer:{name}")
+        if o is not None and o["values"]:
+            per_row, odd = divmod(o["values"], s["rows"])
+            if odd:
+                raise _bad(self.path, f"table {name!r}: its optimizer state ({o['values']} values) is not kept per row")
+            with open(self.path, "rb") as f:
                 f.seek(o["offset"] + 4 * per_row * lo)
                 step = max(per_row, CHUNK // 4 // max(per_row, 1) * per_row)
                 total = per_row * (hi - lo)
@@ -280,9 +272,32 @@ class Checkpoint:
                     k = min(step, total - k0)
                     t.set_optimizer_state(o["kind"], np.frombuffer(f.read(4 * k), np.float32), o["steps"], per_row * at + k0)
 
-    def _restore_snapshot(self, name: str, s: dict[str, Any], t: EmbeddingTable, rows: int, lo: int, hi: int, at: int) -> None:
-        """Read rows ``lo..hi`` of a block table's snapshot (opened as a table of its own,
-        blocks checked as they are read) into ``t`` from row ``at``, in chunks of ``rows``."""
+    def has_optimizer_state(self, name: str) -> bool:
+        """Whether table ``name`` was saved with optimizer state (an SGD table has none)."""
+        o = self.sections.get(f"optimizer:{name}")
+        return bool(o is not None and o["values"])
+
+    def iter_rows(self, name: str, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Rows ``lo..hi`` of table ``name`` as ``(first row, rows)`` chunks of at most
+        ``CHUNK`` bytes, from the checkpoint or a block table's snapshot: memory stays
+        bounded. A chunk's array may be reused for the next: copy what you keep."""
+        s = self._table_section(name)
+        if not 0 <= lo <= hi <= s["rows"]:
+            raise _bad(self.path, f"rows {lo}..{hi} are outside table {name!r} of {s['rows']} rows")
+        width = s["width"]
+        rows = max(1, CHUNK // (4 * width))
+        if s["name"].startswith("block:"):
+            yield from self._snapshot_rows(name, s, rows, lo, hi)
+            return
+        with open(self.path, "rb") as f:
+            f.seek(s["offset"] + 4 * width * lo)
+            for start in range(lo, hi, rows):
+                n = min(rows, hi - start)
+                yield start, np.frombuffer(f.read(4 * n * width), np.float32).reshape(n, width)
+
+    def _snapshot_rows(self, name: str, s: dict[str, Any], rows: int, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Rows ``lo..hi`` of a block table's snapshot (opened as a table of its own, blocks
+        checked as they are read), in chunks of ``rows``."""
         snap = os.path.join(snapshot_folder(self.path), s["file"])
         stride = 4 * s["width"]
         cache = min(1.0, max(rows * stride, 1 << 20) / (s["rows"] * stride))
@@ -295,10 +310,10 @@ class Checkpoint:
                     self.path,
                     f"table {name!r}: its snapshot {snap!r} has layout generation {info['generation']}, recorded {s['generation']} (replaced)",
                 )
-            buf = np.empty((max(1, min(rows, hi - lo)), t.embedding_dim), np.float32)
+            buf = np.empty((max(1, min(rows, hi - lo)), s["width"]), np.float32)
             for start in range(lo, hi, rows):
                 n = min(rows, hi - start)
                 src._native.read_rows(start, buf[:n])
-                t.load(buf[:n], at + start - lo)
+                yield start, buf[:n]
         finally:
             del src

@@ -50,19 +50,32 @@ def _launch(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: in
         return launch(DistOptions(c, sharding=sharding, placement=placement, steps=steps, warmup=warmup, directory=d), n)
 
 
-def _compute(r: dict[str, Any]) -> float:
-    """Seconds per step outside the exchange."""
-    return sum(v for k, v in r["seconds"].items() if k != "exchange") / r["timed_steps"]
-
-
-def _side_by_side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> float:
-    """A rank's compute when ``n`` ranks share the machine: ``n`` one-process runs of
-    the per-rank batch at once (no collective between them), the slowest's seconds per
-    step outside the exchange."""
-    part = replace(c, batch_size=c.batch_size // n)
+def _side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> list[dict[str, Any]]:
+    """``n`` one-process runs of ``c`` at once (no collective between them)."""
     with ThreadPoolExecutor(n) as pool:
-        runs = list(pool.map(lambda _: _launch(part, sharding, placement, steps, warmup, 1), range(n)))
-    return max(_compute(r) for r in runs)
+        return list(pool.map(lambda _: _launch(c, sharding, placement, steps, warmup, 1), range(n)))
+
+
+def _per_step(runs: list[dict[str, Any]], parts: tuple[str, ...]) -> float:
+    """The slowest run's seconds per step in ``parts`` of its split."""
+    return max(sum(r["seconds"][k] for k in parts) / r["timed_steps"] for r in runs)
+
+
+def _side_by_side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> dict[str, float]:
+    """A rank's compute when ``n`` ranks share the machine, from ``n`` one-process runs at
+    once: of the per-rank batch (a rank's dense work, and table-wise its lookups and
+    updates: ``T / n`` tables for all ``B`` samples are as many rows as ``T`` tables for
+    ``B / n``). A row-wise rank instead looks up and updates every table's bags of the whole
+    batch, in ``1 / n`` of its rows: its lookup and update come from runs of batch ``B`` on
+    tables of ``rows / n``."""
+    dense_only = ("dense",)
+    sparse = ("lookup", "update")
+    part = _side(replace(c, batch_size=c.batch_size // n), sharding, placement, steps, warmup, n)
+    if sharding != "row" or n == 1:
+        return {"compute_seconds": _per_step(part, (*dense_only, *sparse))}
+    shard = _side(replace(c, rows=tuple(max(1, r // n) for r in c.rows)), sharding, placement, steps, warmup, n)
+    dense, lookups = _per_step(part, dense_only), _per_step(shard, sparse)
+    return {"compute_seconds": dense + lookups, "dense_seconds": dense, "sparse_seconds": lookups}
 
 
 def run(
@@ -86,8 +99,7 @@ def run(
         for sh in SHARDINGS:
             points = []
             for n in PROCS:
-                seconds = _side_by_side(c, sh, placement, steps, warmup, n)
-                points.append({"nproc": n, "batch": c.batch_size // n, "compute_seconds": seconds})
+                points.append({"nproc": n, "batch": c.batch_size // n, **_side_by_side(c, sh, placement, steps, warmup, n)})
                 bar.step(f"{sh}: {n} x 1 process")
             # The line for ranks with a core each (the extrapolation), from the counts that had.
             alone = [p for p in points if p["nproc"] <= cores]
@@ -192,7 +204,8 @@ def report(res: dict[str, Any]) -> str:
         [
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
             f"{res['warmup']} untimed); model: a rank's compute from N one-process runs of the per-rank batch side by "
-            "side, collectives probed at each process count between busy ranks; "
+            "side (row-wise lookups and updates: of the whole batch on 1/N of the rows), collectives probed at each "
+            "process count between busy ranks; "
             f"largest model error {worst * 100:.0f}%",
             table(head, body),
             "",

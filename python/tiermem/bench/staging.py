@@ -27,6 +27,7 @@ the accuracy on the patterns where those quartiles agree in sign).
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -34,7 +35,8 @@ from statistics import median
 from typing import Any, NamedTuple
 
 from .. import kernels, matrices, staging
-from .._sizes import format_bytes
+from .._sizes import available_memory, format_bytes, parse_size
+from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..report.output import measured_cli
 from ..report.progress import Progress
@@ -45,35 +47,41 @@ VARIANTS = ("slow_only", "first_touch", "2lm_model", "always_stage", "pattern_aw
 
 
 class Case(NamedTuple):
-    """One kernel of the benchmark: its size parameter (quick or full), its target's bytes at
-    that size, and how to build it on a manager (``make(manager, where, size)``)."""
+    """One kernel of the benchmark: its size parameter for a chunk of so many bytes (the
+    target's size, about), its target's bytes at that size, and how to build it on a manager
+    (``make(manager, where, size)``)."""
 
-    size: Callable[[bool], Any]
+    size: Callable[[int], Any]
     target_bytes: Callable[[Any], int]
     make: Callable[[Manager, Any, Any], kernels.Kernel]
 
 
-#: The kernels, in the paper's Table 6 order. Targets are 512 MiB (8-16 MiB with
-#: ``--quick``), so a copy takes long enough to compare the sampling with it as the paper
-#: does (its chunks: 8 GB).
+def _side(chunk: int, dims: int) -> int:
+    """The side of a ``dims``-dimensional cube of ``float64`` of about ``chunk`` bytes."""
+    side = round((chunk / 8) ** (1 / dims))
+    while side**dims * 8 > chunk:
+        side -= 1
+    return side
+
+
+#: The kernels, in the paper's Table 6 order, each with a target of about the chunk's bytes
+#: (:data:`CHUNK`, or ``--chunk``): large enough that a copy takes long enough to compare the
+#: sampling with it as the paper does (its chunks: 2-16 GB).
 KERNELS: dict[str, Case] = {
-    "RandomAccess": Case(lambda q: 1 << (20 if q else 26), lambda n: 8 * n, lambda m, w, n: kernels.random_access(m, n, where=w)),
-    "PTRANS": Case(lambda q: 1024 if q else 8192, lambda n: 8 * n * n, lambda m, w, n: kernels.ptrans(m, n, where=w)),
-    "Jacobi2D": Case(
-        lambda q: (1024, 1024) if q else (8192, 8192), lambda d: 8 * math.prod(d), lambda m, w, d: kernels.jacobi(m, d, where=w)
-    ),
-    "Jacobi3D": Case(
-        lambda q: (128, 128, 128) if q else (400, 400, 400),
-        lambda d: 8 * math.prod(d),
-        lambda m, w, d: kernels.jacobi(m, d, where=w),
-    ),
+    "RandomAccess": Case(lambda c: c // 8, lambda n: 8 * n, lambda m, w, n: kernels.random_access(m, n, where=w)),
+    "PTRANS": Case(lambda c: _side(c, 2), lambda n: 8 * n * n, lambda m, w, n: kernels.ptrans(m, n, where=w)),
+    "Jacobi2D": Case(lambda c: (_side(c, 2),) * 2, lambda d: 8 * math.prod(d), lambda m, w, d: kernels.jacobi(m, d, where=w)),
+    "Jacobi3D": Case(lambda c: (_side(c, 3),) * 3, lambda d: 8 * math.prod(d), lambda m, w, d: kernels.jacobi(m, d, where=w)),
     "CG": Case(
-        lambda q: 1 << (20 if q else 26),
+        lambda c: c // 8,
         lambda n: 8 * n,
         lambda m, w, n: kernels.spmv(m, matrices.generate("uniform", n, row_scale=1 / 8), reps=7, where=w),
     ),
-    "FFT": Case(lambda q: 1 << (19 if q else 25), lambda n: 16 * n, lambda m, w, n: kernels.fft(m, n, where=w)),
+    "FFT": Case(lambda c: c // 16, lambda n: 16 * n, lambda m, w, n: kernels.fft(m, n, where=w)),
 }
+
+#: The chunk by default, with ``--quick`` and without.
+CHUNK = (8 << 20, 512 << 20)
 
 #: Matrices of the decision suite with ``--quick`` (every Table 2 matrix otherwise).
 QUICK_MATRICES = (
@@ -185,8 +193,8 @@ def _decision_fields(runs: dict[str, list[dict[str, Any]]], gains: dict[str, Any
     }
 
 
-def _kernel_row(name: str, case: Case, quick: bool, reps: int, line: Any, big: int) -> dict[str, Any]:
-    size = case.size(quick)
+def _kernel_row(name: str, case: Case, chunk: int, reps: int, line: Any, big: int) -> dict[str, Any]:
+    size = case.size(chunk)
     target = case.target_bytes(size)
     fast = int(target * 1.25) + (4 << 20)
     k = case.make(_manager(fast, big, "lru_in_place"), "slow", size)
@@ -194,9 +202,11 @@ def _kernel_row(name: str, case: Case, quick: bool, reps: int, line: Any, big: i
     if built != target:
         raise ValueError(f"bench staging: {name}'s target is {built} bytes, its case says {target}")
     runs = _staged(k, reps, line)
+    del k
     gains = _gains(runs)
     seconds = {mode: median(r["seconds"] for r in rs) for mode, rs in runs.items()}
     for policy in ("first_touch", "2lm_model"):
+        gc.collect()  # the last manager's devices go back before this one's fast memory is taken
         seconds[policy] = _timed(case.make(_manager(fast, big, policy), "auto", size), reps)
     best = min(seconds["slow_only"], seconds["always_stage"])
     return {
@@ -275,10 +285,43 @@ def _chunked_row(quick: bool, reps: int, line: Any, big: int) -> dict[str, Any]:
     }
 
 
-def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> dict[str, Any]:
-    """Calibrate, then measure the kernels and the decision suite."""
+def _slow_bytes(quick: bool, chunk: int) -> int:
+    """The slow device's capacity: room for a kernel's arrays (up to four chunks) and more."""
+    return max((2 if quick else 8) << 30, 8 * chunk)
+
+
+def _footprint(chunk: int, slow: int) -> int:
+    """Memory the bench may touch at once: two managers' devices (a row's manager and the
+    next, freed in turn but not before the next allocates), each a slow device whose heap
+    touches new pages as arrays come and go, and fast memory of 1.25 chunks. Measured:
+    15.8 GB peak at a 1 GiB chunk (8 GiB slow devices; this bound: 18.5 GiB)."""
+    return 2 * (slow + int(1.25 * chunk))
+
+
+def _check_chunk(chunk: int, slow: int) -> None:
+    """Refuse a chunk the kernels cannot take (RandomAccess, CG and FFT need a power of two)
+    or this machine cannot hold, before anything is allocated."""
+    if chunk < 1 << 20 or chunk & (chunk - 1):
+        raise InvalidArgumentError(
+            f"bench staging: the chunk must be a power of two of at least 1 MiB (RandomAccess, CG and FFT "
+            f"size their arrays by it), got {chunk} bytes"
+        )
+    need, avail = _footprint(chunk, slow), available_memory()
+    if avail and need > avail:
+        raise InvalidArgumentError(
+            f"bench staging: a chunk of {format_bytes(chunk)} needs about {format_bytes(need)} of memory "
+            f"(two managers with {format_bytes(slow)} slow devices), this machine has {format_bytes(avail)} "
+            "available; use a smaller --chunk"
+        )
+
+
+def run(quick: bool, reps: int | None = None, progress: bool | None = None, chunk: int | None = None) -> dict[str, Any]:
+    """Calibrate, then measure the kernels (targets of ``chunk`` bytes; by default
+    :data:`CHUNK`) and the decision suite."""
     reps = reps or (3 if quick else 5)
-    big = (2 if quick else 8) << 30
+    chunk = chunk or CHUNK[not quick]
+    big = _slow_bytes(quick, chunk)
+    _check_chunk(chunk, big)
     names = QUICK_MATRICES if quick else tuple(matrices.TABLE2)
     ncols = 1 << (18 if quick else 20)
     t = time.perf_counter()
@@ -290,6 +333,7 @@ def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> d
         "quick": quick,
         "slow_device": f"{SLOW} (emulated)",
         "reps": reps,
+        "chunk_bytes": chunk,
         "line": line.as_dict(),
         "calibration_seconds": calib_seconds,
         "staging": [],
@@ -297,7 +341,8 @@ def run(quick: bool, reps: int | None = None, progress: bool | None = None) -> d
     }
     with Progress(len(KERNELS) + 1 + len(names) * len(SCALES), "bench staging", progress) as bar:
         for name, case in KERNELS.items():
-            out["staging"].append(_kernel_row(name, case, quick, reps, line, big))
+            out["staging"].append(_kernel_row(name, case, chunk, reps, line, big))
+            gc.collect()  # the row's managers give their devices' memory back before the next row's take theirs
             bar.step(name)
         out["chunked"] = _chunked_row(quick, reps, line, big)
         bar.step("CG (chunked)")
@@ -407,4 +452,5 @@ def report(res: dict[str, Any]) -> str:
 def run_cli(args: Any) -> int:
     from ..report.plot import plot_staging
 
-    return measured_cli(args, lambda: run(args.quick, args.reps), report, plot_staging)
+    chunk = parse_size(args.chunk, "--chunk") if args.chunk else None
+    return measured_cli(args, lambda: run(args.quick, args.reps, chunk=chunk), report, plot_staging)

@@ -17,8 +17,8 @@ def run_demo(args: Any) -> int:
     from ..dlrm.model import MODES, DLRMConfig
 
     modes = tuple(m for m in MODES if m != "block")  # the demo's slow tier is emulated
+    from .._sizes import available_memory
     from ..dlrm.report import report, run_modes, write
-    from ..dlrm.trainer import available_memory
     from ..report.load import MachineLoad
 
     quick = bool(args.quick)

@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="PNG", help="write the kernels' variants and the suite's predicted vs measured gains (needs matplotlib)"
     )
     stg.add_argument("--reps", type=integer(1, 100), help="interleaved runs per figure (default 5, 3 with --quick)")
+    stg.add_argument(
+        "--chunk",
+        metavar="SIZE",
+        help="the kernels' target (the staged chunk): a power of two such as '1GiB' (default 512 MiB, 8 MiB with --quick)",
+    )
     trt = bsub.add_parser(
         "traits", help="a multi-DGEMM application allocated by traits: FIFO, SIZE, PRIORITY, GAIN over fast-memory limits"
     )

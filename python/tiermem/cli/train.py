@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from .._sizes import format_bytes, parse_size
+from ..dist.plan import PLACEMENTS, SHARDINGS
 from ..exceptions import InvalidArgumentError
 from ._args import int_list, integer, number
 
@@ -43,7 +44,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--bad-lines", choices=("skip", "error"), default="skip", help="malformed Criteo lines")
     p.add_argument("--iters", type=integer(1, 10**9), default=50, help="timed iterations")
     p.add_argument("--warmup", type=integer(0, 10**9), default=5, help="iterations before timing (also the static profile)")
-    p.add_argument("--fast-budget", help="fast memory for the tables (default: a quarter of them)")
+    p.add_argument(
+        "--fast-budget",
+        help="fast memory for the tables (default: a quarter of them); with --nproc and --placement cached, per rank, "
+        "split over its shards by their hit-rate curves",
+    )
     p.add_argument(
         "--slow",
         default="emulated:optane-pmem",
@@ -62,10 +67,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help="half-size tables, few iterations")
     d = p.add_argument_group("distributed (tables sharded over --nproc processes, gloo over loopback)")
     d.add_argument("--nproc", type=integer(1, 1024), help="train over this many processes (torch.distributed)")
-    d.add_argument("--sharding", choices=("table", "row"), default="table", help="table-wise or row-wise shards")
+    d.add_argument("--sharding", choices=SHARDINGS, default="table", help="table-wise, row-wise or column-wise shards")
     d.add_argument(
         "--placement",
-        choices=("dram", "cached", "block"),
+        choices=PLACEMENTS,
         default="cached",
         help="each rank's shards: in DRAM, cached over --slow, or in files under --slow block:DIR/rank<r>",
     )
@@ -167,8 +172,8 @@ def _distributed(args: Any, config: Any) -> int:
     from ..dist.train import max_difference, single_process_losses
     from ..report.load import MachineLoad
 
-    if args.criteo or args.modes or args.checkpoint or args.inference:
-        raise InvalidArgumentError("--nproc trains synthetic data in one run: drop --criteo, --modes, --checkpoint, --inference")
+    if args.modes or args.checkpoint or args.inference:
+        raise InvalidArgumentError("--nproc trains one run: drop --modes, --checkpoint, --inference")
     directory = ""
     if args.placement == "block":
         if not args.slow.startswith("block:"):
@@ -189,15 +194,18 @@ def _distributed(args: Any, config: Any) -> int:
         cache=args.cache,
         directory=directory,
         timeout=args.timeout,
+        criteo=args.criteo or "",
+        bad_lines=args.bad_lines,
+        fast_bytes=parse_size(args.fast_budget, "--fast-budget") if args.fast_budget else 0,
     )
     with MachineLoad() as load:
         res = launch(o, args.nproc)
-        ref = single_process_losses(o) if args.check_single else None
+        ref = single_process_losses(o, args.nproc) if args.check_single else None
     from ..dist import ShardPlan
     from ..report.table import table
 
     plan = ShardPlan.from_dict(res["plan"])
-    print(table(["rank", "shards (table[rows])", "rows"], plan.table(config.row_bytes)))
+    print(table(plan.header(), plan.table(config.row_bytes)))
     sec = res["seconds"]
     steps = len(res["losses"])
     print(
@@ -205,6 +213,8 @@ def _distributed(args: Any, config: Any) -> int:
         f"{steps} steps, loss {res['losses'][0]:.5f} -> {res['losses'][-1]:.5f}; rank 0 per timed step: "
         + ", ".join(f"{k} {v / res['timed_steps'] * 1e3:.2f} ms" for k, v in sec.items())
     )
+    if res.get("data_ran_out") is not None:
+        print(f"stopped after {steps} steps: rank {res['data_ran_out']}'s part of {args.criteo} ran out")
     if ref is not None:
         res["single_process_losses"] = ref
         res["max_difference"] = max_difference(res["losses"], ref)

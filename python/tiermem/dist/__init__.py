@@ -1,9 +1,39 @@
 """Past one machine: embedding tables sharded over the ranks of ``torch.distributed``
 (:class:`ShardedEmbeddings`, planned by :func:`plan_shards`), DLRM trained with them
-(:func:`launch`, :func:`train_rank`)."""
+(:func:`launch`, :func:`train_rank`).
 
-from .embeddings import ShardedEmbeddings
-from .plan import SHARDINGS, Shard, ShardPlan, plan_shards
-from .train import PLACEMENTS, DistOptions, launch, train_rank
+The plan's names import without torch (the command line offers them as choices); the
+rest loads on first use."""
 
-__all__ = ["PLACEMENTS", "SHARDINGS", "DistOptions", "Shard", "ShardPlan", "ShardedEmbeddings", "launch", "plan_shards", "train_rank"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .plan import PLACEMENTS, SHARDINGS, Shard, ShardCache, ShardPlan, plan_caches, plan_shards
+
+if TYPE_CHECKING:
+    from .embeddings import ShardedEmbeddings
+    from .train import DistOptions, launch, train_rank
+
+__all__ = [
+    "PLACEMENTS",
+    "SHARDINGS",
+    "DistOptions",
+    "Shard",
+    "ShardCache",
+    "ShardPlan",
+    "ShardedEmbeddings",
+    "launch",
+    "plan_caches",
+    "plan_shards",
+    "train_rank",
+]
+
+_LAZY = {"ShardedEmbeddings": "embeddings", "DistOptions": "train", "launch": "train", "train_rank": "train"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,9 @@ Layout of a checkpoint folder::
 A save writes a new ``stepNNNNNNNN`` folder; once every rank's file is in place (a
 barrier), rank 0 replaces the manifest atomically and removes older folders. A rank that
 dies mid-save leaves the manifest naming the previous, complete set. Resuming reads the
-manifest and fills each of this run's shards from the saved shards whose rows it overlaps,
-so a run may resume on a different number of ranks (or sharding) than it saved from.
+manifest and fills each of this run's shards from the saved shards whose rows and columns
+it overlaps, so a run may resume on a different number of ranks (or sharding: table-, row-
+or column-wise) than it saved from.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch.distributed as dist
 
 from .. import checkpoint
@@ -36,7 +39,7 @@ MANIFEST = "manifest.json"
 
 
 def shard_name(s: Shard) -> str:
-    return f"t{s.table}-rows{s.lo}-{s.hi}"
+    return f"t{s.table}-rows{s.lo}-{s.hi}" + (f"-cols{s.c0}-{s.c1}" if s.c1 else "")
 
 
 def save_sharded(folder: str, emb: ShardedEmbeddings, step: int, config: dict[str, Any], dense: dict[str, Any]) -> str:
@@ -90,6 +93,41 @@ def _manifest(folder: str, config: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
+def _cols(s: Shard, o: Shard, dim: int) -> tuple[int, int] | None:
+    """The columns two shards of a table share (None: none)."""
+    (a0, a1), (b0, b1) = s.cols(dim), o.cols(dim)
+    lo, hi = max(a0, b0), min(a1, b1)
+    return (lo, hi) if lo < hi else None
+
+
+def _restore_columns(s: Shard, t: Any, over: list[Shard], dim: int, saved: Callable[[int], checkpoint.Checkpoint]) -> None:
+    """Fill shard ``s`` from saved shards split over other columns: each chunk of its rows is
+    put together from the saved shards' column slices (a table's shards cover it once), then
+    loaded. Optimizer state kept per row cannot be split by columns, so a table saved with
+    state is refused."""
+    for o in over:
+        if saved(o.rank).has_optimizer_state(shard_name(o)):
+            raise InvalidArgumentError(
+                f"table {s.table} was saved with optimizer state in shards of other columns; resume it with "
+                "the column split it saved"
+            )
+    c0, c1 = s.cols(dim)
+    chunk = max(1, (1 << 24) // (4 * (c1 - c0)))
+    for r0 in range(s.lo, s.hi, chunk):
+        r1 = min(s.hi, r0 + chunk)
+        buf = np.zeros((r1 - r0, c1 - c0), np.float32)
+        for o in over:
+            lo, hi = max(r0, o.lo), min(r1, o.hi)
+            cols = _cols(s, o, dim)
+            if lo >= hi or cols is None:
+                continue
+            o0 = o.cols(dim)[0]
+            for start, rows in saved(o.rank).iter_rows(shard_name(o), lo - o.lo, hi - o.lo):
+                at = start + o.lo - r0
+                buf[at : at + len(rows), cols[0] - c0 : cols[1] - c0] = rows[:, cols[0] - o0 : cols[1] - o0]
+        t.load(buf, r0 - s.lo)
+
+
 def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) -> dict[str, Any]:
     """Fill this rank's shards from the checkpoint in ``folder`` (saved on any number of
     ranks) and return the saved dense state and step. A missing or damaged file is an
@@ -108,10 +146,14 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
             opened[rank] = checkpoint.Checkpoint(path)
         return opened[rank]
 
+    dim = old.dim
     for s, t in zip(emb.shards, emb.tables, strict=True):
-        for o in old.of_table(s.table):
-            lo, hi = max(s.lo, o.lo), min(s.hi, o.hi)
-            if lo < hi:
+        over = [o for o in old.of_table(s.table) if max(s.lo, o.lo) < min(s.hi, o.hi) and _cols(s, o, dim)]
+        if all(o.cols(dim) == s.cols(dim) for o in over):
+            for o in over:
+                lo, hi = max(s.lo, o.lo), min(s.hi, o.hi)
                 saved(o.rank).restore_rows(shard_name(o), t, lo - o.lo, hi - o.lo, lo - s.lo)
+        else:
+            _restore_columns(s, t, over, dim, saved)
     state = saved(0).state()
     return {"step": int(m["step"]), "dense": state["dense"], "saved_world": int(m["world"])}

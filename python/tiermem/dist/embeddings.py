@@ -8,7 +8,8 @@ single process can use, and every step exchanges with the others:
 2. **Lookup**: each owner looks up its shards for the bags of every rank, in rank order
    (the global batch's order, so a table-wise shard sees exactly what one process would).
 3. **Pooled embeddings** (``all_to_all_single``): each owner sends each rank its bags'
-   pooled rows; a rank adds the partial sums of a row-wise table's shards.
+   pooled rows (a column shard: its columns of them); a rank adds the partial sums of a
+   row-wise table's shards and places a column-wise table's slices side by side.
 4. **Backward**: the output's gradient goes back to the owners the same way, scaled by
    ``grad_scale`` (``1 / world`` by default: each rank's loss is the mean over its own
    samples and DDP averages the dense gradients, so this is the gradient of the global
@@ -149,32 +150,39 @@ class ShardedEmbeddings(torch.nn.Module):
         self.shards = plan.held(self.rank)
         self.tables = [make_table(s) for s in self.shards]
         for s, t in zip(self.shards, self.tables, strict=True):
-            if t.num_embeddings != s.rows or t.embedding_dim != plan.dim:
+            if t.num_embeddings != s.rows or t.embedding_dim != s.width(plan.dim):
                 raise InvalidArgumentError(
                     f"make_table gave a {t.num_embeddings} x {t.embedding_dim} table for shard {s} "
-                    f"({s.rows} x {plan.dim})"
+                    f"({s.rows} x {s.width(plan.dim)})"
                 )
         self._collection = EmbeddingCollection(self.tables) if self.tables else None
-        # Per table, its shards' first rows (for routing) and shards.
+        # Per table, its shards, its distinct row ranges' first rows (for routing: a row goes
+        # to every shard of its range, one per column slice) and each shard's range.
         self._by_table = [plan.of_table(t) for t in range(len(plan.rows))]
-        self._starts = [np.array([s.lo for s in ss], np.int64) for ss in self._by_table]
+        los = [sorted({s.lo for s in ss}) for ss in self._by_table]
+        self._starts = [np.array(lo, np.int64) for lo in los]
+        self._range_of = {s: los[s.table].index(s.lo) for s in plan.shards}
         self._held_by = [plan.held(r) for r in range(self.world)]
+        # Columns each rank's shards return per sample, and where each shard's go.
+        self._widths = [sum(s.width(plan.dim) for s in held) for held in self._held_by]
+        self._out_cols = {s: (s.table * plan.dim + s.cols(plan.dim)[0], s.width(plan.dim)) for s in plan.shards}
         self._anchor = torch.zeros((), requires_grad=True)
         #: This rank's exchanges so far (seconds in collectives, bytes sent, calls).
         self.traffic = Traffic()
 
     # The model's interface ----------------------------------------------------------------
     def rows_held(self, table: int) -> list[tuple[int, int]]:
-        """Row ranges of ``table`` this rank holds."""
-        return [(s.lo, s.hi) for s in self.shards if s.table == table]
+        """Row ranges of ``table`` this rank holds (of any of its columns)."""
+        return sorted({(s.lo, s.hi) for s in self.shards if s.table == table})
 
     def load_rows(self, table: int, start: int, values: np.ndarray) -> None:
-        """Write rows ``start..`` of ``table``: the part this rank holds."""
+        """Write rows ``start..`` of ``table`` (whole rows): the part this rank holds."""
         end = start + len(values)
         for s, t in zip(self.shards, self.tables, strict=True):
             lo, hi = max(start, s.lo), min(end, s.hi)
+            c0, c1 = s.cols(self.plan.dim)
             if s.table == table and lo < hi:
-                t.load(np.ascontiguousarray(values[lo - start : hi - start]), lo - s.lo)
+                t.load(np.ascontiguousarray(values[lo - start : hi - start, c0:c1]), lo - s.lo)
 
     def step(self) -> None:
         """Nothing: rows were updated in backward."""
@@ -232,10 +240,14 @@ class ShardedEmbeddings(torch.nn.Module):
             n = np.diff(o)
             lengths.append(n)
             bag = np.repeat(np.arange(b, dtype=np.int64), n)
-            shard = np.searchsorted(self._starts[t], v, side="right") - 1
-            for k, s in enumerate(self._by_table[t]):
-                mine = shard == k
-                split[s] = (np.bincount(bag[mine], minlength=b).astype(np.int64), v[mine] - s.lo)
+            where = np.searchsorted(self._starts[t], v, side="right") - 1
+            ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+            for s in self._by_table[t]:
+                k = self._range_of[s]
+                if k not in ranges:
+                    mine = where == k
+                    ranges[k] = (np.bincount(bag[mine], minlength=b).astype(np.int64), v[mine] - s.lo)
+                split[s] = ranges[k]
         per_dest = [[*(split[s][0] for s in held), *(split[s][1] for s in held)] for held in self._held_by]
         return b, per_dest, lengths
 
@@ -285,16 +297,19 @@ class ShardedEmbeddings(torch.nn.Module):
         got = _exchange(
             [pooled[edges[s] : edges[s + 1]].reshape(-1) for s in range(self.world)],
             torch.float32,
-            [b * len(h) * dim for h in self._held_by],
+            [b * w for w in self._widths],
             g,
             self.traffic,
             self.rank,
         )
         out = np.zeros((b, len(self.plan.rows) * dim), np.float32)
         for d, held in enumerate(self._held_by):
-            part = got[d].reshape(b, len(held) * dim)
-            for k, sh in enumerate(held):
-                out[:, sh.table * dim : (sh.table + 1) * dim] += part[:, k * dim : (k + 1) * dim]
+            part = got[d].reshape(b, self._widths[d])
+            at = 0
+            for sh in held:
+                col, w = self._out_cols[sh]
+                out[:, col : col + w] += part[:, at : at + w]
+                at += w
         if self.mode == "mean":
             for t, n in enumerate(lengths):
                 out[:, t * dim : (t + 1) * dim] /= np.maximum(n, 1)[:, None]
@@ -310,19 +325,18 @@ class ShardedEmbeddings(torch.nn.Module):
             for t, n in enumerate(routed.lengths):
                 grad[:, t * dim : (t + 1) * dim] /= np.maximum(n, 1)[:, None]
         parts = [
-            np.concatenate([grad[:, s.table * dim : (s.table + 1) * dim] for s in held], axis=1).reshape(-1)
+            np.concatenate([grad[:, c : c + w] for c, w in (self._out_cols[s] for s in held)], axis=1).reshape(-1)
             if held
             else np.zeros(0, np.float32)
             for held in self._held_by
         ]
-        got = _exchange(
-            parts, torch.float32, [n * len(self.shards) * dim for n in routed.sizes], self.group, self.traffic, self.rank
-        )
+        width = self._widths[self.rank]
+        got = _exchange(parts, torch.float32, [n * width for n in routed.sizes], self.group, self.traffic, self.rank)
         if self._collection is None:
             return
-        mine = np.concatenate([got[s].reshape(n, len(self.shards) * dim) for s, n in enumerate(routed.sizes)])
+        mine = np.concatenate([got[s].reshape(n, width) for s, n in enumerate(routed.sizes)])
         self._collection.update(routed.bags, np.ascontiguousarray(mine), mode="sum", optimizer=self.optim)
 
     def extra_repr(self) -> str:
-        held = ", ".join(f"t{s.table}[{s.lo}:{s.hi}]" for s in self.shards)
+        held = ", ".join(f"t{s.table}[{s.lo}:{s.hi}, {':'.join(map(str, s.cols(self.plan.dim)))}]" for s in self.shards)
         return f"rank={self.rank}/{self.world}, sharding={self.plan.sharding}, held=({held})"

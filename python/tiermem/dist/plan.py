@@ -1,63 +1,105 @@
-"""Where each table's rows live across ranks: table-wise (a table on one rank) or row-wise
-(a table's rows split in contiguous ranges over every rank).
+"""Where each table's rows live across ranks: table-wise (a table on one rank), row-wise
+(a table's rows split in contiguous ranges over every rank) or column-wise (a table's
+columns split over every rank, for wide tables: each rank holds every row, a slice of it).
 
-A plan is a list of :class:`Shard` in a fixed global order (table, then rank). Each rank
-holds its shards as tiered tables of ``hi - lo`` rows; a lookup of row ``i`` of table ``t``
-goes to the shard of ``t`` whose range holds ``i``, as row ``i - lo`` of that shard.
+A plan is a list of :class:`Shard` in a fixed global order (table, then rank), each a
+rectangle of its table (rows ``lo..hi``, columns ``c0..c1``); a table's shards cover it
+once. Each rank holds its shards as tiered tables of ``hi - lo`` rows of ``c1 - c0``; a
+lookup of row ``i`` of table ``t`` goes to every shard of ``t`` whose rows hold ``i``, as row
+``i - lo``, and each returns its columns of the pooled row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError
 
-__all__ = ["SHARDINGS", "Shard", "ShardPlan", "plan_shards"]
+__all__ = ["PLACEMENTS", "SHARDINGS", "Shard", "ShardCache", "ShardPlan", "plan_caches", "plan_shards"]
 
 #: Ways to place tables on ranks.
-SHARDINGS = ("table", "row")
+SHARDINGS = ("table", "row", "column")
+#: Where a rank keeps its shards: all in DRAM, in a DRAM cache over an emulated slow
+#: device, or in block files on the disk with a DRAM cache.
+PLACEMENTS = ("dram", "cached", "block")
 
 
 @dataclass(frozen=True)
 class Shard:
-    """Rows ``lo..hi`` of table ``table``, held by rank ``rank``."""
+    """Rows ``lo..hi`` and columns ``c0..c1`` of table ``table``, held by rank ``rank``
+    (``c1 = 0``: every column, as wide as the plan's ``dim``)."""
 
     table: int
     rank: int
     lo: int
     hi: int
+    c0: int = 0
+    c1: int = 0
 
     @property
     def rows(self) -> int:
         return self.hi - self.lo
 
+    def cols(self, dim: int) -> tuple[int, int]:
+        """Its columns of a table ``dim`` wide."""
+        return self.c0, self.c1 or dim
+
+    def width(self, dim: int) -> int:
+        """Its columns' count in a table ``dim`` wide."""
+        c0, c1 = self.cols(dim)
+        return c1 - c0
+
+
+@dataclass(frozen=True)
+class ShardCache:
+    """A shard's planned cache (:func:`plan_caches`): ``rows`` rows run by ``policy``
+    (``"static"``: filled once with the profile's most used rows; ``"dynamic"``: caches what
+    it misses; None: no cache, the rows read from the slow tier), the hit rate its curve
+    predicts, and the profile's accesses to the shard."""
+
+    rows: int
+    policy: str | None
+    hit_rate: float
+    accesses: int
+
 
 @dataclass(frozen=True)
 class ShardPlan:
-    """The shards of every table over ``world`` ranks (see the module's note)."""
+    """The shards of every table over ``world`` ranks (see the module's note); with
+    :func:`plan_caches`, each shard's cache (``caches``, in the shards' order) from each
+    rank's fast memory (``fast``)."""
 
     rows: tuple[int, ...]
     dim: int
     world: int
     sharding: str
     shards: tuple[Shard, ...]
+    caches: tuple[ShardCache, ...] = ()
+    fast: tuple[int, ...] = ()
+
+    def cache_of(self, shard: Shard) -> ShardCache | None:
+        """``shard``'s planned cache (None when caches were not planned)."""
+        return self.caches[self.shards.index(shard)] if self.caches else None
 
     def held(self, rank: int) -> list[Shard]:
         """Rank ``rank``'s shards, in the plan's order."""
         return [s for s in self.shards if s.rank == rank]
 
     def of_table(self, table: int) -> list[Shard]:
-        """Table ``table``'s shards, by row range."""
-        return sorted((s for s in self.shards if s.table == table), key=lambda s: s.lo)
+        """Table ``table``'s shards, by row range, then by columns."""
+        return sorted((s for s in self.shards if s.table == table), key=lambda s: (s.lo, s.c0))
 
     def rank_bytes(self, row_bytes: int) -> list[int]:
-        """Bytes of rows each rank holds."""
+        """Bytes of rows each rank holds (a column shard's share of ``row_bytes``)."""
         out = [0] * self.world
         for s in self.shards:
-            out[s.rank] += s.rows * row_bytes
+            out[s.rank] += s.rows * row_bytes * s.width(self.dim) // self.dim
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,28 +108,65 @@ class ShardPlan:
             "dim": self.dim,
             "world": self.world,
             "sharding": self.sharding,
-            "shards": [[s.table, s.rank, s.lo, s.hi] for s in self.shards],
+            "shards": [[s.table, s.rank, s.lo, s.hi, s.c0, s.c1] for s in self.shards],
+            "caches": [dataclasses.asdict(c) for c in self.caches],
+            "fast": list(self.fast),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardPlan:
-        """The plan :meth:`to_dict` wrote."""
+        """The plan :meth:`to_dict` wrote (shards of four numbers, before column shards: every
+        column)."""
         return cls(
             tuple(int(r) for r in d["rows"]),
             int(d["dim"]),
             int(d["world"]),
             str(d["sharding"]),
             tuple(Shard(*(int(x) for x in s)) for s in d["shards"]),
+            tuple(ShardCache(**c) for c in d.get("caches", ())),
+            tuple(int(f) for f in d.get("fast", ())),
         )
+
+    def header(self) -> list[str]:
+        """The column names of :meth:`table`."""
+        head = ["rank", "shards (table[rows, columns])", "rows"]
+        return head + ["fast", "cached rows", "predicted hit rate"] if self.caches else head
 
     def table(self, row_bytes: int) -> list[list[str]]:
         """The plan as rows of text (rank, tables and row ranges, bytes) for a report."""
         sizes = self.rank_bytes(row_bytes)
         body = []
         for r in range(self.world):
-            parts = [f"t{s.table}" + ("" if s.rows == self.rows[s.table] else f"[{s.lo}:{s.hi}]") for s in self.held(r)]
-            body.append([str(r), " ".join(parts) or "-", format_bytes(sizes[r])])
+            held = self.held(r)
+            parts = [f"t{s.table}" + _slice(s, self.rows[s.table], self.dim) for s in held]
+            row = [str(r), " ".join(parts) or "-", format_bytes(sizes[r])]
+            if self.caches:
+                cs = [c for c in (self.cache_of(s) for s in held) if c is not None]
+                acc = sum(c.accesses for c in cs)
+                hit = sum(c.hit_rate * c.accesses for c in cs) / acc if acc else 0.0
+                row += [format_bytes(self.fast[r]), f"{sum(c.rows for c in cs)}", f"{hit:.3f}"]
+            body.append(row)
         return body
+
+
+def _slice(s: Shard, rows: int, dim: int) -> str:
+    """``[lo:hi]``, ``[:, c0:c1]`` or ``[lo:hi, c0:c1]`` for a shard that is not its whole table."""
+    r = "" if s.rows == rows else f"{s.lo}:{s.hi}"
+    c0, c1 = s.cols(dim)
+    c = "" if (c0, c1) == (0, dim) else f"{c0}:{c1}"
+    return f"[{r or ':'}, {c}]" if c else f"[{r}]" if r else ""
+
+
+def _even(n: int, parts: int) -> list[tuple[int, int]]:
+    """``n`` split into ``parts`` contiguous ranges, as even as they go (the first ones take
+    one more)."""
+    base, extra = divmod(n, parts)
+    out, lo = [], 0
+    for k in range(parts):
+        hi = lo + base + (1 if k < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
 def _balanced_tables(rows: Sequence[int], world: int) -> list[int]:
@@ -114,7 +193,8 @@ def plan_shards(
 
     ``"table"``: each table whole on one rank, the largest first onto the least-loaded
     rank. ``"row"``: each table's rows split into ``world`` contiguous ranges, as even as
-    the rows allow (the first ranks take one more). With ``capacity`` (bytes per rank) and
+    the rows allow (the first ranks take one more). ``"column"``: each table's ``dim``
+    columns split so, every rank holding every row of its columns. With ``capacity`` (bytes per rank) and
     ``row_bytes``, a plan that puts more on a rank than it holds is refused, naming the
     rank and the numbers.
     """
@@ -128,16 +208,16 @@ def plan_shards(
     if sharding == "table":
         owner = _balanced_tables(rows, world)
         shards = [Shard(t, owner[t], 0, r) for t, r in enumerate(rows)]
-    else:
+    elif sharding == "row":
         for t, r in enumerate(rows):
             if r < world:
                 raise InvalidArgumentError(f"table {t} has {r} rows, fewer than the {world} ranks it is split over row-wise")
-            base, extra = divmod(r, world)
-            lo = 0
-            for k in range(world):
-                hi = lo + base + (1 if k < extra else 0)
-                shards.append(Shard(t, k, lo, hi))
-                lo = hi
+            shards += [Shard(t, k, lo, hi) for k, (lo, hi) in enumerate(_even(r, world))]
+    else:
+        if dim < world:
+            raise InvalidArgumentError(f"tables {dim} wide cannot be split column-wise over {world} ranks")
+        for t, r in enumerate(rows):
+            shards += [Shard(t, k, 0, r, c0, c1) for k, (c0, c1) in enumerate(_even(dim, world))]
     plan = ShardPlan(tuple(int(r) for r in rows), int(dim), int(world), sharding, tuple(shards))
     if capacity is not None:
         if row_bytes is None:
@@ -151,3 +231,41 @@ def plan_shards(
                     f"{format_bytes(cap)}: add ranks, shard row-wise, or give rank {r} more memory"
                 )
     return plan
+
+
+def plan_caches(plan: ShardPlan, traces: Sequence[np.ndarray], fast: Sequence[int], row_bytes: int, costs: Any) -> ShardPlan:
+    """``plan`` with each rank's ``fast[rank]`` bytes split over its shards' caches by their
+    hit-rate curves (:func:`tiermem.embedding.cacheplan.plan_within` on each shard's part of
+    its table's profile ``traces[t]``, row ids in access order): a rank's fast memory goes
+    to the shards where it raises the hit rate most, and a shard whose cache would not pay
+    gets none. ``row_bytes`` is a whole row's bytes; ``costs`` a
+    :class:`~tiermem.embedding.cacheplan.Costs`. A rank whose fast memory cannot hold its
+    shards' pointer tables is refused, naming the rank and the numbers."""
+    from ..embedding.cacheplan import meta_bytes, plan_within
+
+    if len(fast) != plan.world or any(f < 0 for f in fast):
+        raise InvalidArgumentError(f"one fast capacity of at least 0 bytes per rank: {len(fast)} for {plan.world} ranks")
+    if len(traces) != len(plan.rows):
+        raise InvalidArgumentError(f"{len(traces)} profiles for {len(plan.rows)} tables")
+    caches: dict[Shard, ShardCache] = {}
+    for r in range(plan.world):
+        held = plan.held(r)
+        if not held:
+            continue
+        need = meta_bytes([s.rows for s in held])
+        if fast[r] < need:
+            raise InvalidArgumentError(
+                f"rank {r}'s fast memory of {format_bytes(fast[r])} does not hold its shards' pointer tables and "
+                f"scratch ({format_bytes(need)} for {sum(s.rows for s in held)} rows): give it more, or add ranks"
+            )
+        parts = []
+        for s in held:
+            tr = np.asarray(traces[s.table], np.int64)
+            parts.append(tr[(tr >= s.lo) & (tr < s.hi)] - s.lo)
+        widths = [row_bytes * s.width(plan.dim) // plan.dim for s in held]
+        planned = plan_within(parts, [s.rows for s in held], widths, int(fast[r]), costs)
+        for s, p, tr in zip(held, planned, parts, strict=True):
+            hit = {"static": p.hit_static, "dynamic": p.hit_dynamic}.get(p.policy or "", 0.0)
+            caches[s] = ShardCache(p.cache_rows, p.policy, float(hit), int(tr.size))
+    none = ShardCache(0, None, 0.0, 0)
+    return dataclasses.replace(plan, caches=tuple(caches.get(s, none) for s in plan.shards), fast=tuple(int(f) for f in fast))

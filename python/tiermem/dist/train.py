@@ -1,5 +1,9 @@
 """DLRM trained over ``torch.distributed``: tables sharded (:class:`ShardedEmbeddings`), the
-dense part data-parallel (DDP), each rank on its share of every global batch.
+dense part data-parallel (DDP), each rank on its share of every global batch: synthetic
+batches (every rank draws the global batch and keeps its share), or a Criteo file of which
+each rank reads its own byte range (:func:`~tiermem.dlrm.data.criteo.line_ranges`), the
+global batch being the ranks' local batches in rank order. The run stops, on every rank at
+the same step, when any rank's range runs out.
 
 :func:`launch` starts ``nproc`` processes on this machine (gloo over loopback), runs
 :func:`train_rank` in each and returns rank 0's result; a rank that fails ends the others
@@ -13,6 +17,7 @@ from __future__ import annotations
 import datetime
 import gc
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -29,19 +35,20 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .._files import write_json_atomic
 from ..embedding import EmbeddingTable
+from ..embedding.cacheplan import Costs, cache_fast_bytes, meta_bytes
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
+from ..dlrm.data.batch import Batch
+from ..dlrm.data.criteo import CriteoReader, line_ranges
 from ..dlrm.data.synthetic import SyntheticData
 from ..dlrm.model import DLRM, DLRMConfig
+from ..dlrm.trainer import SLACK_SHARE
 from .checkpoint import load_sharded, save_sharded
 from .embeddings import ShardedEmbeddings
-from .plan import Shard, plan_shards
+from .plan import PLACEMENTS, Shard, ShardPlan, plan_caches, plan_shards
 
-__all__ = ["PLACEMENTS", "DistOptions", "launch", "train_rank"]
+__all__ = ["DistOptions", "launch", "train_rank"]
 
-#: Where a rank keeps its shards: all in DRAM, in a DRAM cache over an emulated slow
-#: device, or in block files on the disk with a DRAM cache.
-PLACEMENTS = ("dram", "cached", "block")
 SLOW = "emulated:optane-pmem"
 
 
@@ -59,6 +66,11 @@ class DistOptions:
     dist: str = "uniform"
     #: Share of each shard's rows its DRAM cache holds (``cached`` and ``block``).
     cache: float = 0.25
+    #: Fast memory per rank for its shards' caches (``cached``): when set, split over the
+    #: shards by their hit-rate curves on a profile of the first ``profile_steps`` global
+    #: batches (:func:`~tiermem.dist.plan.plan_caches`) instead of ``cache`` each.
+    fast_bytes: int = 0
+    profile_steps: int = 4
     #: Directory of the block files (``block``); each rank writes under ``rank<r>/``.
     directory: str = ""
     #: Steps left out of the time split (the first touch of every page and socket).
@@ -72,6 +84,10 @@ class DistOptions:
     resume: bool = False
     #: Test hook: this rank exits abruptly (``os._exit``) at the start of this step.
     die: tuple[int, int] | None = None
+    #: A Criteo TSV file to train on instead of synthetic data (each rank reads its part),
+    #: and what to do with its malformed lines (``skip`` or ``error``).
+    criteo: str = ""
+    bad_lines: str = "skip"
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -80,6 +96,20 @@ class DistOptions:
             raise InvalidArgumentError("placement 'block' needs a directory for the table files")
         if (self.resume or self.checkpoint_every) and not self.checkpoint:
             raise InvalidArgumentError("resume and checkpoint_every need a checkpoint folder")
+        if self.criteo and self.checkpoint:
+            raise InvalidArgumentError(
+                "a Criteo run over several processes is not checkpointed yet: each rank's position in its part "
+                "of the file is not saved; drop the checkpoint folder"
+            )
+        if self.fast_bytes and self.placement != "cached":
+            raise InvalidArgumentError(
+                f"a fast budget plans the caches of placement 'cached'; placement {self.placement!r} "
+                + ("keeps every row in DRAM" if self.placement == "dram" else "sizes its caches by --cache (not planned yet)")
+            )
+        if self.fast_bytes < 0 or self.profile_steps < 1:
+            raise InvalidArgumentError(f"fast_bytes ({self.fast_bytes}) must be at least 0 and profile_steps ({self.profile_steps}) positive")
+        if self.criteo and len(self.config.rows) != 26:
+            raise InvalidArgumentError(f"Criteo data has 26 categorical features; the model has {len(self.config.rows)} tables")
         if self.steps < 1 or self.timeout <= 0 or not 0 <= self.warmup < self.steps:
             raise InvalidArgumentError(
                 f"steps ({self.steps}) and timeout ({self.timeout}) must be positive, warmup ({self.warmup}) below steps"
@@ -98,14 +128,26 @@ class DistOptions:
         return cls(**d)
 
 
-def _table_maker(o: DistOptions, rank: int) -> Any:
+def _table_maker(o: DistOptions, rank: int, plan: ShardPlan) -> Any:
     c = o.config
 
     def make(s: Shard) -> EmbeddingTable:
-        rb = c.row_bytes
+        dim = s.width(c.dim)  # a column shard's share of the table's width
+        rb = c.row_bytes * dim // c.dim
         if o.placement == "dram":
             m = Manager([("dram", s.rows * rb + (2 << 20))], policy="all_fast")
-            return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m)
+            return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m)
+        planned = plan.cache_of(s)
+        if planned is not None:  # placement cached, caches planned by the curves
+            meta = meta_bytes([s.rows]) + (4 << 20)
+            m = Manager([("dram", meta + int(cache_fast_bytes(s.rows, rb, planned.rows / s.rows))), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
+            if planned.policy is None:
+                return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1)
+            total = planned.rows / s.rows
+            lower = total / (1.0 + SLACK_SHARE) if planned.policy == "dynamic" else total
+            return EmbeddingTable(
+                s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=lower, cacheslack=total - lower, policy=planned.policy
+            )
         cache = o.cache
         if o.placement == "block":
             # A block table reads a call's rows through its cache: it must hold the most rows
@@ -114,14 +156,49 @@ def _table_maker(o: DistOptions, rank: int) -> Any:
         fast = int(s.rows * rb * cache) + 16 * s.rows + (4 << 20)
         if o.placement == "cached":
             m = Manager([("dram", fast), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
-            return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=1, cache=cache, policy="dynamic")
+            return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=cache, policy="dynamic")
         d = os.path.join(o.directory, f"rank{rank}")
         os.makedirs(d, exist_ok=True)
         m = Manager([("dram", fast)], policy="all_fast")
-        path = os.path.join(d, f"t{s.table}-r{s.lo}-{s.hi}.tmb")
-        return EmbeddingTable(s.rows, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=cache, cacheslack=0.0)
+        cols = f"-c{s.c0}-{s.c1}" if s.c1 else ""
+        path = os.path.join(d, f"t{s.table}-r{s.lo}-{s.hi}{cols}.tmb")
+        return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=cache, cacheslack=0.0)
 
     return make
+
+
+def _profile(o: DistOptions, world: int) -> list[np.ndarray]:
+    """Each table's row ids over the first ``profile_steps`` global batches (every rank
+    reads the same, so every rank plans the same caches)."""
+    if o.criteo:
+        parts = [list(itertools.islice(_rank_batches(o, r, world, 0), o.profile_steps)) for r in range(world)]
+        batches = [Batch.concat(list(b)) for b in zip(*parts, strict=False)]
+    else:
+        c = o.config
+        data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
+        batches = [data.batch(s) for s in range(o.profile_steps)]
+    return [np.concatenate([b.indices[t].numpy().reshape(-1) for b in batches]) for t in range(len(o.config.rows))]
+
+
+def _plan(o: DistOptions, world: int, traces: list[np.ndarray] | None) -> ShardPlan:
+    """The shard plan, with caches planned from the profile's ``traces`` when given."""
+    c = o.config
+    plan = plan_shards(c.rows, c.dim, world, o.sharding)
+    if traces is None:
+        return plan
+    costs = Costs.of(Manager([("dram", 1 << 20), (SLOW, 1 << 20)], policy="all_fast"), 0, 1)
+    return plan_caches(plan, traces, [o.fast_bytes] * world, c.row_bytes, costs)
+
+
+def _fill_static(plan: ShardPlan, emb: ShardedEmbeddings, traces: list[np.ndarray]) -> None:
+    """Fill each planned ``static`` cache with its shard's most used rows of the profile."""
+    for s, t in zip(emb.shards, emb.tables, strict=True):
+        planned = plan.cache_of(s)
+        if planned is None or planned.policy != "static":
+            continue
+        tr = traces[s.table]
+        counts = np.bincount(tr[(tr >= s.lo) & (tr < s.hi)] - s.lo, minlength=s.rows)
+        t.fill_cache_rows(np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))])
 
 
 class _Dense(torch.nn.Module):
@@ -163,13 +240,15 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
     if c.batch_size % world:
         raise InvalidArgumentError(f"the global batch of {c.batch_size} does not split evenly over {world} ranks")
     _agree(o, world)
-    plan = plan_shards(c.rows, c.dim, world, o.sharding)
-    emb = ShardedEmbeddings(plan, _table_maker(o, rank), lr=o.lr)
+    traces = _profile(o, world) if o.fast_bytes else None
+    plan = _plan(o, world, traces)
+    emb = ShardedEmbeddings(plan, _table_maker(o, rank, plan), lr=o.lr)
     model = DLRM(c, emb, seed=o.seed)
+    if traces is not None:
+        _fill_static(plan, emb, traces)  # after the model wrote the rows
     dense = DistributedDataParallel(_Dense(model))
     opt = torch.optim.SGD(model.dense_parameters(), lr=o.lr)
     loss_fn = torch.nn.BCELoss()
-    data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
     first = 0
     if o.resume:
         saved = load_sharded(o.checkpoint, emb, c.to_dict())
@@ -177,10 +256,15 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
         first = saved["step"]
     losses, split = [], {"lookup": 0.0, "exchange": 0.0, "dense": 0.0, "update": 0.0}
     x = emb.traffic
+    batches = _rank_batches(o, rank, world, first)
+    ran_out = None
     for step in range(first, o.steps):
         if o.die is not None and o.die == (rank, step):
             os._exit(3)
-        b = data.batch(step).shard(rank, world)
+        b = next(batches, None)
+        if o.criteo and (ran_out := _first_out(b is None, world)) is not None:
+            break
+        assert b is not None  # synthetic data never runs out
         t0, x0 = time.perf_counter(), x.seconds
         e_out = emb(b.indices, b.offsets)
         t1, x1 = time.perf_counter(), x.seconds
@@ -205,18 +289,40 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
             split["update"] += (t3 - t2) - (x3 - x2)
     # Nobody tears its connections down while another rank still uses them.
     dist.barrier()
-    timed = max(1, o.steps - first - o.warmup)
+    timed = max(1, len(losses) - o.warmup)
     return {
         "rank": rank,
         "world": world,
         "first_step": first,
         "losses": losses,
+        "data_ran_out": ran_out,
         "seconds": split,
         "seconds_per_iter": sum(split.values()) / timed,
         "timed_steps": timed,
         "traffic": x.as_dict(),
         "plan": plan.to_dict(),
     }
+
+
+def _rank_batches(o: DistOptions, rank: int, world: int, first: int) -> Iterator[Batch]:
+    """This rank's batches from step ``first``: its share of each synthetic global batch, or
+    its own Criteo batches (a local batch of ``batch_size / world`` from its part of the file,
+    parsed two ahead on a thread)."""
+    c = o.config
+    if o.criteo:
+        lo, hi = line_ranges(o.criteo, world)[rank]
+        r = CriteoReader(o.criteo, c.rows, c.batch_size // world, bad_lines=o.bad_lines, start=lo, end=hi, prefetch=2)
+        return iter(r)
+    data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
+    return (data.batch(s).shard(rank, world) for s in itertools.count(first))
+
+
+def _first_out(out: bool, world: int) -> int | None:
+    """The lowest rank whose data ran out this step (None: every rank has a batch). Every
+    rank calls it at the same step, so all of them stop together."""
+    flag = torch.tensor([dist.get_rank() if out else world], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return None if int(flag) == world else int(flag)
 
 
 def _agree(o: DistOptions, world: int) -> None:
@@ -274,16 +380,22 @@ def launch(o: DistOptions, nproc: int) -> dict[str, Any]:
     return res
 
 
-def single_process_losses(o: DistOptions) -> list[float]:
+def single_process_losses(o: DistOptions, world: int = 1) -> list[float]:
     """The same run in one process, on the single-process trainer's model and step (for
-    comparison with :func:`launch`)."""
+    comparison with :func:`launch` over ``world`` processes, which sets a Criteo run's
+    global batches; synthetic ones do not depend on it)."""
     from ..dlrm.trainer import Trainer
 
     c = o.config
     tr = Trainer(c, "all-fast", lr=o.lr, seed=o.seed)
     try:
-        data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
-        return [tr.train_step(data.batch(s))[0] for s in range(o.steps)]
+        if o.criteo:  # the ranks' local batches side by side, in rank order
+            parts = [_rank_batches(o, r, world, 0) for r in range(world)]
+            batches: Iterator[Batch] = (Batch.concat(list(b)) for b in zip(*parts, strict=False))
+        else:
+            data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
+            batches = (data.batch(s) for s in range(o.steps))
+        return [tr.train_step(b)[0] for b in itertools.islice(batches, o.steps)]
     finally:
         tr.close()
 

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from .. import checkpoint
-from .._sizes import format_bytes
+from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import Costs, TablePlan, bypasses, plan
+from ..embedding.cacheplan import Costs, TablePlan, bypasses, cache_fast_bytes, plan_within
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -47,18 +47,6 @@ __all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
 #: Cache slack as a share of the cache: the room a full dynamic table reclaims at a time
 #: (whole pages, so at least one page: an eighth of a small cache, 2 MiB of a large one).
 SLACK_SHARE = 0.15
-
-
-def available_memory() -> int:
-    """This machine's MemAvailable in bytes (0 when unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def fit_check(config: DLRMConfig, fast_budget: int = 0) -> None:
@@ -111,19 +99,6 @@ class RunResult:
         return dict(self.__dict__)
 
 
-def _cache_bytes(rows: int, row_bytes: int, fraction: float) -> int:
-    """Bytes the core reserves for a cache of ``fraction`` of a table (whole frames)."""
-    cache_rows = max(1, int(rows * row_bytes * fraction) // row_bytes)
-    frame = max(1, min((2 << 20) // row_bytes, -(-cache_rows // 8)))
-    return -(-cache_rows // frame) * frame * row_bytes
-
-
-def _cache_fast_bytes(rows: int, row_bytes: int, fraction: float) -> float:
-    """Fast memory a cache of ``fraction`` of a table takes: its pages (whole frames) and a
-    4-byte back-edge per slot."""
-    return _cache_bytes(rows, row_bytes, fraction) * (1.0 + 4.0 / row_bytes)
-
-
 def _profile_traces(profile: Iterable[Batch], tables: int) -> list[np.ndarray]:
     """Each table's row ids over the profile's batches, in access order."""
     batches = list(profile)
@@ -144,7 +119,7 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
         )
     total = min(1.0, (budget - meta) / (1.0 + 4.0 / rb) / config.table_bytes)
     while total > 0:
-        used = meta + sum(_cache_fast_bytes(r, rb, total) for r in config.rows)
+        used = meta + sum(cache_fast_bytes(r, rb, total) for r in config.rows)
         if used <= budget:
             break
         total *= 0.995
@@ -283,7 +258,7 @@ class Trainer:
             left = budget - sum(c.rows[t] * rb for t in dram)
             disk_bytes = sum(c.rows[t] * rb for t in on_disk)
             frac = min(1.0, left / (1.0 + 4.0 / rb) / disk_bytes) if disk_bytes else 1.0
-            while frac > 0 and sum(_cache_fast_bytes(c.rows[t], rb, frac) for t in on_disk) > left:
+            while frac > 0 and sum(cache_fast_bytes(c.rows[t], rb, frac) for t in on_disk) > left:
                 frac *= 0.995
             small = {t for t in on_disk if frac * c.rows[t] < min(c.rows[t], need[t]) or frac >= 1.0}
             if not small:
@@ -368,16 +343,7 @@ class Trainer:
         if not prof:
             raise InvalidArgumentError("mode 'auto' plans each table's cache from a profile of the input: pass profile=")
         traces = _profile_traces(prof, c.num_tables)
-        meta = 8 * sum(c.rows)
-        costs = Costs.of(m, 0, 1)
-        room = self.fast_budget - meta
-        while True:
-            plans = plan(traces, c.rows, [c.row_bytes] * c.num_tables, max(0, room), costs)
-            # Pages come in whole frames: shrink the plan until they fit.
-            used = meta + sum(_cache_fast_bytes(r, c.row_bytes, p.cache_rows / r) for r, p in zip(c.rows, plans) if p.policy)
-            if used <= self.fast_budget or room <= 0:
-                break
-            room -= int(used - self.fast_budget) + c.row_bytes
+        plans = plan_within(traces, c.rows, [c.row_bytes] * c.num_tables, self.fast_budget, Costs.of(m, 0, 1))
         self.cache_plan = plans
         tables = []
         for r, p in zip(c.rows, plans):

@@ -30,7 +30,7 @@ import numpy as np
 from .. import _tiermem
 from ..exceptions import InvalidArgumentError
 
-__all__ = ["Costs", "TablePlan", "bypasses", "curves", "plan"]
+__all__ = ["Costs", "TablePlan", "bypasses", "cache_bytes", "cache_fast_bytes", "curves", "meta_bytes", "plan", "plan_within"]
 
 #: Points on each table's size axis (0 .. all rows).
 STEPS = 64
@@ -193,3 +193,38 @@ def plan(
             )
         )
     return out
+
+
+def cache_bytes(rows: int, row_bytes: int, fraction: float) -> int:
+    """Bytes the core reserves for a cache of ``fraction`` of a table (whole frames)."""
+    cache_rows = max(1, int(rows * row_bytes * fraction) // row_bytes)
+    frame = max(1, min((2 << 20) // row_bytes, -(-cache_rows // 8)))
+    return -(-cache_rows // frame) * frame * row_bytes
+
+
+def cache_fast_bytes(rows: int, row_bytes: int, fraction: float) -> float:
+    """Fast memory a cache of ``fraction`` of a table takes: its pages (whole frames) and a
+    4-byte back-edge per slot."""
+    return cache_bytes(rows, row_bytes, fraction) * (1.0 + 4.0 / row_bytes)
+
+
+def meta_bytes(rows: Sequence[int]) -> int:
+    """Fast memory cached tables of ``rows`` rows take whatever their caches: a pointer-table
+    entry and reindex scratch, 4 bytes each, per row."""
+    return 8 * int(sum(rows))
+
+
+def plan_within(
+    traces: Sequence[np.ndarray], rows: Sequence[int], row_bytes: Sequence[int], budget: int, costs: Costs
+) -> list[TablePlan]:
+    """:func:`plan` for a fast budget that also holds the tables' :func:`meta_bytes`, its
+    caches' pages counted in whole frames (:func:`cache_fast_bytes`): the plan shrinks until
+    it fits (no caches at all when the metadata alone fills it)."""
+    meta = meta_bytes(rows)
+    room = budget - meta
+    while True:
+        plans = plan(traces, rows, row_bytes, max(0, room), costs)
+        used = meta + sum(cache_fast_bytes(r, b, p.cache_rows / r) for r, b, p in zip(rows, row_bytes, plans) if p.policy)
+        if used <= budget or room <= 0:
+            return plans
+        room -= int(used - budget) + max(row_bytes)

@@ -37,6 +37,19 @@ class Batch:
             offs.append(o[lo : hi + 1] - a)
         return Batch(self.dense[lo:hi], idx, offs, self.labels[lo:hi])
 
+    @classmethod
+    def concat(cls, parts: list[Batch]) -> Batch:
+        """One batch of ``parts``' samples in order (the inverse of :meth:`shard`: the global
+        batch of ranks that each read their own share)."""
+        if not parts or len({len(p.indices) for p in parts}) != 1:
+            raise InvalidArgumentError("concatenating batches needs at least one, each with the same tables")
+        idx, offs = [], []
+        for t in range(len(parts[0].indices)):
+            idx.append(torch.cat([p.indices[t] for p in parts]))
+            ends = torch.cumsum(torch.tensor([0] + [int(p.offsets[t][-1]) for p in parts[:-1]]), 0)
+            offs.append(torch.cat([parts[0].offsets[t][:1]] + [p.offsets[t][1:] + e for p, e in zip(parts, ends, strict=True)]))
+        return cls(torch.cat([p.dense for p in parts]), idx, offs, torch.cat([p.labels for p in parts]))
+
     def lookups(self) -> int:
         """Indices over every table."""
         return sum(int(i.numel()) for i in self.indices)
