@@ -65,15 +65,17 @@ def _side_by_side(c: DLRMConfig, sharding: str, placement: str, steps: int, warm
     """A rank's compute when ``n`` ranks share the machine, from ``n`` one-process runs at
     once: of the per-rank batch (a rank's dense work, and table-wise its lookups and
     updates: ``T / n`` tables for all ``B`` samples are as many rows as ``T`` tables for
-    ``B / n``). A row-wise rank instead looks up and updates every table's bags of the whole
-    batch, in ``1 / n`` of its rows: its lookup and update come from runs of batch ``B`` on
-    tables of ``rows / n``."""
+    ``B / n``). A row-wise rank instead pools a bag of every table for each of the ``B``
+    samples, each bag holding the ``1 / n`` of its indices that fall in the rank's rows: its
+    lookup and update come from runs of batch ``B``, bags of ``bag / n``, on tables of
+    ``rows / n``."""
     dense_only = ("dense",)
     sparse = ("lookup", "update")
     part = _side(replace(c, batch_size=c.batch_size // n), sharding, placement, steps, warmup, n)
     if sharding != "row" or n == 1:
         return {"compute_seconds": _per_step(part, (*dense_only, *sparse))}
-    shard = _side(replace(c, rows=tuple(max(1, r // n) for r in c.rows)), sharding, placement, steps, warmup, n)
+    shard_shape = replace(c, rows=tuple(max(1, r // n) for r in c.rows), bag=max(1, round(c.bag / n)))
+    shard = _side(shard_shape, sharding, placement, steps, warmup, n)
     dense, lookups = _per_step(part, dense_only), _per_step(shard, sparse)
     return {"compute_seconds": dense + lookups, "dense_seconds": dense, "sparse_seconds": lookups}
 
@@ -204,7 +206,8 @@ def report(res: dict[str, Any]) -> str:
         [
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
             f"{res['warmup']} untimed); model: a rank's compute from N one-process runs of the per-rank batch side by "
-            "side (row-wise lookups and updates: of the whole batch on 1/N of the rows), collectives probed at each "
+            "side (row-wise lookups and updates: the whole batch's bags, 1/N of their indices, 1/N of the rows), "
+            "collectives probed at each "
             "process count between busy ranks; "
             f"largest model error {worst * 100:.0f}%",
             table(head, body),

@@ -8,8 +8,9 @@ cores (``cores >= n`` on a cluster), each rank holding ``H`` shards (``T / n`` t
 
     compute(n) = a rank's compute measured with n one-process runs of batch B / n side by
                  side (they contend for cores and memory as ranks do; row-wise, the lookups
-                 and updates from runs of batch B on tables of rows / n, as a row-wise rank
-                 serves every bag of its shards), or, past the measured counts,
+                 and updates from runs of batch B, bags of bag / n, on tables of rows / n:
+                 a row-wise rank pools every sample's bag of each table, holding the 1 / n
+                 of its indices in the rank's rows), or, past the measured counts,
                  (fixed + per_sample * B / n) * max(1, n / cores)
     sparse(n)  = (n - 1) / n * (B / n) * T * bag * 8        # indices to their owners
                + (n - 1) * (B / n) * H * 8                  # bag lengths, per shard

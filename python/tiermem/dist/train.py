@@ -24,8 +24,8 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
