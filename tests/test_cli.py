@@ -156,3 +156,20 @@ def test_train_dlrm_over_two_processes_reports_the_difference_from_one(
     assert len(res["losses"]) == 6 and res["max_difference"] <= 1e-5
     assert main([*args[:-1], "--placement", "block", "--slow", "block:" + str(tmp_path / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_train_dlrm_over_two_processes_reads_criteo_parts_with_planned_caches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tiermem.dlrm.data.criteo import write_criteo
+
+    path = tmp_path / "day.tsv"
+    write_criteo(path, 400, seed=1)
+    rows = ",".join(["60"] * 26)
+    args = ["train", "dlrm", "--nproc", "2", "--criteo", str(path), "--rows", rows, "--dim", "8", "--bottom-mlp", "16-8"]
+    args += ["--top-mlp", "16-1", "--batch-size", "32", "--iters", "5", "--placement", "cached", "--check-single"]
+    assert main([*args, "--fast-budget", "64KiB"]) == 0
+    text = capsys.readouterr().out
+    assert "predicted hit rate" in text and "largest loss difference from one process over 5 steps" in text
+    assert main([*args, "--placement", "dram", "--fast-budget", "64KiB"]) == 2
+    assert "keeps every row in DRAM" in capsys.readouterr().err

@@ -286,7 +286,8 @@ def _chunked_row(quick: bool, reps: int, line: Any, big: int) -> dict[str, Any]:
 
 
 def _slow_bytes(quick: bool, chunk: int) -> int:
-    """The slow device's capacity: room for a kernel's arrays (up to four chunks) and more."""
+    """The slow device's capacity: a kernel's arrays (at most four chunks) with room to spare,
+    the larger of 8 GiB (2 GiB with ``--quick``) and eight chunks."""
     return max((2 if quick else 8) << 30, 8 * chunk)
 
 

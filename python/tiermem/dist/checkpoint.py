@@ -112,7 +112,7 @@ def _restore_columns(s: Shard, t: Any, over: list[Shard], dim: int, saved: Calla
                 "the column split it saved"
             )
     c0, c1 = s.cols(dim)
-    chunk = max(1, (1 << 24) // (4 * (c1 - c0)))
+    chunk = max(1, checkpoint.CHUNK // (4 * (c1 - c0)))
     for r0 in range(s.lo, s.hi, chunk):
         r1 = min(s.hi, r0 + chunk)
         buf = np.zeros((r1 - r0, c1 - c0), np.float32)
