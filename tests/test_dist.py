@@ -86,6 +86,8 @@ CRITEO = DLRMConfig(rows=(50,) * 26, dim=8, bottom_mlp=(16, 8), top_mlp=(16, 1),
 
 
 def test_two_processes_each_read_their_part_of_a_criteo_file(tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
     path = tmp_path / "day.tsv"
     write_criteo(path, 700, seed=3)
     with open(path, "ab") as f:
@@ -101,8 +103,16 @@ def test_two_processes_each_read_their_part_of_a_criteo_file(tmp_path: Path) -> 
     assert abs(res["losses"][-1] - res["losses"][0]) > 1e-3
     with pytest.raises(InvalidArgumentError, match="26 categorical"):
         DistOptions(CONFIG, criteo=str(path))
-    with pytest.raises(InvalidArgumentError, match="not checkpointed yet"):
-        DistOptions(CRITEO, criteo=str(path), checkpoint=str(tmp_path / "ck"))
+
+    # Checkpointed after 6 steps, resumed on as many ranks: each reads on from its position.
+    ck = str(tmp_path / "ck")
+    first = launch(DistOptions(**{**vars(o), "steps": 6, "checkpoint": ck}), 2)
+    resumed = launch(DistOptions(**{**vars(o), "steps": 12, "checkpoint": ck, "resume": True}), 2)
+    assert resumed["first_step"] == 6 and len(resumed["losses"]) == 6
+    assert max_difference(first["losses"] + resumed["losses"], ref[:12]) <= 1e-5
+    # On another number of ranks the parts differ: refused.
+    with pytest.raises(mp.ProcessRaisedException, match="resumes on as many ranks"):
+        launch(DistOptions(**{**vars(o), "steps": 12, "checkpoint": ck, "resume": True}), 1)
 
 
 def test_cache_plans_give_each_rank_s_fast_memory_to_the_shards_whose_hit_rate_it_raises_most() -> None:

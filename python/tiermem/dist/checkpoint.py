@@ -42,14 +42,24 @@ def shard_name(s: Shard) -> str:
     return f"t{s.table}-rows{s.lo}-{s.hi}" + (f"-cols{s.c0}-{s.c1}" if s.c1 else "")
 
 
-def save_sharded(folder: str, emb: ShardedEmbeddings, step: int, config: dict[str, Any], dense: dict[str, Any]) -> str:
+def save_sharded(
+    folder: str,
+    emb: ShardedEmbeddings,
+    step: int,
+    config: dict[str, Any],
+    dense: dict[str, Any],
+    data: dict[str, Any] | None = None,
+) -> str:
     """Every rank calls it together after step ``step``; ``dense`` (rank 0's) holds the
-    dense model's and optimizer's state. Returns the file this rank wrote."""
+    dense model's and optimizer's state, ``data`` this rank's data position (a reader of its
+    own part of a file: where the next batch starts). Returns the file this rank wrote."""
     rank, world = emb.rank, emb.world
     sub = f"step{step:08d}"
     os.makedirs(os.path.join(folder, sub), exist_ok=True)
     path = os.path.join(folder, sub, f"rank{rank}.ckpt")
     state: dict[str, Any] = {"rank": rank, "step": step}
+    if data is not None:
+        state["data"] = data
     if rank == 0:
         state["dense"] = dense
     checkpoint.save(path, state, {shard_name(s): t for s, t in zip(emb.shards, emb.tables, strict=True)})
@@ -130,7 +140,8 @@ def _restore_columns(s: Shard, t: Any, over: list[Shard], dim: int, saved: Calla
 
 def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) -> dict[str, Any]:
     """Fill this rank's shards from the checkpoint in ``folder`` (saved on any number of
-    ranks) and return the saved dense state and step. A missing or damaged file is an
+    ranks) and return the saved dense state and step, and, saved on as many ranks, this
+    rank's data position (``data``; None otherwise). A missing or damaged file is an
     error naming it; nothing is restored from a file that fails its checks."""
     m = _manifest(folder, config)
     old = ShardPlan.from_dict(m["plan"])
@@ -156,4 +167,5 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
         else:
             _restore_columns(s, t, over, dim, saved)
     state = saved(0).state()
-    return {"step": int(m["step"]), "dense": state["dense"], "saved_world": int(m["world"])}
+    mine = saved(emb.rank).state() if int(m["world"]) == emb.world else {}
+    return {"step": int(m["step"]), "dense": state["dense"], "saved_world": int(m["world"]), "data": mine.get("data")}

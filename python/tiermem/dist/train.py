@@ -96,11 +96,6 @@ class DistOptions:
             raise InvalidArgumentError("placement 'block' needs a directory for the table files")
         if (self.resume or self.checkpoint_every) and not self.checkpoint:
             raise InvalidArgumentError("resume and checkpoint_every need a checkpoint folder")
-        if self.criteo and self.checkpoint:
-            raise InvalidArgumentError(
-                "a Criteo run over several processes is not checkpointed yet: each rank's position in its part "
-                "of the file is not saved; drop the checkpoint folder"
-            )
         if self.fast_bytes and self.placement != "cached":
             raise InvalidArgumentError(
                 f"a fast budget plans the caches of placement 'cached'; placement {self.placement!r} "
@@ -171,7 +166,7 @@ def _profile(o: DistOptions, world: int) -> list[np.ndarray]:
     """Each table's row ids over the first ``profile_steps`` global batches (every rank
     reads the same, so every rank plans the same caches)."""
     if o.criteo:
-        parts = [list(itertools.islice(_rank_batches(o, r, world, 0), o.profile_steps)) for r in range(world)]
+        parts = [list(itertools.islice(_rank_batches(o, r, world, 0)[0], o.profile_steps)) for r in range(world)]
         batches = [Batch.concat(list(b)) for b in zip(*parts, strict=False)]
     else:
         c = o.config
@@ -249,15 +244,22 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
     dense = DistributedDataParallel(_Dense(model))
     opt = torch.optim.SGD(model.dense_parameters(), lr=o.lr)
     loss_fn = torch.nn.BCELoss()
-    first = 0
+    first, position = 0, None
     if o.resume:
         saved = load_sharded(o.checkpoint, emb, c.to_dict())
         _Dense.load(dense.module, opt, saved["dense"])
         first = saved["step"]
+        if o.criteo:
+            if saved["data"] is None:
+                raise InvalidArgumentError(
+                    f"the checkpoint in {o.checkpoint!r} was saved by {saved['saved_world']} ranks, each at its own place "
+                    f"in its part of {o.criteo!r}: a Criteo run resumes on as many ranks (this run has {world})"
+                )
+            position = int(saved["data"]["position"])
     losses, split = [], {"lookup": 0.0, "exchange": 0.0, "dense": 0.0, "update": 0.0}
     x = emb.traffic
-    batches = _rank_batches(o, rank, world, first)
-    ran_out = None
+    batches, reader = _rank_batches(o, rank, world, first, position)
+    ran_out, saved_at = None, first
     for step in range(first, o.steps):
         if o.die is not None and o.die == (rank, step):
             os._exit(3)
@@ -281,12 +283,16 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
         losses.append(float(total) / world)
         done = step + 1
         if o.checkpoint and (done == o.steps or (o.checkpoint_every and done % o.checkpoint_every == 0)):
-            save_sharded(o.checkpoint, emb, done, c.to_dict(), _Dense.state(dense.module, opt))
+            _save(o, emb, done, _Dense.state(dense.module, opt), reader)
+            saved_at = done
         if step - first >= o.warmup:
             split["lookup"] += (t1 - t0) - (x1 - x0)
             split["exchange"] += (x1 - x0) + (x3 - x2)
             split["dense"] += t2 - t1
             split["update"] += (t3 - t2) - (x3 - x2)
+    done = first + len(losses)
+    if o.checkpoint and ran_out is not None and saved_at != done:  # the data ran out: keep what was trained
+        _save(o, emb, done, _Dense.state(dense.module, opt), reader)
     # Nobody tears its connections down while another rank still uses them.
     dist.barrier()
     timed = max(1, len(losses) - o.warmup)
@@ -304,17 +310,29 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
     }
 
 
-def _rank_batches(o: DistOptions, rank: int, world: int, first: int) -> Iterator[Batch]:
+def _save(o: DistOptions, emb: ShardedEmbeddings, step: int, dense: dict[str, Any], reader: CriteoReader | None) -> None:
+    """Every rank's checkpoint after ``step``, with its reader's position (where its next
+    batch starts) when it reads a Criteo file."""
+    data = {"position": reader.position} if reader is not None else None
+    save_sharded(o.checkpoint, emb, step, o.config.to_dict(), dense, data)
+
+
+def _rank_batches(
+    o: DistOptions, rank: int, world: int, first: int, position: int | None = None
+) -> tuple[Iterator[Batch], CriteoReader | None]:
     """This rank's batches from step ``first``: its share of each synthetic global batch, or
     its own Criteo batches (a local batch of ``batch_size / world`` from its part of the file,
-    parsed two ahead on a thread)."""
+    from byte ``position`` when resuming, parsed two ahead on a thread), and the reader."""
     c = o.config
     if o.criteo:
         lo, hi = line_ranges(o.criteo, world)[rank]
-        r = CriteoReader(o.criteo, c.rows, c.batch_size // world, bad_lines=o.bad_lines, start=lo, end=hi, prefetch=2)
-        return iter(r)
+        if position is not None and not lo <= position <= hi:
+            raise InvalidArgumentError(f"rank {rank}'s saved position {position} is outside its part {lo}..{hi} of {o.criteo!r}")
+        start = lo if position is None else position
+        r = CriteoReader(o.criteo, c.rows, c.batch_size // world, bad_lines=o.bad_lines, start=start, end=hi, prefetch=2)
+        return iter(r), r
     data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
-    return (data.batch(s).shard(rank, world) for s in itertools.count(first))
+    return (data.batch(s).shard(rank, world) for s in itertools.count(first)), None
 
 
 def _first_out(out: bool, world: int) -> int | None:
@@ -390,7 +408,7 @@ def single_process_losses(o: DistOptions, world: int = 1) -> list[float]:
     tr = Trainer(c, "all-fast", lr=o.lr, seed=o.seed)
     try:
         if o.criteo:  # the ranks' local batches side by side, in rank order
-            parts = [_rank_batches(o, r, world, 0) for r in range(world)]
+            parts = [_rank_batches(o, r, world, 0)[0] for r in range(world)]
             batches: Iterator[Batch] = (Batch.concat(list(b)) for b in zip(*parts, strict=False))
         else:
             data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
