@@ -21,7 +21,7 @@ import numpy as np
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError
 
-__all__ = ["PLACEMENTS", "SHARDINGS", "Shard", "ShardCache", "ShardPlan", "plan_caches", "plan_shards"]
+__all__ = ["PLACEMENTS", "SHARDINGS", "Shard", "ShardCache", "ShardPlan", "plan_caches", "plan_shards", "shard_trace"]
 
 #: Ways to place tables on ranks.
 SHARDINGS = ("table", "row", "column")
@@ -233,6 +233,12 @@ def plan_shards(
     return plan
 
 
+def shard_trace(trace: np.ndarray, s: Shard) -> np.ndarray:
+    """The accesses of a table's ``trace`` that fall in shard ``s``'s rows, as its rows."""
+    tr = np.asarray(trace, np.int64)
+    return tr[(tr >= s.lo) & (tr < s.hi)] - s.lo
+
+
 def plan_caches(plan: ShardPlan, traces: Sequence[np.ndarray], fast: Sequence[int], row_bytes: int, costs: Any) -> ShardPlan:
     """``plan`` with each rank's ``fast[rank]`` bytes split over its shards' caches by their
     hit-rate curves (:func:`tiermem.embedding.cacheplan.plan_within` on each shard's part of
@@ -258,10 +264,7 @@ def plan_caches(plan: ShardPlan, traces: Sequence[np.ndarray], fast: Sequence[in
                 f"rank {r}'s fast memory of {format_bytes(fast[r])} does not hold its shards' pointer tables and "
                 f"scratch ({format_bytes(need)} for {sum(s.rows for s in held)} rows): give it more, or add ranks"
             )
-        parts = []
-        for s in held:
-            tr = np.asarray(traces[s.table], np.int64)
-            parts.append(tr[(tr >= s.lo) & (tr < s.hi)] - s.lo)
+        parts = [shard_trace(traces[s.table], s) for s in held]
         widths = [row_bytes * s.width(plan.dim) // plan.dim for s in held]
         planned = plan_within(parts, [s.rows for s in held], widths, int(fast[r]), costs)
         for s, p, tr in zip(held, planned, parts, strict=True):

@@ -35,17 +35,17 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .._files import write_json_atomic
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import Costs, cache_fast_bytes, meta_bytes
+from ..embedding.cacheplan import Costs, cache_fast_bytes, hot_rows, meta_bytes
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..dlrm.data.batch import Batch
 from ..dlrm.data.criteo import CriteoReader, line_ranges
 from ..dlrm.data.synthetic import SyntheticData
 from ..dlrm.model import DLRM, DLRMConfig
-from ..dlrm.trainer import SLACK_SHARE
+from ..dlrm.trainer import SLACK_SHARE, profile_traces
 from .checkpoint import load_sharded, save_sharded
 from .embeddings import ShardedEmbeddings
-from .plan import PLACEMENTS, Shard, ShardPlan, plan_caches, plan_shards
+from .plan import PLACEMENTS, Shard, ShardPlan, plan_caches, plan_shards, shard_trace
 
 __all__ = ["DistOptions", "launch", "train_rank"]
 
@@ -133,9 +133,18 @@ def _table_maker(o: DistOptions, rank: int, plan: ShardPlan) -> Any:
             m = Manager([("dram", s.rows * rb + (2 << 20))], policy="all_fast")
             return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m)
         planned = plan.cache_of(s)
-        if planned is not None:  # placement cached, caches planned by the curves
-            meta = meta_bytes([s.rows]) + (4 << 20)
-            m = Manager([("dram", meta + int(cache_fast_bytes(s.rows, rb, planned.rows / s.rows))), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
+        cache = o.cache
+        if o.placement == "block":
+            # A block table reads a call's rows through its cache: it must hold the most rows
+            # a global batch can touch in this shard.
+            cache = max(cache, min(1.0, (c.batch_size * c.bag + 16) / s.rows))
+        fast = int(s.rows * rb * cache) + 16 * s.rows + (4 << 20)
+        if planned is not None:  # caches planned by the curves (placement cached)
+            fast = meta_bytes([s.rows]) + int(cache_fast_bytes(s.rows, rb, planned.rows / s.rows)) + (4 << 20)
+        if o.placement == "cached":
+            m = Manager([("dram", fast), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
+            if planned is None:
+                return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=cache, policy="dynamic")
             if planned.policy is None:
                 return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1)
             total = planned.rows / s.rows
@@ -143,15 +152,6 @@ def _table_maker(o: DistOptions, rank: int, plan: ShardPlan) -> Any:
             return EmbeddingTable(
                 s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=lower, cacheslack=total - lower, policy=planned.policy
             )
-        cache = o.cache
-        if o.placement == "block":
-            # A block table reads a call's rows through its cache: it must hold the most rows
-            # a global batch can touch in this shard.
-            cache = max(cache, min(1.0, (c.batch_size * c.bag + 16) / s.rows))
-        fast = int(s.rows * rb * cache) + 16 * s.rows + (4 << 20)
-        if o.placement == "cached":
-            m = Manager([("dram", fast), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
-            return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=cache, policy="dynamic")
         d = os.path.join(o.directory, f"rank{rank}")
         os.makedirs(d, exist_ok=True)
         m = Manager([("dram", fast)], policy="all_fast")
@@ -172,7 +172,7 @@ def _profile(o: DistOptions, world: int) -> list[np.ndarray]:
         c = o.config
         data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
         batches = [data.batch(s) for s in range(o.profile_steps)]
-    return [np.concatenate([b.indices[t].numpy().reshape(-1) for b in batches]) for t in range(len(o.config.rows))]
+    return profile_traces(batches, len(o.config.rows))
 
 
 def _plan(o: DistOptions, world: int, traces: list[np.ndarray] | None) -> ShardPlan:
@@ -191,9 +191,7 @@ def _fill_static(plan: ShardPlan, emb: ShardedEmbeddings, traces: list[np.ndarra
         planned = plan.cache_of(s)
         if planned is None or planned.policy != "static":
             continue
-        tr = traces[s.table]
-        counts = np.bincount(tr[(tr >= s.lo) & (tr < s.hi)] - s.lo, minlength=s.rows)
-        t.fill_cache_rows(np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))])
+        t.fill_cache_rows(hot_rows(shard_trace(traces[s.table], s), s.rows))
 
 
 class _Dense(torch.nn.Module):

@@ -33,7 +33,7 @@ import torch
 from .. import checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import Costs, TablePlan, bypasses, cache_fast_bytes, plan_within
+from ..embedding.cacheplan import Costs, TablePlan, bypasses, cache_fast_bytes, hot_rows, plan_within
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -42,7 +42,7 @@ from .data.batch import Batch
 from .model import DLRM, DRAM_MODES, MODES, SLOW_MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
 from .peers import FbgemmEmbeddings
 
-__all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "MODES"]
+__all__ = ["Trainer", "RunResult", "fit_check", "available_memory", "profile_traces", "MODES"]
 
 #: Cache slack as a share of the cache: the room a full dynamic table reclaims at a time
 #: (whole pages, so at least one page: an eighth of a small cache, 2 MiB of a large one).
@@ -99,8 +99,9 @@ class RunResult:
         return dict(self.__dict__)
 
 
-def _profile_traces(profile: Iterable[Batch], tables: int) -> list[np.ndarray]:
-    """Each table's row ids over the profile's batches, in access order."""
+def profile_traces(profile: Iterable[Batch], tables: int) -> list[np.ndarray]:
+    """Each table's row ids over the profile's batches, in access order (a profile for
+    :mod:`tiermem.embedding.cacheplan`)."""
     batches = list(profile)
     return [np.concatenate([b.indices[t].numpy().reshape(-1) for b in batches]) for t in range(tables)]
 
@@ -342,7 +343,7 @@ class Trainer:
         assert m is not None
         if not prof:
             raise InvalidArgumentError("mode 'auto' plans each table's cache from a profile of the input: pass profile=")
-        traces = _profile_traces(prof, c.num_tables)
+        traces = profile_traces(prof, c.num_tables)
         plans = plan_within(traces, c.rows, [c.row_bytes] * c.num_tables, self.fast_budget, Costs.of(m, 0, 1))
         self.cache_plan = plans
         tables = []
@@ -364,7 +365,7 @@ class Trainer:
         (:func:`tiermem.embedding.cacheplan.bypasses`) reads through it."""
         assert self.manager is not None
         costs = Costs.of(self.manager, 0, 1)
-        for tab, trace in zip(self.tables, _profile_traces(profile, len(self.tables))):
+        for tab, trace in zip(self.tables, profile_traces(profile, len(self.tables))):
             info = tab.cache_info
             assert info is not None, "dynamic tables are cached"
             cache_rows = (info["cachelower"] + info["cacheslack"]) // (self.config.row_bytes or 1)
@@ -373,20 +374,14 @@ class Trainer:
             self.bypass.append(off)
 
     def _fill_static(self, profile: Iterable[Batch] | None, only: list[bool] | None = None) -> None:
-        counts = [np.zeros(r, np.int64) for r in self.config.rows] if profile is not None else None
-        if counts is not None:
-            for b in profile:  # type: ignore[union-attr]
-                for c, idx in zip(counts, b.indices):
-                    c += np.bincount(idx.numpy(), minlength=len(c))
+        traces = profile_traces(profile, len(self.tables)) if profile is not None else None
         for t, tab in enumerate(self.tables):
             if only is not None and not only[t]:
                 continue
-            if counts is not None:
-                c = counts[t]
-                hot = np.argsort(-c, kind="stable")[: int(np.count_nonzero(c))]
-                tab.fill_cache_rows(hot)
+            if traces is not None:
+                tab.fill_cache_rows(hot_rows(traces[t], self.config.rows[t]))
             tab.fill_cache(self.seed + t)
-        self.static_fill = "profile" if counts is not None else "scrambled"
+        self.static_fill = "profile" if traces is not None else "scrambled"
 
     def fast_bytes(self) -> int:
         """Fast memory the tables hold now: the manager's fast device in use plus DRAM

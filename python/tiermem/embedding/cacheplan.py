@@ -30,7 +30,18 @@ import numpy as np
 from .. import _tiermem
 from ..exceptions import InvalidArgumentError
 
-__all__ = ["Costs", "TablePlan", "bypasses", "cache_bytes", "cache_fast_bytes", "curves", "meta_bytes", "plan", "plan_within"]
+__all__ = [
+    "Costs",
+    "TablePlan",
+    "bypasses",
+    "cache_bytes",
+    "cache_fast_bytes",
+    "curves",
+    "hot_rows",
+    "meta_bytes",
+    "plan",
+    "plan_within",
+]
 
 #: Points on each table's size axis (0 .. all rows).
 STEPS = 64
@@ -228,3 +239,10 @@ def plan_within(
         if used <= budget or room <= 0:
             return plans
         room -= int(used - budget) + max(row_bytes)
+
+
+def hot_rows(trace: np.ndarray, rows: int) -> np.ndarray:
+    """The rows of a table of ``rows`` rows that ``trace`` uses, most used first (ties by
+    row): what a ``static`` cache is filled with from a profile."""
+    counts = np.bincount(np.asarray(trace, np.int64).reshape(-1), minlength=rows)
+    return np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))]
