@@ -5,8 +5,9 @@ machine (gloo over loopback), table-wise and row-wise: seconds per step and thei
 then the model extrapolated to 8-512 ranks on a network (``--bandwidth``, ``--latency``)
 for tables of ``--rows`` rows in all.
 
-On this two-core machine, four processes share two cores: the model's ``min(n, cores)``
-says so, and the extrapolation assumes a core per rank.
+On this two-core machine, four processes share two cores: the model prices the wait for a
+peer that is not running in the collectives, probed with four busy ranks; the extrapolation
+assumes a core per rank.
 """
 
 from __future__ import annotations
@@ -93,11 +94,11 @@ def run(
     c = _config(quick)
     steps, warmup = (12, 4) if quick else (40, 10)
     runs: list[dict[str, Any]] = []
-    nets: dict[int, Network] = {}
+    nets: dict[tuple[int, str], Network] = {}
     models: dict[str, StepModel] = {}
     calibration: dict[str, list[dict[str, float]]] = {}
     cores = len(os.sched_getaffinity(0))
-    with Progress(len(PROCS) * (1 + 2 * len(SHARDINGS)), "bench dist", progress) as bar:
+    with Progress(len(PROCS) * 3 * len(SHARDINGS), "bench dist", progress) as bar:
         for sh in SHARDINGS:
             points = []
             for n in PROCS:
@@ -120,16 +121,14 @@ def run(
                 measured={p["nproc"]: p["compute_seconds"] for p in points},
             )
         for n in PROCS:
-            # Between two collectives a rank computes for its step's compute over the calls.
-            # Past a core per rank, the side-by-side compute already holds the time-sharing
-            # that would make busy peers late: the collectives are probed back to back.
-            gap = max(models[sh].compute(n) for sh in SHARDINGS) / CALLS if n <= cores else 0.0
-            nets[n] = probe(n, gap)
-            bar.step(f"probe {n}")
             for sh in SHARDINGS:
+                # Between two collectives a rank computes for its step's compute over the
+                # calls: its own work (past a core per rank, the time-sharing is in the probe).
+                nets[n, sh] = probe(n, models[sh].compute(n) / CALLS)
+                bar.step(f"probe {sh} x{n}")
                 r = _launch(c, sh, placement, steps, warmup, n)
                 per = {k: v / r["timed_steps"] for k, v in r["seconds"].items()}
-                p = models[sh].step(n, nets[n])
+                p = models[sh].step(n, nets[n, sh])
                 runs.append(
                     {
                         "nproc": n,
@@ -164,7 +163,14 @@ def run(
         "warmup": warmup,
         "calibration": calibration,
         "models": {sh: {"fixed": m.fixed, "per_sample": m.per_sample} for sh, m in models.items()},
-        "networks": {str(n): {"latency": v.latency, "bandwidth": v.bandwidth} for n, v in nets.items()},
+        "networks": {
+            sh: {
+                str(n): {"latency": v.latency, "bandwidth": v.bandwidth, "kinds": v.kinds}
+                for (n, s), v in nets.items()
+                if s == sh
+            }
+            for sh in SHARDINGS
+        },
         "runs": runs,
         "extrapolation": {"rows": rows, "latency": latency, "bandwidth": bandwidth, "ranks": plan},
         "torchrec": None,
@@ -207,8 +213,8 @@ def report(res: dict[str, Any]) -> str:
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
             f"{res['warmup']} untimed); model: a rank's compute from N one-process runs of the per-rank batch side by "
             "side (row-wise lookups and updates: the whole batch's bags, 1/N of their indices, 1/N of the rows), "
-            "collectives probed at each "
-            "process count between busy ranks; "
+            "each kind of collective probed at each "
+            "process count between ranks busy for a rank's own compute; "
             f"largest model error {worst * 100:.0f}%",
             table(head, body),
             "",

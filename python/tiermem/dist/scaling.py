@@ -10,20 +10,26 @@ cores (``cores >= n`` on a cluster), each rank holding ``H`` shards (``T / n`` t
                  side (they contend for cores and memory as ranks do; row-wise, the lookups
                  and updates from runs of batch B, bags of bag / n, on tables of rows / n:
                  a row-wise rank pools every sample's bag of each table, holding the 1 / n
-                 of its indices in the rank's rows), or, past the measured counts,
-                 (fixed + per_sample * B / n) * max(1, n / cores)
+                 of its indices in the rank's rows), times cores / n past a core per rank
+                 (the work of one rank: the time-sharing is in the collectives' prices), or,
+                 past the measured counts, fixed + per_sample * B / n
     sparse(n)  = (n - 1) / n * (B / n) * T * bag * 8        # indices to their owners
                + (n - 1) * (B / n) * H * 8                  # bag lengths, per shard
                + 2 * (n - 1) * (B / n) * H * dim * 4        # pooled rows out, gradients back
     bytes(n)   = sparse(n) + 2 * (n - 1) / n * 4 * P        # and DDP's all-reduce
-    step(n)    = compute(n) + CALLS * latency(n) + bytes(n) / bandwidth(n)
+    step(n)    = compute(n) + sum(latency(n, kind) for kind in STEP) + bytes(n) / bandwidth(n)
 
 ``fixed`` and ``per_sample`` are fitted to the measured compute (lookup, dense and update)
-of the counts that had a core per process; ``latency(n)`` and ``bandwidth(n)`` are a collective's
-fixed cost and its cost per byte on ``n`` ranks, measured by :func:`probe` on this machine
-or given for a network (the extrapolation). Row-wise shards send every rank a partial sum
-of every table, so their bytes per rank do not fall as ranks are added; table-wise shards'
-do.
+of the counts that had a core per process; ``latency(n, kind)`` and ``bandwidth(n)`` are a
+collective's fixed cost by kind and the cost per byte on ``n`` ranks, measured by
+:func:`probe` on this machine or given for a network (the extrapolation). The probe makes a
+step's collectives in the step's order, each rank computing ``compute(n) / CALLS`` before
+each: a collective waits for peers still computing, and past a core per rank for peers that
+are not running (gloo's waiting ranks poll, so a waiting rank also takes a core from the
+peer it waits for). That wait is part of a collective's price, and it differs by kind: an
+``all_reduce`` (a ring) waits on its neighbours round after round, an ``all_to_all`` once.
+Row-wise shards send every rank a partial sum of every table, so their bytes per rank do
+not fall as ranks are added; table-wise shards' do.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from statistics import median
+from statistics import mean
 from typing import Any
 
 import torch
@@ -42,22 +48,31 @@ import torch.distributed as dist
 from .._files import write_json_atomic
 from .train import _free_port, exit_now
 
-__all__ = ["CALLS", "Network", "StepModel", "probe"]
+__all__ = ["CALLS", "KINDS", "STEP", "Network", "StepModel", "probe"]
 
-#: Collectives per step: the batch sizes, the lengths, the values, the pooled rows, the
-#: gradients back; the loss's all-reduce; DDP's gradient all-reduce (one bucket).
-CALLS = 7
+#: The collectives of one step, in order: the batch sizes; the lengths, the values and the
+#: pooled rows out; DDP's gradient all-reduce (one bucket); the gradients back; the loss's
+#: all-reduce.
+STEP = ("all_gather", "all_to_all", "all_to_all", "all_to_all", "all_reduce", "all_to_all", "all_reduce")
+CALLS = len(STEP)
+KINDS = ("all_gather", "all_to_all", "all_reduce")
 
 
 @dataclass(frozen=True)
 class Network:
-    """A collective's fixed cost (s) and bandwidth (bytes/s) per rank."""
+    """A collective's fixed cost (s), by kind where measured, and bandwidth (bytes/s) per rank."""
 
     latency: float
     bandwidth: float
+    #: Fixed cost of each kind of collective measured apart (``latency`` for the others).
+    kinds: dict[str, float] = field(default_factory=dict)
 
-    def seconds(self, calls: int, nbytes: float) -> float:
-        return calls * self.latency + nbytes / self.bandwidth
+    def fixed(self, kind: str) -> float:
+        return self.kinds.get(kind, self.latency)
+
+    def seconds(self, nbytes: float) -> float:
+        """A step's collectives (``STEP``) carrying ``nbytes`` in all."""
+        return sum(self.fixed(k) for k in STEP) + nbytes / self.bandwidth
 
 
 @dataclass(frozen=True)
@@ -99,13 +114,15 @@ class StepModel:
         return self.sparse_bytes(n) + (2 * (n - 1) / n * 4 * self.dense_parameters if n > 1 else 0.0)
 
     def compute(self, n: int) -> float:
+        """A rank's own compute per step on ``n`` ranks: what it would take with a core to
+        itself (waiting for peers that share a core is priced in the collectives)."""
         if n in self.measured:
-            return self.measured[n]
-        return (self.fixed + self.per_sample * self.batch / n) * max(1.0, n / self.cores)
+            return self.measured[n] * min(1.0, self.cores / n)
+        return self.fixed + self.per_sample * self.batch / n
 
     def step(self, n: int, net: Network) -> dict[str, float]:
         """Predicted seconds per step on ``n`` ranks: total, compute and exchange."""
-        x = net.seconds(CALLS, self.bytes(n))
+        x = net.seconds(self.bytes(n))
         c = self.compute(n)
         return {"seconds": c + x, "compute": c, "exchange": x, "bytes": self.bytes(n), "sparse_bytes": self.sparse_bytes(n)}
 
@@ -127,18 +144,26 @@ def _probe_rank(rank: int, world: int, port: int, sizes: list[int], reps: int, g
         for size in sizes:
             n = max(world, size // 4 // world * world)
             send = torch.zeros(n, dtype=torch.float32)
-            recv = torch.empty_like(send)
-            dist.all_to_all_single(recv, send)  # connect
-            ts = []
+            recv = torch.zeros_like(send)
+            gathered = [torch.empty_like(send) for _ in range(world)]
+            calls = {
+                "all_to_all": lambda: dist.all_to_all_single(recv, send),
+                "all_reduce": lambda: dist.all_reduce(recv),
+                "all_gather": lambda: dist.all_gather(gathered, send),
+            }
+            for k in KINDS:  # connect
+                calls[k]()
+            ts: dict[str, list[float]] = {k: [] for k in KINDS}
             for _ in range(reps):
                 # A step's collectives follow one another with no barrier between them.
                 dist.barrier()
-                t = time.perf_counter()
-                for _ in range(CALLS):
+                for k in STEP:
+                    t = time.perf_counter()
                     _busy(gap)
-                    dist.all_to_all_single(recv, send)
-                ts.append((time.perf_counter() - t) / CALLS - gap)
-            res[str(size)] = median(ts)
+                    calls[k]()
+                    ts[k].append(time.perf_counter() - t - gap)
+            # The mean, not the median: a step pays every late peer, the slow calls too.
+            res[str(size)] = {k: mean(v) for k, v in ts.items()}
         if rank == 0:
             write_json_atomic(out, res)
         dist.barrier()
@@ -147,16 +172,15 @@ def _probe_rank(rank: int, world: int, port: int, sizes: list[int], reps: int, g
     exit_now(0)
 
 
-def probe(world: int, gap: float = 0.0, small: int = 64, large: int = 8 << 20, reps: int = 20) -> Network:
-    """Measure ``all_to_all_single`` among ``world`` local processes, ``CALLS`` at a time
-    as a step makes them, each rank busy for ``gap`` seconds before each (the step's
-    compute between its collectives: a collective between busy processes waits for them to
-    be scheduled): the median time of a ``small``-byte and a ``large``-byte exchange (bytes
-    each rank sends), less the gaps, give the fixed cost and the cost per byte."""
+def probe(world: int, gap: float = 0.0, small: int = 64, large: int = 8 << 20, reps: int = 30) -> Network:
+    """Measure a step's collectives (``STEP``, in its order) among ``world`` local
+    processes, each rank busy for ``gap`` seconds before each (the step's compute between
+    its collectives: a collective between busy processes waits for them to be scheduled):
+    the mean time of each kind at ``small`` bytes (each rank's part), less the gap, is
+    its fixed cost; the ``all_to_all`` at ``large`` bytes gives the cost per byte."""
     import json
 
     import torch.multiprocessing as mp
-
 
     with tempfile.TemporaryDirectory(prefix="tiermem-probe-") as d:
         out = os.path.join(d, "probe.json")
@@ -168,8 +192,8 @@ def probe(world: int, gap: float = 0.0, small: int = 64, large: int = 8 << 20, r
             start_method="spawn",
         )
         with open(out) as f:
-            t: dict[str, Any] = json.load(f)
+            t: dict[str, dict[str, float]] = json.load(f)
     ts, tl = t[str(small)], t[str(large)]
     sent = (large - small) * max(world - 1, 1) / world
-    per_byte = max(tl - ts, 1e-12) / sent
-    return Network(latency=ts, bandwidth=1.0 / per_byte)
+    per_byte = max(tl["all_to_all"] - ts["all_to_all"], 1e-12) / sent
+    return Network(latency=ts["all_to_all"], bandwidth=1.0 / per_byte, kinds=dict(ts))

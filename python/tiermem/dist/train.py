@@ -24,7 +24,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -215,12 +215,17 @@ class _Dense(torch.nn.Module):
         opt.load_state_dict(state["optimizer"])
 
 
-def train_rank(o: DistOptions, rank: int, world: int, init_method: str) -> dict[str, Any]:
+#: A rank's training, run inside its process group: ``body(options, rank, world)``.
+Body = Callable[["DistOptions", int, int], dict[str, Any]]
+
+
+def train_rank(o: DistOptions, rank: int, world: int, init_method: str, body: Body | None = None) -> dict[str, Any]:
     """Train ``o.steps`` steps as rank ``rank`` of ``world``; returns the global loss of
-    every step (the mean over every rank's samples) and this rank's time split."""
+    every step (the mean over every rank's samples) and this rank's time split. ``body``
+    trains something else in the same process group (the TorchRec peer)."""
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=o.timeout))
     try:
-        return _train(o, rank, world)
+        return (body or _train)(o, rank, world)
     finally:
         # The model, DDP and the tables are gone (with _train's frame) before the group:
         # a process group torn down at interpreter exit instead can abort in gloo's threads.
@@ -278,6 +283,7 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
         t3, x3 = time.perf_counter(), x.seconds
         total = loss.detach().clone()
         dist.all_reduce(total)
+        t4 = time.perf_counter()
         losses.append(float(total) / world)
         done = step + 1
         if o.checkpoint and (done == o.steps or (o.checkpoint_every and done % o.checkpoint_every == 0)):
@@ -285,7 +291,7 @@ def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
             saved_at = done
         if step - first >= o.warmup:
             split["lookup"] += (t1 - t0) - (x1 - x0)
-            split["exchange"] += (x1 - x0) + (x3 - x2)
+            split["exchange"] += (x1 - x0) + (x3 - x2) + (t4 - t3)  # and the loss's all-reduce
             split["dense"] += t2 - t1
             split["update"] += (t3 - t2) - (x3 - x2)
     done = first + len(losses)
@@ -366,9 +372,9 @@ def exit_now(code: int = 0) -> None:
     os._exit(code)
 
 
-def _worker(rank: int, world: int, port: int, options: dict[str, Any], out: str) -> None:
+def _worker(rank: int, world: int, port: int, options: dict[str, Any], out: str, body: Body | None) -> None:
     torch.set_num_threads(1)
-    res = train_rank(DistOptions.from_json(options), rank, world, f"tcp://127.0.0.1:{port}")
+    res = train_rank(DistOptions.from_json(options), rank, world, f"tcp://127.0.0.1:{port}", body)
     if rank == 0:
         write_result(out, res)
     exit_now(0)
@@ -380,17 +386,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(o: DistOptions, nproc: int) -> dict[str, Any]:
+def launch(o: DistOptions, nproc: int, body: Body | None = None) -> dict[str, Any]:
     """Run ``o`` on ``nproc`` local processes; returns rank 0's result. A rank's failure
     ends the others and raises ``torch.multiprocessing.ProcessRaisedException`` (or
-    ``ProcessExitedException``) naming that rank, with its traceback."""
+    ``ProcessExitedException``) naming that rank, with its traceback. ``body`` (a
+    module-level function: the ranks are spawned) trains instead of tiermem's ranks."""
     import torch.multiprocessing as mp
 
     if nproc < 1:
         raise InvalidArgumentError(f"--nproc must be at least 1, got {nproc}")
     with tempfile.TemporaryDirectory(prefix="tiermem-dist-") as d:
         out = os.path.join(d, "rank0.json")
-        mp.start_processes(_worker, args=(nproc, _free_port(), o.to_json(), out), nprocs=nproc, join=True, start_method="spawn")
+        mp.start_processes(_worker, args=(nproc, _free_port(), o.to_json(), out, body), nprocs=nproc, join=True, start_method="spawn")
         with open(out) as f:
             res: dict[str, Any] = json.load(f)
     return res

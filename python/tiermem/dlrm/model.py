@@ -43,6 +43,8 @@ __all__ = [
     "PROFILED_MODES",
     "DRAM_MODES",
     "ReferenceEmbeddings",
+    "initial_rows",
+    "table_seed",
     "KAGGLE_ROWS",
     "TERABYTE_ROWS",
 ]
@@ -299,6 +301,11 @@ def _init_mlp(mlp: torch.nn.Sequential, g: torch.Generator) -> None:
                 layer.bias.normal_(0.0, math.sqrt(1.0 / n), generator=g)
 
 
+def table_seed(seed: int, table: int) -> int:
+    """The seed of table ``table``'s initial rows in a model of seed ``seed``."""
+    return (seed + 1) * 1_000_003 + table
+
+
 def initial_rows(
     rows: int, dim: int, seed: int, chunk: int = 1 << 18, span: tuple[int, int] | None = None
 ) -> Iterator[tuple[int, np.ndarray]]:
@@ -390,7 +397,7 @@ class DLRM(torch.nn.Module):
         held = getattr(embeddings, "rows_held", lambda t: [(0, config.rows[t])])
         for t, r in enumerate(config.rows):
             for span in held(t):
-                for start, values in initial_rows(r, config.dim, (seed + 1) * 1_000_003 + t, span=span):
+                for start, values in initial_rows(r, config.dim, table_seed(seed, t), span=span):
                     embeddings.load_rows(t, start, values)
         if config.interaction == "dot":
             n = config.num_tables + 1
