@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tiermem.bench import dist as bench_dist
+from tiermem.dist import torchrec_peer
 from tiermem.dlrm.model import DLRMConfig
 
 
@@ -28,11 +29,24 @@ def test_bench_dist_reports_runs_against_its_model(monkeypatch: pytest.MonkeyPat
         if r["sharding"] == "table":  # a table on each rank, fixed bags: the count is exact
             assert r["bytes_sent_per_iter"] == pytest.approx(r["predicted_sparse_bytes_per_iter"])
     # A row-wise rank's lookups are of the whole batch on a shard of the rows: calibrated so.
-    two = next(p for p in res["calibration"]["row"] if p["nproc"] == 2)
-    assert two["compute_seconds"] == pytest.approx(two["dense_seconds"] + two["sparse_seconds"])
-    assert "dense_seconds" not in next(p for p in res["calibration"]["table"] if p["nproc"] == 2)
+    for sh in ("table", "row"):
+        two = next(p for p in res["calibration"][sh] if p["nproc"] == 2)
+        assert two["compute_seconds"] == pytest.approx(two["lookup"] + two["dense"] + two["update"])
+    # The probe replays a step: each kind of collective priced, at each count.
+    assert set(res["networks"]["row"]["2"]["kinds"]) == {"all_gather", "all_to_all", "all_reduce"}
     x = res["extrapolation"]
     assert [p["nproc"] for p in x["ranks"]] == [8, 16, 32, 64, 128, 256, 512] * 2
     assert all(p["seconds"] == pytest.approx(p["compute"] + p["exchange"]) for p in x["ranks"])
-    assert res["torchrec"] is None and res["torchrec_note"]
+    # TorchRec's DistributedModelParallel beside, table-wise, on the same model and batches:
+    # the same loss curve as tiermem's run with every row in DRAM.
+    if torchrec_peer.unavailable() is None:
+        peer = res["torchrec"]["runs"]
+        assert [p["nproc"] for p in peer] == [1, 2]
+        for p in peer:
+            assert p["max_loss_difference"] <= 1e-5
+            assert p["speedup_dram"] == pytest.approx(p["seconds_per_iter"] / p["tiermem_dram_seconds_per_iter"])
+        assert "torchrec ms" in bench_dist.report(res)
+    else:
+        assert res["torchrec"] is None
+    assert res["torchrec_note"]
     assert "extrapolated" in bench_dist.report(res)

@@ -167,6 +167,24 @@ def test_two_processes_train_the_single_process_loss_curve(sharding: str, placem
         assert sorted(os.listdir(tmp_path)) == ["rank0", "rank1"]
 
 
+def test_torchrec_model_parallel_trains_the_curve_of_tiermem_s_ranks() -> None:
+    from tiermem.dist import torchrec_peer
+
+    why = torchrec_peer.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    # Big steps: an update of the wrong size (a gradient scaled by the world size, or not)
+    # would part the curves within a few steps.
+    o = DistOptions(CONFIG, sharding="table", placement="dram", steps=12, lr=0.5)
+    peer, ours = torchrec_peer.run(o, 2), launch(o, 2)
+    assert max_difference(peer["losses"], ours["losses"]) <= 1e-5, (peer["losses"], ours["losses"])
+    assert abs(peer["losses"][-1] - peer["losses"][0]) > 1e-3
+    with pytest.raises(InvalidArgumentError, match="does not run on gloo"):
+        torchrec_peer.run(DistOptions(CONFIG, sharding="row", placement="dram"), 2)
+    with pytest.raises(InvalidArgumentError, match="every row in DRAM"):
+        torchrec_peer.run(DistOptions(CONFIG, placement="cached"), 2)
+
+
 def _rank(tmp_path: Path, o: DistOptions, rank: int, world: int, port: int, capture: bool = True) -> subprocess.Popen[bytes]:
     opts = tmp_path / "options.json"
     opts.write_text(json.dumps(o.to_json()))

@@ -16,16 +16,24 @@ import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from statistics import median
 from typing import Any
 
 from ..dist import DistOptions, launch
-from ..dist.scaling import CALLS, Network, StepModel, probe
+from ..dist.scaling import PHASES, Network, StepModel, probe
 from ..dlrm.model import DLRMConfig
 from ..report.output import measured_cli
 from ..report.progress import Progress
 from ..report.table import table
 
 PROCS = (1, 2, 4)
+#: Runs of each measured point and calibration (without ``--quick``); the median counts.
+REPEATS = 3
+PEER_NOTE = (
+    "TorchRec's DistributedModelParallel, table-wise on gloo (fbgemm's CPU tables with SGD fused into backward), every "
+    "row in DRAM, beside tiermem's table-wise run in DRAM on the same model and batches; its row-wise sharding needs an "
+    "asynchronous reduce_scatter that gloo lacks"
+)
 SHARDINGS = ("table", "row")
 
 
@@ -36,19 +44,38 @@ def _config(quick: bool) -> DLRMConfig:
     )
 
 
-def _torchrec_note() -> str:
-    """Why TorchRec's ``DistributedModelParallel`` is not measured beside (``torchrec`` is
-    ``null`` in the JSON): the import's error, or that the comparison is not built yet."""
-    try:
-        import torchrec  # noqa: F401
-    except Exception as e:  # any import failure means there is no peer to run
-        return f"torchrec does not import here ({type(e).__name__}: {e})"
-    return "torchrec imports, but its DistributedModelParallel run is not part of this benchmark yet"
+def _peer(c: DLRMConfig, steps: int, warmup: int, n: int, ours: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """TorchRec's ``DistributedModelParallel`` on ``n`` processes, table-wise, beside
+    tiermem's table-wise run with every row in DRAM (the same thing, both ways), in turn
+    ``repeats`` times: the median of each."""
+    from ..dist import torchrec_peer
+    from ..dist.train import max_difference
+
+    o = DistOptions(c, sharding="table", placement="dram", steps=steps, warmup=warmup)
+    pairs = [(launch(o, n), torchrec_peer.run(o, n)) for _ in range(repeats)]
+    mine = sorted((m for m, _ in pairs), key=lambda r: r["seconds_per_iter"])[repeats // 2]
+    peer = sorted((p for _, p in pairs), key=lambda r: r["seconds_per_iter"])[repeats // 2]
+    return {
+        "nproc": n,
+        "sharding": "table",
+        "seconds_per_iter": peer["seconds_per_iter"],
+        "tiermem_dram_seconds_per_iter": mine["seconds_per_iter"],
+        "tiermem_seconds_per_iter": ours["seconds_per_iter"],
+        "speedup_dram": peer["seconds_per_iter"] / mine["seconds_per_iter"],
+        "max_loss_difference": max_difference(peer["losses"], mine["losses"]),
+    }
 
 
 def _launch(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tiermem-bench-dist-") as d:
         return launch(DistOptions(c, sharding=sharding, placement=placement, steps=steps, warmup=warmup, directory=d), n)
+
+
+def _median_of(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int, repeats: int) -> dict[str, Any]:
+    """The run of median seconds per step among ``repeats`` runs of ``n`` processes (the
+    machine's noise moves whole runs by 5-10 %), with every run's figure in ``repeats``."""
+    rs = sorted((_launch(c, sharding, placement, steps, warmup, n) for _ in range(repeats)), key=lambda r: r["seconds_per_iter"])
+    return {**rs[len(rs) // 2], "repeats": [r["seconds_per_iter"] for r in rs]}
 
 
 def _side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> list[dict[str, Any]]:
@@ -57,12 +84,22 @@ def _side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int,
         return list(pool.map(lambda _: _launch(c, sharding, placement, steps, warmup, 1), range(n)))
 
 
-def _per_step(runs: list[dict[str, Any]], parts: tuple[str, ...]) -> float:
-    """The slowest run's seconds per step in ``parts`` of its split."""
-    return max(sum(r["seconds"][k] for k in parts) / r["timed_steps"] for r in runs)
+def _slowest(runs: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str, float]:
+    """The seconds per step in ``parts`` of the split of the run slowest in them (the rank
+    its peers wait for)."""
+    r = max(runs, key=lambda r: sum(r["seconds"][k] for k in parts))
+    return {k: r["seconds"][k] / r["timed_steps"] for k in parts}
 
 
-def _side_by_side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> dict[str, float]:
+def _side_by_side(
+    c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int, repeats: int
+) -> dict[str, float]:
+    """:func:`_side_by_side_once` ``repeats`` times: the median of each figure."""
+    once = [_side_by_side_once(c, sharding, placement, steps, warmup, n) for _ in range(repeats)]
+    return {k: median(o[k] for o in once) for k in once[0]}
+
+
+def _side_by_side_once(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> dict[str, float]:
     """A rank's compute when ``n`` ranks share the machine, from ``n`` one-process runs at
     once: of the per-rank batch (a rank's dense work, and table-wise its lookups and
     updates: ``T / n`` tables for all ``B`` samples are as many rows as ``T`` tables for
@@ -70,15 +107,16 @@ def _side_by_side(c: DLRMConfig, sharding: str, placement: str, steps: int, warm
     samples, each bag holding the ``1 / n`` of its indices that fall in the rank's rows: its
     lookup and update come from runs of batch ``B``, bags of ``bag / n``, on tables of
     ``rows / n``."""
-    dense_only = ("dense",)
-    sparse = ("lookup", "update")
     part = _side(replace(c, batch_size=c.batch_size // n), sharding, placement, steps, warmup, n)
-    if sharding != "row" or n == 1:
-        return {"compute_seconds": _per_step(part, (*dense_only, *sparse))}
-    shard_shape = replace(c, rows=tuple(max(1, r // n) for r in c.rows), bag=max(1, round(c.bag / n)))
-    shard = _side(shard_shape, sharding, placement, steps, warmup, n)
-    dense, lookups = _per_step(part, dense_only), _per_step(shard, sparse)
-    return {"compute_seconds": dense + lookups, "dense_seconds": dense, "sparse_seconds": lookups}
+    sparse = part
+    if sharding == "row" and n > 1:
+        shard_shape = replace(c, rows=tuple(max(1, r // n) for r in c.rows), bag=max(1, round(c.bag / n)))
+        sparse = _side(shard_shape, sharding, placement, steps, warmup, n)
+    if sparse is part:
+        out = _slowest(part, PHASES)
+    else:
+        out = {**_slowest(part, ("dense",)), **_slowest(sparse, ("lookup", "update"))}
+    return {**out, "compute_seconds": sum(out.values())}
 
 
 def run(
@@ -93,16 +131,23 @@ def run(
     at each process count (its network), then the runs it predicts."""
     c = _config(quick)
     steps, warmup = (12, 4) if quick else (40, 10)
+    repeats = 1 if quick else REPEATS
     runs: list[dict[str, Any]] = []
     nets: dict[tuple[int, str], Network] = {}
     models: dict[str, StepModel] = {}
     calibration: dict[str, list[dict[str, float]]] = {}
     cores = len(os.sched_getaffinity(0))
-    with Progress(len(PROCS) * 3 * len(SHARDINGS), "bench dist", progress) as bar:
+    from ..dist import torchrec_peer
+
+    why_not = torchrec_peer.unavailable()
+    peers: list[dict[str, Any]] = []
+    with Progress(len(PROCS) * (3 * len(SHARDINGS) + (why_not is None)), "bench dist", progress) as bar:
         for sh in SHARDINGS:
             points = []
             for n in PROCS:
-                points.append({"nproc": n, "batch": c.batch_size // n, **_side_by_side(c, sh, placement, steps, warmup, n)})
+                points.append(
+                    {"nproc": n, "batch": c.batch_size // n, **_side_by_side(c, sh, placement, steps, warmup, n, repeats)}
+                )
                 bar.step(f"{sh}: {n} x 1 process")
             # The line for ranks with a core each (the extrapolation), from the counts that had.
             alone = [p for p in points if p["nproc"] <= cores]
@@ -118,15 +163,15 @@ def run(
                 fixed,
                 per_sample,
                 cores,
-                measured={p["nproc"]: p["compute_seconds"] for p in points},
+                measured={p["nproc"]: {k: p[k] for k in PHASES} for p in points},
             )
         for n in PROCS:
             for sh in SHARDINGS:
                 # Between two collectives a rank computes for its step's compute over the
                 # calls: its own work (past a core per rank, the time-sharing is in the probe).
-                nets[n, sh] = probe(n, models[sh].compute(n) / CALLS)
+                nets[n, sh] = probe(n, models[sh].gaps(n))
                 bar.step(f"probe {sh} x{n}")
-                r = _launch(c, sh, placement, steps, warmup, n)
+                r = _median_of(c, sh, placement, steps, warmup, n, repeats)
                 per = {k: v / r["timed_steps"] for k, v in r["seconds"].items()}
                 p = models[sh].step(n, nets[n, sh])
                 runs.append(
@@ -134,6 +179,7 @@ def run(
                         "nproc": n,
                         "sharding": sh,
                         "seconds_per_iter": r["seconds_per_iter"],
+                        "repeats": r["repeats"],
                         "exchange_seconds": per["exchange"],
                         "split": per,
                         "bytes_sent_per_iter": r["traffic"]["bytes_sent"] / steps,
@@ -146,6 +192,9 @@ def run(
                     }
                 )
                 bar.step(f"{sh} x{n}")
+                if sh == "table" and why_not is None:
+                    peers.append(_peer(c, steps, warmup, n, r, repeats))
+                    bar.step(f"torchrec x{n}")
     net = Network(latency, bandwidth)
     plan = []
     for sh in SHARDINGS:
@@ -161,6 +210,7 @@ def run(
         "cores": cores,
         "steps": steps,
         "warmup": warmup,
+        "repeats": repeats,
         "calibration": calibration,
         "models": {sh: {"fixed": m.fixed, "per_sample": m.per_sample} for sh, m in models.items()},
         "networks": {
@@ -173,8 +223,8 @@ def run(
         },
         "runs": runs,
         "extrapolation": {"rows": rows, "latency": latency, "bandwidth": bandwidth, "ranks": plan},
-        "torchrec": None,
-        "torchrec_note": _torchrec_note(),
+        "torchrec": None if why_not is not None else {"sharding": "table", "placement": "dram", "runs": peers},
+        "torchrec_note": why_not or PEER_NOTE,
     }
 
 
@@ -211,10 +261,9 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
-            f"{res['warmup']} untimed); model: a rank's compute from N one-process runs of the per-rank batch side by "
+            f"{res['warmup']} untimed, median of {res['repeats']} runs); model: a rank's compute from N one-process runs of the per-rank batch side by "
             "side (row-wise lookups and updates: the whole batch's bags, 1/N of their indices, 1/N of the rows), "
-            "each kind of collective probed at each "
-            "process count between ranks busy for a rank's own compute; "
+            "each kind of collective probed in a step's order between ranks busy for a rank's own compute; "
             f"largest model error {worst * 100:.0f}%",
             table(head, body),
             "",
@@ -222,8 +271,27 @@ def report(res: dict[str, Any]) -> str:
             f"{x['latency'] * 1e6:.0f} us per collective, a core per rank):",
             table(["sharding", "ranks", "rows/rank", "table/rank", "ms/step", "compute", "exchange"], plan),
             "torchrec: " + res["torchrec_note"],
+            *_peer_table(res["torchrec"]),
         ]
     )
+
+
+def _peer_table(peer: dict[str, Any] | None) -> list[str]:
+    if peer is None:
+        return []
+    body = [
+        [
+            str(p["nproc"]),
+            f"{p['seconds_per_iter'] * 1e3:.2f}",
+            f"{p['tiermem_dram_seconds_per_iter'] * 1e3:.2f}",
+            f"{p['speedup_dram']:.2f}x",
+            f"{p['tiermem_seconds_per_iter'] * 1e3:.2f}",
+            f"{p['max_loss_difference']:.2g}",
+        ]
+        for p in peer["runs"]
+    ]
+    head = ["procs", "torchrec ms", "tiermem dram ms", "tiermem speedup", "tiermem cached ms", "max loss diff"]
+    return [table(head, body)]
 
 
 def run_cli(args: Any) -> int:

@@ -9,10 +9,11 @@ sharded tiermem run: the peer a TorchRec user would run instead, side by side in
   initial weights), which DMP wraps in DDP; the tables start from the same rows.
 - Each rank trains its share of the same synthetic global batches, as ``KeyedJaggedTensor``
   inputs.
-- TorchRec sums the tables' gradients over the ranks (each rank's loss is the mean over its
-  own samples), where tiermem scales them by ``1 / world`` to train the single-process
-  model. The fused learning rate is therefore ``lr / world``, so both make the same update
-  and their loss curves can be compared.
+- Each rank's loss is the mean over its own samples. TorchRec divides the pooled rows'
+  gradients by the world size in its backward all-to-all (``comm_ops.GRADIENT_DIVISION``, on
+  by default), as tiermem's exchange scales them by ``1 / world``: with the run's learning
+  rate fused, both make the single-process model's update, and their loss curves can be
+  compared (the test does, at a learning rate large enough to part them otherwise).
 
 Only table-wise sharding runs: TorchRec's row-wise sharding reduces pooled embeddings with
 an asynchronous ``reduce_scatter``, which gloo does not provide (TorchRec's own test suite
@@ -21,7 +22,9 @@ skips it on gloo). :func:`unavailable` says why the peer cannot run at all (no `
 
 from __future__ import annotations
 
+import logging
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -41,8 +44,10 @@ SHARDINGS = ("table",)
 def unavailable() -> str | None:
     """Why the peer cannot run here (``torchrec`` or fbgemm do not import), or None."""
     try:
-        import torchrec  # noqa: F401
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType  # noqa: F401
+        with warnings.catch_warnings():  # fbgemm warns of kernels its CPU build lacks
+            warnings.simplefilter("ignore")
+            import torchrec  # noqa: F401
+            from fbgemm_gpu.split_embedding_configs import EmbOptimType  # noqa: F401
     except Exception as e:  # any import failure means there is no peer to run
         return f"torchrec does not import here ({type(e).__name__}: {e})"
     return None
@@ -105,23 +110,34 @@ def _load_rows(model: torch.nn.Module, c: DLRMConfig, seed: int) -> None:
 
 
 def _train(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
+    # TorchRec's planner and DMP warn about running on CPU (storage reservation, DDP, fx
+    # tracing), every rank every run: a bench's output would drown in them.
+    for name in ("torch.fx._symbolic_trace", "torchrec"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _train_quietly(o, rank, world)
+
+
+def _train_quietly(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+    from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
     from torchrec.distributed.types import ShardingEnv
     from torchrec.optim.keyed import KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     c = o.config
-    if o.sharding not in SHARDINGS:
-        raise InvalidArgumentError(f"TorchRec's {o.sharding}-wise sharding does not run on gloo; the peer runs {', '.join(SHARDINGS)}")
     if c.batch_size % world:
         raise InvalidArgumentError(f"the global batch of {c.batch_size} does not split evenly over {world} ranks")
     model = _PeerDLRM(c, o.seed)
-    sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": o.lr / world})
+    sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": o.lr})
     planner = EmbeddingShardingPlanner(
-        topology=Topology(world_size=world, compute_device="cpu"),
+        topology=TopologyFactory.create_topology(
+            trainer_config=TrainerConfig(world_size=world, local_world_size=world), kernel_config=KernelConfig(compute_device="cpu")
+        ),
         constraints={f"t{t}": ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"]) for t in range(c.num_tables)},
     )
     pg = dist.group.WORLD
@@ -156,4 +172,11 @@ def run(o: DistOptions, nproc: int) -> dict[str, Any]:
     why = unavailable()
     if why is not None:
         raise InvalidArgumentError(why)
+    if o.sharding not in SHARDINGS:
+        raise InvalidArgumentError(
+            f"TorchRec's {o.sharding}-wise sharding does not run on gloo (an asynchronous reduce_scatter); "
+            f"the peer runs {', '.join(SHARDINGS)}-wise"
+        )
+    if o.placement != "dram":
+        raise InvalidArgumentError(f"the peer keeps every row in DRAM (fbgemm's CPU tables); placement {o.placement!r} is tiermem's")
     return launch(o, nproc, body=_train)

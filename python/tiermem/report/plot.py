@@ -310,6 +310,21 @@ def plot_dist(res: dict[str, Any], path: str) -> None:
         ax.plot(
             [n for n, _, _ in rows], [p * 1e3 for _, _, p in rows], ls="--", color=line[0].get_color(), label=f"{sh}-wise model"
         )
+    if res.get("torchrec"):
+        peer = sorted(res["torchrec"]["runs"], key=lambda p: p["nproc"])
+        for key, label, style, color in (
+            ("seconds_per_iter", "TorchRec DMP, table-wise, DRAM", "s-", "grey"),
+            ("tiermem_dram_seconds_per_iter", "table-wise, DRAM", "^-", "black"),
+        ):
+            ax.plot(
+                [p["nproc"] for p in peer],
+                [p[key] * 1e3 for p in peer],
+                style,
+                color=color,
+                lw=1,
+                label=label,
+            )
+    ax.set_xticks(sorted({r["nproc"] for r in res["runs"]}))
     ax.set_xlabel("processes")
     ax.set_ylabel("ms per step")
     ax.set_title(f"this machine ({res['cores']} cores, {res['placement']} shards)", fontsize=9)
