@@ -92,26 +92,30 @@ def _slowest(runs: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str, fl
 
 
 def _side_by_side(
-    c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int, repeats: int
+    c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int, repeats: int, cores: int
 ) -> dict[str, float]:
     """:func:`_side_by_side_once` ``repeats`` times: the median of each figure."""
-    once = [_side_by_side_once(c, sharding, placement, steps, warmup, n) for _ in range(repeats)]
+    once = [_side_by_side_once(c, sharding, placement, steps, warmup, n, cores) for _ in range(repeats)]
     return {k: median(o[k] for o in once) for k in once[0]}
 
 
-def _side_by_side_once(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> dict[str, float]:
-    """A rank's compute when ``n`` ranks share the machine, from ``n`` one-process runs at
-    once: of the per-rank batch (a rank's dense work, and table-wise its lookups and
-    updates: ``T / n`` tables for all ``B`` samples are as many rows as ``T`` tables for
-    ``B / n``). A row-wise rank instead pools a bag of every table for each of the ``B``
+def _side_by_side_once(
+    c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int, cores: int
+) -> dict[str, float]:
+    """A rank's own compute when ``n`` ranks share the machine, from ``min(n, cores)``
+    one-process runs at once (each with a core, contending for memory as running ranks do;
+    past a core per rank, the time-sharing is priced in the collectives): of the per-rank
+    batch (a rank's dense work, and table-wise its lookups and updates: ``T / n`` tables for
+    all ``B`` samples are as many rows as ``T`` tables for ``B / n``). A row-wise rank instead pools a bag of every table for each of the ``B``
     samples, each bag holding the ``1 / n`` of its indices that fall in the rank's rows: its
     lookup and update come from runs of batch ``B``, bags of ``bag / n``, on tables of
     ``rows / n``."""
-    part = _side(replace(c, batch_size=c.batch_size // n), sharding, placement, steps, warmup, n)
+    k = min(n, cores)
+    part = _side(replace(c, batch_size=c.batch_size // n), sharding, placement, steps, warmup, k)
     sparse = part
     if sharding == "row" and n > 1:
         shard_shape = replace(c, rows=tuple(max(1, r // n) for r in c.rows), bag=max(1, round(c.bag / n)))
-        sparse = _side(shard_shape, sharding, placement, steps, warmup, n)
+        sparse = _side(shard_shape, sharding, placement, steps, warmup, k)
     if sparse is part:
         out = _slowest(part, PHASES)
     else:
@@ -146,7 +150,7 @@ def run(
             points = []
             for n in PROCS:
                 points.append(
-                    {"nproc": n, "batch": c.batch_size // n, **_side_by_side(c, sh, placement, steps, warmup, n, repeats)}
+                    {"nproc": n, "batch": c.batch_size // n, **_side_by_side(c, sh, placement, steps, warmup, n, repeats, cores)}
                 )
                 bar.step(f"{sh}: {n} x 1 process")
             # The line for ranks with a core each (the extrapolation), from the counts that had.
@@ -261,7 +265,7 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"sharded DLRM ({res['placement']} placement, {res['cores']} cores, {res['steps']} steps of which "
-            f"{res['warmup']} untimed, median of {res['repeats']} runs); model: a rank's compute from N one-process runs of the per-rank batch side by "
+            f"{res['warmup']} untimed, median of {res['repeats']} runs); model: a rank's compute from min(N, cores) one-process runs of the per-rank batch side by "
             "side (row-wise lookups and updates: the whole batch's bags, 1/N of their indices, 1/N of the rows), "
             "each kind of collective probed in a step's order between ranks busy for a rank's own compute; "
             f"largest model error {worst * 100:.0f}%",

@@ -6,13 +6,13 @@ lookups per table per sample, ``P`` dense parameters, on ``n`` ranks sharing ``c
 cores (``cores >= n`` on a cluster), each rank holding ``H`` shards (``T / n`` table-wise,
 ``T`` row-wise: a shard of every table)::
 
-    compute(n) = a rank's compute measured with n one-process runs of batch B / n side by
-                 side (they contend for cores and memory as ranks do; row-wise, the lookups
-                 and updates from runs of batch B, bags of bag / n, on tables of rows / n:
-                 a row-wise rank pools every sample's bag of each table, holding the 1 / n
-                 of its indices in the rank's rows), times cores / n past a core per rank
-                 (the work of one rank: the time-sharing is in the collectives' prices), or,
-                 past the measured counts, fixed + per_sample * B / n
+    compute(n) = a rank's own compute, measured with min(n, cores) one-process runs of
+                 batch B / n side by side (each with a core, contending for memory as
+                 running ranks do; past a core per rank the time-sharing is in the
+                 collectives' prices; row-wise, the lookups and updates from runs of batch
+                 B, bags of bag / n, on tables of rows / n: a row-wise rank pools every
+                 sample's bag of each table, holding the 1 / n of its indices in the rank's
+                 rows), or, past the measured counts, fixed + per_sample * B / n
     sparse(n)  = (n - 1) / n * (B / n) * T * bag * 8        # indices to their owners
                + (n - 1) * (B / n) * H * 8                  # bag lengths, per shard
                + 2 * (n - 1) * (B / n) * H * dim * 4        # pooled rows out, gradients back
@@ -90,8 +90,8 @@ class StepModel:
     fixed: float
     per_sample: float
     cores: int
-    #: A rank's compute measured with ``n`` ranks side by side, by ``n`` and part of
-    #: ``PHASES`` (overrides the line).
+    #: A rank's own compute measured for ``n`` ranks (``min(n, cores)`` side by side), by
+    #: ``n`` and part of ``PHASES`` (overrides the line).
     measured: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @staticmethod
@@ -120,7 +120,7 @@ class StepModel:
         """A rank's own compute per step on ``n`` ranks: what it would take with a core to
         itself (waiting for peers that share a core is priced in the collectives)."""
         if n in self.measured:
-            return sum(self.measured[n].values()) * min(1.0, self.cores / n)
+            return sum(self.measured[n].values())
         return self.fixed + self.per_sample * self.batch / n
 
     def gaps(self, n: int) -> list[float]:
