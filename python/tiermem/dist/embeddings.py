@@ -239,6 +239,10 @@ class ShardedEmbeddings(torch.nn.Module):
                 raise InvalidArgumentError(f"table {t} has {self.plan.rows[t]} rows; index {bad} is outside it")
             n = np.diff(o)
             lengths.append(n)
+            if len(self._starts[t]) == 1:  # one row range from row 0 (table- or column-wise): the bags as they are
+                for s in self._by_table[t]:
+                    split[s] = (n, v)
+                continue
             bag = np.repeat(np.arange(b, dtype=np.int64), n)
             where = np.searchsorted(self._starts[t], v, side="right") - 1
             ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -271,10 +275,12 @@ class ShardedEmbeddings(torch.nn.Module):
             self.rank,
         )
         counts = [[got_len[s][k * sizes[s] : (k + 1) * sizes[s]] for k in range(mine)] for s in range(self.world)]
+        # Where each held shard's values start in what each rank sends here.
+        starts = [np.cumsum([0, *(int(c.sum()) for c in counts[s])]) for s in range(self.world)]
         got_val = _exchange(
             [np.concatenate(p[len(h) :]) if h else np.zeros(0, np.int64) for p, h in zip(per_dest, self._held_by, strict=True)],
             torch.int64,
-            [int(sum(int(c.sum()) for c in counts[s])) for s in range(self.world)],
+            [int(st[-1]) for st in starts],
             g,
             self.traffic,
             self.rank,
@@ -283,9 +289,8 @@ class ShardedEmbeddings(torch.nn.Module):
         for k in range(mine):
             ns, vs = [], []
             for s in range(self.world):
-                before = int(sum(int(c.sum()) for c in counts[s][:k]))
                 ns.append(counts[s][k])
-                vs.append(got_val[s][before : before + int(counts[s][k].sum())])
+                vs.append(got_val[s][starts[s][k] : starts[s][k + 1]])
             n = np.concatenate(ns)
             bags.append((np.concatenate(vs), np.concatenate([[0], np.cumsum(n)]).astype(np.int64)))
         dim = self.plan.dim
