@@ -53,8 +53,7 @@ def _peer(c: DLRMConfig, steps: int, warmup: int, n: int, ours: dict[str, Any], 
 
     o = DistOptions(c, sharding="table", placement="dram", steps=steps, warmup=warmup)
     pairs = [(launch(o, n), torchrec_peer.run(o, n)) for _ in range(repeats)]
-    mine = sorted((m for m, _ in pairs), key=lambda r: r["seconds_per_iter"])[repeats // 2]
-    peer = sorted((p for _, p in pairs), key=lambda r: r["seconds_per_iter"])[repeats // 2]
+    mine, peer = _median_run([m for m, _ in pairs]), _median_run([p for _, p in pairs])
     return {
         "nproc": n,
         "sharding": "table",
@@ -71,11 +70,16 @@ def _launch(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: in
         return launch(DistOptions(c, sharding=sharding, placement=placement, steps=steps, warmup=warmup, directory=d), n)
 
 
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median seconds per step (the machine's noise moves whole runs by 5-10 %)."""
+    return sorted(runs, key=lambda r: r["seconds_per_iter"])[len(runs) // 2]
+
+
 def _median_of(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int, repeats: int) -> dict[str, Any]:
-    """The run of median seconds per step among ``repeats`` runs of ``n`` processes (the
-    machine's noise moves whole runs by 5-10 %), with every run's figure in ``repeats``."""
-    rs = sorted((_launch(c, sharding, placement, steps, warmup, n) for _ in range(repeats)), key=lambda r: r["seconds_per_iter"])
-    return {**rs[len(rs) // 2], "repeats": [r["seconds_per_iter"] for r in rs]}
+    """:func:`_median_run` of ``repeats`` runs of ``n`` processes, with every run's figure
+    in ``repeats``."""
+    rs = [_launch(c, sharding, placement, steps, warmup, n) for _ in range(repeats)]
+    return {**_median_run(rs), "repeats": sorted(r["seconds_per_iter"] for r in rs)}
 
 
 def _side(c: DLRMConfig, sharding: str, placement: str, steps: int, warmup: int, n: int) -> list[dict[str, Any]]:
@@ -106,10 +110,10 @@ def _side_by_side_once(
     one-process runs at once (each with a core, contending for memory as running ranks do;
     past a core per rank, the time-sharing is priced in the collectives): of the per-rank
     batch (a rank's dense work, and table-wise its lookups and updates: ``T / n`` tables for
-    all ``B`` samples are as many rows as ``T`` tables for ``B / n``). A row-wise rank instead pools a bag of every table for each of the ``B``
-    samples, each bag holding the ``1 / n`` of its indices that fall in the rank's rows: its
-    lookup and update come from runs of batch ``B``, bags of ``bag / n``, on tables of
-    ``rows / n``."""
+    all ``B`` samples are as many rows as ``T`` tables for ``B / n``). A row-wise rank
+    instead pools a bag of every table for each of the ``B`` samples, each bag holding the
+    ``1 / n`` of its indices that fall in the rank's rows: its lookup and update come from
+    runs of batch ``B``, bags of ``bag / n``, on tables of ``rows / n``."""
     k = min(n, cores)
     part = _side(replace(c, batch_size=c.batch_size // n), sharding, placement, steps, warmup, k)
     sparse = part
