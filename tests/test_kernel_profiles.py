@@ -15,7 +15,7 @@ from tiermem.torch.tensors.planned import Recorder  # noqa: E402
 from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
-DEVICES = [("dram", 1 << 20), (SLOW, None)]
+DEVICES = [("dram", 1 << 20, False), (SLOW, None, False)]
 TRAITS = [{"read_gbps": 30.0, "write_gbps": 60.0}, {"read_gbps": 10.0, "write_gbps": 8.0}]
 COPY = [[None, 10.0], [10.0, None]]
 
@@ -46,7 +46,7 @@ def test_kernels_sharing_a_signature_share_the_mean_difference() -> None:
 
 def test_the_cache_pools_across_captures_and_keeps_setups_apart(tmp_path) -> None:
     path = tmp_path / "sub" / "profiles.json"
-    key = setup_key([d for d, _ in DEVICES])
+    key = setup_key([d for d, *_ in DEVICES])
     first = KernelProfiles(key, path)
     assert first.known == 0
     fast, slow = recordings([("a", 1.0, 1.01), ("a", 1.0, 1.03)])
@@ -114,3 +114,34 @@ def test_plan_command_pools_into_the_cache_it_is_given(tmp_path, capsys) -> None
     before = cache.read_text()
     assert main([*args, "--no-profile-cache"]) == 0
     assert "no profile cache" in capsys.readouterr().out and cache.read_text() == before
+
+
+def test_on_a_duplex_device_the_measured_time_is_the_longer_channels() -> None:
+    """The all-slow run's extra time on a duplex device is its longer channel's: the
+    operands' costs are scaled so that channel's sum is the measured time, and an operand on
+    the shorter channel saves nothing alone."""
+    devices = [("dram", 1 << 20, False), (SLOW, None, True)]
+    read, write = 1 / 10 - 1 / 30, 1 / 8 - 1 / 60  # TRAITS' extra seconds per GB, slow over fast
+    fast, slow = recordings([("a", 1.0, 1.5)])
+    # An in-place update of a 1 MiB parameter (read and written) that reads a 2 MiB gradient.
+    for rec, t in ((fast, 1.0), (slow, 1.4)):
+        rec.kernels.append(("add_.Tensor", t, [("p0", "write"), ("g", "read")]))
+        rec.signatures.append("b")
+    for rec in (fast, slow):
+        rec.tensors["g"] = {"bytes": 2 << 20, "kind": "gradient", "persistent": True}
+    g = graph_from_recordings("x", fast, slow, devices, TRAITS, COPY)
+    assert g.devices[1].duplex and not g.devices[0].duplex
+    assert g.kernel_seconds(0, [1, 1]) == pytest.approx(1.5)
+    assert g.kernel_seconds(0, [0, 1]) == pytest.approx(1.5)
+    assert g.kernel_seconds(0, [1, 0]) == pytest.approx(1.0 + 0.5 * read / write)
+    # Reads: 3 MiB (the parameter and the gradient), writes 1 MiB: reads are longer here.
+    assert 3 * read > write
+    upd = g.kernels[1].operands[0]
+    assert upd.use == "write" and upd.write_seconds is not None
+    assert upd.write_seconds[1] == pytest.approx(upd.seconds[1] * write / (read + write))
+    assert g.kernel_seconds(1, [1, 1]) == pytest.approx(1.4)
+    assert g.kernel_seconds(1, [0, 1]) == pytest.approx(1.0 + 0.4 * 2 / 3)
+    # A shared device sums the channels: the same measurement splits by each operand's cost.
+    h = graph_from_recordings("x", fast, slow, [("dram", 1 << 20, False), (SLOW, None, False)], TRAITS, COPY)
+    assert h.kernel_seconds(0, [1, 1]) == pytest.approx(1.5)
+    assert h.kernel_seconds(0, [0, 1]) == pytest.approx(1.0 + 0.5 * write / (read + write))

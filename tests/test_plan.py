@@ -50,11 +50,16 @@ def small(cap: int = 4 * MiB, devices: int = 2) -> Graph:
         Kernel("fwd1", 1e-3, (Operand(0, "read", sec(1e-4, 3e-4)), Operand(1, "make", sec(2e-4, 8e-4)))),
         Kernel("fwd2", 1e-3, (Operand(1, "read", sec(2e-4, 6e-4)), Operand(2, "make", sec(1e-4, 4e-4)))),
         Kernel("bwd", 2e-3, (Operand(2, "read", sec(1e-4, 3e-4)), Operand(1, "read", sec(2e-4, 6e-4)), Operand(3, "make", z))),
-        Kernel("sgd", 1e-4, (Operand(3, "read", sec(1e-4, 3e-4)), Operand(0, "write", sec(2e-4, 9e-4)))),
+        Kernel("sgd", 1e-4, (Operand(3, "read", sec(1e-4, 3e-4)), Operand(0, "write", sec(2e-4, 9e-4), sec(1e-4, 5e-4)))),
     ]
     devs = [Device("fast", cap)] + ([Device("mid", 2 * cap)] if devices > 2 else []) + [Device("slow", None)]
     copy = [[None if s == d else 5.0 for d in range(devices)] for s in range(devices)]
     return Graph("small", devs, copy, tensors, kernels)
+
+
+def duplex(g: Graph) -> Graph:
+    """``g`` with every device but the fastest duplex (reads and writes on their own channels)."""
+    return dataclasses.replace(g, devices=[g.devices[0], *(dataclasses.replace(d, duplex=True) for d in g.devices[1:])])
 
 
 def brute(g: Graph, formulation: str) -> float:
@@ -81,10 +86,16 @@ def brute(g: Graph, formulation: str) -> float:
     return best
 
 
-@pytest.mark.parametrize("formulation", ["static", "sync"])
-@pytest.mark.parametrize("devices", [2, 3])
-def test_solver_finds_the_brute_force_optimum(formulation: str, devices: int) -> None:
+# Three devices, sync and duplex is left out: its brute force takes 40 s, and the other
+# three-device cases cover duplex middle devices (static) and three-device moves (shared).
+@pytest.mark.parametrize(
+    "formulation, devices, channels",
+    [(f, n, c) for f in ("static", "sync") for n in (2, 3) for c in ("shared", "duplex") if (f, n, c) != ("sync", 3, "duplex")],
+)
+def test_solver_finds_the_brute_force_optimum(formulation: str, devices: int, channels: str) -> None:
     g = small(devices=devices)
+    if channels == "duplex":
+        g = duplex(g)
     p = solve(g, formulation, time_limit=30, target_gap=0.0)
     assert p.source == "highs"
     assert p.predicted_seconds == pytest.approx(brute(g, formulation), rel=1e-9)
@@ -126,10 +137,13 @@ def test_generated_graphs_plan_fast_and_beat_the_greedy_plan() -> None:
 
 
 @pytest.mark.parametrize("contention", [0.0, 0.5])
-def test_the_warm_start_costs_what_the_greedy_plan_costs(contention: float) -> None:
+@pytest.mark.parametrize("channels", ["shared", "duplex"])
+def test_the_warm_start_costs_what_the_greedy_plan_costs(contention: float, channels: str) -> None:
     from tiermem.plan.solve import _Vars
 
     g = dataclasses.replace(autotm_graph(122, 8.0), copy_contention=contention)
+    if channels == "duplex":
+        g = duplex(g)
     for form in ("static", "sync", "async"):
         at, held = greedy(g, form)
         v = _Vars(g, form)
@@ -138,8 +152,41 @@ def test_the_warm_start_costs_what_the_greedy_plan_costs(contention: float) -> N
         assert v.plan_of(x)[:2] == (at, held) or form == "static"
 
 
+def test_a_duplex_device_charges_the_longer_channel() -> None:
+    """On a duplex device a kernel's extra time is the longer of its operands' read and write
+    parts there; on a shared one, their sum. fwd1 reads w (3e-4 at home) and makes a (8e-4)."""
+    shared, dup = small(), duplex(small())
+    assert shared.kernel_seconds(0, [1, 1]) == pytest.approx(1e-3 + 3e-4 + 8e-4)
+    assert dup.kernel_seconds(0, [1, 1]) == pytest.approx(1e-3 + 8e-4)
+    # Only the written operand in fast memory saves anything: its read alone is shorter.
+    assert dup.kernel_seconds(0, [0, 1]) == pytest.approx(1e-3 + 8e-4)
+    assert dup.kernel_seconds(0, [1, 0]) == pytest.approx(1e-3 + 3e-4)
+    assert dup.use_gain(0, 0, 0) == 0.0 and dup.use_gain(0, 1, 0) == pytest.approx(5e-4)
+    assert shared.use_gain(0, 0, 0) == pytest.approx(3e-4)
+    # sgd updates w in place (9e-4, of which 5e-4 writing) and reads g (3e-4): reads 7e-4.
+    assert dup.kernel_seconds(3, [1, 1]) == pytest.approx(1e-4 + 7e-4)
+    assert dup.kernel_seconds(3, [0, 1]) == pytest.approx(1e-4 + 5e-4)
+    per_kernel = [dup.kernel_seconds(k, [1] * len(ker.operands)) for k, ker in enumerate(dup.kernels)]
+    assert dup.all_on_seconds(1) == pytest.approx(sum(per_kernel))
+    # A plan's cost is the same sum over its kernels: fwd1's read in fast memory and its
+    # write at home gain nothing on a duplex device, and the cost model agrees.
+    at = at_home(dup).at_use
+    at[0][0] = 0
+    held = [[False] * len(gaps(dup, t)) for t in range(len(dup.tensors))]
+    assert evaluate(dup, at, held).kernel_seconds == pytest.approx(dup.all_on_seconds(1))
+    at[1][0] = 0  # and a, which fwd1 makes: fwd1 has nothing left on the slow device
+    assert evaluate(dup, at, held).kernel_seconds == pytest.approx(dup.all_on_seconds(1) - 8e-4)
+
+
+def test_async_plans_on_a_duplex_device_are_optimal() -> None:
+    g = duplex(dataclasses.replace(spaced(), copy_contention=0.5))
+    p = solve(g, "async", time_limit=30, target_gap=0.0)
+    assert p.source == "highs"
+    assert p.predicted_seconds == pytest.approx(brute_async(g), rel=1e-9)
+
+
 def test_graph_and_plan_json_round_trip(tmp_path: Path) -> None:
-    g = small()
+    g = duplex(small())
     g.save(tmp_path / "g.json")
     h = Graph.load(tmp_path / "g.json")
     assert h.to_json() == g.to_json()
@@ -167,6 +214,9 @@ def _doc() -> dict:
         (lambda d: d["kernels"][0]["operands"][0].update(tensor=9), "does not exist"),
         (lambda d: d["kernels"][0]["operands"][0].update(use="borrow"), "is not one of"),
         (lambda d: d["kernels"][0]["operands"][0].update(seconds=[0.0]), "one per device"),
+        (lambda d: d["kernels"][3]["operands"][1].update(write_seconds=[0.0, 1.0]), "between 0 and its extra time"),
+        (lambda d: d["kernels"][3]["operands"][1].update(write_seconds=[0.0]), "needs 2 write_seconds"),
+        (lambda d: d["devices"][1].update(duplex="yes"), "expected true or false"),
         (lambda d: d["tensors"][1].update(bytes=0), "positive integer"),
         (lambda d: d["tensors"][1].update(key="w"), "appears twice"),
         (lambda d: d["tensors"][0].update(free_after=2), "never freed"),

@@ -123,14 +123,16 @@ def test_plans_and_recordings_are_checked(captured) -> None:
         Tiering({"dram": "8 MiB", SLOW: "64 MiB"}, "LM", plan=p, graph=g)
     empty = Recorder()
     with pytest.raises(GraphError, match="saw no kernels"):
-        graph_from_recordings("x", empty, empty, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
+        graph_from_recordings(
+            "x", empty, empty, [("dram", 1 << 20, False), (SLOW, None, True)], [{}, {}], [[None, 1.0], [1.0, None]]
+        )
     a, b = Recorder(), Recorder()
     a.kernels = [("k", 1.0, [])]
     with pytest.raises(GraphError, match="ran 1 kernels in one run and 0"):
-        graph_from_recordings("x", a, b, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
+        graph_from_recordings("x", a, b, [("dram", 1 << 20, False), (SLOW, None, True)], [{}, {}], [[None, 1.0], [1.0, None]])
     b.mismatch = "kernel 3 was x in one iteration and not in another"
     with pytest.raises(GraphError, match="not the same every iteration"):
-        graph_from_recordings("x", a, b, [("dram", 1 << 20), (SLOW, None)], [{}, {}], [[None, 1.0], [1.0, None]])
+        graph_from_recordings("x", a, b, [("dram", 1 << 20, False), (SLOW, None, True)], [{}, {}], [[None, 1.0], [1.0, None]])
 
 
 def test_a_fitted_plan_runs_at_its_offsets(captured) -> None:

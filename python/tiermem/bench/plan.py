@@ -85,8 +85,8 @@ def capture(
     slow_cap = slow_capacity(footprint)
     budget = budget_for(footprint, parsed)
     name = f"{w.name}-{ratio}"
-    devices = [("dram", budget), (slow_spec, None)]
     traits = big["device_traits"]
+    devices = [("dram", budget, bool(traits[0]["duplex"])), (slow_spec, None, bool(traits[1]["duplex"]))]
     c01, c10 = big["copy_gbps"]
     copy = [[None, c01], [c10, None]]
     # The step's kernels and tensors, without operand costs yet: enough to run at home.
@@ -122,8 +122,7 @@ def run_planned(
     )
     use_index = [{k: j for j, (k, _) in enumerate(us)} for us in g.uses]
     predicted = [
-        ker.seconds + sum(o.seconds[p.at_use[o.tensor][use_index[o.tensor][k]]] for o in ker.operands)
-        for k, ker in enumerate(g.kernels)
+        g.kernel_seconds(k, [p.at_use[o.tensor][use_index[o.tensor][k]] for o in ker.operands]) for k, ker in enumerate(g.kernels)
     ]
     measured = [s for _, s, _ in rec.kernels]
     r["kernel_predicted"] = predicted

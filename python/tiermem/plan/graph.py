@@ -11,7 +11,7 @@ JSON form (``"format": "tiermem-graph-1"``)::
       "copy_contention": 0.5,           # share of an overlapped copy's time its kernel loses
       "devices": [                      # fastest first; the last is the home of every tensor
         {"name": "dram", "capacity": 211812352},
-        {"name": "emulated:optane-pmem", "capacity": null}
+        {"name": "emulated:optane-pmem", "capacity": null, "duplex": true}
       ],
       "copy_gbps": [[null, 2.3], [6.8, null]],   # copy_gbps[src][dst], GB/s
       "tensors": [
@@ -22,13 +22,22 @@ JSON form (``"format": "tiermem-graph-1"``)::
       "kernels": [
         {"name": "aten.convolution.default", "seconds": 0.0012,
          "operands": [{"tensor": 0, "use": "read",  "seconds": [0.0, 0.0004]},
-                      {"tensor": 1, "use": "make",  "seconds": [0.0, 0.0011]}]}
+                      {"tensor": 1, "use": "make",  "seconds": [0.0, 0.0011]},
+                      {"tensor": 2, "use": "write", "seconds": [0.0, 0.0009],
+                       "write_seconds": [0.0, 0.0006]}]}
       ]
     }
 
-A kernel's time with its operands placed on devices ``d_i`` is ``seconds + sum_i
-operands[i].seconds[d_i]`` (the profiler's per-operand extra time on each device, zero on
-the fastest). ``use`` is ``make`` (the kernel creates the tensor: its first use),
+A kernel's time with its operands placed on devices ``d_i`` is ``seconds`` plus, for each
+device, the extra time of the operands placed on it (``operands[i].seconds[d]``: the
+profiler's per-operand extra time on each device, zero on the fastest). On a device whose
+reads and writes proceed on independent channels (``"duplex": true``; an ``emulated``
+device charges each channel apart and waits for the longer), that extra time is the longer
+of its operands' read parts and write parts: ``max(sum_i (seconds[d] - write_seconds[d]),
+sum_i write_seconds[d])``; on any other device (``duplex`` false, the default) it is their
+sum. ``write_seconds`` (at most ``seconds``, per device) is the part of an operand's extra
+time spent writing; when absent it is all of it for a ``make`` or ``write`` use and none of it
+for a ``read``. ``use`` is ``make`` (the kernel creates the tensor: its first use),
 ``read`` or ``write`` (an in-place update: later copies of the tensor are stale).
 ``copy_contention`` (0 when absent) is what an asynchronous copy costs the kernel it
 overlaps, as a share of the copy's time: 0 where the copy threads have cores of their own
@@ -43,6 +52,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +77,9 @@ class GraphError(InvalidArgumentError):
 class Device:
     name: str
     capacity: int | None  # bytes; None: unbounded (the home device only)
+    #: Whether reads and writes proceed on independent channels: a kernel's extra time on
+    #: it is the longer of its operands' read and write parts, not their sum.
+    duplex: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,15 @@ class Operand:
     tensor: int
     use: str
     seconds: tuple[float, ...]  # extra seconds on each device (0 on the fastest)
+    #: Of ``seconds``, the part spent writing, per device (None: all of it for a ``make`` or
+    #: ``write`` use, none of it for a ``read``).
+    write_seconds: tuple[float, ...] | None = None
+
+    def written(self, d: int) -> float:
+        """The part of the extra time on device ``d`` spent writing."""
+        if self.write_seconds is not None:
+            return self.write_seconds[d]
+        return 0.0 if self.use == "read" else self.seconds[d]
 
 
 @dataclass(frozen=True)
@@ -125,13 +147,36 @@ class Graph:
         assert gbps is not None
         return nbytes / (gbps * 1e9)
 
+    def kernel_seconds(self, k: int, places: Sequence[int]) -> float:
+        """Kernel ``k``'s time with its operands on devices ``places`` (one per operand, in
+        order): its base time plus each device's extra time, the longer of the read and write
+        parts on a duplex device, their sum on any other."""
+        ker = self.kernels[k]
+        extra: dict[int, list[float]] = {}
+        for o, d in zip(ker.operands, places, strict=True):
+            if o.seconds[d]:
+                w = o.written(d)
+                e = extra.setdefault(d, [0.0, 0.0])
+                e[0] += o.seconds[d] - w
+                e[1] += w
+        return ker.seconds + sum(max(r, w) if self.devices[d].duplex else r + w for d, (r, w) in extra.items())
+
     def base_seconds(self) -> float:
         """The step's time with everything on the fastest device."""
         return self.overhead_seconds + sum(k.seconds for k in self.kernels)
 
     def all_on_seconds(self, d: int) -> float:
         """The step's time with every tensor on device ``d`` and nothing moving."""
-        return self.overhead_seconds + sum(k.seconds + sum(o.seconds[d] for o in k.operands) for k in self.kernels)
+        return self.overhead_seconds + sum(self.kernel_seconds(k, [d] * len(ker.operands)) for k, ker in enumerate(self.kernels))
+
+    def use_gain(self, k: int, tensor: int, d: int) -> float:
+        """What kernel ``k`` saves with ``tensor`` on device ``d`` instead of home, its other
+        operands at home."""
+        home = self.home
+        ops = self.kernels[k].operands
+        at_home = [home] * len(ops)
+        moved = [d if o.tensor == tensor else home for o in ops]
+        return self.kernel_seconds(k, at_home) - self.kernel_seconds(k, moved)
 
     def working_set(self, k: int) -> int:
         return sum(self.tensors[t].bytes for t in {o.tensor for o in self.kernels[k].operands})
@@ -216,6 +261,14 @@ class Graph:
                     raise GraphError(
                         f"kernel {k} ({ker.name}): tensor {key!r} needs {nd} extra times >= 0 (one per device), got {list(o.seconds)}"
                     )
+                ws = o.write_seconds
+                if ws is not None and (
+                    len(ws) != nd or any(not _finite(w) or not 0 <= w <= s for w, s in zip(ws, o.seconds, strict=True))
+                ):
+                    raise GraphError(
+                        f"kernel {k} ({ker.name}): tensor {key!r} needs {nd} write_seconds, each between 0 and its "
+                        f"extra time on that device ({list(o.seconds)}), got {list(ws)}"
+                    )
                 if o.use == "make":
                     if made[o.tensor]:
                         what = "persistent" if self.tensors[o.tensor].persistent else "already made"
@@ -239,7 +292,7 @@ class Graph:
     def with_capacity(self, capacity: int) -> Graph:
         """The same graph with the fastest device's capacity set to ``capacity`` bytes (the
         iterative limit reduction plans below the real budget this way)."""
-        devs = [Device(self.devices[0].name, int(capacity)), *self.devices[1:]]
+        devs = [Device(self.devices[0].name, int(capacity), self.devices[0].duplex), *self.devices[1:]]
         return Graph(self.name, devs, self.copy_gbps, self.tensors, self.kernels, self.overhead_seconds, self.copy_contention)
 
     def budget_note(self) -> str | None:
@@ -270,7 +323,7 @@ class Graph:
             "name": self.name,
             "overhead_seconds": self.overhead_seconds,
             "copy_contention": self.copy_contention,
-            "devices": [{"name": d.name, "capacity": d.capacity} for d in self.devices],
+            "devices": [{"name": d.name, "capacity": d.capacity} | ({"duplex": True} if d.duplex else {}) for d in self.devices],
             "copy_gbps": self.copy_gbps,
             "tensors": [
                 {"key": t.key, "bytes": t.bytes, "kind": t.kind, "persistent": t.persistent}
@@ -281,7 +334,11 @@ class Graph:
                 {
                     "name": k.name,
                     "seconds": k.seconds,
-                    "operands": [{"tensor": o.tensor, "use": o.use, "seconds": list(o.seconds)} for o in k.operands],
+                    "operands": [
+                        {"tensor": o.tensor, "use": o.use, "seconds": list(o.seconds)}
+                        | ({} if o.write_seconds is None else {"write_seconds": list(o.write_seconds)})
+                        for o in k.operands
+                    ],
                 }
                 for k in self.kernels
             ],
@@ -294,7 +351,7 @@ class Graph:
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
                 raise GraphError(f"{source}: not a tiermem graph (format {got!r}, expected {FORMAT!r})")
-            devices = [Device(str(d["name"]), _opt_int(d["capacity"])) for d in doc["devices"]]
+            devices = [Device(str(d["name"]), _opt_int(d["capacity"]), _bool(d.get("duplex", False))) for d in doc["devices"]]
             copy = [[None if g is None else float(g) for g in row] for row in doc["copy_gbps"]]
             tensors = [
                 Tensor(
@@ -311,7 +368,13 @@ class Graph:
                 if "seconds" not in k:
                     raise GraphError(f"{source}: kernel {len(kernels)} ({k.get('name')}) has no profile (no 'seconds')")
                 ops = tuple(
-                    Operand(_int(o["tensor"]), str(o["use"]), tuple(float(s) for s in o["seconds"])) for o in k["operands"]
+                    Operand(
+                        _int(o["tensor"]),
+                        str(o["use"]),
+                        tuple(float(s) for s in o["seconds"]),
+                        None if o.get("write_seconds") is None else tuple(float(s) for s in o["write_seconds"]),
+                    )
+                    for o in k["operands"]
                 )
                 kernels.append(Kernel(str(k["name"]), float(k["seconds"]), ops))
             over = float(doc.get("overhead_seconds", 0.0))
@@ -350,6 +413,12 @@ def _finite(x: Any) -> bool:
 def _int(x: Any) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
         raise ValueError(f"expected an integer, got {x!r}")
+    return x
+
+
+def _bool(x: Any) -> bool:
+    if not isinstance(x, bool):
+        raise ValueError(f"expected true or false, got {x!r}")
     return x
 
 

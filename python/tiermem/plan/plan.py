@@ -171,14 +171,14 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap:
     nf = home
     n = len(g.kernels)
     usage = [[0] * (n + 1) for _ in range(nf)]
-    kt = [k.seconds for k in g.kernels]  # each kernel's time with its operands as placed
+    places = [[home] * len(k.operands) for k in g.kernels]  # each operand's device at its kernel
     busy = [0.0] * n  # copy seconds overlapping each kernel
     mv = 0.0
     pre = wr = 0
-    op_of: dict[tuple[int, int], Any] = {}
+    op_of: dict[tuple[int, int], int] = {}  # (kernel, tensor) -> operand index
     for k, ker in enumerate(g.kernels):
-        for o in ker.operands:
-            op_of[(k, o.tensor)] = o
+        for i, o in enumerate(ker.operands):
+            op_of[(k, o.tensor)] = i
 
     def occupy(d: int, lo: int, hi: int, b: int) -> None:
         usage[d][lo] += b
@@ -193,7 +193,7 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap:
             raise GraphError(f"plan: tensor {g.tensors[t].key!r} has {len(at)} placements for {len(us)} uses")
         for j, (k, _) in enumerate(us):
             d = at[j]
-            kt[k] += op_of[(k, t)].seconds[d]
+            places[k][op_of[(k, t)]] = d
             if d < home:
                 occupy(d, k, k + 1, b)
         gl = gaps(g, t)
@@ -229,6 +229,7 @@ def evaluate(g: Graph, at_use: list[list[int]], held: list[list[bool]], overlap:
         pre += pre_t
         wr += wr_t
         moved.append((pre_t, wr_t))
+    kt = [g.kernel_seconds(k, places[k]) for k in range(n)]  # each kernel's time with its operands as placed
     ks = g.overhead_seconds + sum(kt)
     share = g.copy_contention
     stall = sum(max(0.0, a - k, share * a) for a, k in zip(busy, kt, strict=True))

@@ -2,9 +2,10 @@
 each tensor of a recorded step is worth in the fastest device, as traits for allocation.
 
 A graph's operand profiles give, per use, the extra seconds a kernel takes with that operand
-on each device. A tensor's *gain* is the sum over its uses of its extra time at home (the
-slowest device) less its extra time on the fastest: what one step saves with the tensor kept
-fast, moves aside. Ranked by gain per byte, the tensors that pay most for the fast device's
+on each device. A tensor's *gain* is the sum over its uses of what the kernel saves with it
+on the fastest device instead of home (the slowest), the kernel's other operands at home
+(:meth:`~tiermem.plan.Graph.use_gain`; on a duplex device an operand saves only what its
+channel exceeds the other's): what one step saves with the tensor kept fast, moves aside. Ranked by gain per byte, the tensors that pay most for the fast device's
 bytes come first: the order of the ``gain`` commit strategy
 (:mod:`tiermem.traits`), to which :func:`recommend_traits` hands the measured gains.
 """
@@ -21,11 +22,10 @@ __all__ = ["gains", "recommend_traits"]
 def gains(g: Graph) -> list[dict[str, Any]]:
     """Per tensor, ``{"key", "kind", "bytes", "uses", "gain_seconds", "gain_per_mib"}``,
     highest gain per byte first (ties by key)."""
-    home = g.home
     per = [0.0] * len(g.tensors)
-    for ker in g.kernels:
+    for k, ker in enumerate(g.kernels):
         for o in ker.operands:
-            per[o.tensor] += o.seconds[home] - o.seconds[0]
+            per[o.tensor] += g.use_gain(k, o.tensor, 0)
     rows: list[dict[str, Any]] = [
         {
             "key": t.key,

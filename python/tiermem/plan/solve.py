@@ -79,12 +79,7 @@ def _live_ranges(g: Graph, t: int) -> list[tuple[int, int]]:
 
 def _gain(g: Graph, t: int, d: int) -> list[float]:
     """Per use, the time saved by having tensor ``t`` on device ``d`` instead of home."""
-    home = g.home
-    out = []
-    for k, _ in g.uses[t]:
-        o = next(o for o in g.kernels[k].operands if o.tensor == t)
-        out.append(o.seconds[home] - o.seconds[d])
-    return out
+    return [g.use_gain(k, t, d) for k, _ in g.uses[t]]
 
 
 def greedy(g: Graph, formulation: str) -> tuple[list[list[int]], list[list[bool]]]:
@@ -223,11 +218,7 @@ class _Vars:
         scale = 1e-9  # byte rows in GB keep the matrix well scaled
         mem = [[m.row(-np.inf, float(cap[d] or 0) * scale) for d in range(nf)] for _ in range(n)]
         self.mem = mem
-        self.const = g.overhead_seconds + sum(k.seconds for k in g.kernels)
-        tables: list[list[tuple[float, ...]]] = [[] for _ in g.uses]
-        for ker in g.kernels:
-            for o in ker.operands:
-                tables[o.tensor].append(o.seconds)
+        self.const = g.overhead_seconds  # and each kernel's constant time (_kernel_times)
         self.f: list[list[list[int]]] = []  # per tensor, use, fast device: column
         self.h: list[list[list[int]]] = []  # per tensor, gap, fast device: column
         # async: per tensor, gap (prefetch ahead) or write segment (write behind), fast
@@ -238,9 +229,9 @@ class _Vars:
         self.stall: dict[int, tuple[int, int | None, int]] = {}
         if self.overlap:
             for k in self._overlap_kernels():
-                # copies - stall - (kernel's time less its all-home part) <= all-home part
-                base = g.kernels[k].seconds + sum(o.seconds[home] for o in g.kernels[k].operands)
-                r = m.row(-np.inf, base)
+                # copies - stall - (kernel's time less its constant part) <= constant part
+                # (the bound and the kernel's time terms are set by _kernel_times)
+                r = m.row(-np.inf, 0.0)
                 c = m.col(1.0, False, np.inf)
                 m.put(c, r, -1.0)
                 # share * copies - stall <= 0
@@ -255,11 +246,10 @@ class _Vars:
             if self.static:
                 xs = []
                 for d in range(nf):
-                    c = m.col(sum(tab[d] - tab[home] for tab in tables[t]), True)
+                    c = m.col(0.0, True)
                     for lo, hi in _live_ranges(g, t):
                         m.put_range(c, np.asarray([mem[k][d] for k in range(lo, hi)]), b * scale)
                     xs.append(c)
-                self.const += sum(tab[home] for tab in tables[t])
                 ft = [xs] * len(us)
                 self.f.append(ft)
                 self.h.append([xs] * len(gl))
@@ -268,15 +258,11 @@ class _Vars:
                     for c in xs:
                         m.put(c, r, 1.0)
                 continue
-            for j, (k, _) in enumerate(us):
-                tab = tables[t][j]
-                self.const += tab[home]
+            for k, _ in us:
                 cs = []
                 for d in range(nf):
-                    c = m.col(tab[d] - tab[home], True)
+                    c = m.col(0.0, True)
                     m.put(c, mem[k][d], b * scale)
-                    if k in self.stall and tab[d] != tab[home]:
-                        m.put(c, self.stall[k][0], tab[home] - tab[d])
                     cs.append(c)
                 ft.append(cs)
                 if nf > 1:
@@ -360,6 +346,63 @@ class _Vars:
                         m.put(self.h[t][gi][d], r, 1.0)
                 wt.append(wcs if wcs else None)
             self.w.append(wt)
+        self._kernel_times()
+
+    def _kernel_times(self) -> None:
+        """Each kernel's time in the objective (and in its stall row, if it has one): its
+        base time, plus per device its operands' extra times there, summed into their
+        placement columns' costs; or, on a duplex device where the kernel both reads and
+        writes, a column ``z`` at least each channel's sum (the longer channel's time)."""
+        g, m = self.g, self.m
+        home = g.home
+        use_at = [{k: j for j, (k, _) in enumerate(us)} for us in g.uses]
+        for k, ker in enumerate(g.kernels):
+            const = ker.seconds
+            coef: dict[int, float] = {}  # column -> seconds it adds to the kernel's time
+            cols = [self.f[o.tensor][use_at[o.tensor][k]] for o in ker.operands]  # per operand, per fast device
+            zs = []
+            for d in range(len(g.devices)):
+                parts = [(o.seconds[d] - o.written(d), o.written(d)) for o in ker.operands]
+                if g.devices[d].duplex and any(r for r, _ in parts) and any(w for _, w in parts):
+                    z = m.col(1.0, False, np.inf)
+                    zs.append(z)
+                    for side in (0, 1):  # z >= this channel's parts of the operands on d
+                        r = m.row(0.0, np.inf)
+                        m.put(z, r, 1.0)
+                        lo = 0.0
+                        for cs, part in zip(cols, parts, strict=True):
+                            v = part[side]
+                            if not v:
+                                continue
+                            if d < home:
+                                m.put(cs[d], r, -v)
+                            else:  # on home: 1 - the operand's fast columns
+                                lo += v
+                                for c in cs:
+                                    m.put(c, r, v)
+                        m.row_lo[r] = lo
+                    continue
+                for cs, o in zip(cols, ker.operands, strict=True):
+                    v = o.seconds[d]
+                    if not v:
+                        continue
+                    if d < home:
+                        coef[cs[d]] = coef.get(cs[d], 0.0) + v
+                    else:
+                        const += v
+                        for c in cs:
+                            coef[c] = coef.get(c, 0.0) - v
+            self.const += const
+            for c, v in coef.items():
+                m.cost[c] += v
+            if k in self.stall:
+                r = self.stall[k][0]
+                m.row_hi[r] = const
+                for c, v in coef.items():
+                    if v:
+                        m.put(c, r, -v)
+                for z in zs:
+                    m.put(z, r, -1.0)
 
     def _copy_during(self, col: int, k: int, cost: float) -> None:
         """Column ``col`` (a binary) puts a copy of ``cost`` seconds beside kernel ``k``."""
@@ -414,13 +457,19 @@ class _Vars:
                     if _behind(gl, seg, held[t], at[t], d) is not None:
                         x[wcs[d]] = 1.0
         stalls = {c for _, _, c in self.stall.values()}
-        activity = np.zeros(len(self.m.row_lo))
-        for c, (rows, vals) in enumerate(self.m.entries):
-            if self.m.integer[c] and x[c]:
+        m = self.m
+        activity = np.zeros(len(m.row_lo))
+        for c, (rows, vals) in enumerate(m.entries):
+            if m.integer[c] and x[c]:
                 np.add.at(activity, rows, np.asarray(vals) * x[c])
-        for c, (rows, _) in enumerate(self.m.entries):
-            if not self.m.integer[c] and c not in stalls:
-                x[c] = max(0.0, float(np.max(-activity[rows]))) if rows else 0.0
+        lo = np.asarray(m.row_lo)
+        for c, (rows, _) in enumerate(m.entries):
+            if not m.integer[c] and c not in stalls:
+                need = [lo[r] - activity[r] for r in rows if np.isfinite(lo[r])]
+                x[c] = max(0.0, float(max(need))) if need else 0.0
+        for c, (rows, vals) in enumerate(m.entries):  # kernel-time columns enter the stall rows
+            if not m.integer[c] and c not in stalls and x[c]:
+                np.add.at(activity, rows, np.asarray(vals) * x[c])
         for r, rc, c in self.stall.values():
             x[c] = max(0.0, float(activity[r] - self.m.row_hi[r]), 0.0 if rc is None else float(activity[rc]))
         return x

@@ -338,6 +338,7 @@ impl Device {
             capacity: self.capacity,
             persistent: matches!(self.kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)),
             emulated: self.throttle.is_some(),
+            duplex: self.throttle.is_some(),
             numa_node: match self.kind {
                 DeviceKind::Numa(n) => Some(n),
                 _ => None,

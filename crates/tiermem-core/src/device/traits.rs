@@ -14,6 +14,10 @@ pub struct DeviceTraits {
     pub persistent: bool,
     /// Whether it is DRAM throttled to stand in for another device.
     pub emulated: bool,
+    /// Whether its reads and writes proceed on independent channels, so that a kernel's
+    /// reads and writes on it together take the longer of the two, not their sum (an
+    /// emulated device's throttle charges each channel apart and waits for the later).
+    pub duplex: bool,
     /// The NUMA node its memory is bound to, if any.
     pub numa_node: Option<u32>,
     /// Read and write bandwidth (GB/s) and load-to-use latency (ns), where known: an

@@ -153,6 +153,7 @@ mod tests {
             capacity,
             persistent: false,
             emulated: false,
+            duplex: false,
             numa_node: None,
             read_gbps: Some(gbps),
             write_gbps: None,

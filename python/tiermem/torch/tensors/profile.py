@@ -4,8 +4,11 @@ The same iteration is recorded with every tensor in fast memory and with every t
 the slow device (:class:`~tiermem.torch.tensors.planned.Recorder` on ``all-fast`` and
 ``all-slow`` runs of the same model and inputs). A kernel's time with all operands fast is its
 base time; the extra time the all-slow run measured is split over its operands in proportion
-to each operand's bytes over the slow device's bandwidth for that use (reads at the read
-bandwidth; writes and new tensors at the write bandwidth). This is AutoTM's profile of every
+to each operand's extra cost per byte on the slow device for that use (reads at the read
+bandwidth; new tensors at the write bandwidth; an in-place update both, its write part kept
+as the operand's ``write_seconds``). On a duplex device (reads and writes on independent
+channels: an ``emulated`` one) the measured extra time is the longer channel's, so the
+operands' costs are scaled to make their longer channel's sum the measured time. This is AutoTM's profile of every
 operand placement, measured twice per kernel instead of once per placement and apportioned
 by the cost model of the emulated devices; ``tiermem plan`` reports predicted against
 measured times, kernel by kernel, so the apportioning is checked, not assumed.
@@ -30,7 +33,7 @@ def graph_from_recordings(
     name: str,
     fast: Recorder,
     slow: Recorder,
-    devices: list[tuple[str, int | None]],
+    devices: list[tuple[str, int | None, bool]],
     traits: list[dict[str, Any]],
     copy_gbps: list[list[float | None]],
     step_seconds: float = 0.0,
@@ -39,7 +42,7 @@ def graph_from_recordings(
 ) -> Graph:
     """The graph of the recorded iteration: kernels and tensors from ``fast`` (an all-fast
     run), operand extra times from ``slow`` (an all-slow run of the same step). ``devices``:
-    ``(name, capacity)`` fastest first; ``traits``: each device's ``read_gbps`` and
+    ``(name, capacity, duplex)`` fastest first; ``traits``: each device's ``read_gbps`` and
     ``write_gbps``; ``step_seconds``: the all-slow run's measured step, whose time outside
     its kernels becomes the graph's overhead (:func:`tiermem.bench.plan.capture` runs it
     under the plan executor, so that the overhead includes the executor's work). A kernel's
@@ -83,21 +86,30 @@ def graph_from_recordings(
     nd = len(devices)
     extras = _pooled_extras(fast, slow, profiles)
     kernels = []
+    per_byte = [(1.0 / float(traits[d]["read_gbps"]), 1.0 / float(traits[d]["write_gbps"])) for d in range(nd)]
+    slowest = devices[-1][2]
     for (kname, t_fast, ops), extra in zip(fast.kernels, extras, strict=True):
-        weights = []
+        # Per operand and device, the model's (read, write) extra cost over the fastest
+        # device: bytes times the extra cost per byte of each channel the use touches.
+        costs = []
         for key, use in ops:
             b = fast.tensors[key]["bytes"]
-            weights.append([b / float(traits[d]["read_gbps" if use == "read" else "write_gbps"]) for d in range(nd)])
-        # Each operand's share of the measured extra time is its extra cost per byte on the
-        # slowest device over the fastest; other devices scale by their own cost per byte.
-        den = sum(w[-1] - w[0] for w in weights) or 1.0
+            r, w = use != "make", use != "read"
+            costs.append([(b * (c[0] - per_byte[0][0]) * r, b * (c[1] - per_byte[0][1]) * w) for c in per_byte])
+        # Scaled so that the slowest device's model time (the longer channel's sum on a
+        # duplex device, both channels' on another) is the measured extra time; other
+        # devices scale by the same factor.
+        rs, ws = sum(c[-1][0] for c in costs), sum(c[-1][1] for c in costs)
+        scale = extra / ((max(rs, ws) if slowest else rs + ws) or 1.0)
         operands = []
-        for (key, use), w in zip(ops, weights, strict=True):
-            per = tuple(max(0.0, extra * (w[d] - w[0]) / den) for d in range(nd))
-            operands.append(Operand(index[key], use, per))
+        for (key, use), c in zip(ops, costs, strict=True):
+            per = tuple(max(0.0, scale * (r + w)) for r, w in c)
+            written = tuple(max(0.0, min(s, scale * w)) for s, (_, w) in zip(per, c, strict=True))
+            operands.append(Operand(index[key], use, per, written if use == "write" else None))
         kernels.append(Kernel(kname, t_fast, tuple(operands)))
     overhead = max(0.0, step_seconds - sum(t for _, t, _ in slow.kernels))
-    return Graph(name, [Device(dn, cap) for dn, cap in devices], copy_gbps, tensors, kernels, overhead, copy_contention)
+    devs = [Device(dn, cap, duplex) for dn, cap, duplex in devices]
+    return Graph(name, devs, copy_gbps, tensors, kernels, overhead, copy_contention)
 
 
 def _pooled_extras(fast: Recorder, slow: Recorder, profiles: KernelProfiles | None) -> list[float]:
