@@ -44,9 +44,13 @@ from .plan import Overlap, Plan, _behind, _held, _segments, ahead_kernel, behind
 __all__ = ["FORMULATIONS", "DEFAULT_FORMULATION", "greedy", "solve"]
 
 FORMULATIONS = ("static", "sync", "async")
-#: What ``solve``, ``fit`` and the commands use unless told: measured fastest here (ResNet at
-#: 8:1, paired iteration by iteration: 0.91 of ``sync``'s step).
-DEFAULT_FORMULATION = "async"
+#: What ``solve``, ``fit`` and the commands use unless told: ``sync``. With the duplex cost
+#: model, ``async`` plans predicted 2-3 % faster than ``sync`` ran slower beside them, iteration
+#: by iteration at 8:1 (DenseNet 1.061x in 7 pairs out of 7, ResNet 1.029x): on two cores the
+#: copy thread's CPU-driven copies take a core from PyTorch's two threads for more than the
+#: measured ``copy_contention`` share, most on short kernels. ``async`` stays for machines whose
+#: copies have cores or an engine of their own.
+DEFAULT_FORMULATION = "sync"
 #: HiGHS sees times in microseconds: kernel and move costs in seconds (1e-9 to 1e-1) sit at
 #: its default tolerances (1e-7), which would let it stop at plans a tolerance from optimal.
 OBJECTIVE_SCALE = 1e6
