@@ -13,7 +13,9 @@ Formulations (``FORMULATIONS``), over any number of devices (the last is home):
   tensor is live across, and the move costs are exact linear terms (a prefetch is
   ``f[next use] - held``; a write home is charged once per write segment). Kernel times are
   separable per operand (the graph's profile), which removes AutoTM's configuration
-  variables; memory rows are the interval sums at each kernel.
+  variables; on a duplex device, where a kernel takes the longer of its reads and its
+  writes there, one continuous column per such kernel and device, at least each channel's
+  sum, stands for it. Memory rows are the interval sums at each kernel.
 * ``async``: ``sync`` plus, per prefetch, a binary that issues it one kernel early on a copy
   thread, overlapping the gap's last kernel, and per write segment one that starts its write
   home during the first later kernel that does not use the tensor (held until then; thesis
