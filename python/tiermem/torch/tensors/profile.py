@@ -8,9 +8,9 @@ to each operand's extra cost per byte on the slow device for that use (reads at 
 bandwidth; new tensors at the write bandwidth; an in-place update both, its write part kept
 as the operand's ``write_seconds``). On a duplex device (reads and writes on independent
 channels: an ``emulated`` one) the measured extra time is the longer channel's, so the
-operands' costs are scaled to make their longer channel's sum the measured time. This is AutoTM's profile of every
-operand placement, measured twice per kernel instead of once per placement and apportioned
-by the cost model of the emulated devices; ``tiermem plan`` reports predicted against
+operands' costs are scaled to make their longer channel's sum the measured time. This is
+AutoTM's profile of every operand placement, measured twice per kernel instead of once per
+placement and apportioned by the cost model of the emulated devices; ``tiermem plan`` reports predicted against
 measured times, kernel by kernel, so the apportioning is checked, not assumed.
 
 The all-slow less all-fast difference of one kernel is noisy on a shared machine; kernels
