@@ -100,11 +100,13 @@ class Operand:
     #: ``write`` use, none of it for a ``read``).
     write_seconds: tuple[float, ...] | None = None
 
-    def written(self, d: int) -> float:
-        """The part of the extra time on device ``d`` spent writing."""
+    def parts(self, d: int) -> tuple[float, float]:
+        """The extra time on device ``d`` as ``(reading, writing)`` parts."""
         if self.write_seconds is not None:
-            return self.write_seconds[d]
-        return 0.0 if self.use == "read" else self.seconds[d]
+            w = self.write_seconds[d]
+        else:
+            w = 0.0 if self.use == "read" else self.seconds[d]
+        return self.seconds[d] - w, w
 
 
 @dataclass(frozen=True)
@@ -155,9 +157,9 @@ class Graph:
         extra: dict[int, list[float]] = {}
         for o, d in zip(ker.operands, places, strict=True):
             if o.seconds[d]:
-                w = o.written(d)
+                r, w = o.parts(d)
                 e = extra.setdefault(d, [0.0, 0.0])
-                e[0] += o.seconds[d] - w
+                e[0] += r
                 e[1] += w
         return ker.seconds + sum(max(r, w) if self.devices[d].duplex else r + w for d, (r, w) in extra.items())
 

@@ -368,7 +368,7 @@ class _Vars:
             cols = [self.f[o.tensor][use_at[o.tensor][k]] for o in ker.operands]  # per operand, per fast device
             zs = []
             for d in range(len(g.devices)):
-                parts = [(o.seconds[d] - o.written(d), o.written(d)) for o in ker.operands]
+                parts = [o.parts(d) for o in ker.operands]
                 if g.devices[d].duplex and any(r for r, _ in parts) and any(w for _, w in parts):
                     z = m.col(1.0, False, np.inf)
                     zs.append(z)
