@@ -214,11 +214,18 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     for r in res["models"]:
         assert r["model"] == "resnet" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
     assert res["plans"][0]["fit_tries"]
+    # The figures the emulated device was scaled from, and the device's own.
+    assert plan["dram_figures"]["source"] in ("calibrated", "measured") and plan["dram_figures"]["write_gbps"] > 0
+    assert len(plan["device_traits"]) == 2 and plan["device_traits"][1]["write_gbps"] > 0
     for s in res["scaling"]:
         assert s["kernels"] > 0 and s["solve_seconds"] >= 0 and s["objective"] <= s["all_slow_objective"]
         assert s["gap"] is not None and s["gap"] <= 0.02
     # Planned against each paired variant, iteration by iteration, same losses.
-    assert res["pairs"] == 1 and {q["a"] for q in res["paired"]} == {"all-fast", "LM", "async", "first-touch"}
+    assert (
+        res["pairs"] == 1
+        and res["paired_warmup"] == 1
+        and {q["a"] for q in res["paired"]} == {"all-fast", "LM", "async", "first-touch"}
+    )
     for q in res["paired"]:
         assert q["b"] == "planned" and q["max_loss_diff"] == 0.0, q
         assert len(q["a_times"]) == len(q["b_times"]) == 1 and q["median"] == q["b_times"][0] / q["a_times"][0]

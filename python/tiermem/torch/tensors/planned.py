@@ -183,6 +183,27 @@ class Executor:
         self.moves = moves(graph, plan.at_use, plan.held, plan.overlap)
         self.after = self.moves.after
         self.before_k = [{t for t, _ in b} for b in self.moves.before]
+        n = len(graph.kernels)
+        # Per kernel, the graph's tensor of each output it makes (by output index).
+        self.made_t: list[dict[int, int]] = [{} for _ in range(n)]
+        for pos in range(n):
+            for k in range(len(graph.kernels[pos].operands)):
+                t = self.index.get(_Names.made(pos, k))
+                if t is None:
+                    break
+                self.made_t[pos][k] = t
+        # Per kernel, the operands `before` acts on: those moved or waited for there, evicted
+        # after it, at their first use if persistent (the plan puts them where it wants them;
+        # the names of objects older than the iteration are given in order of first use, so
+        # those kernels are never skipped), or moved asynchronously somewhere (their objects
+        # are kept at every use). Most kernels have none, and cost one list lookup.
+        tracked = {t for a in self.moves.ahead for t, _, _ in a} | {t for b in self.moves.behind for t in b}
+        self.watch: list[frozenset[int]] = []
+        for pos in range(n):
+            used = self.use_at[pos]
+            acts = self.before_k[pos] | self.moves.wait[pos] | set(self.after[pos]) | tracked
+            firsts = {t for t, j in used.items() if j == 0 and graph.tensors[t].persistent}
+            self.watch.append(frozenset((acts & used.keys()) | firsts))
         # The copy thread of asynchronous moves (if the plan has any), and each tensor's copy
         # in flight.
         overlapped = any(self.moves.ahead) or any(self.moves.behind)
@@ -221,7 +242,7 @@ class Executor:
     def place_of(self, pos: int, k: int, nbytes: int) -> tuple[int, int | None]:
         """The place code and heap offset (None: the heap chooses) for output ``k``
         (``nbytes`` long) of the kernel at ``pos``."""
-        t = self.index.get(_Names.made(pos, k)) if self.trusted else None
+        t = self.made_t[pos].get(k) if self.trusted and pos < len(self.made_t) else None
         if t is not None and self.graph.tensors[t].bytes != nbytes:
             self._mismatch(pos, f"a tensor of {nbytes} bytes where the plan has {self.graph.tensors[t].bytes}")
             t = None
@@ -251,6 +272,9 @@ class Executor:
             return
         if pos == 0:  # an iteration that runs (the one a close starts does not)
             self.counts["planned_iterations"] += 1
+        watch = self.watch[pos]
+        if not watch:
+            return
         start = time.perf_counter()
         planned = self.before_k[pos]
         fetch: list[tuple[int, int | None]] = []
@@ -258,7 +282,7 @@ class Executor:
         late = {t for t in self.moves.wait[pos] if not self._landed(t)}  # fetched here after all
         for obj in objs:
             t = self.index.get(self.names.name(obj))
-            if t is None or t not in self.use_at[pos]:
+            if t is None or t not in watch:
                 continue
             self.objects[t] = weakref.ref(obj)
             j = self.use_at[pos][t]
@@ -286,7 +310,7 @@ class Executor:
     def after_kernel(self, pos: int) -> None:
         """Evict what the plan does not hold in fast memory after this kernel (once its copy
         behind, if any, has finished)."""
-        if not self.trusted or pos >= len(self.after):
+        if not self.trusted or pos >= len(self.after) or not self.after[pos]:
             return
         start = time.perf_counter()
         evict = []
@@ -348,6 +372,6 @@ class Executor:
             self._copier = None
 
     def made(self, pos: int, k: int, obj: TensorObject) -> None:
-        t = self.index.get(_Names.made(pos, k))
+        t = self.made_t[pos].get(k) if pos < len(self.made_t) else None
         if t is not None and self.trusted:
             self.objects[t] = weakref.ref(obj)
