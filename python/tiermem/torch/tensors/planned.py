@@ -188,10 +188,10 @@ class Executor:
         self.made_t: list[dict[int, int]] = [{} for _ in range(n)]
         for pos in range(n):
             for k in range(len(graph.kernels[pos].operands)):
-                t = self.index.get(_Names.made(pos, k))
-                if t is None:
+                out = self.index.get(_Names.made(pos, k))
+                if out is None:
                     break
-                self.made_t[pos][k] = t
+                self.made_t[pos][k] = out
         # Per kernel, the operands `before` acts on: those moved or waited for there, evicted
         # after it, at their first use if persistent (the plan puts them where it wants them;
         # the names of objects older than the iteration are given in order of first use, so
