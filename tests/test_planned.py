@@ -229,6 +229,7 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     for q in res["paired"]:
         assert q["b"] == "planned" and q["max_loss_diff"] == 0.0, q
         assert len(q["a_times"]) == len(q["b_times"]) == 1 and q["median"] == q["b_times"][0] / q["a_times"][0]
+        assert q["interval"] == [q["median"], q["median"]] and q["coverage"] == 0.0  # one pair bounds nothing
     af = next(q for q in res["paired"] if q["a"] == "all-fast")
     assert rows["planned"]["paired_vs_all_fast"] == af["median"]
     assert rows["planned"]["predicted_over_paired"] == rows["planned"]["predicted_vs_all_fast"] / af["median"]

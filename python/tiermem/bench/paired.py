@@ -5,11 +5,14 @@ shared host), so variants timed one after another, each for a few iterations, di
 more than the effects measured. Here both variants' models live at once and alternate
 iteration by iteration (the order swapped every pair, so a steady drift favours neither);
 each pair gives a ratio of two iterations a few seconds apart, and the median over pairs is
-the figure. Both see the same inputs, so their losses must be equal, and are checked.
+the figure, with a distribution-free interval for it (:func:`median_interval`): a ratio whose
+interval holds 1 has not been told apart from 1 by this many pairs. Both see the same inputs,
+so their losses must be equal, and are checked.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +21,34 @@ from ..exceptions import InvalidArgumentError
 from .models import Workload
 from .tensors import Trainer
 
-__all__ = ["Side", "paired", "PAIRS"]
+__all__ = ["Side", "paired", "median_interval", "PAIRS", "INTERVAL_LEVEL"]
 
 #: Timed pairs per comparison (after the warm-up iterations).
 PAIRS = 3
+#: The coverage :func:`median_interval` aims for.
+INTERVAL_LEVEL = 0.9
+
+
+def median_interval(xs: list[float], level: float = INTERVAL_LEVEL) -> tuple[float, float, float]:
+    """An interval for the median of the distribution ``xs`` were drawn from, assuming only
+    that the draws are independent: the ``k``-th smallest and ``k``-th largest of ``xs``
+    for the largest ``k`` whose coverage, ``1 - 2 P(Binomial(n, 1/2) < k)``, is at least
+    ``level``; with too few draws for ``level``, the smallest and largest (``k = 1``).
+    Returns ``(low, high, coverage)``."""
+    n = len(xs)
+    if n == 0:
+        raise InvalidArgumentError("median_interval: no values")
+    if not 0.0 < level < 1.0:
+        raise InvalidArgumentError(f"median_interval: level must be in (0, 1), got {level}")
+    ys = sorted(xs)
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return ys[k - 1], ys[n - k], coverage(k)
 
 
 @dataclass
@@ -37,7 +64,9 @@ class Side:
 
 def paired(w: Workload, a: Side, b: Side, slow_spec: str, pairs: int = PAIRS, warmup: int = 2, seed: int = 0) -> dict[str, Any]:
     """Train ``a`` and ``b`` in turn, ``warmup`` untimed iterations each and then ``pairs``
-    timed pairs. ``ratios``: ``b``'s time over ``a``'s per pair; ``median``: their median."""
+    timed pairs. ``ratios``: ``b``'s time over ``a``'s per pair; ``median``: their median;
+    ``interval``: :func:`median_interval` of the ratios, ``[low, high]``, and its
+    ``coverage``."""
     if pairs < 1 or warmup < 0:
         raise InvalidArgumentError(f"paired: pairs must be at least 1 and warmup at least 0, got {pairs}, {warmup}")
     ta = Trainer(w, a.variant, a.fast, a.slow, slow_spec, seed, **a.tiering)
@@ -54,6 +83,7 @@ def paired(w: Workload, a: Side, b: Side, slow_spec: str, pairs: int = PAIRS, wa
                     if i >= warmup:
                         times[side].append(sec)
             ratios = [y / x for x, y in zip(*times, strict=True)]
+            lo, hi, cover = median_interval(ratios)
             return {
                 "a": a.variant,
                 "b": b.variant,
@@ -61,6 +91,8 @@ def paired(w: Workload, a: Side, b: Side, slow_spec: str, pairs: int = PAIRS, wa
                 "b_times": times[1],
                 "ratios": ratios,
                 "median": statistics.median(ratios),
+                "interval": [lo, hi],
+                "coverage": cover,
                 "max_loss_diff": max(abs(x - y) for x, y in zip(*losses, strict=True)),
             }
         finally:

@@ -368,7 +368,7 @@ def _print_paired(out: dict[str, Any]) -> None:
         cells = [model, ratio]
         for v in PAIRED:
             q = by.get(v)
-            cells.append("" if q is None else "error" if "error" in q else f"{q['median']:.3f}")
+            cells.append("" if q is None else "error" if "error" in q else _with_interval(q))
         pv = pr.get("predicted_vs_all_fast")
         cells.append("" if pv is None else f"{pv:.3f}")
         po = pr.get("predicted_over_paired")
@@ -377,8 +377,19 @@ def _print_paired(out: dict[str, Any]) -> None:
     print_table(
         ["model", "ratio"] + [f"planned / {v}" for v in PAIRED] + ["predicted / all-fast", "predicted ÷ measured"],
         table,
-        title=f"planned side by side, iteration by iteration (median of {out['pairs']} pairs)",
+        title=f"planned side by side, iteration by iteration (median of {out['pairs']} pairs; "
+        f"in brackets, an interval holding the median {_coverage(out):.0%} of the time)",
     )
+
+
+def _with_interval(q: dict[str, Any]) -> str:
+    lo, hi = q["interval"]
+    return f"{q['median']:.3f} ({lo:.2f}-{hi:.2f})"
+
+
+def _coverage(out: dict[str, Any]) -> float:
+    """The intervals' coverage (the same for every comparison: it depends on the pairs alone)."""
+    return next((q["coverage"] for q in out["paired"] if "coverage" in q), 0.0)
 
 
 def _print_models(rows: list[dict[str, Any]]) -> None:
