@@ -13,10 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plan_graphs import spaced
+from plan_graphs import MiB, small, spaced
 from tiermem.cli.main import main
 from tiermem.plan import (
-    Device,
     Graph,
     GraphError,
     Kernel,
@@ -34,27 +33,6 @@ from tiermem.plan import (
 from tiermem.plan.plan import gaps
 
 pytest.importorskip("highspy")
-
-MiB = 1 << 20
-
-
-def small(cap: int = 4 * MiB, devices: int = 2) -> Graph:
-    """Four kernels over a weight, two activations and a gradient."""
-    z = (0.0,) * devices
-
-    def sec(*x: float) -> tuple[float, ...]:
-        return (0.0, *x)[:devices] if devices > 2 else (0.0, x[-1])
-
-    tensors = [Tensor("w", MiB, "parameter", True), Tensor("a", 2 * MiB), Tensor("b", MiB), Tensor("g", MiB, "gradient")]
-    kernels = [
-        Kernel("fwd1", 1e-3, (Operand(0, "read", sec(1e-4, 3e-4)), Operand(1, "make", sec(2e-4, 8e-4)))),
-        Kernel("fwd2", 1e-3, (Operand(1, "read", sec(2e-4, 6e-4)), Operand(2, "make", sec(1e-4, 4e-4)))),
-        Kernel("bwd", 2e-3, (Operand(2, "read", sec(1e-4, 3e-4)), Operand(1, "read", sec(2e-4, 6e-4)), Operand(3, "make", z))),
-        Kernel("sgd", 1e-4, (Operand(3, "read", sec(1e-4, 3e-4)), Operand(0, "write", sec(2e-4, 9e-4), sec(1e-4, 5e-4)))),
-    ]
-    devs = [Device("fast", cap)] + ([Device("mid", 2 * cap)] if devices > 2 else []) + [Device("slow", None)]
-    copy = [[None if s == d else 5.0 for d in range(devices)] for s in range(devices)]
-    return Graph("small", devs, copy, tensors, kernels)
 
 
 def duplex(g: Graph) -> Graph:
@@ -295,6 +273,10 @@ def test_plan_command_on_a_saved_graph(tmp_path: Path, capsys: pytest.CaptureFix
     assert p.check(g).seconds == pytest.approx(p.predicted_seconds)
     assert main(["plan", "--graph", str(tmp_path / "g.json"), "--model", "resnet"]) == 2
     assert main(["plan", "--graph", str(tmp_path / "g.json"), "--run"]) == 2
+    assert main(["plan", "--graph", str(tmp_path / "g.json"), "--against", "LM"]) == 2
+    assert main(["plan", "--graph", str(tmp_path / "g.json"), "--against", "LM,bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "--run and --against need --model" in err and "--against 'bogus'" in err
 
 
 def test_residency_report_adds_up_to_the_cost_model() -> None:

@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("highspy")
 
 from tiermem.bench.models import Workload  # noqa: E402
-from tiermem.bench.plan import capture, run_planned  # noqa: E402
+from tiermem.bench.plan import capture, record_policy, run_planned  # noqa: E402
 from tiermem.bench.tensors import _reference  # noqa: E402
 from tiermem.exceptions import InvalidArgumentError  # noqa: E402
-from tiermem.plan import Graph, GraphError, solve  # noqa: E402
+from tiermem.plan import Graph, GraphError, evaluate, solve  # noqa: E402
 from tiermem.torch.tensors import Tiering  # noqa: E402
 from tiermem.torch.tensors.planned import PlanMismatchWarning, Recorder  # noqa: E402
 from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
@@ -195,6 +195,27 @@ def test_an_async_plan_copies_on_the_copy_thread_and_trains_exactly(captured) ->
     assert r["losses"] == _reference(W, 2 + iters, 0)["losses"]
 
 
+def test_a_runtime_variants_own_placements_are_priced_by_the_model(captured) -> None:
+    g, facts = captured
+    p, c = record_policy(W, g, facts, "LM", SLOW)
+    assert p.source == "LM as recorded" and len(p.at_use) == len(g.tensors)
+    assert {d for ds in p.at_use for d in ds} <= {0, g.home}
+    # LM uses data where it lives: it writes tensors home to make room, and never prefetches.
+    assert c.prefetched_bytes == 0 and c.written_home_bytes > 0
+    assert c.seconds == pytest.approx(evaluate(g, p.at_use, p.held).seconds)
+    # With room for the whole step, every tensor stays in fast memory: the all-fast time.
+    room = facts["all_fast_room_bytes"]
+    roomy = g.with_capacity(room)
+    q, c2 = record_policy(W, roomy, facts | {"budget_bytes": room}, "LM", SLOW)
+    assert c2.overflow is None and c2.written_home_bytes == 0 and c2.seconds == pytest.approx(g.base_seconds())
+    # Another model's step is refused by name.
+    other = Workload(
+        "cnn2", lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10)), 64, (3, 32, 32), 10
+    )
+    with pytest.raises(GraphError, match="other kernels or tensors"):
+        record_policy(other, g, facts, "LM", SLOW)
+
+
 def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     import json
 
@@ -214,6 +235,10 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     for r in res["models"]:
         assert r["model"] == "resnet" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
     assert res["plans"][0]["fit_tries"]
+    # Each runtime variant's own placements, priced by the model: never below all-fast.
+    assert [q["variant"] for q in plan["policies"]] == ["first-touch", "LM", "async"]
+    for q in plan["policies"]:
+        assert q["predicted_seconds_per_iter"] >= plan["predicted_all_fast"] * (1 - 1e-9)
     # The figures the emulated device was scaled from, and the device's own.
     assert plan["dram_figures"]["source"] in ("calibrated", "measured") and plan["dram_figures"]["write_gbps"] > 0
     assert len(plan["device_traits"]) == 2 and plan["device_traits"][1]["write_gbps"] > 0
@@ -235,3 +260,4 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     assert rows["planned"]["predicted_over_paired"] == rows["planned"]["predicted_vs_all_fast"] / af["median"]
     printed = capsys.readouterr().out
     assert "solver on generated AutoTM-shaped graphs" in printed and "iteration by iteration" in printed
+    assert "each runtime variant's own placements" in printed

@@ -26,12 +26,15 @@ from ..plan import (
     DEFAULT_FORMULATION,
     FIT_TRIES,
     FORMULATIONS,
+    Cost,
     Graph,
+    GraphError,
     Plan,
     at_home,
     autotm_graph,
     evaluate,
     fit,
+    recorded,
     residency_by_kind,
     solve,
     tensor_residency,
@@ -59,6 +62,8 @@ __all__ = [
     "COMPARED",
     "PAIRED",
     "PAIRED_WARMUP",
+    "RECORDED_POLICIES",
+    "record_policy",
 ]
 
 SCALING_SIZES = (32, 122, 242, 500, 1000, 2000)
@@ -67,6 +72,10 @@ QUICK_SCALING = (32, 122, 500)
 COMPARED = ("first-touch", "2lm-model", "LM", "async")
 #: What ``planned`` is paired with, iteration by iteration (:mod:`~tiermem.bench.paired`).
 PAIRED = ("all-fast", "LM", "async", "first-touch")
+#: The runtime variants whose own placements ``bench plan`` records and prices with the
+#: graph's model (:func:`record_policy`), and offers the solver as incumbents (``2lm-model``
+#: keeps every tensor on the slow device and models a cache in front of it: not placements).
+RECORDED_POLICIES = ("first-touch", "LM", "async")
 #: Untimed iterations per side before the pairs. The planned variant's first iteration runs
 #: unplanned (it makes the optimizer's state) and its next two still build the view cache
 #: over the plan's addresses (measured on DenseNet at 8:1: 3,292 and 1,004 new views, then
@@ -130,6 +139,34 @@ def capture(
         "device_traits": traits,
     }
     return g, facts
+
+
+def record_policy(
+    w: Workload, g: Graph, facts: dict[str, Any], variant: str, slow_spec: str, seed: int = SEED
+) -> tuple[Plan, Cost]:
+    """Train ``w`` under a runtime variant for three iterations and return the placements
+    it chose in the third (each operand's device as its kernel closed) as a plan, priced by
+    ``g``'s model (:func:`tiermem.plan.recorded`): what the variant did, in the terms the
+    solver's plans are judged by. Refuses a run whose kernels or tensors are not ``g``'s."""
+    rec = Recorder(2, 1, places=True)
+    _run_variant(w, variant, facts["budget_bytes"], facts["slow_bytes"], slow_spec, 2, 1, seed, recorder=rec)
+    if rec.mismatch:
+        raise GraphError(f"{variant}: the model's ops are not the same every iteration ({rec.mismatch})")
+    ops = [(k.name, [(g.tensors[o.tensor].key, o.use) for o in k.operands]) for k in g.kernels]
+    if [(n, o) for n, _, o in rec.kernels] != ops:
+        raise GraphError(f"{variant}: the step ran other kernels or tensors than graph {g.name!r} holds")
+    return recorded(g, rec.places, f"{variant} as recorded")
+
+
+def _policy_row(variant: str, c: Cost) -> dict[str, Any]:
+    """A runtime variant's recorded placements as the JSON keeps them (:func:`record_policy`)."""
+    return {
+        "variant": variant,
+        "predicted_seconds_per_iter": c.seconds,
+        "prefetched_bytes": c.prefetched_bytes,
+        "written_home_bytes": c.written_home_bytes,
+        "overflow": c.overflow,
+    }
 
 
 def run_planned(
@@ -235,7 +272,7 @@ def run(
     # variant at each ratio (and all-fast again), then the pairs; then every formulation per
     # graph size.
     per_model = len(ratios) + 2 + rounds * len(ratios) * (len(COMPARED) + 1) + rounds - 1
-    per_model += len(ratios) * len(PAIRED) * bool(pairs)
+    per_model += len(ratios) * len(PAIRED) * bool(pairs) + len(ratios) * len(RECORDED_POLICIES)
     steps = len(models) * per_model + len(FORMULATIONS) * len(sizes)
     with MachineLoad() as load, Progress(steps, "bench plan", progress) as bar:
         for name in models:
@@ -243,7 +280,11 @@ def run(
             plans = {}
             for ratio in ratios:
                 g, facts = capture(w, ratio, slow_spec, profiles=profile_cache)
-                p, tries = fit(g, formulation, time_limit=time_limit)
+                policies = []
+                for v in RECORDED_POLICIES:
+                    policies.append(record_policy(w, g, facts, v, slow_spec))
+                    bar.step(f"{name} {ratio}: {v}'s placements recorded")
+                p, tries = fit(g, formulation, time_limit=time_limit, incumbents=[q for q, _ in policies])
                 plans[(name, ratio)] = (g, p)
                 out["plans"].append(
                     {
@@ -259,6 +300,9 @@ def run(
                         "source": p.source,
                         "notes": p.notes,
                         "fit_tries": tries,
+                        "bound_seconds": p.bound_seconds,
+                        # Each runtime variant's own placements, priced by the same model.
+                        "policies": [_policy_row(v, c) for v, (_, c) in zip(RECORDED_POLICIES, policies, strict=True)],
                     }
                     | facts
                 )
@@ -428,6 +472,32 @@ def _print_models(rows: list[dict[str, Any]]) -> None:
     )
 
 
+def _print_policies(plans: list[dict[str, Any]]) -> None:
+    table = []
+    for q in plans:
+        base, mine, bound = q["predicted_all_fast"], q["predicted_seconds_per_iter"], q.get("bound_seconds")
+        for r in q.get("policies", []):
+            theirs = r["predicted_seconds_per_iter"]
+            table.append(
+                [
+                    q["model"],
+                    q["ratio"],
+                    r["variant"] + (" (overflows)" if r["overflow"] else ""),
+                    f"{theirs / base:.3f}",
+                    f"{mine / theirs:.3f}",
+                    "" if bound is None else f"{bound / theirs:.3f}",
+                    format_bytes(r["prefetched_bytes"]),
+                    format_bytes(r["written_home_bytes"]),
+                ]
+            )
+    print_table(
+        ["model", "ratio", "variant", "its placements / all-fast", "plan / them", "bound / them", "prefetched", "written home"],
+        table,
+        title="each runtime variant's own placements, priced by the cost model (bound: HiGHS's lower bound at the "
+        "limit the plan was solved for; no plan under the model there is faster)",
+    )
+
+
 def _print_scaling(rows: list[dict[str, Any]]) -> None:
     print_table(
         ["kernels", "formulation", "first plan s", "solve s", "gap", "plan / all-slow", "plan / greedy", "source"],
@@ -500,6 +570,7 @@ def run_cli(args: Any) -> int:
         formulation=args.formulation,
     )
     _print_models(res["models"])
+    _print_policies(res["plans"])
     if res["paired"]:
         _print_paired(res)
     _print_scaling(res["scaling"])
@@ -515,10 +586,14 @@ def run_plan_cli(args: Any) -> int:
         raise InvalidArgumentError("give --model NAME (record a training step) or --graph FILE (a saved graph), not both")
     facts: dict[str, Any] = {}
     w = None
+    against = [v.strip() for v in (args.against or "").split(",") if v.strip()]
+    for v in against:
+        if v not in RECORDED_POLICIES:
+            raise InvalidArgumentError(f"--against {v!r}: the runtime variants it records are {', '.join(RECORDED_POLICIES)}")
     if args.graph:
         g = Graph.load(args.graph)
-        if args.run:
-            raise InvalidArgumentError("--run needs --model (a saved graph has no model to train)")
+        if args.run or against:
+            raise InvalidArgumentError("--run and --against need --model (a saved graph has no model to train)")
     else:
         w = build(args.model, args.batch)
         t0 = time.perf_counter()
@@ -535,6 +610,12 @@ def run_plan_cli(args: Any) -> int:
     if args.save_graph:
         g.save(args.save_graph)
         print(f"wrote {args.save_graph}")
+    policies: list[tuple[str, Plan, Cost]] = []
+    for v in against:
+        assert w is not None
+        with Progress(1, f"recording {v}'s placements") as bar:
+            policies.append((v, *record_policy(w, g, facts, v, args.slow)))
+            bar.step(v)
     with Progress(FIT_TRIES, f"planning ({args.formulation}; tries of the limit reduction)") as bar:
 
         def on(secs: float, inc: float, bound: float) -> None:
@@ -546,7 +627,9 @@ def run_plan_cli(args: Any) -> int:
                 f"{t['predicted_seconds'] * 1e3:.2f} ms predicted"
             )
 
-        p, tries = fit(g, args.formulation, args.time_limit, args.gap, on_try=tried, on_progress=on)
+        p, tries = fit(
+            g, args.formulation, args.time_limit, args.gap, on_try=tried, on_progress=on, incumbents=[q for _, q, _ in policies]
+        )
     facts["fit_tries"] = tries
     for t in tries:
         fits = "fits" if t["height_bytes"] <= (g.devices[0].capacity or 0) else "does not fit"
@@ -563,6 +646,9 @@ def run_plan_cli(args: Any) -> int:
             [f"plan ({p.source})", f"{p.predicted_seconds * 1e3:.2f}"],
             ["  of which moves", f"{c.move_seconds * 1e3:.2f}"],
             ["  best bound", "" if p.bound_seconds is None else f"{p.bound_seconds * 1e3:.2f}"],
+        ]
+        + [
+            [f"{v}'s own placements" + (" (overflow)" if pc.overflow else ""), f"{pc.seconds * 1e3:.2f}"] for v, _, pc in policies
         ],
         title=f"{g.name}: {p.formulation} plan, gap {'n/a' if p.gap is None else f'{p.gap:.2%}'}, "
         f"first plan {p.first_plan_seconds * 1e3:.0f} ms, solved in {p.solve_seconds:.1f} s",
@@ -585,6 +671,7 @@ def run_plan_cli(args: Any) -> int:
         "facts": facts,
         "residency": {"by_kind": kinds, "tensors": rows},
         "predicted_move_seconds": c.move_seconds,
+        "policies": [_policy_row(v, pc) for v, _, pc in policies],
     }
     if args.run:
         assert w is not None

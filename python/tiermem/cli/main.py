@@ -192,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--no-profile-cache", action="store_true", help="pool kernels within this capture only")
     pl.add_argument("--save-graph", metavar="FILE", help="write the recorded graph (JSON) to FILE")
     pl.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE (default plan-<graph>.json)")
+    pl.add_argument(
+        "--against",
+        metavar="VARIANTS",
+        help="comma-separated runtime variants (first-touch, LM, async) to record, price with the same cost model "
+        "beside the plan, and offer the solver as starting plans",
+    )
     pl.add_argument("--run", action="store_true", help="train under the plan and compare predicted with measured")
     pl.add_argument("--iters", type=integer(2, 10**6), default=3, help="timed iterations of --run (default 3)")
     pl.add_argument("--plot", metavar="PNG", help="with --run: predicted against measured per kernel")

@@ -7,7 +7,7 @@ from .fit import FIT_TRIES, fit
 from .generate import autotm_graph
 from .graph import FORMAT, Device, Graph, GraphError, Kernel, Operand, Tensor
 from .offsets import Offsets, Residency, assign, residencies
-from .plan import PLAN_FORMAT, Cost, Moves, Overlap, Plan, at_home, evaluate, moves
+from .plan import PLAN_FORMAT, Cost, Moves, Overlap, Plan, at_home, evaluate, moves, recorded
 from .report import residency_by_kind, tensor_residency
 from .sensitivity import gains, recommend_traits
 from .solve import DEFAULT_FORMULATION, FORMULATIONS, greedy, solve
@@ -39,6 +39,7 @@ __all__ = [
     "greedy",
     "recommend_traits",
     "moves",
+    "recorded",
     "residencies",
     "residency_by_kind",
     "solve",

@@ -12,7 +12,7 @@ offsets, for the graph at its real capacity.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._sizes import format_bytes
@@ -34,10 +34,12 @@ def fit(
     tries: int = FIT_TRIES,
     on_try: Callable[[dict[str, Any]], None] | None = None,
     on_progress: Callable[[float, float, float], None] | None = None,
+    incumbents: Sequence[Plan] = (),
 ) -> tuple[Plan, list[dict[str, Any]]]:
     """The best plan whose heap offsets fit ``g``'s fastest device, and each try's figures
     (``capacity_bytes`` planned for, ``height_bytes`` reached, ``predicted_seconds``);
-    ``on_try`` is called with each, ``on_progress`` as :func:`~tiermem.plan.solve.solve`'s."""
+    ``on_try`` is called with each, ``on_progress`` and ``incumbents`` as
+    :func:`~tiermem.plan.solve.solve`'s (each try starts from those that fit its limit)."""
     budget = g.devices[0].capacity
     assert budget is not None
     log: list[dict[str, Any]] = []
@@ -47,7 +49,7 @@ def fit(
     last: Plan | None = None
     for _ in range(max(1, tries)):
         # Placed at the lower limit, laid out once against the real capacity.
-        p = _solve(g.with_capacity(cap), formulation, time_limit, target_gap, None, on_progress)
+        p = _solve(g.with_capacity(cap), formulation, time_limit, target_gap, None, on_progress, incumbents)
         off = assign(g, p.at_use, p.held, p.overlap)
         p.offsets = off.at_use
         height = off.height[0]

@@ -44,6 +44,7 @@ __all__ = [
     "evaluate",
     "moves",
     "at_home",
+    "recorded",
 ]
 
 PLAN_FORMAT = "tiermem-plan-1"
@@ -402,6 +403,41 @@ def at_home(g: Graph) -> Plan:
     held = [[False] * len(gaps(g, t)) for t in range(len(g.tensors))]
     c = evaluate(g, at, held)
     return Plan(g.name, "static", [d.name for d in g.devices], [t.key for t in g.tensors], at, held, c.seconds, "at home")
+
+
+def recorded(g: Graph, places: list[list[int]], source: str) -> tuple[Plan, Cost]:
+    """What a runtime policy did, as a plan: ``places[k]`` is the device index of each of
+    kernel ``k``'s operands, in order, as the policy ran it (``Recorder(places=True)``). A
+    tensor is held across a gap when it is on the same fast device at both ends, and moves
+    where the placements of its uses change; the plan is priced by the same model as the
+    solver's plans (:func:`evaluate`). Returns the plan (``source`` names the policy) and its
+    cost, which says whether it overflows the fast device: a policy that makes room as it
+    goes may hold more at some kernel than the model's account of the same placements."""
+    if len(places) != len(g.kernels):
+        raise GraphError(f"recorded placements: {len(places)} kernels, the graph has {len(g.kernels)}")
+    nd = len(g.devices)
+    at: list[list[int | None]] = [[None] * len(us) for us in g.uses]
+    use_of = [{k: j for j, (k, _) in enumerate(us)} for us in g.uses]
+    for k, (ker, pl) in enumerate(zip(g.kernels, places, strict=True)):
+        if len(pl) != len(ker.operands):
+            raise GraphError(
+                f"recorded placements: kernel {k} ({ker.name}) has {len(pl)} operands, the graph {len(ker.operands)}"
+            )
+        for o, d in zip(ker.operands, pl, strict=True):
+            if not 0 <= d < nd:
+                raise GraphError(f"recorded placements: kernel {k} ({ker.name}) has an operand on device {d} of {nd}")
+            at[o.tensor][use_of[o.tensor][k]] = d
+    at_use = [[g.home if d is None else d for d in ds] for ds in at]
+    held = [
+        [at_use[t][jb] < g.home and (ja is None or at_use[t][ja] == at_use[t][jb]) for jb, ja, _ in gaps(g, t)]
+        for t in range(len(g.tensors))
+    ]
+    c = evaluate(g, at_use, held)
+    names = [d.name for d in g.devices]
+    plan = Plan(g.name, "sync", names, [t.key for t in g.tensors], at_use, held, c.seconds, source)
+    if c.overflow:
+        plan.notes.append(f"as the model accounts it, the policy's placements overflow: {c.overflow}")
+    return plan, c
 
 
 def _offsets(ts: list[Any]) -> list[list[int | None]] | None:

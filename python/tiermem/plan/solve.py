@@ -24,16 +24,17 @@ Formulations (``FORMULATIONS``), over any number of devices (the last is home):
   own (placement-dependent) time, and at least the graph's ``copy_contention`` share of
   their time (what the copy threads take from the kernel's cores).
 
-Both start from the greedy plan (given to HiGHS as its incumbent, so a plan exists before the
-solver's first node), stop at ``time_limit`` or the target gap, and report the certified
-relative gap between the plan's time and HiGHS's bound.
+Both start from the greedy plan, or from a cheaper incumbent the caller gives (a runtime
+policy's recorded decisions, :func:`tiermem.plan.recorded`), handed to HiGHS as its incumbent
+so a plan exists before the solver's first node; they stop at ``time_limit`` or the target
+gap, and report the certified relative gap between the plan's time and HiGHS's bound.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -513,15 +514,20 @@ def solve(
     target_gap: float = 0.01,
     threads: int | None = None,
     on_progress: Callable[[float, float, float], None] | None = None,
+    incumbents: Sequence[Plan] = (),
 ) -> Plan:
     """The best plan HiGHS finds within ``time_limit`` seconds (``time_limit=0``: the greedy
     plan alone), with heap offsets for its fast residencies (:func:`tiermem.plan.offsets.assign`;
     :func:`tiermem.plan.fit.fit` plans below the capacity when they do not all fit).
-    ``on_progress(seconds, incumbent, bound)`` is called on each improvement. Falls back to
-    the greedy plan, and says so in ``source``, when HiGHS has nothing better or is not
-    installed. ``first_plan_seconds`` is the greedy placement's time (a plan the executor can
-    run, the heap choosing where); ``solve_seconds`` includes the offsets' layouts."""
-    plan = _solve(g, formulation, time_limit, target_gap, threads, on_progress)
+    ``on_progress(seconds, incumbent, bound)`` is called on each improvement. ``incumbents``:
+    more starting plans (a runtime policy's own decisions, :func:`tiermem.plan.recorded`); the
+    cheapest of them and the greedy plan that fits is HiGHS's warm start (with the ``sync`` and
+    ``async`` formulations; a ``static`` plan cannot move, so they are not offered to it).
+    Falls back to that starting plan, and says so in ``source``, when HiGHS has nothing better
+    or is not installed. ``first_plan_seconds`` is the greedy placement's time (a plan the
+    executor can run, the heap choosing where); ``solve_seconds`` includes the offsets'
+    layouts."""
+    plan = _solve(g, formulation, time_limit, target_gap, threads, on_progress, incumbents)
     if plan.source == "highs":  # the greedy plan's offsets are laid out already
         t0 = time.perf_counter()
         plan.offsets = assign(g, plan.at_use, plan.held, plan.overlap).at_use
@@ -536,6 +542,7 @@ def _solve(
     target_gap: float,
     threads: int | None,
     on_progress: Callable[[float, float, float], None] | None,
+    incumbents: Sequence[Plan] = (),
 ) -> Plan:
     if formulation not in FORMULATIONS:
         raise InvalidArgumentError(f"formulation {formulation!r}: known are {', '.join(FORMULATIONS)}")
@@ -549,7 +556,16 @@ def _solve(
     first = time.perf_counter() - t0
     names = [d.name for d in g.devices]
     keys = [t.key for t in g.tensors]
-    plan = Plan(g.name, formulation, names, keys, at, held, cost.seconds, "greedy", first_plan_seconds=first)
+    start = "greedy"
+    for inc in incumbents if formulation != "static" else ():
+        if inc.keys != keys:
+            raise GraphError(f"incumbent {inc.source!r} is a plan for graph {inc.graph!r}, not {g.name!r} (different tensors)")
+        c = evaluate(g, inc.at_use, inc.held)
+        if not c.overflow and c.seconds < cost.seconds:
+            at, held, cost, start = inc.at_use, inc.held, c, inc.source
+    plan = Plan(g.name, formulation, names, keys, at, held, cost.seconds, start, first_plan_seconds=first)
+    if start != "greedy":
+        plan.notes.append(f"started from {start}, cheaper than the greedy plan")
     note = g.budget_note()
     if note:
         plan.notes.append(note)
@@ -563,7 +579,7 @@ def _solve(
     try:
         import highspy
     except ImportError:
-        plan.source = "greedy (fallback: highspy is not installed)"
+        plan.source = f"{start} (fallback: highspy is not installed)"
         plan.solve_seconds = time.perf_counter() - t0
         return plan
     v = _Vars(g, formulation)
@@ -611,14 +627,14 @@ def _solve(
     plan.solve_seconds = time.perf_counter() - t0
     if not solved.value_valid:
         plan.source = (
-            f"greedy (fallback: HiGHS found no plan within {time_limit:g} s: {h.modelStatusToString(h.getModelStatus())})"
+            f"{start} (fallback: HiGHS found no plan within {time_limit:g} s: {h.modelStatusToString(h.getModelStatus())})"
         )
         return plan
     at2, held2, ov2 = v.plan_of(np.asarray(solved.col_value))
     c2 = evaluate(g, at2, held2, ov2)
     bound = float(info.mip_dual_bound) / OBJECTIVE_SCALE
     if c2.overflow or c2.seconds > cost.seconds * (1 + 1e-9):
-        plan.source = "greedy (fallback: HiGHS's plan was no better)"
+        plan.source = f"{start} (fallback: HiGHS's plan was no better)"
         # What to look into: the formulation's objective for its plan against the cost model's.
         plan.notes.append(
             f"HiGHS's plan: objective {float(info.objective_function_value) / OBJECTIVE_SCALE:.6f} s, "

@@ -96,13 +96,18 @@ def signature(name: str, flat: list[Any], lens: tuple[int, ...], kwargs: dict[st
 class Recorder:
     """Records the iterations after ``skip`` whole ones: the first of them gives the kernels
     and tensors; each kernel keeps its shortest time over ``count`` iterations (a shared
-    machine's noise only ever adds time)."""
+    machine's noise only ever adds time). With ``places``, the first recorded iteration also
+    keeps the device index each operand was on as its kernel closed (``places``, one list
+    per kernel in operand order): what a runtime policy decided, for
+    :func:`tiermem.plan.recorded` to price."""
 
-    def __init__(self, skip: int = 1, count: int = 1) -> None:
+    def __init__(self, skip: int = 1, count: int = 1, places: bool = False) -> None:
         if skip < 1 or count < 1:
             raise ValueError(f"recorder: skip and count must be at least 1, got {skip}, {count}")
         self.skip = skip
         self.count = count
+        self.keep_places = places
+        self.places: list[list[int]] = []
         self.names = _Names()
         self.active = False
         self.done = False
@@ -146,6 +151,8 @@ class Recorder:
             elif self.mismatch is None:
                 self.mismatch = f"kernel {pos} was {name} in one iteration and not in another"
             return
+        if self.keep_places:
+            self.places.append([obj.tiering._native.placement(obj.id)[0] for obj, _ in operands])
         ops = []
         for obj, use in operands:
             key = self.names.name(obj)
