@@ -118,6 +118,10 @@ def test_fit_ends_with_offsets_that_fit() -> None:
     assert all((o is not None) == (d < g.home) for offs, ds in zip(p.offsets, p.at_use) for o, d in zip(offs, ds))
     assert assign(g, p.at_use, p.held).height[0] <= cap
     assert all(t["capacity_bytes"] <= cap for t in tries) and best < cap
+    # The first try's bound is at the full capacity: below every try's plan, the final one's too.
+    assert tries[0]["bound_seconds"] is not None
+    assert all(tries[0]["bound_seconds"] <= t["predicted_seconds"] * (1 + 1e-9) for t in tries)
+    assert tries[0]["bound_seconds"] <= p.predicted_seconds * (1 + 1e-9)
 
 
 def test_plans_with_offsets_round_trip_and_are_checked(tmp_path: Path) -> None:

@@ -238,10 +238,15 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     for r in res["models"]:
         assert r["model"] == "resnet" and r["ratio"] == "8:1" and r["seconds_per_iter"] > 0
     assert res["plans"][0]["fit_tries"]
-    # Each runtime variant's own placements, priced by the model: never below all-fast.
+    # Each runtime variant's own placements, priced by the model: never below all-fast, nor
+    # below the full budget's bound when they fit it.
     assert [q["variant"] for q in plan["policies"]] == ["first-touch", "LM", "async"]
+    bound = plan["budget_bound_seconds"]
+    assert bound is not None and bound <= plan["predicted_seconds_per_iter"] * (1 + 1e-9)
     for q in plan["policies"]:
         assert q["predicted_seconds_per_iter"] >= plan["predicted_all_fast"] * (1 - 1e-9)
+        if q["overflow"] is None:
+            assert q["predicted_seconds_per_iter"] >= bound * (1 - 1e-6)
     # The figures the emulated device was scaled from, and the device's own.
     assert plan["dram_figures"]["source"] in ("calibrated", "measured") and plan["dram_figures"]["write_gbps"] > 0
     assert len(plan["device_traits"]) == 2 and plan["device_traits"][1]["write_gbps"] > 0

@@ -37,7 +37,9 @@ def fit(
     incumbents: Sequence[Plan] = (),
 ) -> tuple[Plan, list[dict[str, Any]]]:
     """The best plan whose heap offsets fit ``g``'s fastest device, and each try's figures
-    (``capacity_bytes`` planned for, ``height_bytes`` reached, ``predicted_seconds``);
+    (``capacity_bytes`` planned for, ``height_bytes`` reached, ``predicted_seconds``,
+    ``bound_seconds``: HiGHS's bound at that limit, None without one; the first try's is at the
+    full capacity, a bound on every plan that fits it);
     ``on_try`` is called with each, ``on_progress`` and ``incumbents`` as
     :func:`~tiermem.plan.solve.solve`'s (each try starts from those that fit its limit)."""
     budget = g.devices[0].capacity
@@ -53,7 +55,14 @@ def fit(
         off = assign(g, p.at_use, p.held, p.overlap)
         p.offsets = off.at_use
         height = off.height[0]
-        log.append({"capacity_bytes": cap, "height_bytes": height, "predicted_seconds": p.predicted_seconds})
+        log.append(
+            {
+                "capacity_bytes": cap,
+                "height_bytes": height,
+                "predicted_seconds": p.predicted_seconds,
+                "bound_seconds": p.bound_seconds,
+            }
+        )
         if on_try is not None:
             on_try(log[-1])
         last = p
