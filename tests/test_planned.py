@@ -269,3 +269,24 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "solver on generated AutoTM-shaped graphs" in printed and "iteration by iteration" in printed
     assert "each runtime variant's own placements" in printed
+
+
+def test_a_runtime_variant_that_could_not_run_is_printed_as_an_error(capsys) -> None:
+    from tiermem.bench.plan import _print_policies
+
+    plan = {"model": "m", "ratio": "8:1", "predicted_all_fast": 1.0, "predicted_seconds_per_iter": 1.1}
+    plan["budget_bound_seconds"] = 1.05
+    plan["policies"] = [
+        {"variant": "LM", "error": "BudgetError: op x: its outputs need 9 MiB"},
+        {
+            "variant": "first-touch",
+            "predicted_seconds_per_iter": 1.4,
+            "prefetched_bytes": 0,
+            "written_home_bytes": 0,
+            "overflow": None,
+        },
+    ]
+    _print_policies([plan])
+    out = capsys.readouterr().out
+    assert "BudgetError: op x" in out and "error" in out
+    assert "0.786" in out and "0.750" in out  # plan / first-touch's, bound / first-touch's

@@ -280,11 +280,17 @@ def run(
             plans = {}
             for ratio in ratios:
                 g, facts = capture(w, ratio, slow_spec, profiles=profile_cache)
-                policies = []
+                policies: list[dict[str, Any]] = []
+                incumbents = []
                 for v in RECORDED_POLICIES:
-                    policies.append(record_policy(w, g, facts, v, slow_spec))
+                    try:
+                        q, c = record_policy(w, g, facts, v, slow_spec)
+                        policies.append(_policy_row(v, c))
+                        incumbents.append(q)
+                    except TiermemError as e:  # a variant that cannot run this budget (as in its rounds)
+                        policies.append({"variant": v, "error": f"{type(e).__name__}: {e}"})
                     bar.step(f"{name} {ratio}: {v}'s placements recorded")
-                p, tries = fit(g, formulation, time_limit=time_limit, incumbents=[q for q, _ in policies])
+                p, tries = fit(g, formulation, time_limit=time_limit, incumbents=incumbents)
                 plans[(name, ratio)] = (g, p)
                 out["plans"].append(
                     {
@@ -304,7 +310,7 @@ def run(
                         # The first try's, at the full budget: no plan that fits it is faster.
                         "budget_bound_seconds": tries[0]["bound_seconds"],
                         # Each runtime variant's own placements, priced by the same model.
-                        "policies": [_policy_row(v, c) for v, (_, c) in zip(RECORDED_POLICIES, policies, strict=True)],
+                        "policies": policies,
                     }
                     | facts
                 )
@@ -479,6 +485,9 @@ def _print_policies(plans: list[dict[str, Any]]) -> None:
     for q in plans:
         base, mine, bound = q["predicted_all_fast"], q["predicted_seconds_per_iter"], q.get("budget_bound_seconds")
         for r in q.get("policies", []):
+            if "error" in r:
+                table.append([q["model"], q["ratio"], r["variant"], "error", "", "", "", r["error"][:60]])
+                continue
             theirs = r["predicted_seconds_per_iter"]
             table.append(
                 [
