@@ -78,8 +78,8 @@ PAIRED = ("all-fast", "LM", "async", "first-touch")
 RECORDED_POLICIES = ("first-touch", "LM", "async")
 #: Untimed iterations per side before the pairs. The planned variant's first iteration runs
 #: unplanned (it makes the optimizer's state) and its next two still build the view cache
-#: over the plan's addresses (measured on DenseNet at 8:1: 3,292 and 1,004 new views, then
-#: none); two warm-up iterations timed that third iteration, 25 % over the steady step.
+#: over the plan's addresses (measured on DenseNet at 8:1: 2,285 and 288 new views, then
+#: none); two warm-up iterations timed that third iteration, 15-25 % over the steady step.
 PAIRED_WARMUP = 4
 SEED = 0
 #: Iterations a capture records per run (each kernel keeps its best time).

@@ -322,10 +322,14 @@ class Plan:
     # Its asynchronous moves (the async formulation); None: every move synchronous.
     overlap: Overlap | None = None
 
-    def check(self, g: Graph) -> Cost:
-        """The plan's cost on ``g``; refuses a plan made for another graph or that overflows."""
+    def check_graph(self, g: Graph) -> None:
+        """Refuses a plan made for another graph (different tensors)."""
         if self.keys != [t.key for t in g.tensors]:
             raise GraphError(f"plan for graph {self.graph!r} does not match graph {g.name!r} (different tensors)")
+
+    def check(self, g: Graph) -> Cost:
+        """The plan's cost on ``g``; refuses a plan made for another graph or that overflows."""
+        self.check_graph(g)
         if self.overlap is not None:
             _check_overlap(g, self.overlap)
         c = evaluate(g, self.at_use, self.held, self.overlap)

@@ -528,7 +528,7 @@ def solve(
     executor can run, the heap choosing where); ``solve_seconds`` includes the offsets'
     layouts."""
     plan = _solve(g, formulation, time_limit, target_gap, threads, on_progress, incumbents)
-    if plan.source == "highs":  # the greedy plan's offsets are laid out already
+    if plan.source == "highs":  # the starting plan's offsets are laid out already
         t0 = time.perf_counter()
         plan.offsets = assign(g, plan.at_use, plan.held, plan.overlap).at_use
         plan.solve_seconds += time.perf_counter() - t0
@@ -558,8 +558,7 @@ def _solve(
     keys = [t.key for t in g.tensors]
     start = "greedy"
     for inc in incumbents if formulation != "static" else ():
-        if inc.keys != keys:
-            raise GraphError(f"incumbent {inc.source!r} is a plan for graph {inc.graph!r}, not {g.name!r} (different tensors)")
+        inc.check_graph(g)
         c = evaluate(g, inc.at_use, inc.held)
         if not c.overflow and c.seconds < cost.seconds:
             at, held, cost, start = inc.at_use, inc.held, c, inc.source

@@ -99,7 +99,7 @@ def _round(n: int) -> int:
     return max(_ALIGN, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
 
 
-#: Plain views kept for reuse (see :func:`_view_over`); the cache is emptied when full.
+#: Plain views kept for reuse (see :func:`_view_over`); when full, the older half is dropped.
 _MAX_VIEWS = 4096
 
 
@@ -112,7 +112,11 @@ def _view_over(views: dict, key: tuple, cache: bool = True) -> torch.Tensor:
     p = plain_over(addr, nbytes, dtype, size, stride, off)
     if cache:
         if len(views) >= _MAX_VIEWS:
-            views.clear()
+            # Oldest first (insertion order): a run whose addresses changed (a plan's first
+            # planned iteration) drops the stale views and keeps the ones it just made, instead
+            # of making them all again next iteration.
+            for old in list(views)[: len(views) // 2]:
+                del views[old]
         views[key] = p
     return p
 
