@@ -5,7 +5,8 @@ memory. For each trace (the query-structured one, Zipf and uniform queries, or a
 file), layouts (original order, SHP and, where rows carry meaning, K-means) are trained on
 the first part of the queries and everything is measured on the rest:
 
-* **layouts**: the held-out fan-out of each, and of KaHyPar's partition of the same
+* **layouts**: the held-out fan-out of each (and of ``shp+kmeans``, SHP started from the
+  K-means layout, where rows carry meaning), and of KaHyPar's partition of the same
   hypergraph on a smaller reference table when ``kahypar`` is installed;
 * **miniature caches**: at 1 % block sampling, the prefetch threshold ``t`` each cache size
   should use, against the best ``t`` of exact simulations, and their hit-rate curves
@@ -234,12 +235,12 @@ def run(
     minis: list[dict[str, Any]] = []
     cases: list[dict[str, Any]] = []
     try:
-        n_cases = sum(len(fracs) * (3 if v is None else 4) * 3 for _, _, v in all_traces)
+        n_cases = sum(len(fracs) * (7 if v is None else 13) for _, _, v in all_traces)  # admissions per layout
         with MachineLoad() as load, Progress(n_cases + 5, "bench ssd", progress) as bar:
             for name, trace, values in all_traces:
                 train, test = trace.split(train_fraction)
                 counts = layout.query_counts(train)
-                kinds = ["original", "shp"] + (["kmeans"] if values is not None else [])
+                kinds = ["original", "shp"] + (["kmeans", "shp+kmeans"] if values is not None else [])
                 lays = {k: layout.make(k, trace=train, rows_per_block=rpb, weights=values) for k in kinds}
                 for k, lay in lays.items():
                     layouts_out.append(
@@ -404,12 +405,9 @@ def _reference_layouts(rows: int) -> dict[str, Any]:
     train, test = traces.query_trace(cfg).split(0.5)
     rpb = 4088 // (DIM * 4)
     out: dict[str, Any] = {"rows": rows, "queries": cfg.queries}
-    for k, lay in (
-        ("original", layout.original(rows)),
-        ("shp", layout.shp(train, rpb)),
-        ("kmeans", layout.kmeans(traces.group_embeddings(cfg, DIM), rpb)),
-    ):
-        out[k] = layout.fanout(lay, rpb, test)
+    values = traces.group_embeddings(cfg, DIM)
+    for k in layout.KINDS:
+        out[k] = layout.fanout(layout.make(k, trace=train, rows_per_block=rpb, weights=values), rpb, test)
     start = time.perf_counter()
     kh = layout.kahypar_layout(train, rpb)
     out["kahypar"] = None if kh is None else layout.fanout(kh, rpb, test)
@@ -436,7 +434,7 @@ def run_cli(args: Any) -> int:
     kh = "not installed" if ref["kahypar"] is None else f"{ref['kahypar']:.2f} ({ref['kahypar_seconds']:.0f} s)"
     print(
         f"reference ({ref['rows']} rows): original {ref['original']:.2f}, SHP {ref['shp']:.2f}, "
-        f"K-means {ref['kmeans']:.2f}, KaHyPar {kh}"
+        f"K-means {ref['kmeans']:.2f}, SHP+K-means {ref['shp+kmeans']:.2f}, KaHyPar {kh}"
     )
     print_table(
         ["trace", "layout", "admission", "cache", "eff. bandwidth", "hit rate", "Belady", "dev reads/s", "lookups/s"],

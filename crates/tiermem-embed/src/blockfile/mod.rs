@@ -172,16 +172,8 @@ impl BlockFile {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect();
-        let mut seen = vec![false; layout.len()];
-        for (row, &p) in layout.iter().enumerate() {
-            let slot = seen.get_mut(p as usize).filter(|s| !**s);
-            let Some(slot) = slot else {
-                return Err(corrupt(format!(
-                    "layout is not a permutation: row {row} at position {p} (of {} rows)",
-                    layout.len()
-                )));
-            };
-            *slot = true;
+        if let Some(p) = crate::layout::permutation_problem(&layout, layout.len()) {
+            return Err(corrupt(p));
         }
         drop(io);
         Self::assemble(name, path, file, header, layout, depth)

@@ -16,7 +16,7 @@ use super::format::{BLOCK, HEADER_BYTES};
 use super::{layout_bytes, open_error, runs, BlockFile};
 use tiermem_core::sys::devfile::{DevFile, Options};
 use tiermem_core::sys::direct_io::AlignedBuf;
-use tiermem_core::{ensure, Error, Result};
+use tiermem_core::{Error, Result};
 
 /// Where a relayout writes the new file before the switch.
 #[must_use]
@@ -39,23 +39,9 @@ impl BlockFile {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<BlockFile> {
         let n = self.header.rows as usize;
-        ensure!(
-            layout.len() == n,
-            "table '{}': a layout of {} rows for a table of {n}",
-            self.name,
-            layout.len()
-        );
-        let mut seen = vec![false; n];
-        for (row, &p) in layout.iter().enumerate() {
-            match seen.get_mut(p as usize) {
-                Some(s) if !*s => *s = true,
-                _ => tiermem_core::bail!(
-                    "table '{}': the layout is not a permutation (row {row} at position {p})",
-                    self.name
-                ),
-            }
+        if let Some(p) = crate::layout::permutation_problem(&layout, n) {
+            tiermem_core::bail!("table '{}': {p}", self.name);
         }
-        drop(seen);
         let mut header = self.header;
         header.generation += 1;
         header.layout_crc = crc32c::crc32c(&layout_bytes(&layout));

@@ -19,8 +19,10 @@ fn trace(offsets: &Bound<'_, PyAny>, rows: &Bound<'_, PyAny>) -> PyResult<(View<
     ))
 }
 
-/// SHP's layout (row → position) of the table `out` covers (uint32, one per row).
+/// SHP's layout (row → position) of the table `out` covers (uint32, one per row), the
+/// bisection starting from the layout `start` (uint32) when given.
 #[pyfunction]
+#[pyo3(signature = (out, rows_per_block, offsets, rows, iters, start=None))]
 pub fn layout_shp(
     py: Python<'_>,
     out: &Bound<'_, PyAny>,
@@ -28,18 +30,24 @@ pub fn layout_shp(
     offsets: &Bound<'_, PyAny>,
     rows: &Bound<'_, PyAny>,
     iters: usize,
+    start: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let o = view::<u32>(out, "out (uint32)", true)?;
     let (off, r) = trace(offsets, rows)?;
+    let st = start
+        .map(|s| view::<u32>(s, "start (uint32)", false))
+        .transpose()?;
     run(py, || {
         // SAFETY: the views keep their buffers exported for the call; `out` is written only
         // here, the others only read.
         let (o, off, r) = unsafe { (o.slice_mut(), off.slice(), r.slice()) };
+        // SAFETY: as above; read only.
+        let st = st.as_ref().map(|s| unsafe { s.slice() });
         let q = Queries {
             offsets: off,
             rows: r,
         };
-        o.copy_from_slice(&layout::shp(o.len(), rows_per_block, q, iters)?);
+        o.copy_from_slice(&layout::shp(o.len(), rows_per_block, q, iters, st)?);
         Ok(())
     })
 }
