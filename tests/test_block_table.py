@@ -305,6 +305,12 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
             assert c["effective_bandwidth_increase"] == pytest.approx(1.0)
     held = {(x["trace"], x["layout"]): x["fanout_heldout"] for x in res["layouts"]}
     assert held[("query", "shp")] < held[("query", "original")], held
+    assert held[("query", "shp+kmeans")] < held[("query", "original")], held
+    assert {c["layout"] for c in res["cases"] if c["trace"] == "query"} == {"original", "shp", "kmeans", "shp+kmeans"}
+    assert {c["admission"].split(":")[0] for c in res["cases"]} >= {"row", "block", "threshold"}
+    assert any(c["admission"].startswith("row:") for c in res["cases"]), "row:T, T as the miniature caches pick it"
+    assert all(m["row_t_picked"] in (0, 1, 2, 4, 8, 16) for m in res["miniature_caches"])
+    assert res["reference_layouts"]["shp+kmeans"] > 0
     assert res["miss_path"]["ratio"] > 0 and res["miniature_caches"]
     assert not list(disk_dir.glob("tiermem-bench-ssd-*")), "scratch files left behind"
 
@@ -314,3 +320,38 @@ def test_bench_ssd_refuses_a_malformed_trace_by_name(tmp_path: Path, disk_dir: P
     np.savez(bad, offsets=np.array([0, 5], np.int64), rows=np.array([1, 2], np.int64), rows_total=np.int64(10))
     r = _cli("bench", "ssd", "--quick", "--no-dlrm", "--trace", str(bad), "--dir", str(disk_dir))
     assert r.returncode != 0 and "bad.npz" in r.stderr and "last offset is 5" in r.stderr, r.stderr
+
+
+def test_rows_admitted_cold_leave_first_and_lookups_stay_exact(disk_dir: Path) -> None:
+    """``row:T``: a row asked for that the layout's trace held in at most T queries goes in
+    without the reference mark, so the next reclaim drops it before the rows used again. On
+    calls of rows used once among a hot set used every third call, ``row:0`` keeps more of
+    the hot set than ``row`` (which marks every row it caches), and both look up exactly
+    what a DRAM table does."""
+    n, dim = 20_000, 8
+    rng = np.random.default_rng(4)
+    hot = rng.choice(n, 200, replace=False)
+    counts = np.zeros(n, np.int64)
+    counts[hot] = 5
+    rest = np.setdiff1d(np.arange(n), hot)
+    calls = [np.concatenate([hot if k % 3 == 0 else hot[:0], rng.choice(rest, 60, replace=False)]) for k in range(240)]
+    w = rng.standard_normal((n, dim)).astype(np.float32)
+    ref = EmbeddingTable(n, dim)
+    ref.load(w)
+    hits = {}
+    for admission in ("row", "row:0"):
+        path = disk_dir / f"cold-{admission.replace(':', '_')}.tmb"
+        t = EmbeddingTable(n, dim, device=f"block:{path}", cache=0.02, cacheslack=0.0, admission=admission)
+        t.load(w)
+        t.set_access_counts(counts)
+        before = t.block_info or {}
+        for idx in calls:
+            offs = np.array([0], np.int64)
+            np.testing.assert_array_equal(ref.lookup(idx, offs), t.lookup(idx, offs))
+        info = t.block_info or {}
+        assert info["admission"] == admission
+        hits[admission] = 1 - (info["misses"] - before["misses"]) / (info["accesses"] - before["accesses"])
+        del t
+    # Every hot access but the first 200 hits when the cache (400 rows) keeps the hot set.
+    best = (80 * 200 - 200) / (80 * 200 + 240 * 60)
+    assert hits["row:0"] > best - 0.01 and hits["row"] < best - 0.1, (hits, best)

@@ -25,6 +25,10 @@ pub enum Admit {
     Block,
     /// The block's rows whose count is above this.
     Threshold(u32),
+    /// Nothing, and a row asked for whose count is at most this goes in at the list's
+    /// tail, the next to leave unless hit first (the staged cache's `row:T`, which inserts
+    /// it without the reference mark).
+    ColdRow(u32),
 }
 
 /// What one simulation saw, scaled to the whole trace.
@@ -90,6 +94,20 @@ impl Lru {
         }
     }
 
+    /// Move cached row `r` to the tail (next to leave).
+    fn move_to_tail(&mut self, r: u32) {
+        self.unlink(r);
+        self.prev[r as usize] = self.tail;
+        self.next[r as usize] = NIL;
+        if self.tail != NIL {
+            self.next[self.tail as usize] = r;
+        }
+        self.tail = r;
+        if self.head == NIL {
+            self.head = r;
+        }
+    }
+
     fn push_front(&mut self, r: u32) {
         self.prev[r as usize] = NIL;
         self.next[r as usize] = self.head;
@@ -149,10 +167,10 @@ pub fn simulate(
         rate > 0.0 && rate <= 1.0,
         "sampling rate {rate} must be in (0, 1]"
     );
-    if let Admit::Threshold(_) = admit {
+    if let Admit::Threshold(_) | Admit::ColdRow(_) = admit {
         ensure!(
             counts.is_some_and(|c| c.len() == n),
-            "threshold admission needs a query count for each of the table's {n} rows"
+            "{admit:?} admission needs a query count for each of the table's {n} rows"
         );
     }
     let rpb = rows_per_block as u32;
@@ -176,6 +194,12 @@ pub fn simulate(
             continue;
         }
         s.blocks_read += 1.0;
+        if let Admit::ColdRow(t) = admit {
+            if lru.cached[r as usize] && counts.is_some_and(|c| c[r as usize] <= t) {
+                lru.move_to_tail(r);
+            }
+            continue;
+        }
         if admit == Admit::Row {
             continue;
         }
@@ -189,7 +213,7 @@ pub fn simulate(
             let take = match admit {
                 Admit::Block => true,
                 Admit::Threshold(t) => counts.is_some_and(|c| c[o as usize] > t),
-                Admit::Row => false,
+                Admit::Row | Admit::ColdRow(_) => false,
             };
             if take {
                 lru.insert(o);
@@ -243,6 +267,43 @@ pub fn sweep(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ColdRow(t)`: rows counted at most `t` leave first, so a hot set outlives a stream
+    /// of rows used once that plain LRU lets push it out; with every count above `t` it is
+    /// plain LRU.
+    #[test]
+    fn cold_rows_leave_first() {
+        let n = 20_000usize;
+        let mut rows = Vec::new();
+        for k in 0..6_000i64 {
+            rows.push(if k % 3 == 0 { (k / 3) % 50 } else { 1_000 + k });
+        }
+        let offsets = vec![0, rows.len() as i64];
+        let t = Queries {
+            offsets: &offsets,
+            rows: &rows,
+        };
+        let layout: Vec<u32> = (0..n as u32).collect();
+        let mut counts = vec![0u32; n];
+        counts[..50].fill(5);
+        let lru = simulate(&layout, 8, t, 60, Admit::Row, None, 1.0).unwrap();
+        let cold = simulate(&layout, 8, t, 60, Admit::ColdRow(0), Some(&counts), 1.0).unwrap();
+        assert!(
+            lru.hits < 1.0,
+            "plain LRU keeps none of the hot set: {}",
+            lru.hits
+        );
+        assert!(
+            (cold.hits - 1_950.0).abs() < 1e-9,
+            "every hot access after the first 50 hits: {}",
+            cold.hits
+        );
+        let all_hot = vec![9u32; n];
+        let same = simulate(&layout, 8, t, 60, Admit::ColdRow(3), Some(&all_hot), 1.0).unwrap();
+        assert_eq!(same, lru);
+        let e = simulate(&layout, 8, t, 60, Admit::ColdRow(3), None, 1.0).unwrap_err();
+        assert!(e.to_string().contains("query count"), "{e}");
+    }
 
     #[test]
     fn row_admission_is_the_lru_curve_and_blocks_read_are_the_misses() {

@@ -8,15 +8,16 @@ the first part of the queries and everything is measured on the rest:
 * **layouts**: the held-out fan-out of each (and of ``shp+kmeans``, SHP started from the
   K-means layout, where rows carry meaning), and of KaHyPar's partition of the same
   hypergraph on a smaller reference table when ``kahypar`` is installed;
-* **miniature caches**: at 1 % block sampling, the prefetch threshold ``t`` each cache size
-  should use, against the best ``t`` of exact simulations, and their hit-rate curves
-  against the exact (stack-distance) curve;
+* **miniature caches**: at 1 % block sampling, the prefetch threshold ``t`` (and ``row:T``'s
+  ``T``) each cache size should use, against the best of exact simulations, and their
+  hit-rate curves against the exact (stack-distance) curve;
 * **cases**: a block table replays the held-out queries (one bag per query, batches of
-  queries per call) for each layout, admission (``row``, the baseline; ``block``;
-  ``threshold:t`` with the miniature caches' ``t``; ``shadow``) and cache size (1-20 % of
-  the table): effective bandwidth increase over the baseline (original order, ``row``, same
-  cache: with the same lookups served, useful bytes are equal, so it is the baseline's
-  blocks read over the case's), hit rate beside Belady's at the same capacity, device reads
+  queries per call) for each layout, admission (``row``, the baseline; ``row:T``, no
+  prefetch but rows the training trace held at most ``T`` times admitted cold; ``block``;
+  ``threshold:t``; ``shadow``; ``T`` and ``t`` as the miniature caches pick them) and cache
+  size (1-20 % of the table): effective bandwidth increase over the baseline (original
+  order, ``row``, same cache: with the same lookups served, useful bytes are equal, so it
+  is the baseline's blocks read over the case's), hit rate beside Belady's at the same capacity, device reads
   per second against the calibrated random-read rate, lookups per second;
 * **miss path**: a table's reads when every lookup misses, against the disk's random 4 KiB
   reads at the same depth, measured alternately (and ``fio``'s, when installed);
@@ -148,9 +149,12 @@ def _batch_for(cache_rows: int, trace: Trace) -> int:
     return int(max(1, min(256, cache_rows // (2 * per))))
 
 
-def _pick_t(lay: np.ndarray, rpb: int, train: Trace, counts: np.ndarray, cap: int, rate: float) -> tuple[int, list[float]]:
-    """The threshold whose simulated cache reads the fewest blocks, and each one's blocks."""
-    admits = [f"threshold:{t}" for t in THRESHOLDS]
+def _pick_t(
+    kind: str, lay: np.ndarray, rpb: int, train: Trace, counts: np.ndarray, cap: int, rate: float
+) -> tuple[int, list[float]]:
+    """The ``T`` of admission ``kind`` (``threshold`` or ``row``) whose simulated cache
+    reads the fewest blocks, and each one's blocks."""
+    admits = [f"{kind}:{t}" for t in THRESHOLDS]
     res = _tiermem.minicache_sweep(lay, rpb, train.offsets, train.rows, [cap], admits, counts, rate)
     blocks = [r[0]["blocks_read"] for r in res]
     return THRESHOLDS[int(np.argmin(blocks))], blocks
@@ -235,7 +239,7 @@ def run(
     minis: list[dict[str, Any]] = []
     cases: list[dict[str, Any]] = []
     try:
-        n_cases = sum(len(fracs) * (7 if v is None else 13) for _, _, v in all_traces)  # admissions per layout
+        n_cases = sum(len(fracs) * (9 if v is None else 17) for _, _, v in all_traces)  # admissions per layout
         with MachineLoad() as load, Progress(n_cases + 5, "bench ssd", progress) as bar:
             for name, trace, values in all_traces:
                 train, test = trace.split(train_fraction)
@@ -268,9 +272,11 @@ def run(
                         # layout's training trace: simulating the training queries instead
                         # would favour low thresholds (every counted row comes back there).
                         # Exact simulations of the same queries judge their pick.
-                        t_mini, _ = _pick_t(lay, rpb, test, counts, cap, SAMPLE_RATE)
+                        t_mini, _ = _pick_t("threshold", lay, rpb, test, counts, cap, SAMPLE_RATE)
+                        t_row, _ = _pick_t("row", lay, rpb, test, counts, cap, SAMPLE_RATE)
                         if k == "shp":
-                            t_best, exact = _pick_t(lay, rpb, test, counts, cap, 1.0)
+                            t_best, exact = _pick_t("threshold", lay, rpb, test, counts, cap, 1.0)
+                            t_row_best, exact_row = _pick_t("row", lay, rpb, test, counts, cap, 1.0)
                             sizes = [max(1, int(n * f)) for f in (0.01, 0.02, 0.05, 0.1, 0.2)]
                             exact_curve = _tiermem.lru_curve(test.rows, sizes)
                             sampled = _tiermem.shards_curve(test.rows, SAMPLE_RATE, sizes, n)
@@ -282,6 +288,10 @@ def run(
                                     "t_picked": t_mini,
                                     "t_best": t_best,
                                     "gain_picked_over_best": exact[THRESHOLDS.index(t_best)] / exact[THRESHOLDS.index(t_mini)],
+                                    "row_t_picked": t_row,
+                                    "row_t_best": t_row_best,
+                                    "row_gain_picked_over_best": exact_row[THRESHOLDS.index(t_row_best)]
+                                    / exact_row[THRESHOLDS.index(t_row)],
                                     "curve_sizes": sizes,
                                     "curve_exact": exact_curve,
                                     "curve_sampled": sampled,
@@ -289,7 +299,7 @@ def run(
                                 }  # fmt: skip
                             )
                         belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
-                        admits = ["row", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
+                        admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
                         for adm in admits:
                             cases.append(
                                 _case(path, n, frac, adm, counts, train, test, depth)
@@ -455,7 +465,7 @@ def run_cli(args: Any) -> int:
         title="block tables on the real disk: held-out queries (effective bandwidth over original + row)",
     )
     print_table(
-        ["trace", "cache", "t (1% sample)", "t (exact)", "gain of picked / best", "curve max error"],
+        ["trace", "cache", "t (1% sample)", "t (exact)", "gain of picked / best", "row:T (1%, exact)", "curve max error"],
         [
             [
                 m["trace"],
@@ -463,6 +473,7 @@ def run_cli(args: Any) -> int:
                 m["t_picked"],
                 m["t_best"],
                 f"{m['gain_picked_over_best']:.3f}",
+                f"{m['row_t_picked']}, {m['row_t_best']}",
                 f"{m['curve_max_error']:.4f}",
             ]  # fmt: skip
             for m in res["miniature_caches"]

@@ -86,10 +86,13 @@ class EmbeddingTable:
             baseline; ``manager`` defaults to the model's, ``device`` and ``cache`` must be
             left out).
         admission: a block table's admission of the other rows of a block it reads (Bandana
-            §4.3): ``"row"`` (none: the baseline), ``"block"`` (all), ``"threshold:T"`` (rows
-            seen in more than T queries of the layout's trace, see
-            :meth:`set_access_counts`) or ``"shadow:M"`` (rows in a shadow cache of M times
-            the cache's size).
+            §4.3): ``"row"`` (none: the baseline), ``"row:T"`` (none, and a row asked for
+            that was seen in at most T queries of the layout's trace goes in unmarked, so
+            the next reclaim drops it unless it is hit again), ``"block"`` (all),
+            ``"threshold:T"`` (rows seen in more than T queries, see
+            :meth:`set_access_counts`; rows asked for seen in at most T go in unmarked, as
+            with ``row:T``) or ``"shadow:M"`` (rows in a shadow cache of M times the cache's
+            size).
         depth: a block table's reads in flight (default: the best depth ``tiermem
             calibrate`` found, else 16).
 
@@ -346,7 +349,7 @@ class EmbeddingTable:
 
     def set_access_counts(self, counts: Any) -> None:
         """Per-row counts of queries holding each row in the trace the layout was trained
-        on: what ``threshold:T`` admission compares against."""
+        on: what ``threshold:T`` and ``row:T`` admission compare against."""
         c = np.asarray(counts)
         if c.ndim != 1 or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
             raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")

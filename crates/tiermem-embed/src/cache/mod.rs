@@ -313,7 +313,9 @@ impl CachedRows {
     /// can fill up. Read once per call, not per row (a stale answer only costs a row its
     /// second chance).
     fn marking(&self, caching: bool) -> bool {
-        caching && self.marks.load(Ordering::Relaxed)
+        // A staged cache's rows are marked by its staging, which leaves the rows it admits
+        // cold unmarked: the kernel that follows must not mark them.
+        caching && self.marks.load(Ordering::Relaxed) && self.staging.is_none()
     }
 
     fn update_marks(&self) {

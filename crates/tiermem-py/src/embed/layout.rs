@@ -102,7 +102,7 @@ pub fn query_counts_into(
     })
 }
 
-/// Miniature caches: for each admission (`row`, `block`, `threshold:T`) and cache size
+/// Miniature caches: for each admission (`row`, `row:T`, `block`, `threshold:T`) and cache size
 /// (rows), the simulated accesses, hits and blocks read, on blocks sampled at `rate`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
@@ -121,6 +121,7 @@ pub fn minicache_sweep<'py>(
         .iter()
         .map(|a| match Prefetch::parse(a).map_err(to_py)? {
             Prefetch::Row => Ok(Admit::Row),
+            Prefetch::ColdRow(t) => Ok(Admit::ColdRow(t)),
             Prefetch::Block => Ok(Admit::Block),
             Prefetch::Threshold(t) => Ok(Admit::Threshold(t)),
             Prefetch::Shadow(_) => Err(to_py(tiermem_core::Error::InvalidArgument(format!(

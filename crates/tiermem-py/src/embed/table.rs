@@ -232,8 +232,8 @@ impl PyTable {
         c.set_access_counts(counts).map_err(to_py)
     }
 
-    /// Change a block table's admission of a read block's other rows (`row`, `block`,
-    /// `threshold:T`, `shadow:M`).
+    /// Change a block table's admission of a read block's other rows (`row`, `row:T`,
+    /// `block`, `threshold:T`, `shadow:M`).
     fn set_admission(&self, admission: &str) -> PyResult<()> {
         let p = Prefetch::parse(admission).map_err(to_py)?;
         self.cache()?.set_prefetch(p);

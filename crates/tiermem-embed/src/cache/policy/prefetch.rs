@@ -9,6 +9,10 @@ pub enum Prefetch {
     /// Only the row asked for (Bandana's baseline).
     #[default]
     Row,
+    /// Only the row asked for; one whose count in the layout's training trace is at most
+    /// this goes in without the reference mark, so it leaves at the next reclaim unless
+    /// hit again (the rows a trace holds once or never seldom come back before then).
+    ColdRow(u32),
     /// Every row of the block (Fig. 10: treated as if asked for, but with no recent use, so
     /// the second-chance reclaim drops unused ones first).
     Block,
@@ -24,19 +28,23 @@ pub enum Prefetch {
 /// Prefetch admission kinds, as [`Prefetch::parse`] reads them.
 pub const NAMES: &[&str] = &["row", "block", "threshold", "shadow"];
 
+/// The forms [`Prefetch::parse`] reads, for messages.
+const FORMS: &str = "row, row:T, block, threshold:T, shadow:M";
+
 impl Prefetch {
-    /// `row`, `block`, `threshold:T` (T a count, default 1) or `shadow:M` (M a multiple of
-    /// the cache's size, default 1).
+    /// `row`, `row:T`, `block`, `threshold:T` (T a count, default 1) or `shadow:M` (M a
+    /// multiple of the cache's size, default 1).
     pub fn parse(s: &str) -> Result<Self> {
         let (kind, arg) = s.split_once(':').map_or((s, None), |(k, a)| (k, Some(a)));
         let bad = |why: &str| -> Result<Self> {
-            bail!("prefetch admission '{s}': {why} (known: row, block, threshold:T, shadow:M)")
+            bail!("prefetch admission '{s}': {why} (known: {FORMS})")
         };
         match (kind, arg) {
             ("row", None) => Ok(Prefetch::Row),
             ("block", None) => Ok(Prefetch::Block),
             ("threshold", None) => Ok(Prefetch::Threshold(1)),
-            ("threshold", Some(a)) => match a.parse::<u32>() {
+            ("threshold" | "row", Some(a)) => match a.parse::<u32>() {
+                Ok(t) if kind == "row" => Ok(Prefetch::ColdRow(t)),
                 Ok(t) => Ok(Prefetch::Threshold(t)),
                 Err(_) => bad("the threshold is a count of accesses, a whole number"),
             },
@@ -47,7 +55,7 @@ impl Prefetch {
                 }
                 _ => bad("the shadow cache's size is a multiple of the cache's, above 0 and at most 1000"),
             },
-            ("row" | "block", Some(_)) => bad("takes no argument"),
+            ("block", Some(_)) => bad("takes no argument"),
             _ => bad("unknown kind"),
         }
     }
@@ -57,6 +65,7 @@ impl Prefetch {
     pub fn name(&self) -> String {
         match self {
             Prefetch::Row => "row".into(),
+            Prefetch::ColdRow(t) => format!("row:{t}"),
             Prefetch::Block => "block".into(),
             Prefetch::Threshold(t) => format!("threshold:{t}"),
             Prefetch::Shadow(m) => format!("shadow:{}", f64::from(*m) / 100.0),
@@ -75,6 +84,7 @@ mod tests {
             "block",
             "threshold:0",
             "threshold:7",
+            "row:2",
             "shadow:1.5",
             "shadow:0.01",
         ] {
@@ -87,6 +97,7 @@ mod tests {
         for s in [
             "rows",
             "block:2",
+            "row:x",
             "threshold:-1",
             "threshold:x",
             "shadow:0",
