@@ -10,8 +10,8 @@
 //!
 //! SHP here: rows no query uses go after all others (they would only dilute blocks). The
 //! rest start in trace order of first use (or, given a start layout, every row starts in
-//! its order and its blocks join the queries: see [`shp`]); each level splits every part of more than one
-//! block's worth of rows into a left part of whole blocks (half of its blocks) and the rest,
+//! its order and its blocks join the queries: see [`shp`]); each level splits every part
+//! of more than one block's worth of rows into a left part of whole blocks (half of its blocks) and the rest,
 //! then runs `iters` rounds of moves: every row's gain from switching sides is computed
 //! from its queries' probabilistic fan-out (`1 - (1 - p)^k` for `k` of a query's rows on a
 //! side, `p` = 1/2: a smooth stand-in for "is the side touched", SHP's choice), and the
@@ -422,20 +422,7 @@ mod tests {
         let (b, groups) = (8usize, 64usize);
         let n = b * groups + 100; // 100 rows no query uses
         let scatter = |r: usize| (r * 7919) % n;
-        let mut offsets = vec![0i64];
-        let mut rows = Vec::new();
-        let mut x = 12345u64;
-        for _ in 0..4000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let gr = (x >> 33) as usize % groups;
-            for k in 0..4 {
-                let r = gr * b + ((x >> (k * 3)) as usize % b);
-                rows.push(scatter(r) as i64);
-            }
-            offsets.push(rows.len() as i64);
-        }
+        let (offsets, rows) = planted(b, 0..groups, 4000, scatter);
         let t = Queries {
             offsets: &offsets,
             rows: &rows,
@@ -451,8 +438,8 @@ mod tests {
         assert!(after < 1.1, "SHP fan-out {after} (original order {before})");
     }
 
-    /// Queries over groups `0..used` of `groups` planted groups of `b` rows (`per` rows
-    /// each, `count` queries), the rows scattered over the table by `scatter`.
+    /// `count` queries of 4 rows each from one of the planted groups `used` (group `g` is
+    /// rows `g * b..(g + 1) * b`, placed in the table by `scatter`).
     fn planted(
         b: usize,
         used: std::ops::Range<usize>,
