@@ -2,8 +2,9 @@
 
 Everything here runs on the machine's disk (a scratch directory on it), never on emulated
 memory. For each trace (the query-structured one, Zipf and uniform queries, or a trace
-file), layouts (original order, SHP and, where rows carry meaning, K-means) are trained on
-the first part of the queries and everything is measured on the rest:
+file), layouts (original order, SHP and, where rows carry meaning, K-means and SHP started
+from it) are trained on the first part of the queries and everything is measured on the
+rest:
 
 * **layouts**: the held-out fan-out of each (and of ``shp+kmeans``, SHP started from the
   K-means layout, where rows carry meaning), and of KaHyPar's partition of the same
@@ -17,8 +18,9 @@ the first part of the queries and everything is measured on the rest:
   ``threshold:t``; ``shadow``; ``T`` and ``t`` as the miniature caches pick them) and cache
   size (1-20 % of the table): effective bandwidth increase over the baseline (original
   order, ``row``, same cache: with the same lookups served, useful bytes are equal, so it
-  is the baseline's blocks read over the case's), hit rate beside Belady's at the same capacity, device reads
-  per second against the calibrated random-read rate, lookups per second;
+  is the baseline's blocks read over the case's), hit rate beside Belady's at the same
+  capacity, device reads per second against the calibrated random-read rate, lookups per
+  second;
 * **miss path**: a table's reads when every lookup misses, against the disk's random 4 KiB
   reads at the same depth, measured alternately (and ``fio``'s, when installed);
 * **dlrm**: DLRM steps per second with tables on the disk against ``all-fast`` and FBGEMM
