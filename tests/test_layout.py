@@ -44,11 +44,13 @@ def test_shp_from_the_kmeans_layout_generalises_to_held_out_queries() -> None:
     cfg = QueryTraceConfig(rows=1 << 15, queries=6000, groups_per_query=4.0, rows_per_group=22.0)
     train, test = traces.query_trace(cfg).split(0.5)
     values = traces.group_embeddings(cfg, 32)
-    held = {k: layout.fanout(layout.make(k, trace=train, rows_per_block=RPB, weights=values), RPB, test) for k in layout.KINDS}
+    lays = layout.make_many(layout.KINDS, trace=train, rows_per_block=RPB, weights=values)
+    held = {k: layout.fanout(lay, RPB, test) for k, lay in lays.items()}
     assert held["shp+kmeans"] < 0.9 * held["shp"] < 0.9 * held["original"], held
     assert held["shp+kmeans"] < held["kmeans"], held
-    both = layout.make("shp+kmeans", trace=train, rows_per_block=RPB, weights=values)
+    both = lays["shp+kmeans"]
     assert _is_permutation(both, cfg.rows)
+    assert np.array_equal(layout.make("shp+kmeans", trace=train, rows_per_block=RPB, weights=values), both)
     # The training trace still pulls its rows together about as SHP alone does.
     assert layout.fanout(both, RPB, train) < 1.2 * layout.fanout(layout.shp(train, RPB), RPB, train)
 

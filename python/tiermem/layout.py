@@ -22,6 +22,7 @@ per-row query counts that threshold admission compares against.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from . import _tiermem
 from .exceptions import InvalidArgumentError
 from .traces import Trace
 
-__all__ = ["original", "shp", "kmeans", "kahypar_layout", "fanout", "query_counts", "KINDS"]
+__all__ = ["original", "shp", "kmeans", "kahypar_layout", "fanout", "query_counts", "make", "make_many", "KINDS"]
 
 #: Layout kinds :func:`make` builds.
 KINDS = ("original", "shp", "kmeans", "shp+kmeans")
@@ -180,13 +181,25 @@ def query_counts(trace: Trace) -> np.ndarray:
 
 def make(kind: str, *, trace: Trace, rows_per_block: int, weights: Any = None) -> np.ndarray:
     """The layout ``kind`` (one of :data:`KINDS`) for ``trace.rows_total`` rows."""
-    if kind == "original":
-        return original(trace.rows_total)
-    if kind == "shp":
-        return shp(trace, rows_per_block)
-    if kind in ("kmeans", "shp+kmeans"):
-        if weights is None:
+    return make_many([kind], trace=trace, rows_per_block=rows_per_block, weights=weights)[kind]
+
+
+def make_many(kinds: Sequence[str], *, trace: Trace, rows_per_block: int, weights: Any = None) -> dict[str, np.ndarray]:
+    """The layouts ``kinds`` (each one of :data:`KINDS`) for ``trace.rows_total`` rows, by
+    kind; ``kmeans`` and ``shp+kmeans`` share one K-means run."""
+    for kind in kinds:
+        if kind not in KINDS:
+            raise InvalidArgumentError(f"layout {kind!r}: known are {', '.join(KINDS)}")
+        if kind in ("kmeans", "shp+kmeans") and weights is None:
             raise InvalidArgumentError(f"a {kind} layout clusters the rows' values: pass weights")
-        semantic = kmeans(weights, rows_per_block)
-        return semantic if kind == "kmeans" else shp(trace, rows_per_block, start=semantic)
-    raise InvalidArgumentError(f"layout {kind!r}: known are {', '.join(KINDS)}")
+    out: dict[str, np.ndarray] = {}
+    semantic = kmeans(weights, rows_per_block) if {"kmeans", "shp+kmeans"} & set(kinds) else None
+    for kind in kinds:
+        if kind == "original":
+            out[kind] = original(trace.rows_total)
+        elif kind == "shp":
+            out[kind] = shp(trace, rows_per_block)
+        else:
+            assert semantic is not None
+            out[kind] = semantic if kind == "kmeans" else shp(trace, rows_per_block, start=semantic)
+    return out

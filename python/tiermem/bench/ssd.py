@@ -247,7 +247,7 @@ def run(
                 train, test = trace.split(train_fraction)
                 counts = layout.query_counts(train)
                 kinds = ["original", "shp"] + (["kmeans", "shp+kmeans"] if values is not None else [])
-                lays = {k: layout.make(k, trace=train, rows_per_block=rpb, weights=values) for k in kinds}
+                lays = layout.make_many(kinds, trace=train, rows_per_block=rpb, weights=values)
                 for k, lay in lays.items():
                     layouts_out.append(
                         {
@@ -417,9 +417,9 @@ def _reference_layouts(rows: int) -> dict[str, Any]:
     train, test = traces.query_trace(cfg).split(0.5)
     rpb = 4088 // (DIM * 4)
     out: dict[str, Any] = {"rows": rows, "queries": cfg.queries}
-    values = traces.group_embeddings(cfg, DIM)
-    for k in layout.KINDS:
-        out[k] = layout.fanout(layout.make(k, trace=train, rows_per_block=rpb, weights=values), rpb, test)
+    lays = layout.make_many(layout.KINDS, trace=train, rows_per_block=rpb, weights=traces.group_embeddings(cfg, DIM))
+    for k, lay in lays.items():
+        out[k] = layout.fanout(lay, rpb, test)
     start = time.perf_counter()
     kh = layout.kahypar_layout(train, rpb)
     out["kahypar"] = None if kh is None else layout.fanout(kh, rpb, test)

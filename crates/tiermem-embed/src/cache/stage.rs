@@ -163,7 +163,6 @@ impl CachedRows {
         rows.dedup();
         // The rows to read, and the hits marked (the kernel after staging leaves marks to
         // staging, so that rows admitted cold stay unmarked): the next reclaim keeps them.
-        let marks = self.marks.load(Ordering::Relaxed);
         let missing: Vec<u64> = rows
             .iter()
             .copied()
@@ -172,7 +171,7 @@ impl CachedRows {
                 if e & CACHED == 0 {
                     return true;
                 }
-                if marks && e & REF == 0 {
+                if e & REF == 0 {
                     self.entry(r as usize).fetch_or(REF, Ordering::Relaxed);
                 }
                 false
@@ -226,11 +225,11 @@ impl CachedRows {
         // (this call's cached rows are marked so), and drops unused prefetches first.
         let want = missing.len() + extra_rows.len().min(capacity.saturating_sub(rows.len()));
         if room != Room::Fill {
-            self.mark(rows);
             let slack = (self.cacheslack() / stride as u64).max(1) as usize;
             let passes = if room == Room::Once { 1 } else { 4 };
             // Each pass asks for all `want` slots as holes (a row kept by one pass, its
-            // mark cleared, may leave in the next).
+            // mark cleared, may leave in the next); the hits were marked above and are
+            // marked again after each pass.
             for _ in 0..passes {
                 if self.free_slots() >= want {
                     break;
