@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 import tiermem
+from tiermem import _tiermem, admission, layout
 from tiermem.embedding import EmbeddingTable
+from tiermem.exceptions import InvalidArgumentError
+from tiermem.traces import Trace
 
 ROWS, DIM = 2000, 16
 
@@ -339,9 +342,9 @@ def test_rows_admitted_cold_leave_first_and_lookups_stay_exact(disk_dir: Path) -
     ref = EmbeddingTable(n, dim)
     ref.load(w)
     hits = {}
-    for admission in ("row", "row:0"):
-        path = disk_dir / f"cold-{admission.replace(':', '_')}.tmb"
-        t = EmbeddingTable(n, dim, device=f"block:{path}", cache=0.02, cacheslack=0.0, admission=admission)
+    for adm in ("row", "row:0"):
+        path = disk_dir / f"cold-{adm.replace(':', '_')}.tmb"
+        t = EmbeddingTable(n, dim, device=f"block:{path}", cache=0.02, cacheslack=0.0, admission=adm)
         t.load(w)
         t.set_access_counts(counts)
         before = t.block_info or {}
@@ -349,9 +352,94 @@ def test_rows_admitted_cold_leave_first_and_lookups_stay_exact(disk_dir: Path) -
             offs = np.array([0], np.int64)
             np.testing.assert_array_equal(ref.lookup(idx, offs), t.lookup(idx, offs))
         info = t.block_info or {}
-        assert info["admission"] == admission
-        hits[admission] = 1 - (info["misses"] - before["misses"]) / (info["accesses"] - before["accesses"])
+        assert info["admission"] == adm
+        hits[adm] = 1 - (info["misses"] - before["misses"]) / (info["accesses"] - before["accesses"])
         del t
     # Every hot access but the first 200 hits when the cache (400 rows) keeps the hot set.
     best = (80 * 200 - 200) / (80 * 200 + 240 * 60)
     assert hits["row:0"] > best - 0.01 and hits["row"] < best - 0.1, (hits, best)
+
+
+@pytest.mark.parametrize(("shuffled", "batch"), [(False, None), (True, None), (True, 5)])
+def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuffled: bool, batch: int | None) -> None:
+    """The miniature caches' second chance (``row_bytes`` given) is the table cache's own:
+    unsampled, with the table's lookup calls (one row each, or ``batch`` queries), it
+    predicts a block table's misses and blocks read exactly, for every admission that it
+    simulates; Bandana's LRU list does not."""
+    n, dim = 3000, 32
+    rpb = 4088 // (dim * 4)
+    rng = np.random.default_rng(7)
+    rows = (rng.zipf(1.3, 8000) % n).astype(np.int64)
+    offsets = np.append(np.arange(0, len(rows), 4), len(rows)).astype(np.int64)
+    trace = Trace(offsets, rows, n)
+    counts = layout.query_counts(trace)
+    lay = rng.permutation(n).astype(np.uint32) if shuffled else np.arange(n, dtype=np.uint32)
+    admissions = ["row", "row:1", "row:4", "block", "threshold:1"]
+    real = {}
+    for adm in admissions:
+        path = disk_dir / f"mini-{adm.replace(':', '_')}-{shuffled}-{batch}.tmb"
+        t = EmbeddingTable(n, dim, device=f"block:{path}", cache=150 / n, cacheslack=0.0, admission=adm)
+        if shuffled:
+            t.relayout(lay)
+        t.set_access_counts(counts)
+        cache_rows = int((t.cache_info or {})["capacity"] // (dim * 4))
+        if batch is None:
+            zero = np.zeros(1, np.int64)
+            for r in rows:
+                t.lookup(r[None], zero)
+        else:
+            for q in range(0, trace.queries, batch):
+                lo, hi = int(offsets[q]), int(offsets[min(q + batch, trace.queries)])
+                t.lookup(rows[lo:hi], offsets[q : min(q + batch, trace.queries)] - lo)
+        real[adm] = t.block_info or {}
+        del t
+    sims = admission.simulate(
+        trace, lay, rows_per_block=rpb, cache_rows=cache_rows, row_bytes=dim * 4, admissions=admissions, counts=counts,
+        rate=1.0, batch=batch,
+    )  # fmt: skip
+    for adm, sim in sims.items():
+        info = real[adm]
+        assert sim["accesses"] == info["accesses"] == len(rows)
+        assert (sim["accesses"] - sim["hits"], sim["blocks_read"]) == (info["misses"], info["blocks_read"]), (adm, sim, info)
+    best = admission.pick(
+        trace,
+        lay,
+        rows_per_block=rpb,
+        cache_rows=cache_rows,
+        row_bytes=dim * 4,
+        admissions=admissions,
+        counts=counts,
+        rate=1.0,
+        batch=batch,
+    )
+    assert best.results == sims and real[best.admission]["blocks_read"] == min(r["blocks_read"] for r in real.values())
+    lru = _tiermem.minicache_sweep(lay, rpb, offsets, rows, [cache_rows], admissions, counts, 1.0, None, batch)
+    assert any(other["blocks_read"] != real[adm]["blocks_read"] for adm, [other] in zip(admissions, lru, strict=True))
+
+
+def test_admission_simulation_refuses_bad_input_by_name() -> None:
+    n = 64
+    trace = Trace(np.array([0, 3, 6], np.int64), np.array([1, 2, 3, 1, 5, 9], np.int64), n)
+    lay = np.arange(n, dtype=np.uint32)
+    kw: dict[str, object] = {"rows_per_block": 8, "cache_rows": 16, "row_bytes": 128}
+    counts = layout.query_counts(trace)
+    with pytest.raises(InvalidArgumentError, match="not a permutation"):
+        admission.simulate(trace, np.zeros(n, np.uint32), **kw)
+    with pytest.raises(InvalidArgumentError, match=r"one position per row of the trace's table \(64 rows\), got shape \(63,\)"):
+        admission.simulate(trace, lay[:-1], **kw)
+    with pytest.raises(InvalidArgumentError, match="sampling rate 0"):
+        admission.simulate(trace, lay, rate=0.0, **kw)
+    with pytest.raises(InvalidArgumentError, match="batch must be at least one"):
+        admission.simulate(trace, lay, batch=0, **kw)
+    with pytest.raises(InvalidArgumentError, match="cache_rows"):
+        admission.simulate(trace, lay, rows_per_block=8, cache_rows=0, row_bytes=128)
+    with pytest.raises(InvalidArgumentError, match="shadow caches are not simulated"):
+        admission.simulate(trace, lay, admissions=["shadow:1.5"], **kw)
+    with pytest.raises(InvalidArgumentError, match="query count for each of the table's 64 rows"):
+        admission.simulate(trace, lay, admissions=["row:2"], **kw)
+    with pytest.raises(InvalidArgumentError, match="query count"):
+        admission.simulate(trace, lay, admissions=["threshold:2"], counts=counts[:10], **kw)
+    with pytest.raises(InvalidArgumentError, match="trace must be"):
+        admission.simulate(rows_per_block=8, cache_rows=16, row_bytes=128, trace=[1, 2], layout=lay)  # type: ignore[arg-type]
+    # Without counts, pick chooses among the admissions that need none.
+    assert set(admission.pick(trace, lay, **kw).results) == {"row", "block"}

@@ -11,7 +11,9 @@ rest:
   hypergraph on a smaller reference table when ``kahypar`` is installed;
 * **miniature caches**: at 1 % block sampling, the prefetch threshold ``t`` (and ``row:T``'s
   ``T``) each cache size should use, against the best of exact simulations, and their
-  hit-rate curves against the exact (stack-distance) curve;
+  hit-rate curves against the exact (stack-distance) curve. They simulate the table cache's
+  own second chance over pages, in the replay's calls (which, unsampled, predicts a block
+  table's misses and blocks read exactly);
 * **cases**: a block table replays the held-out queries (one bag per query, batches of
   queries per call) for each layout, admission (``row``, the baseline; ``row:T``, no
   prefetch but rows the training trace held at most ``T`` times admitted cold; ``block``;
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _tiermem, layout, traces
+from .. import _tiermem, admission, layout, traces
 from .._sizes import format_bytes
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
@@ -58,7 +60,7 @@ __all__ = ["run", "run_cli", "QUERY_TRACE"]
 #: co-accessed groups; the generator's defaults otherwise.
 QUERY_TRACE = {"groups_per_query": 4.0, "rows_per_group": 22.0}
 DIM = 32
-THRESHOLDS = (0, 1, 2, 4, 8, 16)
+THRESHOLDS = admission.THRESHOLDS
 SAMPLE_RATE = 0.01
 
 
@@ -152,13 +154,16 @@ def _batch_for(cache_rows: int, trace: Trace) -> int:
 
 
 def _pick_t(
-    kind: str, lay: np.ndarray, rpb: int, train: Trace, counts: np.ndarray, cap: int, rate: float
+    kind: str, lay: np.ndarray, rpb: int, trace: Trace, counts: np.ndarray, cap: int, rate: float, batch: int
 ) -> tuple[int, list[float]]:
     """The ``T`` of admission ``kind`` (``threshold`` or ``row``) whose simulated cache
-    reads the fewest blocks, and each one's blocks."""
-    admits = [f"{kind}:{t}" for t in THRESHOLDS]
-    res = _tiermem.minicache_sweep(lay, rpb, train.offsets, train.rows, [cap], admits, counts, rate)
-    blocks = [r[0]["blocks_read"] for r in res]
+    (the table cache itself, ``batch`` queries per call) reads the fewest blocks of
+    ``trace``, and each one's blocks."""
+    res = admission.simulate(
+        trace, lay, rows_per_block=rpb, cache_rows=cap, row_bytes=DIM * 4,
+        admissions=[f"{kind}:{t}" for t in THRESHOLDS], counts=counts, rate=rate, batch=batch,
+    )  # fmt: skip
+    blocks = [r["blocks_read"] for r in res.values()]
     return THRESHOLDS[int(np.argmin(blocks))], blocks
 
 
@@ -274,11 +279,12 @@ def run(
                         # layout's training trace: simulating the training queries instead
                         # would favour low thresholds (every counted row comes back there).
                         # Exact simulations of the same queries judge their pick.
-                        t_mini, _ = _pick_t("threshold", lay, rpb, test, counts, cap, SAMPLE_RATE)
-                        t_row, _ = _pick_t("row", lay, rpb, test, counts, cap, SAMPLE_RATE)
+                        batch = _batch_for(cap, test)
+                        t_mini, _ = _pick_t("threshold", lay, rpb, test, counts, cap, SAMPLE_RATE, batch)
+                        t_row, _ = _pick_t("row", lay, rpb, test, counts, cap, SAMPLE_RATE, batch)
                         if k == "shp":
-                            t_best, exact = _pick_t("threshold", lay, rpb, test, counts, cap, 1.0)
-                            t_row_best, exact_row = _pick_t("row", lay, rpb, test, counts, cap, 1.0)
+                            t_best, exact = _pick_t("threshold", lay, rpb, test, counts, cap, 1.0, batch)
+                            t_row_best, exact_row = _pick_t("row", lay, rpb, test, counts, cap, 1.0, batch)
                             sizes = [max(1, int(n * f)) for f in (0.01, 0.02, 0.05, 0.1, 0.2)]
                             exact_curve = _tiermem.lru_curve(test.rows, sizes)
                             sampled = _tiermem.shards_curve(test.rows, SAMPLE_RATE, sizes, n)
@@ -304,7 +310,7 @@ def run(
                         admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
                         for adm in admits:
                             cases.append(
-                                _case(path, n, frac, adm, counts, train, test, depth)
+                                _case(path, n, frac, adm, counts, train, test, depth, batch)
                                 | {"trace": name, "layout": k, "belady_hit_rate": belady}
                             )
                             bar.step(f"{name} {k} {adm} {frac:.0%}")
@@ -348,14 +354,13 @@ def _relayout(path: Path, n: int, lay: np.ndarray) -> None:
 
 
 def _case(
-    path: Path, n: int, frac: float, admission: str, counts: np.ndarray, train: Trace, test: Trace, depth: int
+    path: Path, n: int, frac: float, admission: str, counts: np.ndarray, train: Trace, test: Trace, depth: int, batch: int
 ) -> dict[str, Any]:
-    """One block table replaying the held-out queries after warming on the end of the
-    training queries."""
+    """One block table replaying the held-out queries, ``batch`` per call, after warming on
+    the end of the training queries."""
     t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=frac, cacheslack=0.0, admission=admission, depth=depth)
     t.set_access_counts(counts)
     cache_rows = int(t.cache_info["capacity"] // (DIM * 4)) if t.cache_info else 1
-    batch = _batch_for(cache_rows, test)
     _, warm = train.split(0.8)
     _replay(t, warm, batch)
     r = _replay(t, test, batch)

@@ -21,7 +21,8 @@ without indirection.
 
 * :mod:`.table`: :class:`EmbeddingTable` and :func:`as_bags`;
 * :mod:`.collection`: :class:`EmbeddingCollection` (many tables, one kernel call);
-* :mod:`.config`: :class:`OptimizerConfig`, :class:`Placement` and the vocabularies.
+* :mod:`.config`: :class:`OptimizerConfig`, :class:`Placement` and the vocabularies;
+* :mod:`.cacheplan`: cache sizes and policies from hit-rate curves.
 """
 
 from .collection import EmbeddingCollection

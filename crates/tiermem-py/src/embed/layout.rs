@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tiermem_embed::cache::Prefetch;
 use tiermem_embed::layout::{self, Queries};
-use tiermem_embed::minicache::{self, Admit};
+use tiermem_embed::minicache::{self, Evict, Model};
 use tiermem_embed::mrc;
 
 use crate::buffer::{view, View};
@@ -103,8 +103,11 @@ pub fn query_counts_into(
 }
 
 /// Miniature caches: for each admission (`row`, `row:T`, `block`, `threshold:T`) and cache size
-/// (rows), the simulated accesses, hits and blocks read, on blocks sampled at `rate`.
+/// (rows), the simulated accesses, hits and blocks read, on blocks sampled at `rate`; the
+/// table cache's second chance for rows of `row_bytes` bytes, or Bandana's LRU without; in
+/// lookup calls of `batch` queries, or each access alone without.
 #[pyfunction]
+#[pyo3(signature = (layout, rows_per_block, offsets, rows, capacities, admits, counts, rate, row_bytes=None, batch=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn minicache_sweep<'py>(
     py: Python<'py>,
@@ -116,18 +119,17 @@ pub fn minicache_sweep<'py>(
     admits: Vec<String>,
     counts: Option<&Bound<'_, PyAny>>,
     rate: f64,
+    row_bytes: Option<usize>,
+    batch: Option<usize>,
 ) -> PyResult<Vec<Vec<Bound<'py, PyDict>>>> {
-    let admits: Vec<Admit> = admits
+    let model = Model {
+        evict: row_bytes.map_or(Evict::Lru, |row_bytes| Evict::Clock { row_bytes }),
+        rate,
+        batch,
+    };
+    let admits: Vec<Prefetch> = admits
         .iter()
-        .map(|a| match Prefetch::parse(a).map_err(to_py)? {
-            Prefetch::Row => Ok(Admit::Row),
-            Prefetch::ColdRow(t) => Ok(Admit::ColdRow(t)),
-            Prefetch::Block => Ok(Admit::Block),
-            Prefetch::Threshold(t) => Ok(Admit::Threshold(t)),
-            Prefetch::Shadow(_) => Err(to_py(tiermem_core::Error::InvalidArgument(format!(
-                "admission '{a}': shadow caches are not simulated by the miniature caches"
-            )))),
-        })
+        .map(|a| Prefetch::parse(a).map_err(to_py))
         .collect::<PyResult<_>>()?;
     let l = view::<u32>(layout, "layout (uint32)", false)?;
     let (off, r) = trace(offsets, rows)?;
@@ -143,7 +145,7 @@ pub fn minicache_sweep<'py>(
             offsets: off,
             rows: r,
         };
-        minicache::sweep(l, rows_per_block, q, &capacities, &admits, c, rate)
+        minicache::sweep(l, rows_per_block, q, &capacities, &admits, c, &model)
     })?;
     res.into_iter()
         .map(|per| {

@@ -1,0 +1,139 @@
+//! The table cache's own eviction, simulated: second chance over pages of slots
+//! ([`crate::cache::CachedRows`]'s reclaim). Slots are bumped page by page up to the page
+//! limit; a full cache's reclaim walks whole pages, oldest first, where a row used since
+//! the last pass keeps its slot (its mark cleared) and the others leave, their slots becoming
+//! holes that new rows fill (last freed, first filled) before any page is bumped; walked
+//! pages go to the back of the queue. A row asked for goes in marked, unless `cold`; a
+//! block's other rows go in unmarked, as many as fit once room is made.
+
+use std::collections::VecDeque;
+
+use super::{SimCache, NIL};
+
+/// The simulated cache of `pages` pages of `page_rows` slots.
+pub(super) struct Clock {
+    slot_of: Vec<u32>,
+    marked: Vec<bool>,
+    row_at: Vec<u32>,
+    page_rows: usize,
+    pages: usize,
+    /// Pages in use, next to walk first.
+    active: VecDeque<usize>,
+    /// The page being bumped and its slots used.
+    current: Option<(usize, usize)>,
+    holes: Vec<u32>,
+}
+
+impl Clock {
+    /// For a table of `n` rows.
+    pub(super) fn new(n: usize, pages: usize, page_rows: usize) -> Self {
+        Clock {
+            slot_of: vec![NIL; n],
+            marked: vec![false; n],
+            row_at: vec![NIL; pages * page_rows],
+            page_rows,
+            pages,
+            active: VecDeque::with_capacity(pages),
+            current: None,
+            holes: Vec::new(),
+        }
+    }
+
+    fn free(&self) -> usize {
+        let bumpable = self.current.map_or(0, |(_, used)| self.page_rows - used);
+        self.holes.len() + bumpable + (self.pages - self.active.len()) * self.page_rows
+    }
+
+    fn alloc(&mut self) -> Option<usize> {
+        if let Some(s) = self.holes.pop() {
+            return Some(s as usize);
+        }
+        if let Some((f, used)) = self.current {
+            if used < self.page_rows {
+                self.current = Some((f, used + 1));
+                return Some(f * self.page_rows + used);
+            }
+        }
+        if self.active.len() == self.pages {
+            return None;
+        }
+        let f = self.active.len();
+        self.active.push_back(f);
+        self.current = Some((f, 1));
+        Some(f * self.page_rows)
+    }
+
+    /// Walk pages until `want` holes are free or every page was walked once.
+    fn reclaim(&mut self, want: usize) {
+        let total = self.active.len();
+        let mut walked = 0;
+        while walked < total && self.holes.len() < want {
+            let Some(f) = self.active.pop_front() else {
+                break;
+            };
+            walked += 1;
+            let used = match self.current {
+                Some((c, used)) if c == f => used,
+                _ => self.page_rows,
+            };
+            for s in f * self.page_rows..f * self.page_rows + used {
+                let r = self.row_at[s];
+                if r == NIL {
+                    continue;
+                }
+                if self.marked[r as usize] {
+                    self.marked[r as usize] = false;
+                } else {
+                    self.slot_of[r as usize] = NIL;
+                    self.row_at[s] = NIL;
+                    self.holes.push(s as u32);
+                }
+            }
+            self.active.push_back(f);
+        }
+    }
+
+    fn put(&mut self, r: u32, mark: bool) -> bool {
+        let Some(s) = self.alloc() else {
+            return false;
+        };
+        self.row_at[s] = r;
+        self.slot_of[r as usize] = s as u32;
+        self.marked[r as usize] = mark;
+        true
+    }
+}
+
+impl SimCache for Clock {
+    fn cached(&self, r: u32) -> bool {
+        self.slot_of[r as usize] != NIL
+    }
+
+    fn hit(&mut self, r: u32) {
+        self.marked[r as usize] = true;
+    }
+
+    /// The staged cache's `Room::All`: up to four passes, the call's cached rows marked
+    /// again after each.
+    fn make_room(&mut self, want: usize, keep: &[u32]) {
+        for _ in 0..4 {
+            if self.free() >= want {
+                break;
+            }
+            self.reclaim(want);
+            for &r in keep {
+                if self.slot_of[r as usize] != NIL {
+                    self.marked[r as usize] = true;
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, r: u32, cold: bool, prefetch: bool) -> bool {
+        self.put(r, !cold && !prefetch)
+    }
+
+    fn capacity(&self) -> usize {
+        self.pages * self.page_rows
+    }
+}

@@ -1,0 +1,109 @@
+"""Which admission a block table should use, from miniature caches (Bandana §4.3.3).
+
+A block table reads whole 4 KiB blocks; its ``admission`` says which of a block's other rows
+the cache keeps (``row``, ``row:T``, ``block``, ``threshold:T``; see
+:class:`tiermem.embedding.EmbeddingTable`). Which one reads the fewest blocks depends on the
+layout, the trace and the cache's size, so measure it: :func:`simulate` runs the table
+cache itself (its second chance over pages, rows inserted as staging inserts them) over a
+trace in the table's lookup calls, on the blocks whose hash falls in a ``rate`` sample, and
+:func:`pick` returns the admission that read the fewest blocks::
+
+    from tiermem import admission, layout
+    counts = layout.query_counts(train)                 # the layout's training trace
+    best = admission.pick(recent, lay, rows_per_block=rpb, cache_rows=50_000,
+                          row_bytes=128, counts=counts, batch=256)
+    t = EmbeddingTable(n, 32, device="block:/data/t.tmb", cache=50_000 / n, admission=best.admission)
+    t.set_access_counts(counts)
+
+Unsampled (``rate=1``), with the table's calls, the simulation predicts a block table's
+misses and blocks read exactly (``tests/test_block_table.py``); ``bench ssd`` reports how
+the 1 % pick compares with the exact one on its traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _tiermem
+from .exceptions import InvalidArgumentError
+from .traces import Trace
+
+__all__ = ["THRESHOLDS", "CANDIDATES", "Pick", "simulate", "pick"]
+
+#: The ``T`` of ``row:T`` and ``threshold:T`` that :data:`CANDIDATES` tries.
+THRESHOLDS = (0, 1, 2, 4, 8, 16)
+#: The admissions :func:`pick` chooses from by default.
+CANDIDATES = ("row", "block", *(f"row:{t}" for t in THRESHOLDS), *(f"threshold:{t}" for t in THRESHOLDS))
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The admission that read the fewest blocks, and what each one did."""
+
+    #: The admission to give the table.
+    admission: str
+    #: Per admission tried: ``accesses``, ``hits`` and ``blocks_read`` (scaled to the whole
+    #: trace), and ``hit_rate``.
+    results: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def simulate(
+    trace: Trace,
+    layout: Any,
+    *,
+    rows_per_block: int,
+    cache_rows: int,
+    row_bytes: int,
+    admissions: Sequence[str] | None = None,
+    counts: Any = None,
+    rate: float = 0.01,
+    batch: int | None = None,
+) -> dict[str, dict[str, float]]:
+    """Simulate a block table's cache of ``cache_rows`` rows of ``row_bytes`` bytes over
+    ``trace`` for each admission (default :data:`CANDIDATES`, those with a ``T`` only when
+    ``counts`` is given): ``batch`` queries per lookup call (``None``: every access alone),
+    on the blocks sampled at ``rate``; ``counts`` (per-row query counts of the layout's
+    training trace, :func:`tiermem.layout.query_counts`) for ``row:T`` and ``threshold:T``.
+
+    Raises:
+        InvalidArgumentError: a layout that is not a permutation of the trace's rows, a
+            rate outside (0, 1], a batch or size below one, an unknown admission, ``shadow``
+            (not simulated), or ``counts`` missing or of the wrong length for a threshold.
+    """
+    if not isinstance(trace, Trace):
+        raise InvalidArgumentError(f"trace must be a tiermem.traces.Trace, got {type(trace).__name__}")
+    if cache_rows < 1 or row_bytes < 1 or rows_per_block < 1:
+        raise InvalidArgumentError(
+            f"cache_rows, row_bytes and rows_per_block must be at least 1, got {cache_rows}, {row_bytes}, {rows_per_block}"
+        )
+    if batch is not None and batch < 1:
+        raise InvalidArgumentError(f"batch must be at least one query per call, got {batch}")
+    lay = np.asarray(layout)
+    if lay.ndim != 1 or lay.dtype.kind not in "iu" or lay.size != trace.rows_total:
+        raise InvalidArgumentError(
+            f"the layout must be a 1-D integer array of one position per row of the trace's table "
+            f"({trace.rows_total} rows), got shape {lay.shape} of {lay.dtype}"
+        )
+    lay = np.ascontiguousarray(lay, np.uint32)
+    if admissions is None:
+        admissions = [a for a in CANDIDATES if counts is not None or ":" not in a]
+    cnt = None if counts is None else np.ascontiguousarray(np.asarray(counts), np.uint32)
+    res = _tiermem.minicache_sweep(
+        lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch
+    )
+    out = {}
+    for a, [r] in zip(admissions, res, strict=True):
+        out[a] = dict(r) | {"hit_rate": r["hits"] / r["accesses"] if r["accesses"] else 0.0}
+    return out
+
+
+def pick(trace: Trace, layout: Any, **kwargs: Any) -> Pick:
+    """The admission whose simulated cache reads the fewest blocks of ``trace``; arguments
+    as :func:`simulate`. Ties go to the earlier admission."""
+    res = simulate(trace, layout, **kwargs)
+    best = min(res, key=lambda a: res[a]["blocks_read"])
+    return Pick(best, res)
