@@ -94,8 +94,8 @@ impl Staging {
     /// Whether a row asked for goes in without the reference mark (it leaves at the next
     /// reclaim unless hit again): under `Threshold(t)` and `ColdRow(t)`, a row the training
     /// trace held in at most `t` queries, as its neighbours would not be admitted at all.
-    /// On the query trace at a 5 % cache this raised a simulated CLOCK's hit rate by 3 %
-    /// (t = 2).
+    /// On `bench ssd`'s query trace at a 5 % cache, `row:4` (the miniature caches' pick)
+    /// raised the table's hit rate from 0.741 to 0.754.
     fn cold(&self, row: u64) -> bool {
         match (self.prefetch, &self.counts) {
             (Prefetch::Threshold(t) | Prefetch::ColdRow(t), Some(c)) => {
