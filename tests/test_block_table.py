@@ -439,6 +439,8 @@ def test_admission_simulation_refuses_bad_input_by_name() -> None:
         admission.simulate(trace, lay, admissions=["row:2"], **kw)
     with pytest.raises(InvalidArgumentError, match="query count"):
         admission.simulate(trace, lay, admissions=["threshold:2"], counts=counts[:10], **kw)
+    with pytest.raises(InvalidArgumentError, match="non-negative integers"):
+        admission.simulate(trace, lay, admissions=["row:2"], counts=-np.ones(n, np.int64), **kw)
     with pytest.raises(InvalidArgumentError, match="trace must be"):
         admission.simulate(rows_per_block=8, cache_rows=16, row_bytes=128, trace=[1, 2], layout=lay)  # type: ignore[arg-type]
     # Without counts, pick chooses among the admissions that need none.

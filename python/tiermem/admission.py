@@ -72,7 +72,8 @@ def simulate(
     Raises:
         InvalidArgumentError: a layout that is not a permutation of the trace's rows, a
             rate outside (0, 1], a batch or size below one, an unknown admission, ``shadow``
-            (not simulated), or ``counts`` missing or of the wrong length for a threshold.
+            (not simulated), or ``counts`` negative, missing or of the wrong length for a
+            threshold.
     """
     if not isinstance(trace, Trace):
         raise InvalidArgumentError(f"trace must be a tiermem.traces.Trace, got {type(trace).__name__}")
@@ -91,7 +92,12 @@ def simulate(
     lay = np.ascontiguousarray(lay, np.uint32)
     if admissions is None:
         admissions = [a for a in CANDIDATES if counts is not None or ":" not in a]
-    cnt = None if counts is None else np.ascontiguousarray(np.asarray(counts), np.uint32)
+    cnt = None
+    if counts is not None:
+        c = np.asarray(counts)
+        if c.ndim != 1 or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
+            raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")
+        cnt = np.ascontiguousarray(c, np.uint32)
     res = _tiermem.minicache_sweep(
         lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch
     )
