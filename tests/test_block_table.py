@@ -360,12 +360,12 @@ def test_rows_admitted_cold_leave_first_and_lookups_stay_exact(disk_dir: Path) -
     assert hits["row:0"] > best - 0.01 and hits["row"] < best - 0.1, (hits, best)
 
 
-@pytest.mark.parametrize(("shuffled", "batch"), [(False, None), (True, None), (True, 5)])
-def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuffled: bool, batch: int | None) -> None:
+@pytest.mark.parametrize(("shuffled", "batch", "slack"), [(False, None, 0), (True, None, 0), (True, 5, 0), (True, 5, 40)])
+def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuffled: bool, batch: int | None, slack: int) -> None:
     """The miniature caches' second chance (``row_bytes`` given) is the table cache's own:
-    unsampled, with the table's lookup calls (one row each, or ``batch`` queries), it
-    predicts a block table's misses and blocks read exactly, for every admission that it
-    simulates; Bandana's LRU list does not."""
+    unsampled, with the table's lookup calls (one row each, or ``batch`` queries) and its
+    slack (``slack`` rows), it predicts a block table's misses and blocks read exactly, for
+    every admission that it simulates; Bandana's LRU list does not."""
     n, dim = 3000, 32
     rpb = 4088 // (dim * 4)
     rng = np.random.default_rng(7)
@@ -377,12 +377,13 @@ def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuff
     admissions = ["row", "row:1", "row:4", "block", "threshold:1"]
     real = {}
     for adm in admissions:
-        path = disk_dir / f"mini-{adm.replace(':', '_')}-{shuffled}-{batch}.tmb"
-        t = EmbeddingTable(n, dim, device=f"block:{path}", cache=150 / n, cacheslack=0.0, admission=adm)
+        path = disk_dir / f"mini-{adm.replace(':', '_')}-{shuffled}-{batch}-{slack}.tmb"
+        t = EmbeddingTable(n, dim, device=f"block:{path}", cache=150 / n, cacheslack=slack / n, admission=adm)
         if shuffled:
             t.relayout(lay)
         t.set_access_counts(counts)
-        cache_rows = int((t.cache_info or {})["capacity"] // (dim * 4))
+        info = t.cache_info or {}
+        cache_rows, slack_rows = int(info["capacity"] // (dim * 4)), int(info["cacheslack"] // (dim * 4))
         if batch is None:
             zero = np.zeros(1, np.int64)
             for r in rows:
@@ -395,7 +396,7 @@ def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuff
         del t
     sims = admission.simulate(
         trace, lay, rows_per_block=rpb, cache_rows=cache_rows, row_bytes=dim * 4, admissions=admissions, counts=counts,
-        rate=1.0, batch=batch,
+        rate=1.0, batch=batch, slack_rows=slack_rows,
     )  # fmt: skip
     for adm, sim in sims.items():
         info = real[adm]
@@ -411,6 +412,7 @@ def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuff
         counts=counts,
         rate=1.0,
         batch=batch,
+        slack_rows=slack_rows,
     )
     assert best.results == sims and real[best.admission]["blocks_read"] == min(r["blocks_read"] for r in real.values())
     lru = _tiermem.minicache_sweep(lay, rpb, offsets, rows, [cache_rows], admissions, counts, 1.0, None, batch)
@@ -429,6 +431,8 @@ def test_admission_simulation_refuses_bad_input_by_name() -> None:
         admission.simulate(trace, lay[:-1], **kw)
     with pytest.raises(InvalidArgumentError, match="sampling rate 0"):
         admission.simulate(trace, lay, rate=0.0, **kw)
+    with pytest.raises(InvalidArgumentError, match="slack_rows must be in 0..cache_rows"):
+        admission.simulate(trace, lay, slack_rows=17, **kw)
     with pytest.raises(InvalidArgumentError, match="batch must be at least one"):
         admission.simulate(trace, lay, batch=0, **kw)
     with pytest.raises(InvalidArgumentError, match="cache_rows"):

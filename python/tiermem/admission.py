@@ -62,12 +62,15 @@ def simulate(
     counts: Any = None,
     rate: float = 0.01,
     batch: int | None = None,
+    slack_rows: int = 0,
 ) -> dict[str, dict[str, float]]:
     """Simulate a block table's cache of ``cache_rows`` rows of ``row_bytes`` bytes over
     ``trace`` for each admission (default :data:`CANDIDATES`, those with a ``T`` only when
     ``counts`` is given): ``batch`` queries per lookup call (``None``: every access alone),
     on the blocks sampled at ``rate``; ``counts`` (per-row query counts of the layout's
     training trace, :func:`tiermem.layout.query_counts`) for ``row:T`` and ``threshold:T``.
+    ``cache_rows`` is the table's ``cachelower`` and ``cacheslack`` together, in rows, and
+    ``slack_rows`` its ``cacheslack`` (a reclaim frees at least that many).
 
     Raises:
         InvalidArgumentError: a layout that is not a permutation of the trace's rows, a
@@ -81,6 +84,8 @@ def simulate(
         raise InvalidArgumentError(
             f"cache_rows, row_bytes and rows_per_block must be at least 1, got {cache_rows}, {row_bytes}, {rows_per_block}"
         )
+    if not 0 <= slack_rows <= cache_rows:
+        raise InvalidArgumentError(f"slack_rows must be in 0..cache_rows ({cache_rows}), got {slack_rows}")
     if batch is not None and batch < 1:
         raise InvalidArgumentError(f"batch must be at least one query per call, got {batch}")
     lay = np.asarray(layout)
@@ -99,7 +104,7 @@ def simulate(
             raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")
         cnt = np.ascontiguousarray(c, np.uint32)
     res = _tiermem.minicache_sweep(
-        lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch
+        lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch, slack_rows
     )
     out = {}
     for a, [r] in zip(admissions, res, strict=True):

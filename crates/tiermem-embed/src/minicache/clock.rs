@@ -3,7 +3,8 @@
 //! limit; a full cache's reclaim walks whole pages, oldest first, where a row used since
 //! the last pass keeps its slot (its mark cleared) and the others leave, their slots becoming
 //! holes that new rows fill (last freed, first filled) before any page is bumped; walked
-//! pages go to the back of the queue. A row asked for goes in marked, unless `cold`; a
+//! pages go to the back of the queue; a reclaim stops once the rows wanted, and at least the
+//! slack, are free. A row asked for goes in marked, unless `cold`; a
 //! block's other rows go in unmarked, as many as fit once room is made.
 
 use std::collections::VecDeque;
@@ -22,11 +23,13 @@ pub(super) struct Clock {
     /// The page being bumped and its slots used.
     current: Option<(usize, usize)>,
     holes: Vec<u32>,
+    /// Slots a reclaim frees at least.
+    slack: usize,
 }
 
 impl Clock {
-    /// For a table of `n` rows.
-    pub(super) fn new(n: usize, pages: usize, page_rows: usize) -> Self {
+    /// For a table of `n` rows, reclaims freeing at least `slack` slots.
+    pub(super) fn new(n: usize, pages: usize, page_rows: usize, slack: usize) -> Self {
         Clock {
             slot_of: vec![NIL; n],
             marked: vec![false; n],
@@ -36,6 +39,7 @@ impl Clock {
             active: VecDeque::with_capacity(pages),
             current: None,
             holes: Vec::new(),
+            slack: slack.max(1),
         }
     }
 
@@ -120,7 +124,7 @@ impl SimCache for Clock {
             if self.free() >= want {
                 break;
             }
-            self.reclaim(want);
+            self.reclaim(want.max(self.slack));
             for &r in keep {
                 if self.slot_of[r as usize] != NIL {
                     self.marked[r as usize] = true;

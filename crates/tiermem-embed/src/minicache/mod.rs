@@ -60,10 +60,13 @@ pub enum Evict {
     Lru,
     /// The table cache's own second chance over pages (rows of `row_bytes` bytes set the
     /// page size, as [`CachedRows::frame_rows`] does): rows asked for go in marked unless
-    /// cold (`ColdRow` and `Threshold` alike, as staging does), prefetches unmarked.
+    /// cold (`ColdRow` and `Threshold` alike, as staging does), prefetches unmarked; a
+    /// reclaim frees at least `slack_rows` slots (the table's `cacheslack` in rows).
     Clock {
         /// Bytes per row.
         row_bytes: usize,
+        /// Slots a reclaim frees at least (of the full-size cache; scaled like it).
+        slack_rows: usize,
     },
 }
 
@@ -151,8 +154,16 @@ pub fn simulate(
             };
             Ok(run.through(&mut lru::Lru::new(n, scaled), cold))
         }
-        Evict::Clock { row_bytes } => {
+        Evict::Clock {
+            row_bytes,
+            slack_rows,
+        } => {
             ensure!(row_bytes > 0, "rows hold at least one byte");
+            ensure!(
+                slack_rows <= capacity,
+                "a cache of {capacity} rows cannot keep a slack of {slack_rows}"
+            );
+            let slack = ((slack_rows as f64 * rate).round() as usize).max(1);
             // The table's pages for `capacity` rows, each scaled by `rate`.
             let page_rows = CachedRows::frame_rows(capacity.max(1), row_bytes);
             let pages = capacity.max(1).div_ceil(page_rows);
@@ -161,7 +172,7 @@ pub fn simulate(
                 Prefetch::ColdRow(t) | Prefetch::Threshold(t) => Some(t),
                 _ => None,
             };
-            Ok(run.through(&mut clock::Clock::new(n, pages, scaled_rows), cold))
+            Ok(run.through(&mut clock::Clock::new(n, pages, scaled_rows, slack), cold))
         }
     }
 }
@@ -452,7 +463,10 @@ mod tests {
         };
         let layout: Vec<u32> = (0..n as u32).collect();
         let clock = Model {
-            evict: Evict::Clock { row_bytes: 128 },
+            evict: Evict::Clock {
+                row_bytes: 128,
+                slack_rows: 0,
+            },
             rate: 1.0,
             batch: None,
         };

@@ -104,10 +104,11 @@ pub fn query_counts_into(
 
 /// Miniature caches: for each admission (`row`, `row:T`, `block`, `threshold:T`) and cache size
 /// (rows), the simulated accesses, hits and blocks read, on blocks sampled at `rate`; the
-/// table cache's second chance for rows of `row_bytes` bytes, or Bandana's LRU without; in
-/// lookup calls of `batch` queries, or each access alone without.
+/// table cache's second chance for rows of `row_bytes` bytes (reclaims freeing at least
+/// `slack_rows`), or Bandana's LRU without; in lookup calls of `batch` queries, or each access
+/// alone without.
 #[pyfunction]
-#[pyo3(signature = (layout, rows_per_block, offsets, rows, capacities, admits, counts, rate, row_bytes=None, batch=None))]
+#[pyo3(signature = (layout, rows_per_block, offsets, rows, capacities, admits, counts, rate, row_bytes=None, batch=None, slack_rows=0))]
 #[allow(clippy::too_many_arguments)]
 pub fn minicache_sweep<'py>(
     py: Python<'py>,
@@ -121,9 +122,13 @@ pub fn minicache_sweep<'py>(
     rate: f64,
     row_bytes: Option<usize>,
     batch: Option<usize>,
+    slack_rows: usize,
 ) -> PyResult<Vec<Vec<Bound<'py, PyDict>>>> {
     let model = Model {
-        evict: row_bytes.map_or(Evict::Lru, |row_bytes| Evict::Clock { row_bytes }),
+        evict: row_bytes.map_or(Evict::Lru, |row_bytes| Evict::Clock {
+            row_bytes,
+            slack_rows,
+        }),
         rate,
         batch,
     };
