@@ -4,8 +4,8 @@
 //! the last pass keeps its slot (its mark cleared) and the others leave, their slots becoming
 //! holes that new rows fill (last freed, first filled) before any page is bumped; walked
 //! pages go to the back of the queue; a reclaim stops once the rows wanted, and at least the
-//! slack, are free. A row asked for goes in marked, unless `cold`; a
-//! block's other rows go in unmarked, as many as fit once room is made.
+//! slack, are free. A row asked for goes in marked, unless `cold`; a block's other rows go
+//! in unmarked, as many as fit once room is made.
 
 use std::collections::VecDeque;
 
