@@ -12,11 +12,14 @@ trace in the table's lookup calls, on the blocks whose hash falls in a ``rate`` 
     counts = layout.query_counts(train)                 # the layout's training trace
     best = admission.pick(recent, lay, rows_per_block=rpb, cache_rows=50_000,
                           row_bytes=128, counts=counts, batch=256)
-    t = EmbeddingTable(n, 32, device="block:/data/t.tmb", cache=50_000 / n, admission=best.admission)
+    t = EmbeddingTable(n, 32, device="block:/data/t.tmb", cache=50_000 / n, cacheslack=0.0,
+                       admission=best.admission)                 # the cache simulated
     t.set_access_counts(counts)
 
-Unsampled (``rate=1``), with the table's calls, the simulation predicts a block table's
-misses and blocks read exactly (``tests/test_block_table.py``); ``bench ssd`` reports how
+A table with a slack (``cacheslack``, 0.05 of the table by default) holds ``cachelower +
+cacheslack`` rows and frees at least the slack at each reclaim: give both (``cache_rows``,
+``slack_rows``). Unsampled (``rate=1``), with the table's calls, the simulation predicts a
+block table's misses and blocks read exactly (``tests/test_block_table.py``); ``bench ssd`` reports how
 the 1 % pick compares with the exact one on its traces.
 """
 
