@@ -449,3 +449,30 @@ def test_admission_simulation_refuses_bad_input_by_name() -> None:
         admission.simulate(rows_per_block=8, cache_rows=16, row_bytes=128, trace=[1, 2], layout=lay)  # type: ignore[arg-type]
     # Without counts, pick chooses among the admissions that need none.
     assert set(admission.pick(trace, lay, **kw).results) == {"row", "block"}
+
+
+def test_tune_gives_a_block_table_the_admission_that_reads_fewest_blocks(disk_dir: Path) -> None:
+    """``admission.tune`` simulates the table as it is (default slack, its layout) and sets
+    the pick; replaying the trace in the same calls then reads exactly the blocks it
+    predicted. A table that is not a block table is refused by name."""
+    n, dim, batch = 4000, 16, 4
+    rng = np.random.default_rng(11)
+    rows = (rng.zipf(1.2, 9000) % n).astype(np.int64)
+    offsets = np.append(np.arange(0, len(rows), 3), len(rows)).astype(np.int64)
+    trace = Trace(offsets, rows, n)
+    counts = layout.query_counts(trace)
+    lay = rng.permutation(n).astype(np.uint32)
+    t = EmbeddingTable(n, dim, device=f"block:{disk_dir / 'tune.tmb'}", cache=0.04)
+    t.relayout(lay)
+    best = admission.tune(t, trace, lay, counts=counts, batch=batch, rate=1.0)
+    assert set(best.results) == set(admission.CANDIDATES)
+    assert best.results[best.admission]["blocks_read"] == min(r["blocks_read"] for r in best.results.values())
+    info = t.block_info or {}
+    assert info["admission"] == best.admission
+    for q in range(0, trace.queries, batch):
+        e = min(q + batch, trace.queries)
+        t.lookup(rows[int(offsets[q]) : int(offsets[e])], offsets[q:e] - offsets[q])
+    after = t.block_info or {}
+    assert after["blocks_read"] - info["blocks_read"] == best.results[best.admission]["blocks_read"]
+    with pytest.raises(InvalidArgumentError, match="a block table's: this table is"):
+        admission.tune(EmbeddingTable(n, dim), trace, lay)

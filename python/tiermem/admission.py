@@ -6,7 +6,12 @@ the cache keeps (``row``, ``row:T``, ``block``, ``threshold:T``; see
 layout, the trace and the cache's size, so measure it: :func:`simulate` runs the table
 cache itself (its second chance over pages, rows inserted as staging inserts them) over a
 trace in the table's lookup calls, on the blocks whose hash falls in a ``rate`` sample, and
-:func:`pick` returns the admission that read the fewest blocks::
+:func:`pick` returns the admission that read the fewest blocks; :func:`tune` does it for a
+block table as it is (its rows per block, cache and slack) and gives the table the pick::
+
+    tiermem.admission.tune(t, recent, lay, counts=counts, batch=256)   # -> Pick("row:4", ...)
+
+or, before the table exists::
 
     from tiermem import admission, layout
     counts = layout.query_counts(train)                 # the layout's training trace
@@ -18,9 +23,10 @@ trace in the table's lookup calls, on the blocks whose hash falls in a ``rate`` 
 
 A table with a slack (``cacheslack``, 0.05 of the table by default) holds ``cachelower +
 cacheslack`` rows and frees at least the slack at each reclaim: give both (``cache_rows``,
-``slack_rows``). Unsampled (``rate=1``), with the table's calls, the simulation predicts a
-block table's misses and blocks read exactly (``tests/test_block_table.py``); ``bench ssd`` reports how
-the 1 % pick compares with the exact one on its traces.
+``slack_rows``; :func:`tune` reads them from the table). Unsampled (``rate=1``), with the
+table's calls, the simulation predicts a block table's misses and blocks read exactly
+(``tests/test_block_table.py``); ``bench ssd`` reports how the 1 % pick compares with the
+exact one on its traces.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ from typing import Any
 import numpy as np
 
 from . import _tiermem
+from .embedding import EmbeddingTable
+from .embedding.config import access_counts
 from .exceptions import InvalidArgumentError
 from .traces import Trace
 
-__all__ = ["THRESHOLDS", "CANDIDATES", "Pick", "simulate", "pick"]
+__all__ = ["THRESHOLDS", "CANDIDATES", "Pick", "simulate", "pick", "tune"]
 
 #: The ``T`` of ``row:T`` and ``threshold:T`` that :data:`CANDIDATES` tries.
 THRESHOLDS = (0, 1, 2, 4, 8, 16)
@@ -100,12 +108,7 @@ def simulate(
     lay = np.ascontiguousarray(lay, np.uint32)
     if admissions is None:
         admissions = [a for a in CANDIDATES if counts is not None or ":" not in a]
-    cnt = None
-    if counts is not None:
-        c = np.asarray(counts)
-        if c.ndim != 1 or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
-            raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")
-        cnt = np.ascontiguousarray(c, np.uint32)
+    cnt = None if counts is None else access_counts(counts)
     res = _tiermem.minicache_sweep(
         lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch, slack_rows
     )
@@ -121,3 +124,36 @@ def pick(trace: Trace, layout: Any, **kwargs: Any) -> Pick:
     res = simulate(trace, layout, **kwargs)
     best = min(res, key=lambda a: res[a]["blocks_read"])
     return Pick(best, res)
+
+
+def tune(
+    table: EmbeddingTable,
+    trace: Trace,
+    layout: Any,
+    *,
+    counts: Any = None,
+    batch: int | None = None,
+    rate: float = 0.01,
+    admissions: Sequence[str] | None = None,
+) -> Pick:
+    """Pick the admission for the block table ``table`` as it is (its rows per block, row
+    size, cache and slack; ``layout``: the layout its file holds, row → position) on
+    ``trace`` (:func:`simulate`'s other arguments), and give it to the table, with
+    ``counts`` when given.
+
+    Raises:
+        InvalidArgumentError: ``table`` is not a block table, or as :func:`simulate`.
+    """
+    info, cache = table.block_info, table.cache_info
+    if info is None or cache is None:
+        raise InvalidArgumentError(f"admission is a block table's: this table is {table.placement}")
+    stride = table.row_bytes
+    best = pick(
+        trace, layout, rows_per_block=int(info["rows_per_block"]), cache_rows=int(cache["capacity"]) // stride,
+        row_bytes=stride, admissions=admissions, counts=counts, rate=rate, batch=batch,
+        slack_rows=int(cache["cacheslack"]) // stride,
+    )  # fmt: skip
+    if counts is not None:
+        table.set_access_counts(counts)
+    table.set_admission(best.admission)
+    return best

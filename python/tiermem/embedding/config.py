@@ -8,10 +8,22 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from .. import _tiermem
 from ..exceptions import InvalidArgumentError
 
-__all__ = ["OptimizerConfig", "Placement", "OPTIMIZERS", "CACHE_POLICIES", "MODES", "DTYPES", "PREFETCH"]
+__all__ = [
+    "OptimizerConfig",
+    "Placement",
+    "OPTIMIZERS",
+    "CACHE_POLICIES",
+    "MODES",
+    "DTYPES",
+    "PREFETCH",
+    "row_stride",
+    "access_counts",
+]
 
 #: Optimizers the fused update runs (``tiermem-embed``'s registry).
 OPTIMIZERS: tuple[str, ...] = tuple(_tiermem.OPTIMIZERS)
@@ -24,6 +36,22 @@ MODES: tuple[str, ...] = tuple(_tiermem.MODES)
 DTYPES: dict[str, str] = {**{d: d for d in _tiermem.DTYPES}, "f32": "float32", "bf16": "bfloat16"}
 #: Default software prefetch distance, in indices.
 PREFETCH: int = _tiermem.PREFETCH
+
+
+def row_stride(width: int, dtype: str) -> int:
+    """Bytes a row of ``width`` values of storage type ``dtype`` takes (rounded up to 4)."""
+    return -(-width * (4 if dtype == "float32" else 2) // 4) * 4
+
+
+def access_counts(counts: Any) -> np.ndarray:
+    """Per-row query counts (what ``threshold:T`` and ``row:T`` admission compare against) as
+    ``uint32``, larger counts held at its maximum; anything but a 1-D array of non-negative
+    integers is an :class:`~tiermem.InvalidArgumentError`."""
+    c = np.asarray(counts)
+    if c.ndim != 1 or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
+        raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")
+    return np.ascontiguousarray(np.minimum(c, 2**32 - 1), np.uint32)
+
 
 #: ``eps`` when none is given: ``torch.optim.Adagrad``'s for ``adagrad``, FBGEMM's otherwise.
 _DEFAULT_EPS = {"adagrad": 1e-10}

@@ -13,7 +13,7 @@ from .. import _tiermem
 from .._tiermem import PLACES
 from ..exceptions import IndexOutOfRangeError, InvalidArgumentError
 from ..manager import Manager
-from .config import Placement
+from .config import Placement, access_counts, row_stride
 
 __all__ = ["EmbeddingTable", "as_bags"]
 
@@ -156,7 +156,7 @@ class EmbeddingTable:
                 "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
             )
         rows, width = int(num_embeddings), int(embedding_dim)
-        stride = -(-width * (4 if dt == "float32" else 2) // 4) * 4
+        stride = row_stride(width, dt)
         table_bytes = rows * stride
         private_slow = False
         if manager is None:
@@ -238,7 +238,7 @@ class EmbeddingTable:
             raise InvalidArgumentError(
                 f"a block table reads its rows through a DRAM cache: pass cache= a fraction of the table (e.g. 0.05) for {path}"
             )
-        stride = -(-width * (4 if dtype == "float32" else 2) // 4) * 4
+        stride = row_stride(width, dtype)
         table_bytes = rows_ * stride
         lower = max(int(table_bytes * place.cache), stride)
         slack = int(table_bytes * place.cacheslack)
@@ -350,10 +350,7 @@ class EmbeddingTable:
     def set_access_counts(self, counts: Any) -> None:
         """Per-row counts of queries holding each row in the trace the layout was trained
         on: what ``threshold:T`` and ``row:T`` admission compare against."""
-        c = np.asarray(counts)
-        if c.ndim != 1 or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
-            raise InvalidArgumentError("counts must be a 1-D array of non-negative integers, one per row")
-        self._native.set_access_counts(np.ascontiguousarray(np.minimum(c, 2**32 - 1), np.uint32))
+        self._native.set_access_counts(access_counts(counts))
 
     # Shape ---------------------------------------------------------------------------
     @property
@@ -367,6 +364,11 @@ class EmbeddingTable:
     @property
     def dtype(self) -> str:
         return str(self._native.dtype)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes one row takes (in the cache and, for a block table, in its file)."""
+        return int(self._native.stride)
 
     @property
     def padding_idx(self) -> int | None:
