@@ -433,6 +433,10 @@ def test_admission_simulation_refuses_bad_input_by_name() -> None:
         admission.simulate(trace, lay, rate=0.0, **kw)
     with pytest.raises(InvalidArgumentError, match="slack_rows must be in 0..cache_rows"):
         admission.simulate(trace, lay, slack_rows=17, **kw)
+    with pytest.raises(InvalidArgumentError, match="no admissions to simulate"):
+        admission.pick(trace, lay, admissions=[], **kw)
+    with pytest.raises(InvalidArgumentError, match="prefetch admission 'rows'"):
+        admission.simulate(trace, lay, admissions=["rows"], **kw)
     with pytest.raises(InvalidArgumentError, match="batch must be at least one"):
         admission.simulate(trace, lay, batch=0, **kw)
     with pytest.raises(InvalidArgumentError, match="cache_rows"):
@@ -476,3 +480,5 @@ def test_tune_gives_a_block_table_the_admission_that_reads_fewest_blocks(disk_di
     assert after["blocks_read"] - info["blocks_read"] == best.results[best.admission]["blocks_read"]
     with pytest.raises(InvalidArgumentError, match="a block table's: this table is"):
         admission.tune(EmbeddingTable(n, dim), trace, lay)
+    with pytest.raises(InvalidArgumentError, match="a table of 4001 rows, this table has 4000"):
+        admission.tune(t, Trace(offsets, rows, n + 1), np.arange(n + 1, dtype=np.uint32))

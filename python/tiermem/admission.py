@@ -85,8 +85,8 @@ def simulate(
 
     Raises:
         InvalidArgumentError: a layout that is not a permutation of the trace's rows, a
-            rate outside (0, 1], a batch or size below one, an unknown admission, ``shadow``
-            (not simulated), or ``counts`` negative, missing or of the wrong length for a
+            rate outside (0, 1], a batch or size below one, no admission or an unknown one,
+            ``shadow`` (not simulated), or ``counts`` negative, missing or of the wrong length for a
             threshold.
     """
     if not isinstance(trace, Trace):
@@ -108,6 +108,8 @@ def simulate(
     lay = np.ascontiguousarray(lay, np.uint32)
     if admissions is None:
         admissions = [a for a in CANDIDATES if counts is not None or ":" not in a]
+    if not admissions:
+        raise InvalidArgumentError("no admissions to simulate: give at least one (e.g. 'row')")
     cnt = None if counts is None else access_counts(counts)
     res = _tiermem.minicache_sweep(
         lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch, slack_rows
@@ -142,11 +144,14 @@ def tune(
     ``counts`` when given.
 
     Raises:
-        InvalidArgumentError: ``table`` is not a block table, or as :func:`simulate`.
+        InvalidArgumentError: ``table`` is not a block table, the trace is of another
+            number of rows, or as :func:`simulate`.
     """
     info, cache = table.block_info, table.cache_info
     if info is None or cache is None:
         raise InvalidArgumentError(f"admission is a block table's: this table is {table.placement}")
+    if isinstance(trace, Trace) and trace.rows_total != table.num_embeddings:
+        raise InvalidArgumentError(f"the trace is of a table of {trace.rows_total} rows, this table has {table.num_embeddings}")
     stride = table.row_bytes
     best = pick(
         trace, layout, rows_per_block=int(info["rows_per_block"]), cache_rows=int(cache["capacity"]) // stride,
