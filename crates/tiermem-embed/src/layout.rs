@@ -11,13 +11,13 @@
 //! SHP here: rows no query uses go after all others (they would only dilute blocks). The
 //! rest start in trace order of first use (or, given a start layout, every row starts in
 //! its order and its blocks join the queries: see [`shp`]); each level splits every part
-//! of more than one block's worth of rows into a left part of whole blocks (half of its blocks) and the rest,
-//! then runs `iters` rounds of moves: every row's gain from switching sides is computed
-//! from its queries' probabilistic fan-out (`1 - (1 - p)^k` for `k` of a query's rows on a
-//! side, `p` = 1/2: a smooth stand-in for "is the side touched", SHP's choice), and the
-//! best-gaining rows of the two sides swap in pairs while a pair's total gain is positive,
-//! so parts stay balanced. Parts of one level are independent; all of them share one pass
-//! over the trace per round.
+//! of more than one block's worth of rows into a left part of whole blocks (half of its
+//! blocks) and the rest, then runs `iters` rounds of moves: every row's gain from switching
+//! sides is computed from its queries' probabilistic fan-out (`1 - (1 - p)^k` for `k` of a
+//! query's rows on a side, `p` = 1/2: a smooth stand-in for "is the side touched", SHP's
+//! choice), and the best-gaining rows of the two sides swap in pairs while a pair's total
+//! gain is positive, so parts stay balanced. Parts of one level are independent; all of
+//! them share one pass over the trace per round.
 
 use rayon::prelude::*;
 use tiermem_core::{ensure, Result};

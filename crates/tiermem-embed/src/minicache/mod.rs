@@ -200,27 +200,25 @@ impl Replay<'_> {
         let count = |r: u32| self.counts.map_or(0, |c| c[r as usize]);
         let cut = (rate * u64::MAX as f64) as u64;
         let sampled = |r: u32| rate >= 1.0 || mix(u64::from(layout[r as usize] / rpb)) <= cut;
-        // Each call's rows, by access index range.
+        // Each call's rows, as a range of access indices: one access, or `q` queries.
         let rows = self.trace.rows;
-        let bounds: Vec<usize> = match self.model.batch {
-            None => (0..=rows.len()).collect(),
-            Some(q) => {
-                let off = self.trace.offsets;
-                let end = off.last().map_or(0, |&o| o as usize);
-                let mut b: Vec<usize> = off.iter().step_by(q).map(|&o| o as usize).collect();
-                if b.last() != Some(&end) {
-                    b.push(end);
-                }
-                b
-            }
+        let off = self.trace.offsets;
+        let queries = off.len().saturating_sub(1);
+        let calls: Box<dyn Iterator<Item = std::ops::Range<usize>>> = match self.model.batch {
+            None => Box::new((0..rows.len()).map(|i| i..i + 1)),
+            Some(q) => Box::new(
+                (0..queries)
+                    .step_by(q)
+                    .map(move |k| off[k] as usize..off[(k + q).min(queries)] as usize),
+            ),
         };
         let mut s = SimResult::default();
         let (mut call, mut missing, mut blocks) = (Vec::new(), Vec::new(), Vec::new());
         let (mut asked, mut extra) = (Vec::new(), Vec::new());
-        for w in bounds.windows(2) {
+        for range in calls {
             call.clear();
             call.extend(
-                rows[w[0]..w[1]]
+                rows[range]
                     .iter()
                     .map(|&r| r as u32)
                     .filter(|&r| sampled(r)),
