@@ -48,6 +48,43 @@ def test_curves_equal_brute_force_lru_and_static_caches(seed: int) -> None:
         assert s == pytest.approx(_static(trace, rows, c), abs=1e-12), c
 
 
+def test_a_long_profile_is_sampled_by_count_within_a_hundredth_of_the_exact_curve() -> None:
+    # Longer than EXACT_LIMIT, so curves() takes the 1 % SHARDS sample stratified by count;
+    # Zipf(1.05) over 400k rows, caches of 1-20 %. A hashed sample of the same trace is
+    # reported beside it (its error depends on which moderately hot rows the hash takes).
+    from tiermem import _tiermem
+    from tiermem.embedding.cacheplan import EXACT_LIMIT
+
+    rng = np.random.default_rng(3)
+    rows = 400_000
+    w = 1.0 / np.arange(1, rows + 1) ** 1.05
+    trace = rng.permutation(rows)[np.searchsorted(np.cumsum(w) / w.sum(), rng.random(EXACT_LIMIT + 500_000))]
+    trace = np.minimum(trace, rows - 1).astype(np.int64)
+    sizes = [rows // 100, rows // 50, rows // 20, rows // 10, rows // 5]
+    exact = _tiermem.lru_curve(trace, sizes)
+    dyn, _ = curves(trace, rows, sizes)
+    assert dyn == _tiermem.shards_curve(trace, 0.01, sizes, sampling="count")
+    assert dyn != exact, "a sample, not the exact curve"
+    worst = max(abs(a - b) for a, b in zip(dyn, exact))
+    hashed = _tiermem.shards_curve(trace, 0.01, sizes, rows)
+    print(f"1 % sample: by count {worst:.4f}, by hash {max(abs(a - b) for a, b in zip(hashed, exact)):.4f}")
+    assert worst < 0.01
+
+
+def test_a_sampled_curve_refuses_bad_input_by_name() -> None:
+    from tiermem import _tiermem
+
+    t = np.arange(10, dtype=np.int64)
+    for rate in (0.0, -0.5, 1.5, float("nan")):
+        with pytest.raises(tiermem.InvalidArgumentError, match="sampling rate"):
+            _tiermem.shards_curve(t, rate, [1])
+    with pytest.raises(tiermem.InvalidArgumentError, match='"hash" or "count", got "rows"'):
+        _tiermem.shards_curve(t, 0.1, [1], sampling="rows")
+    with pytest.raises(tiermem.InvalidArgumentError, match=r"table_rows \(10\) applies to sampling \"hash\" only"):
+        _tiermem.shards_curve(t, 0.1, [1], 10, sampling="count")
+    assert _tiermem.shards_curve(t, 1.0, [5], sampling="count") == _tiermem.lru_curve(t, [5])
+
+
 def _drifting(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
     """Hot rows that move: each tenth of the trace draws from its own small window."""
     parts = [rng.integers(k * rows // 10, k * rows // 10 + rows // 50, n // 10) for k in range(10)]

@@ -5,9 +5,10 @@ and whether that cache is filled once from a profile (``static``) or caches what
 For each table, a sample of its accesses (a profile: e.g. the first batches of training)
 gives two curves against cache size:
 
-* ``dynamic``: the hit rate of an LRU cache (exact stack distances, or a SHARDS sample of
-  the rows for long traces, :func:`tiermem._tiermem.shards_curve`); every miss also pays
-  to insert the row (write it into fast memory, make room).
+* ``dynamic``: the hit rate of an LRU cache (exact stack distances, or for long traces a
+  SHARDS sample of the rows stratified by their access counts in the profile,
+  :func:`tiermem._tiermem.shards_curve` with ``sampling="count"``); every miss also pays to
+  insert the row (write it into fast memory, make room).
 * ``static``: the hit rate of a cache holding the rows the profile's first half used most,
   measured on its second half (what a fill from a profile would hit next).
 
@@ -45,7 +46,8 @@ __all__ = [
 
 #: Points on each table's size axis (0 .. all rows).
 STEPS = 64
-#: Traces longer than this are sampled (SHARDS at :data:`RATE`) for the dynamic curve.
+#: Traces longer than this are sampled (SHARDS at :data:`RATE`, stratified by count) for the
+#: dynamic curve.
 EXACT_LIMIT = 2_000_000
 RATE = 0.01
 
@@ -104,7 +106,7 @@ def curves(trace: np.ndarray, rows: int, sizes: Sequence[int]) -> tuple[list[flo
     if tr.size <= EXACT_LIMIT:
         dyn = list(_tiermem.lru_curve(tr, pos))
     else:
-        dyn = list(_tiermem.shards_curve(tr, RATE, pos, rows))
+        dyn = list(_tiermem.shards_curve(tr, RATE, pos, sampling="count"))
     half = tr.size // 2
     first = np.bincount(tr[:half], minlength=rows)
     second = np.bincount(tr[half:], minlength=rows)

@@ -184,20 +184,24 @@ pub fn lru_curve(py: Python<'_>, rows: &Bound<'_, PyAny>, sizes: Vec<u64>) -> Py
     Ok(py.detach(|| mrc::lru_curve(&t, &sizes)))
 }
 
-/// The SHARDS-adj estimate of the LRU hit-rate curve from a `rate` sample of the rows;
-/// `table_rows` (the table's row count) lets it count the share of ids actually sampled.
+/// The SHARDS-adj estimate of the LRU hit-rate curve from a `rate` sample of the rows,
+/// picked by `sampling`: `"hash"` (SHARDS's; `table_rows`, the table's row count, lets it
+/// count the share of ids actually sampled) or `"count"` (stratified by access count).
 #[pyfunction]
-#[pyo3(signature = (rows, rate, sizes, table_rows=None))]
+#[pyo3(signature = (rows, rate, sizes, table_rows=None, sampling="hash"))]
 pub fn shards_curve(
     py: Python<'_>,
     rows: &Bound<'_, PyAny>,
     rate: f64,
     sizes: Vec<u64>,
     table_rows: Option<u64>,
+    sampling: &str,
 ) -> PyResult<Vec<f64>> {
+    let how = mrc::Sampling::named(sampling, table_rows).map_err(to_py)?;
     let v = row_trace(rows)?;
     let t = as_u64(&v);
-    Ok(py.detach(|| mrc::shards_curve(&t, rate, &sizes, table_rows)))
+    py.detach(|| mrc::shards_curve(&t, rate, &sizes, how))
+        .map_err(to_py)
 }
 
 /// Hits of the optimal (Belady) cache of `capacity` rows on a row trace.
