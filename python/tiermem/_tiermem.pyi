@@ -28,6 +28,7 @@ __all__ = [
     "HPC_KERNELS",
     "CriteoParser",
     "Kernel",
+    "cache_slot_metadata_bytes",
     "calibrate_staging",
     "criteo_ranges",
     "Recorder",
@@ -379,6 +380,7 @@ def minicache_sweep(
     batch: int | None = None,
     slack_rows: int = 0,
 ) -> list[list[dict[str, float]]]: ...
+def cache_slot_metadata_bytes(slots: int) -> int: ...
 def lru_curve(rows: Any, sizes: list[int]) -> list[float]: ...
 def shards_curve(
     rows: Any, rate: float, sizes: list[int], table_rows: int | None = None, sampling: str = "hash"

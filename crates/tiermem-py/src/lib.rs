@@ -29,6 +29,10 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::criteo::PyCriteoParser>()?;
     m.add_function(wrap_pyfunction!(core::criteo::criteo_ranges, m)?)?;
     m.add_class::<embed::table::PyTable>()?;
+    m.add_function(wrap_pyfunction!(
+        embed::table::cache_slot_metadata_bytes,
+        m
+    )?)?;
     m.add_class::<embed::blockfile::PyBlockFile>()?;
     m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::update_from, m)?)?;

@@ -33,7 +33,7 @@ import torch
 from .. import checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import Costs, TablePlan, bypasses, cache_fast_bytes, hot_rows, plan_within
+from ..embedding.cacheplan import SLOT_OVERHEAD, Costs, TablePlan, bypasses, cache_fast_bytes, hot_rows, plan_within
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -108,7 +108,7 @@ def profile_traces(profile: Iterable[Batch], tables: int) -> list[np.ndarray]:
 
 def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
     """Cache fraction and slack fraction (of each table) that keep the cache pages (whole
-    frames) plus every table's pointer table, back-edges and reindex scratch within
+    frames) plus every table's pointer table, slot metadata and reindex scratch within
     ``budget``."""
     rows, rb = sum(config.rows), config.row_bytes
     meta = 8 * rows  # pointer-table entries and reindex scratch, 4 bytes each per row
@@ -118,7 +118,7 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
             f"a fast budget of {format_bytes(budget)} does not hold the tables' pointer tables and "
             f"one cached row each ({format_bytes(least)}); raise the budget"
         )
-    total = min(1.0, (budget - meta) / (1.0 + 4.0 / rb) / config.table_bytes)
+    total = min(1.0, (budget - meta) / (1.0 + SLOT_OVERHEAD / rb) / config.table_bytes)
     while total > 0:
         used = meta + sum(cache_fast_bytes(r, rb, total) for r in config.rows)
         if used <= budget:
@@ -258,7 +258,7 @@ class Trainer:
             on_disk = [t for t in range(c.num_tables) if t not in dram]
             left = budget - sum(c.rows[t] * rb for t in dram)
             disk_bytes = sum(c.rows[t] * rb for t in on_disk)
-            frac = min(1.0, left / (1.0 + 4.0 / rb) / disk_bytes) if disk_bytes else 1.0
+            frac = min(1.0, left / (1.0 + SLOT_OVERHEAD / rb) / disk_bytes) if disk_bytes else 1.0
             while frac > 0 and sum(cache_fast_bytes(c.rows[t], rb, frac) for t in on_disk) > left:
                 frac *= 0.995
             small = {t for t in on_disk if frac * c.rows[t] < min(c.rows[t], need[t]) or frac >= 1.0}

@@ -22,6 +22,7 @@ whose cache would lose gets no cache at all and reads its slow rows directly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "TablePlan",
     "bypasses",
     "cache_bytes",
+    "SLOT_OVERHEAD",
     "cache_fast_bytes",
     "curves",
     "hot_rows",
@@ -50,6 +52,8 @@ STEPS = 64
 #: dynamic curve.
 EXACT_LIMIT = 2_000_000
 RATE = 0.01
+#: Fast memory a cached row takes beside its bytes (its slot's metadata), per row.
+SLOT_OVERHEAD = _tiermem.cache_slot_metadata_bytes(1 << 16) / (1 << 16)
 
 
 @dataclass(frozen=True)
@@ -149,12 +153,12 @@ def plan(
     row_bytes: Sequence[int],
     budget: int,
     costs: Costs,
-    overhead_per_row: int = 4,
+    overhead_per_row: float = SLOT_OVERHEAD,
 ) -> list[TablePlan]:
     """Split ``budget`` bytes of fast memory over the tables' caches (see the module).
 
     ``traces[t]`` is table ``t``'s profile (row ids in access order); ``overhead_per_row`` is
-    the fast memory a cached row costs beside its bytes (its back-edge).
+    the fast memory a cached row costs beside its bytes (its slot's metadata).
     """
     if not len(traces) == len(rows) == len(row_bytes):
         raise InvalidArgumentError("one profile, row count and row size per table")
@@ -168,7 +172,7 @@ def plan(
         val_d = [acc * (h * costs.delta_ns - (1 - h) * costs.insert_ns) for h in dyn]
         val_s = [acc * h * costs.delta_ns for h in stat]
         value = [max(0.0, a, b) for a, b in zip(val_d, val_s)]
-        cost = [s * (rb + overhead_per_row) for s in sizes]
+        cost = [math.ceil(s * (rb + overhead_per_row)) for s in sizes]
         per_table.append((sizes, dyn, stat, value, cost, val_d, val_s))
     # Greedy over hull segments: the best value gained per byte first.
     at = [0] * len(per_table)
@@ -215,10 +219,12 @@ def cache_bytes(rows: int, row_bytes: int, fraction: float) -> int:
     return -(-cache_rows // frame) * frame * row_bytes
 
 
-def cache_fast_bytes(rows: int, row_bytes: int, fraction: float) -> float:
-    """Fast memory a cache of ``fraction`` of a table takes: its pages (whole frames) and a
-    4-byte back-edge per slot."""
-    return cache_bytes(rows, row_bytes, fraction) * (1.0 + 4.0 / row_bytes)
+def cache_fast_bytes(rows: int, row_bytes: int, fraction: float) -> int:
+    """Fast memory a cache of ``fraction`` of a table takes: its pages (whole frames) and
+    each slot's metadata (:func:`tiermem._tiermem.cache_slot_metadata_bytes`: its back-edge
+    and its bit in the bitmap of holes)."""
+    pages = cache_bytes(rows, row_bytes, fraction)
+    return pages + _tiermem.cache_slot_metadata_bytes(pages // row_bytes)
 
 
 def meta_bytes(rows: Sequence[int]) -> int:

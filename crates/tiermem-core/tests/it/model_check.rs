@@ -3,7 +3,7 @@
 //! (random, PCT and, for the smallest, every interleaving), asserting what must hold
 //! whatever the schedule. Each model names the code it reduces.
 
-use shuttle::sync::atomic::{AtomicU32, Ordering};
+use shuttle::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex, RwLock};
 use shuttle::thread;
 
@@ -89,8 +89,10 @@ fn guard_pins_against_eviction_no_torn_write() {
 /// is published; a hit sets the mark on the entry it read (`fetch_or`, only if unset).
 /// Updates, reclaims and flushes hold the lock exclusively: an update writes the cached copy
 /// (marking it updated) or the home row; a reclaim keeps marked rows (clearing the mark) and
-/// drops the others, writing updated ones home; a flush writes updated rows home and empties
-/// the cache.
+/// drops the others, writing updated ones home and leaving their slots as holes; a flush
+/// writes updated rows home and empties the cache. A new row takes the lowest hole by
+/// clearing its bit in the bitmap (`cache/holes.rs`, no lock: the thread whose `fetch_and`
+/// cleared the bit owns the slot), else bumps a fresh slot.
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;
 const REF: u32 = 1 << 30;
@@ -105,7 +107,21 @@ struct Table {
     home: Vec<AtomicU32>,
     slots: Vec<AtomicU32>,
     next_slot: AtomicU32,
+    holes: AtomicU64,
     dirty: Vec<AtomicU32>,
+}
+
+fn take_hole(t: &Table) -> Option<u32> {
+    loop {
+        let b = t.holes.load(Ordering::Relaxed);
+        if b == 0 {
+            return None;
+        }
+        let bit = b & b.wrapping_neg();
+        if t.holes.fetch_and(!bit, Ordering::Relaxed) & bit != 0 {
+            return Some(bit.trailing_zeros());
+        }
+    }
 }
 
 fn lookup(t: &Table, row: usize) -> u32 {
@@ -121,7 +137,7 @@ fn lookup(t: &Table, row: usize) -> u32 {
             .compare_exchange(EMPTY, LOCKED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     {
-        let s = t.next_slot.fetch_add(1, Ordering::Relaxed);
+        let s = take_hole(t).unwrap_or_else(|| t.next_slot.fetch_add(1, Ordering::Relaxed));
         let v = t.home[row].load(Ordering::Acquire);
         t.slots[s as usize].store(v, Ordering::Release);
         t.entry[row].store(s << 2 | CACHED, Ordering::Release);
@@ -155,6 +171,7 @@ fn flush(t: &Table) {
         }
     }
     t.next_slot.store(0, Ordering::Relaxed);
+    t.holes.store(0, Ordering::Relaxed);
 }
 
 /// Under the exclusive lock: keep the rows hit since the last pass (clearing the mark), drop
@@ -174,6 +191,7 @@ fn reclaim(t: &Table) {
                 t.home[row].store(v, Ordering::Release);
             }
             t.entry[row].store(EMPTY, Ordering::Release);
+            t.holes.fetch_or(1 << slot(e), Ordering::Relaxed);
         }
     }
 }
@@ -188,6 +206,7 @@ fn cache_compare_and_swap_publish_mark_update_reclaim_and_flush() {
                 home: (0..n).map(|r| AtomicU32::new(100 + r as u32)).collect(),
                 slots: (0..8).map(|_| AtomicU32::new(0)).collect(),
                 next_slot: AtomicU32::new(0),
+                holes: AtomicU64::new(0),
                 dirty: (0..n).map(|_| AtomicU32::new(0)).collect(),
             }));
             // The logical value of each row, changed only under the exclusive lock.
@@ -232,6 +251,51 @@ fn cache_compare_and_swap_publish_mark_update_reclaim_and_flush() {
             }
         },
         3000,
+        3,
+    );
+}
+
+/// Two lookups that miss at once on a cache whose free slots are holes a reclaim left: each
+/// takes a hole of its own (the bit its `fetch_and` cleared), so each row's copy stays its
+/// own, whatever the schedule.
+#[test]
+fn lookups_missing_at_once_take_holes_of_their_own() {
+    shuttle::check_pct(
+        || {
+            let t = Arc::new(RwLock::new(Table {
+                entry: (0..2).map(|_| AtomicU32::new(EMPTY)).collect(),
+                home: (0..2).map(|r| AtomicU32::new(100 + r)).collect(),
+                slots: (0..4).map(|_| AtomicU32::new(0)).collect(),
+                next_slot: AtomicU32::new(4),
+                holes: AtomicU64::new(0b0110),
+                dirty: (0..2).map(|_| AtomicU32::new(0)).collect(),
+            }));
+            let hs: Vec<_> = (0..2)
+                .map(|row| {
+                    let t = t.clone();
+                    thread::spawn(move || {
+                        let g = t.read().unwrap();
+                        assert_eq!(lookup(&g, row), 100 + row as u32);
+                        assert_eq!(
+                            lookup(&g, row),
+                            100 + row as u32,
+                            "row {row}'s slot was shared"
+                        );
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            let g = t.read().unwrap();
+            let (a, b) = (
+                g.entry[0].load(Ordering::Acquire),
+                g.entry[1].load(Ordering::Acquire),
+            );
+            assert_ne!(slot(a), slot(b), "two rows in one slot");
+            assert_eq!(g.holes.load(Ordering::Relaxed), 0, "both holes taken");
+        },
+        5000,
         3,
     );
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+mod holes;
 pub mod policy;
 mod stage;
 
@@ -32,6 +33,7 @@ pub use stage::{Room, StageCounters};
 
 use super::home::Home;
 use super::rows::{charge, RowSource, Tally};
+use holes::Holes;
 use tiermem_core::arch::hints::prefetch;
 use tiermem_core::device::Device;
 use tiermem_core::manager::Reservation;
@@ -46,24 +48,15 @@ const SEEN: u32 = 4;
 /// On a cached entry: the row was hit since it was cached or last kept by a reclaim
 /// (dynamic policies' second chance).
 const REF: u32 = 1 << 30;
-/// On a back-edge: the slot is a hole (a reclaim dropped its row there), its low bits the
-/// next hole's slot ([`HOLE_END`] ends the chain). Back-edges otherwise hold `row + 1`
-/// (at most [`MAX_ROWS`]) or 0 (never used), so the top bit is free. Chaining the holes
-/// through the back-edges keeps the reclaim's free list out of the metadata budget.
+/// On a back-edge: the slot is a hole (a reclaim dropped its row there; [`holes`] lists
+/// it). Back-edges otherwise hold `row + 1` (at most [`MAX_ROWS`]) or 0 (never used), so
+/// the top bit is free.
 const HOLE: u32 = 1 << 31;
-const HOLE_END: u32 = HOLE - 1;
 
 /// The row a back-edge names, if it names one (not 0, not a hole).
 #[inline]
 fn row_of_back(b: u32) -> Option<usize> {
     (b != 0 && b & HOLE == 0).then(|| (b - 1) as usize)
-}
-
-/// The head and length of the chain of holes.
-#[derive(Debug)]
-struct Holes {
-    head: u32,
-    len: usize,
 }
 
 /// The cache slot of a cached entry.
@@ -133,12 +126,10 @@ pub struct CachedRows {
     lower: AtomicU64,
     slack: AtomicU64,
     full: AtomicBool,
-    /// Free slots inside live pages, left by the last reclaim (whose rows it dropped there):
-    /// `alloc_slot` takes them before it bumps a page. A leaf lock; rebuilt by reclaims and
-    /// filtered by flushes, both under the table's exclusive lock.
-    holes: Mutex<Holes>,
-    /// Whether `holes` may be non-empty (read without its lock on every allocation).
-    has_holes: AtomicBool,
+    /// Free slots inside live pages, left by reclaims (whose rows they dropped there):
+    /// `alloc_slot` takes them, without a lock, before it bumps a page. Added by reclaims
+    /// and dropped by flushes, both under the table's exclusive lock.
+    holes: Holes,
     /// Whether the cache can fill up (its page limit holds fewer slots than the table has
     /// rows), so reclaims happen and hits must mark their rows (`REF`). A cache that holds
     /// every row skips the mark, an extra random access per hit.
@@ -166,6 +157,13 @@ pub struct CachedRows {
 unsafe impl Send for CachedRows {}
 // SAFETY: as above.
 unsafe impl Sync for CachedRows {}
+
+/// Fast memory a cache of `slots` slots takes beside its pages and the pointer table: a
+/// 4-byte back-edge per slot and the bitmap of holes (a bit per slot, whole 8-byte words).
+#[must_use]
+pub fn slot_metadata_bytes(slots: usize) -> u64 {
+    4 * slots as u64 + Holes::bytes_for(slots)
+}
 
 impl CachedRows {
     /// Rows per cache page for a cache of `cache_rows` rows: up to 2 MiB pages, and at least
@@ -230,11 +228,7 @@ impl CachedRows {
             lower: AtomicU64::new(config.lower),
             slack: AtomicU64::new(config.slack),
             full: AtomicBool::new(false),
-            holes: Mutex::new(Holes {
-                head: HOLE_END,
-                len: 0,
-            }),
-            has_holes: AtomicBool::new(false),
+            holes: Holes::new(slots),
             marks: AtomicBool::new(true),
             filled: AtomicBool::new(false),
             bypass: AtomicBool::new(false),
@@ -351,7 +345,7 @@ impl CachedRows {
         let cur = self.current.load(Ordering::Acquire);
         p.active.len() >= self.limit_frames()
             && (cur == NONE || self.bumps[cur].load(Ordering::Relaxed) >= self.frame_rows)
-            && !self.has_holes.load(Ordering::Relaxed)
+            && self.holes.len() == 0
     }
 
     /// Counters.
@@ -387,20 +381,12 @@ impl CachedRows {
     /// Take a free cache slot: a hole a reclaim left, else bump the current page, opening a
     /// new one when it is full.
     fn alloc_slot(&self) -> Option<usize> {
-        if self.has_holes.load(Ordering::Relaxed) {
-            let mut h = self.holes.lock();
-            if h.head != HOLE_END {
-                let s = h.head as usize;
-                // Only reclaims and flushes (exclusive lock) read back-edges; the caller
-                // stores its row here before publishing the slot.
-                h.head = self.back[s].swap(0, Ordering::Relaxed) & !HOLE;
-                h.len -= 1;
-                if h.head == HOLE_END {
-                    self.has_holes.store(false, Ordering::Relaxed);
-                }
+        if self.holes.len() > 0 {
+            // Only reclaims and flushes (exclusive lock) read back-edges; the caller stores
+            // its row over the hole mark before publishing the slot.
+            if let Some(s) = self.holes.take() {
                 return Some(s);
             }
-            self.has_holes.store(false, Ordering::Relaxed);
         }
         loop {
             let cur = self.current.load(Ordering::Acquire);
@@ -483,9 +469,10 @@ impl CachedRows {
             return home;
         };
         let dst = self.slot_ptr(slot);
-        // SAFETY: `slot` was just bumped, so no other thread uses it; the slot is `stride`
-        // bytes inside the cache, apart from the home. We own row i (lock bit), i < rows, and
-        // rows are written in place only under the exclusive table lock.
+        // SAFETY: `slot` was just taken (bumped, or a hole whose bit this thread cleared), so
+        // no other thread uses it; the slot is `stride` bytes inside the cache, apart from the
+        // home. We own row i (lock bit), i < rows, and rows are written in place only under
+        // the exclusive table lock.
         unsafe { self.home_rows.load_row(i, dst) };
         self.back[slot].store(i as u32 + 1, Ordering::Relaxed);
         self.entry(i)
@@ -510,11 +497,10 @@ impl CachedRows {
         t
     }
 
-    /// Bytes of DRAM metadata: the pointer table and the back-edges (which also chain the
-    /// reclaim's holes).
+    /// Bytes of DRAM metadata: the pointer table and, per slot, [`slot_metadata_bytes`].
     #[must_use]
     pub fn metadata_bytes(&self) -> u64 {
-        4 * (self.entries.len() + self.back.len()) as u64
+        4 * self.entries.len() as u64 + slot_metadata_bytes(self.back.len())
     }
 
     /// Flush the oldest pages until the cache holds at most `cachelower` bytes; with
@@ -544,8 +530,9 @@ impl CachedRows {
                  writes them back"
             );
         }
-        if n > 0 {
-            self.unchain_holes(&victims);
+        for &f in &victims {
+            self.holes
+                .drop_range(f * self.frame_rows..(f + 1) * self.frame_rows);
         }
         let mut t = Tally::default();
         let mut rows = 0;
@@ -568,27 +555,6 @@ impl CachedRows {
         drop(p);
         self.after_room_made(&t, n as u64, written, rows)?;
         Ok(rows)
-    }
-
-    /// Take the holes in `frames` (pages a flush frees) out of the chain. Exclusive lock.
-    fn unchain_holes(&self, frames: &[usize]) {
-        let mut h = self.holes.lock();
-        let (mut head, mut len, mut at) = (HOLE_END, 0, h.head);
-        let mut kept = Vec::with_capacity(h.len);
-        while at != HOLE_END {
-            let next = self.back[at as usize].load(Ordering::Relaxed) & !HOLE;
-            if !frames.contains(&(at as usize / self.frame_rows)) {
-                kept.push(at);
-            }
-            at = next;
-        }
-        for &s in kept.iter().rev() {
-            self.back[s as usize].store(HOLE | head, Ordering::Relaxed);
-            head = s;
-            len += 1;
-        }
-        *h = Holes { head, len };
-        self.has_holes.store(len > 0, Ordering::Relaxed);
     }
 
     /// After a flush or reclaim (pages lock released): tell the policy, clear `full`,
@@ -642,13 +608,12 @@ impl CachedRows {
     /// [`CachedRows::reclaim`], stopping once `want` slots are free.
     fn reclaim_for(&self, want: usize) -> Result<u64> {
         let mut p = self.pages.lock();
-        let mut holes = self.holes.lock();
         let fr = self.frame_rows;
         let mut t = Tally::default();
         let (mut dropped, mut written) = (0u64, 0u64);
         let total = p.active.len();
         let mut walked = 0;
-        while walked < total && holes.len < want {
+        while walked < total && self.holes.len() < want {
             let Some(f) = p.active.pop_front() else { break };
             walked += 1;
             let used = self.bumps[f].load(Ordering::Relaxed).min(fr);
@@ -661,16 +626,13 @@ impl CachedRows {
                     self.entry(row).store(e & !REF, Ordering::Release);
                 } else {
                     written += u64::from(self.uncache(s, row, e & DIRTY != 0, &mut t));
-                    self.back[s].store(HOLE | holes.head, Ordering::Relaxed);
-                    holes.head = s as u32;
-                    holes.len += 1;
+                    self.back[s].store(HOLE, Ordering::Relaxed);
+                    self.holes.put(s);
                     dropped += 1;
                 }
             }
             p.active.push_back(f);
         }
-        self.has_holes.store(holes.len > 0, Ordering::Relaxed);
-        drop(holes);
         drop(p);
         self.after_room_made(&t, 0, written, dropped)?;
         Ok(dropped)
@@ -696,26 +658,26 @@ impl CachedRows {
     pub fn check(&self) -> std::result::Result<(), String> {
         {
             let p = self.pages.lock();
-            let holes = self.holes.lock();
-            let (mut at, mut n) = (holes.head, 0);
-            while at != HOLE_END {
-                let (f, k) = (at as usize / self.frame_rows, at as usize % self.frame_rows);
-                let used = self.bumps[f].load(Ordering::Relaxed).min(self.frame_rows);
-                if !p.active.contains(&f) || k >= used {
+            let mut n = 0;
+            for at in self.holes.iter() {
+                let (f, k) = (at / self.frame_rows, at % self.frame_rows);
+                let used = self.bumps.get(f).map_or(0, |b| b.load(Ordering::Relaxed));
+                if !p.active.contains(&f) || k >= used.min(self.frame_rows) {
                     return Err(format!("hole {at} is not a used slot of a live page"));
                 }
-                let b = self.back[at as usize].load(Ordering::Relaxed);
-                if b & HOLE == 0 {
+                let b = self.back[at].load(Ordering::Relaxed);
+                if b != HOLE {
                     return Err(format!("hole {at} holds a row (back-edge {b:#x})"));
                 }
                 n += 1;
-                if n > self.back.len() {
-                    return Err("the chain of holes loops".to_owned());
-                }
-                at = b & !HOLE;
             }
-            if n != holes.len {
-                return Err(format!("{n} holes chained, {} counted", holes.len));
+            if n != self.holes.len() {
+                return Err(format!("{n} holes listed, {} counted", self.holes.len()));
+            }
+            let unlisted = (0..self.back.len())
+                .find(|&s| self.back[s].load(Ordering::Relaxed) == HOLE && !self.holes.contains(s));
+            if let Some(s) = unlisted {
+                return Err(format!("slot {s} is marked a hole but not listed"));
             }
         }
         for (i, e) in self.entries.iter().enumerate() {

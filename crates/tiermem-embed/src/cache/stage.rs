@@ -135,8 +135,9 @@ impl CachedRows {
         } else {
             self.frame_rows - self.bumps[cur].load(Ordering::Relaxed).min(self.frame_rows)
         };
-        let holes = self.holes.lock().len;
-        self.limit_frames().saturating_sub(p.active.len()) * self.frame_rows + in_current + holes
+        self.limit_frames().saturating_sub(p.active.len()) * self.frame_rows
+            + in_current
+            + self.holes.len()
     }
 
     /// Mark the cached ones of `rows` referenced, so a reclaim keeps them.
@@ -242,7 +243,7 @@ impl CachedRows {
             let Some(slot) = self.alloc_slot() else {
                 return false;
             };
-            // SAFETY: the slot was just bumped (ours alone, inside the cache); `bytes` is one
+            // SAFETY: the slot was just taken (ours alone, inside the cache); `bytes` is one
             // row of `stride` bytes; exclusive table lock held.
             unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.slot_ptr(slot), stride);

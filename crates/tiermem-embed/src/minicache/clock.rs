@@ -2,12 +2,13 @@
 //! ([`crate::cache::CachedRows`]'s reclaim). Slots are bumped page by page up to the page
 //! limit; a full cache's reclaim walks whole pages, oldest first, where a row used since
 //! the last pass keeps its slot (its mark cleared) and the others leave, their slots becoming
-//! holes that new rows fill (last freed, first filled) before any page is bumped; walked
+//! holes that new rows fill (lowest slot first) before any page is bumped; walked
 //! pages go to the back of the queue; a reclaim stops once the rows wanted, and at least the
 //! slack, are free. A row asked for goes in marked, unless `cold`; a block's other rows go
 //! in unmarked, as many as fit once room is made.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::{SimCache, NIL};
 
@@ -22,7 +23,8 @@ pub(super) struct Clock {
     active: VecDeque<usize>,
     /// The page being bumped and its slots used.
     current: Option<(usize, usize)>,
-    holes: Vec<u32>,
+    /// Free slots in live pages, lowest first (as the table's bitmap gives them).
+    holes: BinaryHeap<Reverse<u32>>,
     /// Slots a reclaim frees at least.
     slack: usize,
 }
@@ -38,7 +40,7 @@ impl Clock {
             pages,
             active: VecDeque::with_capacity(pages),
             current: None,
-            holes: Vec::new(),
+            holes: BinaryHeap::new(),
             slack: slack.max(1),
         }
     }
@@ -49,7 +51,7 @@ impl Clock {
     }
 
     fn alloc(&mut self) -> Option<usize> {
-        if let Some(s) = self.holes.pop() {
+        if let Some(Reverse(s)) = self.holes.pop() {
             return Some(s as usize);
         }
         if let Some((f, used)) = self.current {
@@ -90,7 +92,7 @@ impl Clock {
                 } else {
                     self.slot_of[r as usize] = NIL;
                     self.row_at[s] = NIL;
-                    self.holes.push(s as u32);
+                    self.holes.push(Reverse(s as u32));
                 }
             }
             self.active.push_back(f);

@@ -400,3 +400,10 @@ impl PyTable {
         })
     }
 }
+
+/// Fast memory a cache of `slots` rows takes beside its pages and pointer table (its
+/// back-edges and bitmap of holes), in bytes.
+#[pyfunction]
+pub fn cache_slot_metadata_bytes(slots: usize) -> u64 {
+    tiermem_embed::cache::slot_metadata_bytes(slots)
+}
