@@ -178,6 +178,36 @@ def test_static_policy_fills_once_and_only_reads() -> None:
     assert t.flush(write_back=False) >= 0, "the filled rows are clean: flush_clean accepts them"
 
 
+def test_a_cache_filled_with_every_row_reads_like_a_direct_table() -> None:
+    # A cache that holds every row, filled, is resident (each row at the slot of its
+    # number: lookups skip the pointer table); lookups and updates equal a direct table's,
+    # and a flush that drops rows ends residency without changing a value.
+    rows, width = 3000, 16
+    ref = table(rows, width)
+    t = table(rows, width, device="emulated:cxl", cache=1.0, policy="dynamic")
+    part = table(rows, width, device="emulated:cxl", cache=0.5, policy="dynamic")
+    assert not t.cache_info["resident"]
+    assert t.fill_cache(3) == rows and part.fill_cache(3) > 0
+    assert t.cache_info["resident"] and not part.cache_info["resident"]
+    rng = np.random.default_rng(4)
+    for step in range(6):
+        idx = rng.integers(0, rows, 800)
+        offs = np.arange(0, 800, 8)
+        g = rng.standard_normal((100, width)).astype(np.float32)
+        want = ref.lookup(idx, offs)
+        for x in (t, part):
+            np.testing.assert_array_equal(x.lookup(idx, offs), want)
+            x.update(idx, offs, g, optimizer="sgd", lr=0.1)
+        ref.update(idx, offs, g, optimizer="sgd", lr=0.1)
+        if step == 3:
+            assert t.cache_info["resident"], "lookups and updates keep every row in its slot"
+            t.set_cachelower(t.cache_info["capacity"] // 4)
+            t.flush(write_back=True)
+            assert not t.cache_info["resident"]
+    for x in (t, part):
+        np.testing.assert_array_equal(x.to_numpy(), ref.to_numpy())
+
+
 def test_flush_during_lookups_from_another_thread() -> None:
     rows, width = 2000, 32
     t = EmbeddingTable(rows, width, device="emulated:cxl", cache=0.1)

@@ -177,12 +177,15 @@ pub fn lookup(
     // never on the rayon pool (a pool worker blocked on a table lock that a lookup in
     // flight holds shared would deadlock it: the lock order in `locks`). Several full
     // tables reclaim on scoped threads of their own: dropped rows' write-backs to the slow
-    // device are the longest wait of a lookup.
+    // device are the longest wait of a lookup. A full cache that holds every row has
+    // nothing to make room for (no row can miss), and its rows carry no marks: a reclaim
+    // would only drop rows that the next lookups miss.
     let full: Vec<&&Table> = tables
         .iter()
         .filter(|t| {
-            t.cache()
-                .is_some_and(|c| !c.staged() && c.policy.reclaims_when_full() && c.isfull())
+            t.cache().is_some_and(|c| {
+                !c.staged() && c.policy.reclaims_when_full() && !c.holds_every_row() && c.isfull()
+            })
         })
         .collect();
     match full.as_slice() {

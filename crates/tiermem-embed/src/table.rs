@@ -370,7 +370,10 @@ impl Table {
     pub(crate) fn with_rows<T>(&self, caching: bool, f: impl RowFn<T>) -> T {
         match &self.storage {
             Storage::Direct(h) => h.with(f),
-            Storage::Cached(c) => f.call(&c.view(caching && c.caches_on_lookup())),
+            Storage::Cached(c) => match c.resident_view() {
+                Some(v) => f.call(&v),
+                None => f.call(&c.view(caching && c.caches_on_lookup())),
+            },
         }
     }
 
@@ -432,11 +435,12 @@ impl Table {
         let Some(c) = self.cache() else {
             return Ok(0);
         };
-        let order = super::workload::Lfsr::permutation(self.rows, seed)?;
-        let t = if c.staged() {
-            c.stage_fill(order)?
+        let t = if c.holds_every_row() {
+            // Every row will be cached, so the order only decides the slots: row order puts
+            // each in the slot of its number, and lookups then skip the pointer table.
+            Self::fill_in(c, 0..self.rows)?
         } else {
-            c.fill(order)
+            Self::fill_in(c, super::workload::Lfsr::permutation(self.rows, seed)?)?
         };
         self.record(&Tally {
             hits: 0,
@@ -444,6 +448,18 @@ impl Table {
             ..t
         });
         Ok(t.cached)
+    }
+
+    /// Cache rows of `c` in `order` until it is full (staged or not), then see whether
+    /// every row sits at the slot of its number. Exclusive lock held.
+    fn fill_in(c: &CachedRows, order: impl Iterator<Item = usize>) -> Result<Tally> {
+        let t = if c.staged() {
+            c.stage_fill(order)?
+        } else {
+            c.fill(order)
+        };
+        c.settle_resident();
+        Ok(t)
     }
 
     /// Fill the cache with `rows`, in the order given, until it is full (e.g. the rows a
@@ -462,12 +478,7 @@ impl Table {
         let Some(c) = self.cache() else {
             return Ok(0);
         };
-        let order = rows.iter().map(|&r| r as usize);
-        let t = if c.staged() {
-            c.stage_fill(order)?
-        } else {
-            c.fill(order)
-        };
+        let t = Self::fill_in(c, rows.iter().map(|&r| r as usize))?;
         self.record(&Tally {
             hits: 0,
             misses: 0,

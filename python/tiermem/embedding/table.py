@@ -484,19 +484,25 @@ class EmbeddingTable:
         return int(self._native.fill_cache_rows(np.ascontiguousarray(r, np.uint64)))
 
     def fill_cache(self, seed: int = 0) -> int:
-        """Cache rows in a scrambled order until the cache is full. Returns rows cached."""
+        """Cache rows in a scrambled order until the cache is full. Returns rows cached.
+
+        A cache that holds every row is filled in row order instead, each row in the slot
+        of its number: lookups then read the cache pages as a direct table reads its rows,
+        without the pointer table (``cache_info["resident"]``), until a row leaves the
+        cache (a flush or a smaller ``cachelower``)."""
         return int(self._native.fill_cache(int(seed)))
 
     @property
     def cache_info(self) -> dict[str, Any] | None:
         """Capacity, size, ``cachelower``, ``cacheslack`` (bytes), ``isfull``, cached rows,
-        ``bypass``."""
+        ``bypass``, and ``resident`` (every row cached at the slot of its number, so lookups
+        skip the pointer table; see :meth:`fill_cache`)."""
         info = self._native.cache_info()
         if info is None:
             return None
         out: dict[str, Any] = dict(info)
-        out["isfull"] = bool(out["isfull"])
-        out["bypass"] = bool(out["bypass"])
+        for flag in ("isfull", "bypass", "resident"):
+            out[flag] = bool(out[flag])
         out["policy"] = self._native.cache_policy()
         return out
 

@@ -134,6 +134,12 @@ pub struct CachedRows {
     /// rows), so reclaims happen and hits must mark their rows (`REF`). A cache that holds
     /// every row skips the mark, an extra random access per hit.
     marks: AtomicBool,
+    /// Whether every row is cached in the slot of its own number (a fill of a cache that
+    /// holds every row caches them in row order): lookups then find row `i` at slot `i`
+    /// without reading the pointer table ([`ResidentView`]), as a direct table does. Set
+    /// after a fill, cleared by the first row that leaves ([`CachedRows::uncache`]), both
+    /// under the table's exclusive lock; read once per kernel view.
+    resident: AtomicBool,
     /// Whether the `static` policy's one fill has run.
     filled: AtomicBool,
     /// Lookups read through without caching what they miss (hits still hit): set when a
@@ -230,6 +236,7 @@ impl CachedRows {
             full: AtomicBool::new(false),
             holes: Holes::new(slots),
             marks: AtomicBool::new(true),
+            resident: AtomicBool::new(false),
             filled: AtomicBool::new(false),
             bypass: AtomicBool::new(false),
             sweep: AtomicUsize::new(0),
@@ -313,8 +320,30 @@ impl CachedRows {
     }
 
     fn update_marks(&self) {
-        let can_fill = self.limit_frames() * self.frame_rows < self.rows;
-        self.marks.store(can_fill, Ordering::Relaxed);
+        self.marks.store(!self.holds_every_row(), Ordering::Relaxed);
+    }
+
+    /// Whether the cache's page limit has a slot for every row, so it never fills up.
+    #[must_use]
+    pub fn holds_every_row(&self) -> bool {
+        self.limit_frames() * self.frame_rows >= self.rows
+    }
+
+    /// After a fill (exclusive lock): whether every row now sits in the slot of its own
+    /// number, so kernels may skip the pointer table ([`CachedRows::resident`]).
+    pub(crate) fn settle_resident(&self) {
+        let identity = self.holds_every_row()
+            && (0..self.rows).all(|i| {
+                let e = self.entry(i).load(Ordering::Relaxed);
+                e & CACHED != 0 && slot_of(e) == i
+            });
+        self.resident.store(identity, Ordering::Relaxed);
+    }
+
+    /// Whether every row is cached at the slot of its own number (see the field).
+    #[must_use]
+    pub fn resident(&self) -> bool {
+        self.resident.load(Ordering::Relaxed)
     }
 
     fn check_limits(&self, lower: u64, slack: u64) -> Result<()> {
@@ -582,6 +611,7 @@ impl CachedRows {
     /// Take `row` out of the cache from `slot`, writing it home first if `dirty`; returns
     /// whether it was written. Call with the table's exclusive lock held.
     fn uncache(&self, slot: usize, row: usize, dirty: bool, t: &mut Tally) -> bool {
+        self.resident.store(false, Ordering::Relaxed);
         if dirty {
             // SAFETY: exclusive table lock: no one reads or writes the row or the slot; both
             // ranges lie inside their regions.
@@ -682,6 +712,11 @@ impl CachedRows {
         }
         for (i, e) in self.entries.iter().enumerate() {
             let e = e.load(Ordering::Relaxed);
+            if self.resident() && (e & CACHED == 0 || slot_of(e) != i) {
+                return Err(format!(
+                    "the cache is resident but row {i}'s entry is {e:#x}"
+                ));
+            }
             if e & LOCKED != 0 {
                 return Err(format!("row {i} left locked"));
             }
@@ -726,6 +761,42 @@ impl CachedRows {
             mark: self.marking(caching),
             admit: self.admits(),
         }
+    }
+
+    /// A view that finds row `i` at slot `i` without the pointer table, if the cache is
+    /// resident (every row at the slot of its number) and hits need no mark (the cache
+    /// holds every row). Under the table's lock, which keeps both true for the view's life.
+    pub(crate) fn resident_view(&self) -> Option<ResidentView<'_>> {
+        (self.resident() && !self.marks.load(Ordering::Relaxed))
+            .then_some(ResidentView { rows: self })
+    }
+
+    /// Where an update writes row `i`: its cached copy (marked dirty) or its home row.
+    /// Exclusive lock held.
+    #[inline(always)]
+    fn write_ptr(&self, i: usize, t: &mut Tally) -> *mut u8 {
+        let e = self.entry(i).load(Ordering::Acquire);
+        if e & CACHED != 0 {
+            if e & DIRTY == 0 {
+                // Writers hold the exclusive lock: no one else changes the entry now.
+                self.entry(i).store(e | DIRTY, Ordering::Relaxed);
+            }
+            t.hits += 1;
+            t.cache_read += self.stride as u64;
+            t.cache_written += self.stride as u64;
+            self.slot_ptr(slot_of(e))
+        } else {
+            t.misses += 1;
+            t.home_read += self.stride as u64;
+            t.home_rows += 1;
+            t.home_written += self.stride as u64;
+            self.home_ptr(i)
+        }
+    }
+
+    /// Charge a kernel's tally to the home and cache devices.
+    fn charge_tally(&self, t: &Tally) {
+        charge(self.home_device(), Some(&self.cache_dev), t);
     }
 
     /// Whether the cache has been filled once (a policy may fill on first use).
@@ -784,25 +855,7 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
-        let r = self.rows;
-        let e = r.entry(i).load(Ordering::Acquire);
-        if e & CACHED != 0 {
-            if e & DIRTY == 0 {
-                // Writers hold the exclusive lock: no one else changes the entry now.
-                r.entry(i).store(e | DIRTY, Ordering::Relaxed);
-            }
-            let s = slot_of(e);
-            t.hits += 1;
-            t.cache_read += r.stride as u64;
-            t.cache_written += r.stride as u64;
-            r.slot_ptr(s)
-        } else {
-            t.misses += 1;
-            t.home_read += r.stride as u64;
-            t.home_rows += 1;
-            t.home_written += r.stride as u64;
-            r.home_ptr(i)
-        }
+        self.rows.write_ptr(i, t)
     }
 
     #[inline(always)]
@@ -823,6 +876,44 @@ unsafe impl RowSource for CachedView<'_> {
     }
 
     fn charge(&self, t: &Tally) {
-        charge(self.rows.home_device(), Some(&self.rows.cache_dev), t);
+        self.rows.charge_tally(t);
+    }
+}
+
+/// A resident cache seen by one kernel call ([`CachedRows::resident_view`]): row `i` is at
+/// slot `i`, read with no pointer-table access, as a direct table reads its rows. Writes
+/// still go through the entry, which carries the dirty bit.
+pub struct ResidentView<'a> {
+    rows: &'a CachedRows,
+}
+
+// SAFETY: a resident cache holds row i at slot i for every i < rows (checked when it became
+// resident, and no row leaves while the caller holds the table's lock); slots lie inside
+// the pinned cache pages.
+unsafe impl RowSource for ResidentView<'_> {
+    #[inline(always)]
+    fn stride(&self) -> usize {
+        self.rows.stride
+    }
+
+    #[inline(always)]
+    fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
+        t.hits += 1;
+        t.cache_read += self.rows.stride as u64;
+        self.rows.slot_ptr(i)
+    }
+
+    #[inline(always)]
+    fn write(&self, i: usize, t: &mut Tally) -> *mut u8 {
+        self.rows.write_ptr(i, t)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        prefetch(self.rows.slot_ptr(i), self.rows.stride);
+    }
+
+    fn charge(&self, t: &Tally) {
+        self.rows.charge_tally(t);
     }
 }

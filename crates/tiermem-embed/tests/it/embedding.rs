@@ -554,3 +554,106 @@ fn reclaim_keeps_rows_hit_since_cached_and_matches_direct() {
     d.read_rows(0, &mut b).unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_cache_filled_with_every_row_in_row_order_reads_like_a_direct_table() {
+    // A cache that holds every row, filled: each row sits at the slot of its number, so
+    // kernels skip the pointer table (`resident`). Lookups and updates stay bit-identical
+    // to a direct table's through updates, a flush that makes rows leave (no longer
+    // resident), and a refill.
+    let m = manager();
+    let (rows, width) = (3000, 16);
+    let bytes = (rows * width * 4) as u64;
+    let cfg = |lower: u64, policy: PolicyRef| CacheConfig {
+        prefetch: Default::default(),
+        lower,
+        slack: bytes / 8,
+        policy,
+    };
+    let full = Table::cached(&m, 1, 0, rows, width, DType::F32, cfg(bytes, &Dynamic)).unwrap();
+    let warm = Table::cached(&m, 1, 0, rows, width, DType::F32, cfg(bytes, &Dynamic)).unwrap();
+    let part = Table::cached(&m, 1, 0, rows, width, DType::F32, cfg(bytes / 4, &Static)).unwrap();
+    let d = Table::direct(&m, 1, rows, width, DType::F32).unwrap();
+    let mut rng = Rng::new(5);
+    let init: Vec<f32> = (0..rows * width).map(|_| rng.f64() as f32 - 0.5).collect();
+    for t in [&full, &warm, &part, &d] {
+        t.write_rows(0, &init).unwrap();
+    }
+    let resident = |t: &Table| t.cache().unwrap().resident();
+    let step = |rng: &mut Rng, ts: &[&Table]| {
+        let values: Vec<i64> = (0..400).map(|_| rng.below(rows as u64) as i64).collect();
+        let offsets: Vec<i64> = (0..=100).map(|b| b * 4).collect();
+        let bags = Bags::new(0, &values, &offsets, None).unwrap();
+        let grad: Vec<f32> = (0..100 * width).map(|_| rng.f64() as f32 - 0.5).collect();
+        let mut outs = Vec::new();
+        for t in ts {
+            let mut out = vec![0f32; 100 * width];
+            let o = LookupOut {
+                data: &mut out,
+                row_stride: width,
+                cols: &[0],
+            };
+            lookup(&[*t], &[bags], Mode::Sum, o, 8).unwrap();
+            let g = GradIn {
+                data: &grad,
+                row_stride: width,
+                cols: &[0],
+            };
+            update(
+                &[*t],
+                &[bags],
+                Mode::Sum,
+                g,
+                Optimizer::Sgd(Sgd { lr: 0.1 }),
+                false,
+            )
+            .unwrap();
+            outs.push(out);
+        }
+        let mut want = vec![0f32; rows * width];
+        ts[0].read_rows(0, &mut want).unwrap();
+        for (k, t) in ts.iter().enumerate() {
+            assert!(outs[k] == outs[0], "table {k}'s lookup differs");
+            let mut got = vec![0f32; rows * width];
+            t.read_rows(0, &mut got).unwrap();
+            assert!(got == want, "table {k}'s rows differ");
+            if let Some(c) = t.cache() {
+                c.check().unwrap();
+            }
+        }
+    };
+    // A lookup caches some of `warm`'s rows out of order first: its fill cannot put every
+    // row at its own slot. `part` holds a quarter of the rows.
+    let mut out = vec![0f32; 2 * width];
+    let o = LookupOut {
+        data: &mut out,
+        row_stride: width,
+        cols: &[0],
+    };
+    let bags = Bags::new(0, &[2999, 5, 1000], &[0, 1, 3], None).unwrap();
+    lookup(&[&warm], &[bags], Mode::Sum, o, 8).unwrap();
+    for t in [&full, &warm, &part] {
+        assert!(t.fill_cache(7).unwrap() > 0);
+    }
+    assert!(resident(&full) && !resident(&warm) && !resident(&part));
+    assert_eq!(full.cache().unwrap().cached_rows(), rows);
+    for _ in 0..5 {
+        step(&mut rng, &[&d, &full, &warm, &part]);
+    }
+    // Updates keep it resident (rows stay in their slots, marked dirty).
+    assert!(resident(&full));
+    // A smaller cache: the flush writes the dirty rows home and drops rows, so the cache is
+    // no longer resident, and lookups cache rows where there is room again.
+    let c = full.cache().unwrap();
+    c.set_cachelower(bytes / 4).unwrap();
+    full.flush(true).unwrap();
+    assert!(!resident(&full));
+    for _ in 0..5 {
+        step(&mut rng, &[&d, &full, &warm, &part]);
+    }
+    // Room for every row again: a refill leaves rows cached in other slots, not resident.
+    c.set_cachelower(bytes).unwrap();
+    full.fill_cache(3).unwrap();
+    c.check().unwrap();
+    step(&mut rng, &[&d, &full]);
+}

@@ -307,6 +307,7 @@ impl PyTable {
                 ("isfull", u64::from(c.isfull())),
                 ("cached_rows", c.cached_rows() as u64),
                 ("bypass", u64::from(c.bypassing())),
+                ("resident", u64::from(c.resident())),
             ])
         })
     }
