@@ -153,6 +153,9 @@ def test_a_bypassed_cache_reads_through_and_gives_the_same_rows(disk_dir) -> Non
     idx = np.random.default_rng(1).integers(0, 5000, 400)
     offs = np.arange(0, 400, 4)
     t.lookup(idx[:200], offs[:50])
+    g = np.ones((50, 8), np.float32)
+    for x in (t, direct):
+        x.update(idx[:200], offs[:50], g, optimizer="sgd", lr=0.5)  # cached copies now newer than home
     before = t.cache_info["cached_rows"]
     assert before > 0
     t.set_bypass(True)
@@ -167,6 +170,35 @@ def test_a_bypassed_cache_reads_through_and_gives_the_same_rows(disk_dir) -> Non
     block = EmbeddingTable(5000, 8, device=f"block:{disk_dir / 'b.tmb'}", cache=0.1)
     with pytest.raises(tiermem.InvalidArgumentError, match="cannot bypass"):
         block.set_bypass(True)
+
+
+def test_a_cache_bypassed_before_it_caches_reads_and_updates_the_home_directly() -> None:
+    # Bypassed while empty (as DLRM's dynamic mode does), kernels go to the home rows without
+    # the pointer table: lookups and updates equal a direct table's, the tally counts every
+    # read a miss, nothing is cached; once the bypass is lifted, lookups cache again.
+    from tiermem.embedding import EmbeddingTable
+
+    m = tiermem.Manager([("dram", 8 << 20), ("emulated:cxl", 8 << 20)], policy="all_fast")
+    direct = EmbeddingTable(5000, 8)
+    t = EmbeddingTable(5000, 8, manager=m, device=1, cache=0.2, policy="dynamic")
+    w = np.random.default_rng(0).standard_normal((5000, 8)).astype(np.float32)
+    direct.load(w)
+    t.load(w)
+    t.set_bypass(True)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        idx = rng.integers(0, 5000, 400)
+        offs = np.arange(0, 400, 4)
+        g = rng.standard_normal((100, 8)).astype(np.float32)
+        np.testing.assert_array_equal(t.lookup(idx, offs), direct.lookup(idx, offs))
+        t.update(idx, offs, g, optimizer="sgd", lr=0.1)
+        direct.update(idx, offs, g, optimizer="sgd", lr=0.1)
+    np.testing.assert_array_equal(t.to_numpy(), direct.to_numpy())
+    s = t.stats()
+    assert t.cache_info["cached_rows"] == 0 and s["hits"] == 0 and s["misses"] >= 1600
+    t.set_bypass(False)
+    np.testing.assert_array_equal(t.lookup(idx, offs), direct.lookup(idx, offs))
+    assert t.cache_info["cached_rows"] > 0
 
 
 @pytest.mark.parametrize(("dist", "bypass"), [("uniform", True), ("zipf", False)])

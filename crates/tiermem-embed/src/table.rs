@@ -372,6 +372,7 @@ impl Table {
             Storage::Direct(h) => h.with(f),
             Storage::Cached(c) => match c.resident_view() {
                 Some(v) => f.call(&v),
+                None if c.reads_home() => c.home().with(f),
                 None => f.call(&c.view(caching && c.caches_on_lookup())),
             },
         }

@@ -771,6 +771,18 @@ impl CachedRows {
             .then_some(ResidentView { rows: self })
     }
 
+    /// Whether kernels may read and write the home directly, as a direct table does: the
+    /// cache is bypassed (lookups cache nothing) and holds no row (no live page; a row is
+    /// cached only in a live page's slot). A bypassed table is bypassed before it caches
+    /// anything (`tiermem.dlrm`'s `dynamic` mode), and then every entry says "at home":
+    /// reading them is one more random access per row for nothing. Call under the table's
+    /// lock: under the shared lock a lookup that caches after `set_bypass(false)` leaves
+    /// home rows valid (rows are cached by copying, and updated only under the exclusive
+    /// lock), and under the exclusive lock nothing caches.
+    pub(crate) fn reads_home(&self) -> bool {
+        self.bypassing() && self.pages.lock().active.is_empty()
+    }
+
     /// Where an update writes row `i`: its cached copy (marked dirty) or its home row.
     /// Exclusive lock held.
     #[inline(always)]
