@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tiermem
+from tiermem.embedding import EmbeddingTable
 from tiermem.embedding.cacheplan import Costs, curves, plan
 
 COSTS = Costs(delta_ns=1.0, insert_ns=0.3, source="test")
@@ -141,15 +142,19 @@ def test_auto_mode_needs_a_profile() -> None:
         Trainer(cfg, "auto")
 
 
-def test_a_bypassed_cache_reads_through_and_gives_the_same_rows(disk_dir) -> None:
-    from tiermem.embedding import EmbeddingTable
-
+def _direct_and_dynamic() -> tuple[EmbeddingTable, EmbeddingTable]:
+    """A direct DRAM table and a dynamic cached table (20 %) over emulated CXL, same rows."""
     m = tiermem.Manager([("dram", 8 << 20), ("emulated:cxl", 8 << 20)], policy="all_fast")
     direct = EmbeddingTable(5000, 8)
     t = EmbeddingTable(5000, 8, manager=m, device=1, cache=0.2, policy="dynamic")
     w = np.random.default_rng(0).standard_normal((5000, 8)).astype(np.float32)
     direct.load(w)
     t.load(w)
+    return direct, t
+
+
+def test_a_bypassed_cache_reads_through_and_gives_the_same_rows(disk_dir) -> None:
+    direct, t = _direct_and_dynamic()
     idx = np.random.default_rng(1).integers(0, 5000, 400)
     offs = np.arange(0, 400, 4)
     t.lookup(idx[:200], offs[:50])
@@ -176,14 +181,7 @@ def test_a_cache_bypassed_before_it_caches_reads_and_updates_the_home_directly()
     # Bypassed while empty (as DLRM's dynamic mode does), kernels go to the home rows without
     # the pointer table: lookups and updates equal a direct table's, the tally counts every
     # read a miss, nothing is cached; once the bypass is lifted, lookups cache again.
-    from tiermem.embedding import EmbeddingTable
-
-    m = tiermem.Manager([("dram", 8 << 20), ("emulated:cxl", 8 << 20)], policy="all_fast")
-    direct = EmbeddingTable(5000, 8)
-    t = EmbeddingTable(5000, 8, manager=m, device=1, cache=0.2, policy="dynamic")
-    w = np.random.default_rng(0).standard_normal((5000, 8)).astype(np.float32)
-    direct.load(w)
-    t.load(w)
+    direct, t = _direct_and_dynamic()
     t.set_bypass(True)
     rng = np.random.default_rng(2)
     for _ in range(4):
