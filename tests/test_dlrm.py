@@ -94,8 +94,8 @@ def test_a_model_that_cannot_fit_fails_before_training_with_the_numbers() -> Non
 def test_checkpoint_resume_continues_the_same_curve(tmp_path, disk_dir: Path, mode: str) -> None:
     """Interrupted at batch 12 and resumed from the checkpoint: the same loss curve as a
     straight run. The data state recorded is the one after the last finished step's batch,
-    though block mode draws the next batch ahead (its prefetch pipeline); block tables are
-    checkpointed as snapshots of their files."""
+    though both modes draw the next batch ahead (the prefetch pipeline fills block tables'
+    and dynamic caches); block tables are checkpointed as snapshots of their files."""
     d = SyntheticData(SMALL.rows, 13, SMALL.batch_size, SMALL.bag, dist="zipf", seed=2)
     prof = [d.batch(i) for i in range(3)] if mode == "block" else None
     extra: dict[str, Any] = {"slow": f"block:{disk_dir}", "fast_budget": SMALL.table_bytes // 2} if mode == "block" else {}
@@ -118,8 +118,9 @@ def test_checkpoint_resume_continues_the_same_curve(tmp_path, disk_dir: Path, mo
     first.close()
     resumed = Trainer(SMALL, mode, seed=99, profile=prof, **extra)  # other initial weights: the checkpoint replaces them
     state = resumed.load(ck)
-    # Block mode meets the interrupt while drawing batch 12 ahead, before step 12 runs.
-    assert resumed.step == state["position"] == (11 if mode == "block" else 12)
+    # Both meet the interrupt while drawing batch 12 ahead, before step 12 runs.
+    assert resumed.step == state["position"] == 11
+    assert resumed.prefetching and len(resumed.prefetching) == len(resumed.tables)
     resumed.train((d.batch(i) for i in range(resumed.step, 20)), 20 - resumed.step)
     assert resumed.losses == straight.losses
     resumed.close()

@@ -208,6 +208,46 @@ def test_a_cache_filled_with_every_row_reads_like_a_direct_table() -> None:
         np.testing.assert_array_equal(x.to_numpy(), ref.to_numpy())
 
 
+def test_a_dynamic_cache_prefetches_the_next_batch_so_its_lookup_only_hits() -> None:
+    # The prefetch pipeline over memory: while a step computes, the next batch's missing
+    # rows are cached (room made, the batch's cached rows kept); its lookup then hits every
+    # row and reclaims nothing, and lookups and updates stay equal to a direct table's.
+    rows, width = 4000, 16
+    ref = table(rows, width)
+    t = table(rows, width, device="emulated:cxl", cache=0.1, policy="dynamic")
+    rng = np.random.default_rng(5)
+    batches = [rng.integers(0, rows, 200) for _ in range(12)]
+    offs = np.arange(0, 200, 4)
+    evicted = 0
+    for k, idx in enumerate(batches):
+        want = ref.lookup(idx, offs)
+        t.reset_stats()
+        np.testing.assert_array_equal(t.lookup(idx, offs), want)
+        s = t.stats()
+        if k > 0:
+            assert s["misses"] == 0, f"batch {k}: {s}"
+            assert s["rows_evicted"] == 0, "the prefetch left room: the lookup reclaims nothing"
+        if k + 1 < len(batches):
+            nxt = batches[k + 1]
+            assert 0 < t.prefetch(nxt) <= len(np.unique(nxt))
+            assert t.prefetch(nxt) == 0, "the second finds them cached"
+            evicted += t.stats()["rows_evicted"]
+        g = rng.standard_normal((50, width)).astype(np.float32)
+        t.update(idx, offs, g, optimizer="sgd", lr=0.1)  # after the prefetch, as in training
+        ref.update(idx, offs, g, optimizer="sgd", lr=0.1)
+    assert evicted > 0, "the cache filled, and the prefetches made room"
+    np.testing.assert_array_equal(t.to_numpy(), ref.to_numpy())
+    with pytest.raises(tiermem.IndexOutOfRangeError, match="holds 4000"):
+        t.prefetch(np.array([1, 4000]))
+    # Caches that do not cache on lookup, or are bypassed, and direct tables prefetch nothing.
+    static = table(rows, width, device="emulated:cxl", cache=0.1, policy="static")
+    bypassed = table(rows, width, device="emulated:cxl", cache=0.1, policy="dynamic")
+    bypassed.set_bypass(True)
+    for x in (static, bypassed, ref):
+        assert x.prefetch(batches[0]) == 0
+    assert bypassed.cache_info["cached_rows"] == 0
+
+
 def test_flush_during_lookups_from_another_thread() -> None:
     rows, width = 2000, 32
     t = EmbeddingTable(rows, width, device="emulated:cxl", cache=0.1)

@@ -553,19 +553,27 @@ impl Table {
     /// batch's indices, while the current step computes): a block table reads the missing
     /// ones into its cache now, so that call only hits. Room is made by one reclaim pass,
     /// which keeps the rows used since the previous one (the step in flight's), and what
-    /// does not fit is left for the call to stage. Every index is checked first. No-op for
-    /// tables that do not stage. Returns the distinct rows that were missing.
+    /// does not fit is left for the call to stage. A `dynamic` cache over a home in memory
+    /// caches the missing rows the same way ([`CachedRows::prefetch_rows`]). Every index is
+    /// checked first. No-op for direct tables and for caches that do not cache on lookup
+    /// (`static`), admit on a second miss (`admit`), are bypassed or hold every row.
+    /// Returns the distinct rows that were missing.
     pub fn prefetch(&self, indices: &[i64]) -> Result<u64> {
-        if !self.staged() {
-            return Ok(0);
-        }
-        super::bags::check_indices(0, indices, self.rows)?;
-        let _x = self.exclusive()?;
         let Some(c) = self.cache() else {
             return Ok(0);
         };
-        let mut rows: Vec<u64> = indices.iter().map(|&v| v as u64).collect();
-        Ok(c.stage(&mut rows, Room::Once)?.misses)
+        super::bags::check_indices(0, indices, self.rows)?;
+        let _x = self.exclusive()?;
+        if c.staged() {
+            let mut rows: Vec<u64> = indices.iter().map(|&v| v as u64).collect();
+            return Ok(c.stage(&mut rows, Room::Once)?.misses);
+        }
+        let t = c.prefetch_rows(indices)?;
+        self.record(&Tally {
+            cached: t.cached,
+            ..Tally::default()
+        });
+        Ok(t.misses)
     }
 
     /// Put a block table's rows in a new order (`layout`: row → position, e.g. from

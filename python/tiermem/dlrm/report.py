@@ -76,7 +76,7 @@ def run_modes(
                         t.begin_timing()
                 if b is None:
                     break
-                # The next batch is made now: block tables read its rows during this step.
+                # The next batch is made now: the prefetch pipeline reads its rows during this step.
                 nxt = take() if k + 1 < warmup + iters else None
                 data_s = time.perf_counter() - t0
                 order = list(modes[k % len(modes) :]) + list(modes[: k % len(modes)])

@@ -14,8 +14,9 @@ memory in every mode and are not modelled (the 2LM model sees embedding traffic 
 
 ``block`` keeps the tables in files on the real disk (``--slow block:DIR``) behind DRAM
 caches of the fast budget; a table too small for a cache that holds one batch's rows stays
-in DRAM whole. It runs the prefetch pipeline: while a step's dense part computes, a
-background thread reads the next batch's missing rows into the caches, so its lookup hits.
+in DRAM whole. It runs the prefetch pipeline, as do the dynamic caches of ``dynamic`` and
+``auto`` (those not bypassed): while a step's dense part computes, a background thread reads
+the next batch's missing rows into the caches, so its lookup hits.
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ class Trainer:
             a batch touches (which tables are too small for a cache of their share). For
             ``auto`` (required), the accesses whose hit-rate curves plan every table's cache;
             for ``dynamic``, those that decide which caches to bypass (none without it).
+        prefetch: run the prefetch pipeline (block tables and dynamic caches): while a step's
+            dense part computes, a background thread caches the next batch's missing rows.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class Trainer:
         seed: int = 0,
         dist: str = "uniform",
         profile: Iterable[Batch] | None = None,
+        prefetch: bool = True,
     ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
@@ -218,6 +222,14 @@ class Trainer:
         self.bypass: list[bool] = []
         if mode == "dynamic" and self._profile:
             self._plan_bypass(self._profile)
+        #: Tables the prefetch pipeline fills ahead: block tables, and dynamic caches that are
+        #: not bypassed (``prefetch=False``: none).
+        self.prefetching: list[EmbeddingTable] = [
+            t
+            for t in self.tables
+            if prefetch
+            and (t.path is not None or ((i := t.cache_info) is not None and i["policy"] == "dynamic" and not i["bypass"]))
+        ]
         self.embeddings = emb
         self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
         self.loss_fn = torch.nn.BCELoss()
@@ -285,6 +297,7 @@ class Trainer:
         """Release the tables and remove mode ``block``'s table files."""
         self._join_prefetch()
         self.tables = []
+        self.prefetching = []
         self.embeddings = None  # type: ignore[assignment]
         self.model = None  # type: ignore[assignment]
         import gc
@@ -300,7 +313,7 @@ class Trainer:
     def _prefetch(self, b: Batch) -> None:
         try:
             for t, idx in zip(self.tables, b.indices):
-                if t.path is not None:
+                if any(t is p for p in self.prefetching):
                     t.prefetch(idx.numpy())
         except BaseException as e:  # handed to the training thread by _join_prefetch
             self._prefetch_error = e
@@ -401,7 +414,7 @@ class Trainer:
         t0 = time.perf_counter()
         self._join_prefetch()
         emb = self.embeddings(b.indices, b.offsets)
-        if nxt is not None and self.files:
+        if nxt is not None and self.prefetching:
             self._prefetcher = threading.Thread(target=self._prefetch, args=(nxt,), name="tiermem-prefetch", daemon=True)
             self._prefetcher.start()
         t1 = time.perf_counter()
@@ -469,7 +482,7 @@ class Trainer:
         it: Iterator[Batch] = iter(batches)
         start = len(self.losses)
         self._seen = 0
-        # The data state after the last batch a finished step consumed: block tables read
+        # The data state after the last batch a finished step consumed: tables that prefetch read
         # the next batch ahead (the prefetch pipeline), so the iterator's own state runs one
         # batch ahead of the steps taken and a checkpoint must not record that.
         done = data_state() if data_state else None
@@ -485,7 +498,7 @@ class Trainer:
                     if b is None:
                         break
                     after_b = data_state() if data_state else None
-                nxt = next(it, None) if self.files and k + 1 < warmup + iters else None
+                nxt = next(it, None) if self.prefetching and k + 1 < warmup + iters else None
                 after_nxt = data_state() if data_state and nxt is not None else None
                 self._seen += 1
                 loss = self.run_iteration(b, timed=k >= warmup, data_seconds=time.perf_counter() - t0, nxt=nxt)
@@ -560,8 +573,8 @@ class Trainer:
             for name, s in self.manager.stats().items():
                 bytes_[name] = {"read": int(s["bytes_read"]), "written": int(s["bytes_written"])}
             counted = True
+            self._join_prefetch()
             if self.files:
-                self._join_prefetch()
                 (r0, w0), (r1, w1) = getattr(self, "_disk0", (0, 0)), self._disk_blocks()
                 devices["disk"] = "real"
                 bytes_["disk"] = {"read": 4096 * (r1 - r0), "written": 4096 * (w1 - w0)}

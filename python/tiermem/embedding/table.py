@@ -296,10 +296,14 @@ class EmbeddingTable:
         return {"how": how, "generation": int(generation), "bytes": os.path.getsize(path)}
 
     def prefetch(self, indices: Any) -> int:
-        """Read the rows ``indices`` (any shape of integers) will look up into a block
-        table's cache now, so that lookup only hits: the prefetch pipeline calls this with
-        the next batch while the current step computes. Returns the distinct rows that
-        were missing; 0 (and nothing done) for other tables.
+        """Read the rows ``indices`` (any shape of integers) will look up into the cache
+        now, so that lookup only hits: the prefetch pipeline calls this with the next batch
+        while the current step computes. A block table stages them; a ``dynamic`` cache over
+        memory makes room (keeping the cached ones of these rows, and a slack's worth more,
+        so the lookup reclaims nothing) and caches them marked. Returns the distinct rows
+        that were missing; 0 (and nothing done) for direct tables and for caches that do not
+        cache on lookup (``static``), admit on a second miss (``admit``), are bypassed or
+        hold every row in place.
 
         Raises:
             IndexOutOfRangeError: an index outside the table (nothing is read then).

@@ -374,9 +374,10 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
 
     def prefetch(self, input: torch.Tensor) -> int:
         """Read the rows a coming batch's ``input`` (indices, any shape) will look up into
-        a block table's cache now, so its lookup only hits; call it on another thread while
-        the current step computes. No-op unless the rows are on the disk. Returns the rows
-        that were missing."""
+        the cache now (a block table's, or a ``dynamic`` cache's), so its lookup only hits;
+        call it on another thread while the current step computes. No-op for rows held
+        directly and for caches that do not cache on lookup. Returns the rows that were
+        missing."""
         return self.table.prefetch(input.detach().cpu().numpy())
 
     def forward(
@@ -516,9 +517,10 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
 
     def prefetch(self, indices: Any, offsets: Any) -> int:
         """Read the rows of a coming batch (FBGEMM layout, as :meth:`forward` takes it) into
-        the block tables' caches now, so its lookup only hits; call it on another thread
-        while the current step computes (the GIL is released while it reads). No-op for
-        tables not on the disk. Returns the rows that were missing."""
+        the tables' caches now (block tables', and ``dynamic`` caches), so its lookup only
+        hits; call it on another thread while the current step computes (the GIL is
+        released while it reads). No-op for tables held directly and for caches that do not
+        cache on lookup. Returns the rows that were missing."""
         return sum(t.prefetch(v) for t, (v, _) in zip(self.tables, self.split(indices, offsets)))
 
     def split(self, indices: Any, offsets: Any) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 
 mod holes;
 pub mod policy;
+mod prefetch;
 mod stage;
 
 pub use policy::{Admission, CachePolicy, PolicyRef, Prefetch};

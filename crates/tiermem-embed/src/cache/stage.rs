@@ -127,7 +127,7 @@ impl CachedRows {
 
     /// Slots free for new rows: holes a reclaim left, and those that can still be bumped
     /// before the page limit.
-    fn free_slots(&self) -> usize {
+    pub(super) fn free_slots(&self) -> usize {
         let p = self.pages.lock();
         let cur = self.current.load(Ordering::Acquire);
         let in_current = if cur == NONE {
