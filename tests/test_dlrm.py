@@ -90,18 +90,27 @@ def test_a_model_that_cannot_fit_fails_before_training_with_the_numbers() -> Non
         Trainer(SMALL, "hbm")
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "block"])
+@pytest.mark.parametrize("mode", ["dynamic", "dynamic+prefetch", "block"])
 def test_checkpoint_resume_continues_the_same_curve(tmp_path, disk_dir: Path, mode: str) -> None:
     """Interrupted at batch 12 and resumed from the checkpoint: the same loss curve as a
     straight run. The data state recorded is the one after the last finished step's batch,
-    though both modes draw the next batch ahead (the prefetch pipeline fills block tables'
-    and dynamic caches); block tables are checkpointed as snapshots of their files."""
+    though a prefetching trainer draws the next batch ahead (block tables, and dynamic
+    caches with ``prefetch_memory``); block tables are checkpointed as snapshots of their
+    files."""
     d = SyntheticData(SMALL.rows, 13, SMALL.batch_size, SMALL.bag, dist="zipf", seed=2)
     prof = [d.batch(i) for i in range(3)] if mode == "block" else None
     extra: dict[str, Any] = {"slow": f"block:{disk_dir}", "fast_budget": SMALL.table_bytes // 2} if mode == "block" else {}
+    if mode == "dynamic+prefetch":
+        mode, extra = "dynamic", {"prefetch_memory": True}
+    ahead = mode == "block" or "prefetch_memory" in extra
     straight = Trainer(SMALL, mode, seed=1, profile=prof, **extra)
     straight.train((d.batch(i) for i in range(20)), 20)
     straight.close()
+    if "prefetch_memory" in extra:
+        plain = Trainer(SMALL, mode, seed=1)
+        plain.train((d.batch(i) for i in range(20)), 20)
+        assert plain.losses == straight.losses, "prefetching changes no value"
+        plain.close()
     ck = str(tmp_path / "ck.pt")
     first = Trainer(SMALL, mode, seed=1, profile=prof, **extra)
     drawn = [0]
@@ -118,9 +127,9 @@ def test_checkpoint_resume_continues_the_same_curve(tmp_path, disk_dir: Path, mo
     first.close()
     resumed = Trainer(SMALL, mode, seed=99, profile=prof, **extra)  # other initial weights: the checkpoint replaces them
     state = resumed.load(ck)
-    # Both meet the interrupt while drawing batch 12 ahead, before step 12 runs.
-    assert resumed.step == state["position"] == 11
-    assert resumed.prefetching and len(resumed.prefetching) == len(resumed.tables)
+    # A prefetching trainer meets the interrupt while drawing batch 12 ahead, before step 12.
+    assert resumed.step == state["position"] == (11 if ahead else 12)
+    assert len(resumed.prefetching) == (len(resumed.tables) if ahead else 0)
     resumed.train((d.batch(i) for i in range(resumed.step, 20)), 20 - resumed.step)
     assert resumed.losses == straight.losses
     resumed.close()

@@ -14,9 +14,9 @@ memory in every mode and are not modelled (the 2LM model sees embedding traffic 
 
 ``block`` keeps the tables in files on the real disk (``--slow block:DIR``) behind DRAM
 caches of the fast budget; a table too small for a cache that holds one batch's rows stays
-in DRAM whole. It runs the prefetch pipeline, as do the dynamic caches of ``dynamic`` and
-``auto`` (those not bypassed): while a step's dense part computes, a background thread reads
-the next batch's missing rows into the caches, so its lookup hits.
+in DRAM whole. It runs the prefetch pipeline (as do the dynamic caches of ``dynamic`` and
+``auto`` with ``prefetch_memory``): while a step's dense part computes, a background thread
+reads the next batch's missing rows into the caches, so its lookup hits.
 """
 
 from __future__ import annotations
@@ -149,8 +149,11 @@ class Trainer:
             a batch touches (which tables are too small for a cache of their share). For
             ``auto`` (required), the accesses whose hit-rate curves plan every table's cache;
             for ``dynamic``, those that decide which caches to bypass (none without it).
-        prefetch: run the prefetch pipeline (block tables and dynamic caches): while a step's
-            dense part computes, a background thread caches the next batch's missing rows.
+        prefetch_memory: run the prefetch pipeline for dynamic caches over memory too (block
+            tables always run it): while a step's dense part computes, a background thread
+            caches the next batch's missing rows. Off by default: where the copies and the
+            slow device's waits take the cores the dense step needs (two cores, an emulated
+            device), it costs more than it hides (see ARCHITECTURE.md).
     """
 
     def __init__(
@@ -164,7 +167,7 @@ class Trainer:
         seed: int = 0,
         dist: str = "uniform",
         profile: Iterable[Batch] | None = None,
-        prefetch: bool = True,
+        prefetch_memory: bool = False,
     ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
@@ -222,13 +225,13 @@ class Trainer:
         self.bypass: list[bool] = []
         if mode == "dynamic" and self._profile:
             self._plan_bypass(self._profile)
-        #: Tables the prefetch pipeline fills ahead: block tables, and dynamic caches that are
-        #: not bypassed (``prefetch=False``: none).
+        #: Tables the prefetch pipeline fills ahead: block tables, and with
+        #: ``prefetch_memory`` dynamic caches over memory that are not bypassed.
         self.prefetching: list[EmbeddingTable] = [
             t
             for t in self.tables
-            if prefetch
-            and (t.path is not None or ((i := t.cache_info) is not None and i["policy"] == "dynamic" and not i["bypass"]))
+            if t.path is not None
+            or (prefetch_memory and (i := t.cache_info) is not None and i["policy"] == "dynamic" and not i["bypass"])
         ]
         self.embeddings = emb
         self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
@@ -452,8 +455,16 @@ class Trainer:
     def run_iteration(self, b: Batch, *, timed: bool, data_seconds: float = 0.0, nxt: Batch | None = None) -> float:
         """One training step on ``b`` (``nxt``: the next batch, for the prefetch pipeline);
         its phase times are kept when ``timed`` (after :meth:`begin_timing`). Returns the
-        loss. For running several trainers in lockstep."""
+        loss. For running several trainers in lockstep.
+
+        The step's prefetch of ``nxt`` is waited for before it returns, and the wait counts
+        as lookup time: the prefetch overlaps this step's own dense and update work only, not
+        another trainer's step in lockstep (whose time it would otherwise take a core from)
+        nor time outside the step."""
         loss, lk, dn, up = self.train_step(b, nxt)
+        w0 = time.perf_counter()
+        self._join_prefetch()
+        lk += time.perf_counter() - w0
         self._own += lk + dn + up
         self.loss_times.append(self._own)
         if timed:
