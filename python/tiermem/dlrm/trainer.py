@@ -413,7 +413,7 @@ class Trainer:
     # Training --------------------------------------------------------------------------
     def train_step(self, b: Batch, nxt: Batch | None = None) -> tuple[float, float, float, float]:
         """One iteration; returns (loss, lookup s, dense s, update s). With ``nxt`` (the
-        next batch) block tables start reading its rows once this lookup is done."""
+        next batch) the prefetching tables start reading its rows once this lookup is done."""
         t0 = time.perf_counter()
         self._join_prefetch()
         emb = self.embeddings(b.indices, b.offsets)
