@@ -15,16 +15,13 @@ impl CachedRows {
     /// made for the missing ones and a slack's worth more (so the lookup that follows finds
     /// the cache not full and reclaims nothing); the rows cached go in marked, to stay until
     /// that lookup. Rows that find no slot stay at home (the lookup reads them there).
-    /// Exclusive table lock held. Returns the tally: `misses` the distinct rows that were
-    /// missing, `cached` those now cached.
+    /// Exclusive table lock held; a staged cache goes through `stage` instead (the caller,
+    /// `Table::prefetch`, dispatches). Returns the tally: `misses` the distinct rows that
+    /// were missing, `cached` those now cached.
     pub(crate) fn prefetch_rows(&self, rows: &[i64]) -> Result<Tally> {
+        debug_assert!(!self.staged(), "a block home stages its rows");
         let mut t = Tally::default();
-        if self.staged()
-            || !self.caches_on_lookup()
-            || self.admits()
-            || self.bypassing()
-            || self.resident()
-        {
+        if !self.caches_on_lookup() || self.admits() || self.bypassing() || self.resident() {
             return Ok(t);
         }
         let mark = self.marking(true);
