@@ -90,6 +90,16 @@ def test_a_model_that_cannot_fit_fails_before_training_with_the_numbers() -> Non
         Trainer(SMALL, "hbm")
 
 
+def test_block_tables_too_small_to_cache_a_batch_and_too_large_for_the_budget_are_refused(disk_dir: Path) -> None:
+    # Every table's cache share would hold fewer rows than one batch touches, so each stays in
+    # DRAM whole, and together they exceed the budget: refused at once, with the numbers
+    # (this used to spin: the share shrank toward zero and never reached it).
+    c = DLRMConfig(rows=(600,) * 4, dim=16, bottom_mlp=(8, 16), top_mlp=(4, 1), bag=10, batch_size=64)
+    with pytest.raises(tiermem.InvalidArgumentError, match=r"4 of 4 tables .* one batch's rows"):
+        Trainer(c, "block", slow=f"block:{disk_dir}", fast_budget=c.table_bytes // 4)
+    assert not list(disk_dir.glob("dlrm-*.tmb"))
+
+
 @pytest.mark.parametrize("mode", ["dynamic", "dynamic+prefetch", "block"])
 def test_checkpoint_resume_continues_the_same_curve(tmp_path, disk_dir: Path, mode: str) -> None:
     """Interrupted at batch 12 and resumed from the checkpoint: the same loss curve as a

@@ -272,18 +272,24 @@ class Trainer:
         while True:
             on_disk = [t for t in range(c.num_tables) if t not in dram]
             left = budget - sum(c.rows[t] * rb for t in dram)
+            if left < 0 or not on_disk:
+                break
             disk_bytes = sum(c.rows[t] * rb for t in on_disk)
-            frac = min(1.0, left / (1.0 + SLOT_OVERHEAD / rb) / disk_bytes) if disk_bytes else 1.0
-            while frac > 0 and sum(cache_fast_bytes(c.rows[t], rb, frac) for t in on_disk) > left:
+            frac = min(1.0, left / (1.0 + SLOT_OVERHEAD / rb) / disk_bytes)
+            while sum(cache_fast_bytes(c.rows[t], rb, frac) for t in on_disk) > left:
                 frac *= 0.995
+                if frac * max(c.rows[t] for t in on_disk) < 1:
+                    frac = 0.0  # not one row each fits: every table is small
+                    break
             small = {t for t in on_disk if frac * c.rows[t] < min(c.rows[t], need[t]) or frac >= 1.0}
             if not small:
                 break
             dram |= small
         if budget - sum(c.rows[t] * rb for t in dram) < 0:
             raise InvalidArgumentError(
-                f"a fast budget of {format_bytes(self.fast_budget)} cannot hold the small tables and the caches "
-                "of the large ones; raise --fast-budget"
+                f"a fast budget of {format_bytes(self.fast_budget)} cannot hold the {len(dram)} of {c.num_tables} "
+                f"tables ({format_bytes(sum(c.rows[t] * rb for t in dram))}) whose cache share would not hold one "
+                "batch's rows, so they stay in DRAM whole; raise --fast-budget"
             )
         tag = f"dlrm-{os.getpid()}-{id(self):x}"
         tables = []
