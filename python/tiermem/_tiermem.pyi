@@ -29,6 +29,7 @@ __all__ = [
     "CriteoParser",
     "Kernel",
     "cache_slot_metadata_bytes",
+    "table_row_metadata_bytes",
     "calibrate_staging",
     "criteo_ranges",
     "Recorder",
@@ -381,6 +382,7 @@ def minicache_sweep(
     slack_rows: int = 0,
 ) -> list[list[dict[str, float]]]: ...
 def cache_slot_metadata_bytes(slots: int) -> int: ...
+def table_row_metadata_bytes(rows: int, cached: bool = True) -> int: ...
 def lru_curve(rows: Any, sizes: list[int]) -> list[float]: ...
 def shards_curve(
     rows: Any, rate: float, sizes: list[int], table_rows: int | None = None, sampling: str = "hash"

@@ -78,6 +78,19 @@ fn stride_of(width: usize, dtype: DType) -> usize {
     (width * dtype.size()).next_multiple_of(4)
 }
 
+/// DRAM a table of `rows` rows keeps per row outside the manager's devices, whatever its
+/// cache's size: the reindex scratch (4 bytes a row) and, for a cached table, the pointer
+/// table and the bitmap of cached rows ([`crate::cache::row_metadata_bytes`]).
+#[must_use]
+pub fn row_metadata_bytes(rows: usize, cached: bool) -> u64 {
+    4 * rows as u64
+        + if cached {
+            crate::cache::row_metadata_bytes(rows)
+        } else {
+            0
+        }
+}
+
 impl Table {
     fn check_shape(rows: usize, width: usize) -> Result<()> {
         ensure!(rows > 0, "an embedding table needs at least one row");
@@ -680,7 +693,8 @@ impl Table {
     pub fn metadata_bytes(&self) -> Result<u64> {
         let s = self.shared()?;
         let state = s.state.as_ref().map_or(0, |(_, v)| v.len());
-        Ok(4 * (s.slot_of.len() + state) as u64
+        Ok(4 * state as u64
+            + row_metadata_bytes(s.slot_of.len(), false)
             + self.cache().map_or(0, CachedRows::metadata_bytes))
     }
 

@@ -34,7 +34,7 @@ import torch
 from .. import checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import SLOT_OVERHEAD, Costs, TablePlan, bypasses, cache_fast_bytes, hot_rows, plan_within
+from ..embedding.cacheplan import SLOT_OVERHEAD, Costs, TablePlan, bypasses, cache_fast_bytes, hot_rows, meta_bytes, plan_within
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -111,9 +111,9 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
     """Cache fraction and slack fraction (of each table) that keep the cache pages (whole
     frames) plus every table's pointer table, slot metadata and reindex scratch within
     ``budget``."""
-    rows, rb = sum(config.rows), config.row_bytes
-    meta = 8 * rows  # pointer-table entries and reindex scratch, 4 bytes each per row
-    least = meta + (rb + 4) * config.num_tables
+    rb = config.row_bytes
+    meta = meta_bytes(config.rows)
+    least = meta + sum(cache_fast_bytes(r, rb, 0.0) for r in config.rows)  # one cached row each
     if budget < least:
         raise InvalidArgumentError(
             f"a fast budget of {format_bytes(budget)} does not hold the tables' pointer tables and "
@@ -267,7 +267,7 @@ class Trainer:
                     seen[t] = max(seen[t], len(np.unique(idx.numpy())))
             need = [min(n, seen[t] * 21 // 20 + 16) for t, n in enumerate(need)]
         rb = c.row_bytes
-        budget = self.fast_budget - 8 * sum(c.rows)  # pointer tables and reindex scratch
+        budget = self.fast_budget - meta_bytes(c.rows)  # pointer tables, bitmaps and reindex scratch
         dram: set[int] = set()
         while True:
             on_disk = [t for t in range(c.num_tables) if t not in dram]

@@ -228,9 +228,10 @@ def cache_fast_bytes(rows: int, row_bytes: int, fraction: float) -> int:
 
 
 def meta_bytes(rows: Sequence[int]) -> int:
-    """Fast memory cached tables of ``rows`` rows take whatever their caches: a pointer-table
-    entry and reindex scratch, 4 bytes each, per row."""
-    return 8 * int(sum(rows))
+    """Fast memory cached tables of ``rows`` rows take whatever their caches
+    (:func:`tiermem._tiermem.table_row_metadata_bytes`: reindex scratch, pointer table and
+    the bitmap of cached rows)."""
+    return sum(_tiermem.table_row_metadata_bytes(int(r)) for r in rows)
 
 
 def plan_within(

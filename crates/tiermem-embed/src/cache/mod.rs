@@ -8,7 +8,9 @@
 //! from the row number). Keeping the dirty and reference bits in the entry a hit or update
 //! already reads saves touching the slot's back-edge, a second random access per hit. The
 //! thesis stores full pointers with the same two low bits; a slot number is half the size,
-//! so twice as much of the pointer table stays in the CPU caches.
+//! so twice as much of the pointer table stays in the CPU caches. A bitmap of the cached
+//! rows, a bit each ([`present`]), is read before the entry: a miss that will not cache a
+//! row goes home without touching the pointer table.
 //!
 //! This is the mechanism; what it does with misses, when it fills and whether it makes room
 //! is a [`CachePolicy`]'s to say ([`policy`]).
@@ -27,6 +29,7 @@ use parking_lot::Mutex;
 mod holes;
 pub mod policy;
 mod prefetch;
+mod present;
 mod stage;
 
 pub use policy::{Admission, CachePolicy, PolicyRef, Prefetch};
@@ -35,6 +38,7 @@ pub use stage::{Room, StageCounters};
 use super::home::Home;
 use super::rows::{charge, RowSource, Tally};
 use holes::Holes;
+use present::Present;
 use tiermem_core::arch::hints::prefetch;
 use tiermem_core::device::Device;
 use tiermem_core::manager::Reservation;
@@ -118,6 +122,9 @@ pub struct CachedRows {
     cache: *mut u8,
     entries: HugeSlice<AtomicU32>,
     entries_ptr: *const AtomicU32,
+    /// Which rows are cached, a bit each: a lookup's first look, before the entry
+    /// ([`present`]).
+    present: Present,
     back: HugeSlice<AtomicU32>,
     bumps: Box<[AtomicUsize]>,
     frame_rows: usize,
@@ -164,6 +171,14 @@ pub struct CachedRows {
 unsafe impl Send for CachedRows {}
 // SAFETY: as above.
 unsafe impl Sync for CachedRows {}
+
+/// Fast memory a cached table of `rows` rows takes per row, whatever its cache: the
+/// pointer table (a 4-byte entry per row) and the bitmap of cached rows (a bit per row,
+/// whole 8-byte words).
+#[must_use]
+pub fn row_metadata_bytes(rows: usize) -> u64 {
+    4 * rows as u64 + Present::bytes_for(rows)
+}
 
 /// Fast memory a cache of `slots` slots takes beside its pages and the pointer table: a
 /// 4-byte back-edge per slot and the bitmap of holes (a bit per slot, whole 8-byte words).
@@ -223,6 +238,7 @@ impl CachedRows {
             cache: cache.0.ptr,
             entries_ptr: entries.as_ptr(),
             entries,
+            present: Present::new(rows),
             back: HugeSlice::zeroed(slots)?,
             bumps: (0..frames).map(|_| AtomicUsize::new(0)).collect(),
             frame_rows,
@@ -459,24 +475,36 @@ impl CachedRows {
     /// only if it missed before (its `SEEN` bit is set); otherwise the miss sets the bit.
     #[inline(always)]
     fn locate(&self, i: usize, caching: bool, mark: bool, admit: bool, t: &mut Tally) -> *const u8 {
-        let e = self.entry(i).load(Ordering::Acquire);
-        if e & CACHED != 0 {
-            t.hits += 1;
-            t.cache_read += self.stride as u64;
-            let s = slot_of(e);
-            if mark && e & REF == 0 {
-                // The entry is already loaded: the store (one per row between reclaims) is
-                // the rare case. Only other hits change a cached entry under the shared
-                // lock, and they only set this bit.
-                self.entry(i).fetch_or(REF, Ordering::Relaxed);
+        // The bitmap first: a miss that will not cache never reads its entry.
+        let mut e = 0;
+        if self.present.get(i) {
+            e = self.entry(i).load(Ordering::Acquire);
+            if e & CACHED != 0 {
+                t.hits += 1;
+                t.cache_read += self.stride as u64;
+                let s = slot_of(e);
+                if mark && e & REF == 0 {
+                    // The entry is already loaded: the store (one per row between reclaims)
+                    // is the rare case. Only other hits change a cached entry under the
+                    // shared lock, and they only set this bit.
+                    self.entry(i).fetch_or(REF, Ordering::Relaxed);
+                }
+                return self.slot_ptr(s);
             }
-            return self.slot_ptr(s);
         }
         t.misses += 1;
         t.home_read += self.stride as u64;
         t.home_rows += 1;
         let home = self.home_ptr(i);
-        if !caching || e & LOCKED != 0 || self.full.load(Ordering::Relaxed) {
+        if !caching || self.full.load(Ordering::Relaxed) {
+            return home;
+        }
+        if e == 0 {
+            e = self.entry(i).load(Ordering::Acquire);
+        }
+        if e & (LOCKED | CACHED) != 0 {
+            // Another thread is caching the row, or has cached it since the bit was read:
+            // the home copy is valid until the exclusive lock is taken.
             return home;
         }
         if admit && e & SEEN == 0 {
@@ -507,6 +535,7 @@ impl CachedRows {
         self.back[slot].store(i as u32 + 1, Ordering::Relaxed);
         self.entry(i)
             .store(((slot as u32) << 2) | CACHED, Ordering::Release);
+        self.present.set(i);
         t.cached += 1;
         t.cache_written += self.stride as u64;
         dst
@@ -530,7 +559,7 @@ impl CachedRows {
     /// Bytes of DRAM metadata: the pointer table and, per slot, [`slot_metadata_bytes`].
     #[must_use]
     pub fn metadata_bytes(&self) -> u64 {
-        4 * self.entries.len() as u64 + slot_metadata_bytes(self.back.len())
+        row_metadata_bytes(self.rows) + slot_metadata_bytes(self.back.len())
     }
 
     /// Flush the oldest pages until the cache holds at most `cachelower` bytes; with
@@ -621,6 +650,7 @@ impl CachedRows {
             t.home_written += self.stride as u64;
         }
         self.entry(row).store(0, Ordering::Release);
+        self.present.clear(row);
         dirty
     }
 
@@ -713,6 +743,12 @@ impl CachedRows {
         }
         for (i, e) in self.entries.iter().enumerate() {
             let e = e.load(Ordering::Relaxed);
+            if (e & CACHED != 0) != self.present.get(i) {
+                return Err(format!(
+                    "row {i}'s entry is {e:#x} but its bit in the bitmap of cached rows is {}",
+                    self.present.get(i)
+                ));
+            }
             if self.resident() && (e & CACHED == 0 || slot_of(e) != i) {
                 return Err(format!(
                     "the cache is resident but row {i}'s entry is {e:#x}"
@@ -873,7 +909,11 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn prefetch(&self, i: usize) {
-        let e = self.rows.entry(i).load(Ordering::Relaxed);
+        let e = if self.rows.present.get(i) {
+            self.rows.entry(i).load(Ordering::Relaxed)
+        } else {
+            0
+        };
         let p = if e & CACHED != 0 {
             self.rows.slot_ptr(slot_of(e))
         } else {
@@ -885,7 +925,12 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn prefetch_far(&self, i: usize) {
-        prefetch(self.rows.entries_ptr.wrapping_add(i).cast(), 1);
+        // Only a cached row's entry is read (a missing row's never is).
+        if self.rows.present.get(i) {
+            prefetch(self.rows.entries_ptr.wrapping_add(i).cast(), 1);
+        } else {
+            prefetch(self.rows.present.word_ptr(i), 1);
+        }
     }
 
     fn charge(&self, t: &Tally) {

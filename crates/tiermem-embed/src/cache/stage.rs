@@ -253,6 +253,7 @@ impl CachedRows {
                 ((slot as u32) << 2) | CACHED | referenced,
                 Ordering::Release,
             );
+            self.present.set(row as usize);
             t.cached += 1;
             true
         };

@@ -408,3 +408,11 @@ impl PyTable {
 pub fn cache_slot_metadata_bytes(slots: usize) -> u64 {
     tiermem_embed::cache::slot_metadata_bytes(slots)
 }
+
+/// DRAM a table of `rows` rows keeps per row whatever its cache's size (reindex scratch;
+/// for a cached table also the pointer table and the bitmap of cached rows), in bytes.
+#[pyfunction]
+#[pyo3(signature = (rows, cached=true))]
+pub fn table_row_metadata_bytes(rows: usize, cached: bool) -> u64 {
+    tiermem_embed::table::row_metadata_bytes(rows, cached)
+}
