@@ -925,11 +925,10 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn prefetch_far(&self, i: usize) {
-        // Only a cached row's entry is read (a missing row's never is).
-        if self.rows.present.get(i) {
+        // The entry is read for a cached row, and for a missing one only by a view that
+        // caches (its compare-and-swap would otherwise wait on memory).
+        if self.caching || self.rows.present.get(i) {
             prefetch(self.rows.entries_ptr.wrapping_add(i).cast(), 1);
-        } else {
-            prefetch(self.rows.present.word_ptr(i), 1);
         }
     }
 

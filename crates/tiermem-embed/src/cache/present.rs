@@ -58,12 +58,6 @@ impl Present {
         self.word(row)
             .fetch_and(!(1 << (row % 64)), Ordering::Relaxed);
     }
-
-    /// Address of row `row`'s word, for a prefetch hint.
-    #[inline(always)]
-    pub(super) fn word_ptr(&self, row: usize) -> *const u8 {
-        self.bits.as_ptr().wrapping_add(row / 64).cast()
-    }
 }
 
 #[cfg(test)]
