@@ -70,13 +70,19 @@ impl Holes {
         None
     }
 
-    /// Make `slot` a hole. Under the table's exclusive lock.
+    /// Make `slot` a hole. Under the table's exclusive lock, so no take runs and no other
+    /// thread writes these words: plain loads and stores, not locked read-modify-writes,
+    /// each of which would stall a reclaim's loop until the loads before it completed.
     pub(super) fn put(&self, slot: usize) {
         let (w, bit) = (slot / 64, 1u64 << (slot % 64));
-        let before = self.bits[w].fetch_or(bit, Ordering::Relaxed);
+        let before = self.bits[w].load(Ordering::Relaxed);
         debug_assert!(before & bit == 0, "slot {slot} is a hole already");
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.cursor.fetch_min(w, Ordering::Relaxed);
+        self.bits[w].store(before | bit, Ordering::Relaxed);
+        let n = self.count.load(Ordering::Relaxed);
+        self.count.store(n + 1, Ordering::Relaxed);
+        if w < self.cursor.load(Ordering::Relaxed) {
+            self.cursor.store(w, Ordering::Relaxed);
+        }
     }
 
     /// Drop the holes among `slots` (a page a flush frees). Under the exclusive lock.

@@ -52,11 +52,16 @@ impl Present {
         self.word(row).fetch_or(1 << (row % 64), Ordering::Release);
     }
 
-    /// Row `row` left the cache. Under the table's exclusive lock.
+    /// Row `row` left the cache. Under the table's exclusive lock, so no other thread
+    /// writes the word: a plain load and store, not a locked read-modify-write, which would
+    /// stall a reclaim's loop on every row it drops until the loads before it completed.
     #[inline(always)]
     pub(super) fn clear(&self, row: usize) {
-        self.word(row)
-            .fetch_and(!(1 << (row % 64)), Ordering::Relaxed);
+        let w = self.word(row);
+        w.store(
+            w.load(Ordering::Relaxed) & !(1 << (row % 64)),
+            Ordering::Relaxed,
+        );
     }
 }
 
