@@ -97,6 +97,8 @@ def test_block_tables_too_small_to_cache_a_batch_and_too_large_for_the_budget_ar
     c = DLRMConfig(rows=(600,) * 4, dim=16, bottom_mlp=(8, 16), top_mlp=(4, 1), bag=10, batch_size=64)
     with pytest.raises(tiermem.InvalidArgumentError, match=r"4 of 4 tables .* one batch's rows"):
         Trainer(c, "block", slow=f"block:{disk_dir}", fast_budget=c.table_bytes // 4)
+    with pytest.raises(tiermem.InvalidArgumentError, match="pointer tables"):
+        Trainer(c, "block", slow=f"block:{disk_dir}", fast_budget=1000)
     assert not list(disk_dir.glob("dlrm-*.tmb"))
 
 

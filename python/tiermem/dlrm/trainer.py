@@ -268,6 +268,11 @@ class Trainer:
             need = [min(n, seen[t] * 21 // 20 + 16) for t, n in enumerate(need)]
         rb = c.row_bytes
         budget = self.fast_budget - meta_bytes(c.rows)  # pointer tables, bitmaps and reindex scratch
+        if budget < 0:
+            raise InvalidArgumentError(
+                f"a fast budget of {format_bytes(self.fast_budget)} does not hold the tables' pointer tables "
+                f"and reindex scratch ({format_bytes(meta_bytes(c.rows))}); raise --fast-budget"
+            )
         dram: set[int] = set()
         while True:
             on_disk = [t for t in range(c.num_tables) if t not in dram]

@@ -556,7 +556,8 @@ impl CachedRows {
         t
     }
 
-    /// Bytes of DRAM metadata: the pointer table and, per slot, [`slot_metadata_bytes`].
+    /// Bytes of DRAM metadata: per row, [`row_metadata_bytes`] (the pointer table and the
+    /// bitmap of cached rows), and per slot, [`slot_metadata_bytes`].
     #[must_use]
     pub fn metadata_bytes(&self) -> u64 {
         row_metadata_bytes(self.rows) + slot_metadata_bytes(self.back.len())
