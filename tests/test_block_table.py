@@ -318,6 +318,17 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
     assert not list(disk_dir.glob("tiermem-bench-ssd-*")), "scratch files left behind"
 
 
+def test_bench_ssd_refuses_an_unknown_dlrm_model_before_any_work(disk_dir: Path) -> None:
+    from tiermem.bench.ssd import dlrm_config
+
+    assert dlrm_config("large:0.02", quick=False).rows == (120_000,) * 64
+    assert dlrm_config(None, quick=True).name == "demo"
+    for spec, why in [("nope", "known are"), ("large:x", "must be a number"), ("demo:0", "positive")]:
+        r = _cli("bench", "ssd", "--quick", "--dlrm-model", spec, "--dir", str(disk_dir))
+        assert r.returncode != 0 and "--dlrm-model" in r.stderr and why in r.stderr, r.stderr
+    assert not list(disk_dir.glob("tiermem-bench-ssd-*"))
+
+
 def test_bench_ssd_refuses_a_malformed_trace_by_name(tmp_path: Path, disk_dir: Path) -> None:
     bad = tmp_path / "bad.npz"
     np.savez(bad, offsets=np.array([0, 5], np.int64), rows=np.array([1, 2], np.int64), rows_total=np.int64(10))

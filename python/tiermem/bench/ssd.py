@@ -27,7 +27,9 @@ rest:
 * **miss path**: a table's reads when every lookup misses, against the disk's random 4 KiB
   reads at the same depth, measured alternately (and ``fio``'s, when installed);
 * **dlrm**: DLRM steps per second with tables on the disk against ``all-fast`` and FBGEMM
-  in DRAM (same model, same batches); ``--no-dlrm`` leaves it out.
+  in DRAM (same model, same batches); the demo preset by default, any preset with its rows
+  scaled by ``--dlrm-model NAME:SCALE`` (``large:0.02``: the thesis's benchmark model, whose
+  dense part can hide the reads); ``--no-dlrm`` leaves it out.
 """
 
 from __future__ import annotations
@@ -173,15 +175,34 @@ def _pick_t(
     return THRESHOLDS[int(np.argmin(blocks))], blocks
 
 
-def _dlrm(d: Path, quick: bool) -> list[dict[str, Any]]:
-    """DLRM (the demo preset; a quarter of its rows with --quick) trained on Zipf inputs in
-    lockstep: tables on the disk (``block``, a fast budget of a quarter of the tables) against
-    ``all-fast`` and FBGEMM in DRAM, same model, same batches."""
+def dlrm_config(spec: str | None, quick: bool) -> Any:
+    """The DLRM that ``--dlrm-model`` names: ``NAME`` or ``NAME:SCALE``, a preset
+    (:data:`tiermem.dlrm.model.PRESETS`) with its rows multiplied by ``SCALE``; by default the
+    demo preset, a quarter of its rows with ``quick``."""
     from ..dlrm.model import DLRMConfig
+
+    if spec is None:
+        return DLRMConfig.preset("demo", scale=0.25 if quick else 1.0)
+    name, _, scale = spec.partition(":")
+    try:
+        factor = float(scale) if scale else 1.0
+    except ValueError:
+        raise InvalidArgumentError(f"--dlrm-model {spec!r}: the scale after ':' must be a number, got {scale!r}") from None
+    try:
+        return DLRMConfig.preset(name, scale=factor)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"--dlrm-model {spec!r}: {e}") from None
+
+
+def _dlrm(d: Path, quick: bool, spec: str | None = None) -> list[dict[str, Any]]:
+    """DLRM (:func:`dlrm_config`: the demo preset, a quarter of its rows with --quick, unless
+    ``spec`` names another) trained on Zipf inputs in lockstep: tables on the disk (``block``,
+    a fast budget of a quarter of the tables) against ``all-fast`` and FBGEMM in DRAM, same
+    model, same batches."""
     from ..dlrm.peers import fbgemm_modules
     from ..dlrm.report import run_modes
 
-    config = DLRMConfig.preset("demo", scale=0.25 if quick else 1.0)
+    config = dlrm_config(spec, quick)
     budget = config.table_bytes // 4
     modes = ["all-fast", "block"] + (["fbgemm"] if fbgemm_modules()[0] is not None else [])
     warmup, iters = (3, 6) if quick else (5, 20)
@@ -195,6 +216,8 @@ def _dlrm(d: Path, quick: bool) -> list[dict[str, Any]]:
         out.append(
             {
                 "placement": placement,
+                "model": config.name,
+                "rows": sum(config.rows),
                 "dist": r["dist"],
                 "seconds_per_iter": r["seconds_per_iter"],
                 "breakdown": r["breakdown"],
@@ -219,9 +242,11 @@ def run(
     dlrm: bool = True,
     rows: int | None = None,
     queries: int | None = None,
+    dlrm_model: str | None = None,
 ) -> dict[str, Any]:
     """Measure and return the JSON-able results (``rows``/``queries``: the generated
-    traces' size instead of the default)."""
+    traces' size instead of the default; ``dlrm_model``: see :func:`dlrm_config`)."""
+    model = dlrm_config(dlrm_model, quick) if dlrm else None
     if not 0 < train_fraction < 1:
         raise InvalidArgumentError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
     rows = rows or 1 << (17 if quick else 20)
@@ -235,10 +260,12 @@ def run(
     rpb = 4088 // stride
     biggest = max(t.rows_total for _, t, _ in all_traces)
     need = 3 * (biggest // rpb + 1) * 4096 + (320 << 20)  # table, relayout copy, miss-path file
-    if dlrm:
-        from ..dlrm.model import DLRMConfig
-
-        need += int(DLRMConfig.preset("demo", scale=0.25 if quick else 1.0).table_bytes * 1.1)
+    if model is not None:
+        # Each table's file: its layout (4 bytes a row) and 4 KiB blocks of 4088 bytes of rows
+        # (a row wider than that spans whole blocks).
+        rb = model.row_bytes
+        per, span = max(1, 4088 // rb), -(-rb // 4088)
+        need += sum(4 * r + (r // per + 2) * span * 4096 for r in model.rows)
     d.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(d).free
     if free < need:
@@ -327,7 +354,7 @@ def run(
             bar.step("miss path")
             ref = _reference_layouts(min(rows, 1 << (13 if quick else 15)))
             bar.step("reference partitioner")
-            dlrm_runs = _dlrm(d, quick) if dlrm else []
+            dlrm_runs = _dlrm(d, quick, dlrm_model) if dlrm else []
             bar.step("dlrm")
         base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
         for c in cases:
@@ -449,7 +476,15 @@ def run_cli(args: Any) -> int:
         except ValueError:
             raise InvalidArgumentError(f"--cache takes percentages such as 1,5,20, got {args.cache!r}") from None
     res = run(
-        args.quick, args.dir, args.trace, args.train_fraction, fr, dlrm=not args.no_dlrm, rows=args.rows, queries=args.queries
+        args.quick,
+        args.dir,
+        args.trace,
+        args.train_fraction,
+        fr,
+        dlrm=not args.no_dlrm,
+        rows=args.rows,
+        queries=args.queries,
+        dlrm_model=args.dlrm_model,
     )
     print_table(
         ["trace", "layout", "fan-out (held out)"],
@@ -528,7 +563,8 @@ def run_cli(args: Any) -> int:
                 ]  # fmt: skip
                 for r in res["dlrm"]
             ],
-            title="DLRM (demo preset) on Zipf inputs: tables on the disk against all-fast and FBGEMM in DRAM",
+            title=f"DLRM ({res['dlrm'][0]['model']} preset, {res['dlrm'][0]['rows']:,} rows) on Zipf inputs: tables on the "
+            "disk against all-fast and FBGEMM in DRAM",
         )
     print(res["load_line"])
     write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)

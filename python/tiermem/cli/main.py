@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     ssd.add_argument("--cache", metavar="PCTS", help="cache sizes in percent of the table (default 1,5,20; 5 with --quick)")
     ssd.add_argument("--no-dlrm", action="store_true", help="leave out the DLRM runs")
     ssd.add_argument(
+        "--dlrm-model",
+        metavar="NAME[:SCALE]",
+        help="the DLRM runs' model: a preset with its rows scaled (default demo, demo:0.25 with --quick; e.g. large:0.02)",
+    )
+    ssd.add_argument(
         "--rows", type=integer(1024, 1 << 30), help="rows of the generated traces' tables (default 2^20, 2^17 with --quick)"
     )
     ssd.add_argument(
