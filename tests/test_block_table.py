@@ -324,8 +324,12 @@ def test_bench_ssd_refuses_an_unknown_dlrm_model_before_any_work(disk_dir: Path)
     assert dlrm_config("large:0.02", quick=False).rows == (120_000,) * 64
     assert dlrm_config(None, quick=True).name == "demo"
     for spec, why in [("nope", "known are"), ("large:x", "must be a number"), ("demo:0", "positive")]:
-        r = _cli("bench", "ssd", "--quick", "--dlrm-model", spec, "--dir", str(disk_dir))
-        assert r.returncode != 0 and "--dlrm-model" in r.stderr and why in r.stderr, r.stderr
+        with pytest.raises(tiermem.InvalidArgumentError, match=why) as e:
+            dlrm_config(spec, quick=True)
+        assert "--dlrm-model" in str(e.value)
+    # Through the command: refused before any table file is written.
+    r = _cli("bench", "ssd", "--quick", "--dlrm-model", "nope", "--dir", str(disk_dir))
+    assert r.returncode != 0 and "--dlrm-model 'nope'" in r.stderr and "known are" in r.stderr, r.stderr
     assert not list(disk_dir.glob("tiermem-bench-ssd-*"))
 
 

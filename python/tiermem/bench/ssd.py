@@ -194,15 +194,13 @@ def dlrm_config(spec: str | None, quick: bool) -> Any:
         raise InvalidArgumentError(f"--dlrm-model {spec!r}: {e}") from None
 
 
-def _dlrm(d: Path, quick: bool, spec: str | None = None) -> list[dict[str, Any]]:
-    """DLRM (:func:`dlrm_config`: the demo preset, a quarter of its rows with --quick, unless
-    ``spec`` names another) trained on Zipf inputs in lockstep: tables on the disk (``block``,
-    a fast budget of a quarter of the tables) against ``all-fast`` and FBGEMM in DRAM, same
-    model, same batches."""
+def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
+    """DLRM ``config`` (:func:`dlrm_config`) trained on Zipf inputs in lockstep: tables on the
+    disk (``block``, a fast budget of a quarter of the tables) against ``all-fast`` and FBGEMM
+    in DRAM, same model, same batches."""
     from ..dlrm.peers import fbgemm_modules
     from ..dlrm.report import run_modes
 
-    config = dlrm_config(spec, quick)
     budget = config.table_bytes // 4
     modes = ["all-fast", "block"] + (["fbgemm"] if fbgemm_modules()[0] is not None else [])
     warmup, iters = (3, 6) if quick else (5, 20)
@@ -259,13 +257,9 @@ def run(
     stride = DIM * 4
     rpb = 4088 // stride
     biggest = max(t.rows_total for _, t, _ in all_traces)
-    need = 3 * (biggest // rpb + 1) * 4096 + (320 << 20)  # table, relayout copy, miss-path file
+    need = 3 * _tiermem.block_file_bytes(biggest, DIM) + (320 << 20)  # table, relayout copy, miss-path file
     if model is not None:
-        # Each table's file: its layout (4 bytes a row) and 4 KiB blocks of 4088 bytes of rows
-        # (a row wider than that spans whole blocks).
-        rb = model.row_bytes
-        per, span = max(1, 4088 // rb), -(-rb // 4088)
-        need += sum(4 * r + (r // per + 2) * span * 4096 for r in model.rows)
+        need += sum(_tiermem.block_file_bytes(r, model.dim, model.dtype) for r in model.rows)
     d.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(d).free
     if free < need:
@@ -354,7 +348,7 @@ def run(
             bar.step("miss path")
             ref = _reference_layouts(min(rows, 1 << (13 if quick else 15)))
             bar.step("reference partitioner")
-            dlrm_runs = _dlrm(d, quick, dlrm_model) if dlrm else []
+            dlrm_runs = _dlrm(d, quick, model) if model is not None else []
             bar.step("dlrm")
         base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
         for c in cases:

@@ -115,3 +115,12 @@ impl PyBlockFile {
         run(py, || self.inner.sync())
     }
 }
+
+/// Bytes a block table file of `rows` rows of `width` elements of `dtype` takes on disk
+/// (header, layout and data blocks: the format's own count).
+#[pyfunction]
+#[pyo3(signature = (rows, width, dtype="float32"))]
+pub fn block_file_bytes(rows: u64, width: u32, dtype: &str) -> PyResult<u64> {
+    let dt = DType::parse(dtype).map_err(to_py)?;
+    Ok(tiermem_embed::blockfile::format::Header::new(rows, width, dt).file_bytes())
+}
