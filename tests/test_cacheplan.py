@@ -212,3 +212,51 @@ def test_dynamic_mode_bypasses_the_caches_whose_curve_says_caching_loses(dist: s
     assert all(tab.cache_info["bypass"] == bypass for tab in t.tables)
     t.train((d.batch(i) for i in range(3)), 3)
     t.close()
+
+
+@pytest.mark.parametrize("policy", ["dynamic", "admit"])
+def test_the_lookup_simulation_predicts_a_real_tables_hits_and_inserts(policy: str) -> None:
+    # minicache_lookups runs the table's own way of caching in lookups (second chance over
+    # its pages, a reclaim when full, the admission); a real table over the same calls hits
+    # and inserts as it says (kernels run in parallel chunks, so the order of inserts within
+    # a call differs a little).
+    from tiermem import _tiermem
+
+    n, width = 20_000, 32
+    m = tiermem.Manager([("dram", 16 << 20), ("emulated:cxl", 16 << 20)], policy="all_fast")
+    t = EmbeddingTable(n, width, manager=m, device=1, cache=0.1, cacheslack=0.02, policy=policy)
+    rng = np.random.default_rng(3)
+    calls = [(rng.zipf(1.3, 4_000) - 1) % n for _ in range(30)]
+    for c in calls:
+        t.lookup(c, np.arange(0, c.size, 20))
+    s, info = t.stats(), t.cache_info
+    rb = width * 4
+    trace = np.concatenate(calls).astype(np.int64)
+    offsets = np.arange(0, trace.size + 1, 4_000, dtype=np.int64)
+    sim = _tiermem.minicache_lookups(
+        n, offsets, trace, (info["cachelower"] + info["cacheslack"]) // rb, rb, info["cacheslack"] // rb, policy, 1.0, 1
+    )
+    assert sim["accesses"] == trace.size == s["hits"] + s["misses"]
+    assert abs(sim["hits"] - s["hits"]) <= 0.01 * trace.size, (sim, s)
+    assert abs(sim["inserts"] - s["rows_cached"]) <= 0.05 * s["rows_cached"], (sim, s)
+
+
+def test_lookup_policy_caches_skewed_inputs_on_their_second_miss_and_reads_uniform_ones_through() -> None:
+    from tiermem.embedding.cacheplan import lookup_policy
+
+    n = 50_000
+    rng = np.random.default_rng(4)
+    costs = Costs(delta_ns=0.05, insert_ns=0.03, source="test", write_back_ns=0.2)
+    skewed = [(rng.zipf(1.1, 20_000) - 1) % n for _ in range(10)]
+    uniform = [rng.integers(0, n, 20_000) for _ in range(10)]
+    ch = lookup_policy(skewed, n, n // 4, n // 40, 128, costs)
+    assert ch.policy == "admit", ch.results
+    assert ch.results["admit"]["inserts"] < ch.results["dynamic"]["inserts"]
+    assert lookup_policy(uniform, n, n // 4, n // 40, 128, costs).policy is None
+    # Read-only lookups leave rows clean: inserts cost only their fast write, and every-miss
+    # caching, with the most hits, wins.
+    assert lookup_policy(skewed, n, n // 4, n // 40, 128, costs, dirty=False).policy == "dynamic"
+    with pytest.raises(tiermem.InvalidArgumentError, match="outside"):
+        lookup_policy([np.array([n])], n, 10, 1, 128, costs)
+    with pytest.raises(tiermem.InvalidArgumentError, match="slack_rows"):
+        lookup_policy(skewed, n, 10, 11, 128, costs)

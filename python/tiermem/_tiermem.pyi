@@ -53,6 +53,7 @@ __all__ = [
     "measure_dram",
     "memcpy_seconds",
     "minicache_sweep",
+    "minicache_lookups",
     "profiles",
     "query_counts_into",
     "random_reads_per_s",
@@ -382,6 +383,17 @@ def minicache_sweep(
     batch: int | None = None,
     slack_rows: int = 0,
 ) -> list[list[dict[str, float]]]: ...
+def minicache_lookups(
+    rows_total: int,
+    offsets: Any,
+    rows: Any,
+    capacity: int,
+    row_bytes: int,
+    slack_rows: int,
+    policy: str,
+    rate: float,
+    batch: int | None = None,
+) -> dict[str, float]: ...
 def cache_slot_metadata_bytes(slots: int) -> int: ...
 def table_row_metadata_bytes(rows: int, cached: bool = True) -> int: ...
 def block_file_bytes(rows: int, width: int, dtype: str = "float32") -> int: ...

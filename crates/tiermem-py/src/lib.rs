@@ -48,6 +48,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(embed::layout::layout_fanout, m)?,
         wrap_pyfunction!(embed::layout::query_counts_into, m)?,
         wrap_pyfunction!(embed::layout::minicache_sweep, m)?,
+        wrap_pyfunction!(embed::layout::minicache_lookups, m)?,
         wrap_pyfunction!(embed::layout::lru_curve, m)?,
         wrap_pyfunction!(embed::layout::shards_curve, m)?,
         wrap_pyfunction!(embed::layout::belady_hits, m)?,

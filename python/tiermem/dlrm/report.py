@@ -94,6 +94,7 @@ def run_modes(
                     run_json["cache_plan"] = [p.to_dict() for p in t.cache_plan]
                 if t.mode == "dynamic":
                     run_json["bypass"] = t.bypass
+                    run_json["lookup_policies"] = [ch.policy for ch in t.lookup_choices]
                 runs.append(run_json)
                 devices.update(r.devices)
             for t in trainers.values():

@@ -34,7 +34,7 @@ import torch
 from .. import checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import SLOT_OVERHEAD, Costs, TablePlan, bypasses, cache_fast_bytes, hot_rows, meta_bytes, plan_within
+from ..embedding.cacheplan import SLOT_OVERHEAD, LOOKUP_POLICIES, Costs, LookupChoice, TablePlan, cache_fast_bytes, lookup_policy, hot_rows, meta_bytes, plan_within
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -194,6 +194,12 @@ class Trainer:
         self._prefetch_error: BaseException | None = None
         #: Mode ``auto``'s plan, one entry per table.
         self.cache_plan: list[TablePlan] = []
+        #: Mode ``dynamic`` with a profile: per table, the policy its simulated cache
+        #: chose (:func:`~tiermem.embedding.cacheplan.lookup_policy`) and what each did.
+        self.lookup_choices: list[LookupChoice] = []
+        #: Per table, whether mode ``dynamic`` reads through its cache (caching loses on
+        #: the profile); empty for other modes or without a profile.
+        self.bypass: list[bool] = []
         self._profile: list[Batch] | None = None
         emb: torch.nn.Module
         if mode == "reference":
@@ -220,18 +226,13 @@ class Trainer:
             self._fill_static(profile)
         if mode == "auto":
             self._fill_static(self._profile, only=[p.policy == "static" for p in self.cache_plan])
-        #: Per table, whether mode ``dynamic`` reads through its cache (its curve says
-        #: caching loses); empty for other modes or without a profile.
-        self.bypass: list[bool] = []
-        if mode == "dynamic" and self._profile:
-            self._plan_bypass(self._profile)
         #: Tables the prefetch pipeline fills ahead: block tables, and with
         #: ``prefetch_memory`` dynamic caches over memory that are not bypassed.
         self.prefetching: list[EmbeddingTable] = [
             t
             for t in self.tables
             if t.path is not None
-            or (prefetch_memory and (i := t.cache_info) is not None and i["policy"] == "dynamic" and not i["bypass"])
+            or (prefetch_memory and (i := t.cache_info) is not None and i["policy"] in LOOKUP_POLICIES and not i["bypass"])
         ]
         self.embeddings = emb
         self.dense_optimizer = torch.optim.SGD(self.model.dense_parameters(), lr=lr)
@@ -357,10 +358,16 @@ class Trainer:
         if self.mode == "auto":
             return self._auto_tables()
         frac, slack = _tier_caches(c, self.fast_budget)
+        policies = [self.mode] * len(rows)
+        if self.mode == "dynamic" and self._profile:
+            self._choose_lookup_policies(frac, slack)
+            policies = [ch.policy or "dynamic" for ch in self.lookup_choices]
         tables = [
-            EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack, policy=self.mode)
-            for r in rows
+            EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack, policy=p)
+            for r, p in zip(rows, policies)
         ]
+        for t, ch in zip(tables, self.lookup_choices):
+            t.set_bypass(ch.policy is None)
         return tables
 
     def _auto_tables(self) -> list[EmbeddingTable]:
@@ -387,18 +394,18 @@ class Trainer:
             )
         return tables
 
-    def _plan_bypass(self, profile: list[Batch]) -> None:
-        """Mode ``dynamic``: each table whose LRU curve on the profile says its cache loses
-        (:func:`tiermem.embedding.cacheplan.bypasses`) reads through it."""
-        assert self.manager is not None
+    def _choose_lookup_policies(self, frac: float, slack: float) -> None:
+        """Mode ``dynamic``: each table's way with misses (cache every one, cache a row on
+        its second miss, or read through the cache) from its own cache simulated over the
+        profile (:func:`tiermem.embedding.cacheplan.lookup_policy`)."""
+        assert self.manager is not None and self._profile
+        c = self.config
         costs = Costs.of(self.manager, 0, 1)
-        for tab, trace in zip(self.tables, profile_traces(profile, len(self.tables))):
-            info = tab.cache_info
-            assert info is not None, "dynamic tables are cached"
-            cache_rows = (info["cachelower"] + info["cacheslack"]) // (self.config.row_bytes or 1)
-            off = bypasses(trace, tab.num_embeddings, int(cache_rows), costs)
-            tab.set_bypass(off)
-            self.bypass.append(off)
+        for t, r in enumerate(c.rows):
+            calls = [b.indices[t].numpy() for b in self._profile]
+            lower, room = int(r * frac), int(r * slack)
+            self.lookup_choices.append(lookup_policy(calls, r, max(1, lower + room), min(room, lower + room), c.row_bytes, costs))
+        self.bypass = [ch.policy is None for ch in self.lookup_choices]
 
     def _fill_static(self, profile: Iterable[Batch] | None, only: list[bool] | None = None) -> None:
         traces = profile_traces(profile, len(self.tables)) if profile is not None else None

@@ -18,6 +18,11 @@ insert`` (per byte: ``delta`` is a slow read's extra time over a fast one, ``ins
 into fast memory; :class:`Costs` takes them from the devices' traits). The budget
 is split greedily by value gained per byte over each curve's upper concave hull, so a table
 whose cache would lose gets no cache at all and reads its slow rows directly.
+
+A table whose cache size is already set (DLRM's ``dynamic`` mode) is given the way its
+lookups treat misses by :func:`lookup_policy`: its own cache simulated over the profile under
+every-miss (``dynamic``) and second-miss (``admit``) admission, valued the same way with the
+inserts the simulation counts, or no caching at all.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from ..exceptions import InvalidArgumentError
 __all__ = [
     "Costs",
     "TablePlan",
-    "bypasses",
+    "LOOKUP_POLICIES",
+    "LookupChoice",
+    "lookup_policy",
     "cache_bytes",
     "SLOT_OVERHEAD",
     "cache_fast_bytes",
@@ -66,6 +73,9 @@ class Costs:
     insert_ns: float
     #: Where the figures came from.
     source: str
+    #: Writing a row to the slow device: what a reclaim pays to drop an updated (dirty) row
+    #: before the lookup that needs the room (:func:`lookup_policy` with ``dirty``).
+    write_back_ns: float = 0.0
 
     @classmethod
     def of(cls, manager: Any, fast: int = 0, slow: int = 1) -> Costs:
@@ -76,11 +86,17 @@ class Costs:
             f, sl = devs[fast]["traits"], devs[slow]["traits"]
             delta = 1 / sl["read_gbps"] - 1 / f["read_gbps"]
             insert = 1 / f["write_gbps"]
+            write_back = 1 / sl["write_gbps"]
         except (IndexError, KeyError, TypeError, ZeroDivisionError) as e:
             raise InvalidArgumentError(
                 f"devices {fast} and {slow} of the manager have no read and write bandwidths ({type(e).__name__}: {e})"
             ) from None
-        return cls(delta_ns=max(delta, 0.0), insert_ns=insert, source=f"{devs[fast]['name']} -> {devs[slow]['name']} traits")
+        return cls(
+            delta_ns=max(delta, 0.0),
+            insert_ns=insert,
+            source=f"{devs[fast]['name']} -> {devs[slow]['name']} traits",
+            write_back_ns=write_back,
+        )
 
 
 @dataclass(frozen=True)
@@ -121,15 +137,64 @@ def curves(trace: np.ndarray, rows: int, sizes: Sequence[int]) -> tuple[list[flo
     return dyn, stat
 
 
-def bypasses(trace: np.ndarray, rows: int, cache_rows: int, costs: Costs) -> bool:
-    """Whether a dynamic cache of ``cache_rows`` rows loses on ``trace``: its LRU hit rate
-    ``h`` saves less than its misses' insertions cost (``h * delta <= (1 - h) * insert``),
-    so the table should read through (:meth:`EmbeddingTable.set_bypass`). A short profile
-    counts its first accesses as misses, so ``h`` errs low: towards bypassing a table
-    whose reuse only a longer run would show."""
-    dyn, _ = curves(trace, rows, [cache_rows])
-    h = dyn[0]
-    return h * costs.delta_ns <= (1 - h) * costs.insert_ns
+@dataclass(frozen=True)
+class LookupChoice:
+    """How a memory-backed table that caches in its lookups should treat its misses on a
+    profile (:func:`lookup_policy`)."""
+
+    #: ``"dynamic"`` (cache every miss), ``"admit"`` (cache a row on its second recent
+    #: miss) or ``None`` (read through the cache: :meth:`EmbeddingTable.set_bypass`).
+    policy: str | None
+    #: Per policy simulated: ``accesses``, ``hits``, ``inserts`` (rows copied into the
+    #: cache) and ``value_ns`` (what its hits save less what its inserts cost, on the profile).
+    results: dict[str, dict[str, float]]
+
+
+#: The policies :func:`lookup_policy` weighs (each against reading through).
+LOOKUP_POLICIES = ("dynamic", "admit")
+
+
+def lookup_policy(
+    calls: Sequence[np.ndarray],
+    rows: int,
+    cache_rows: int,
+    slack_rows: int,
+    row_bytes: int,
+    costs: Costs,
+    *,
+    dirty: bool = True,
+) -> LookupChoice:
+    """Which of :data:`LOOKUP_POLICIES` a cache of ``cache_rows`` rows (reclaiming at least
+    ``slack_rows``) should run on a profile of ``calls`` (one array of row ids per lookup
+    call, e.g. per training batch), or none: each policy's own cache is simulated over the
+    profile (:func:`tiermem._tiermem.minicache_lookups`: the table's second chance, its
+    calls, its admission; sampled at :data:`RATE` beyond :data:`EXACT_LIMIT` accesses) and
+    valued at ``hits * delta - inserts * insert`` per row byte; the best positive value
+    wins, else the table reads through. With ``dirty`` (training: every row looked up is
+    updated), an insert also pays the write-back of the row a reclaim drops to make its
+    room (``write_back``), which the lookup that needs the room waits for. A short profile
+    counts its first accesses as misses, so the value errs low: towards reading through a
+    table whose reuse only a longer run would show. On a skewed input most misses are rows
+    used once, whose inserts second-miss admission saves."""
+    if cache_rows < 1 or row_bytes < 1 or not 0 <= slack_rows <= cache_rows:
+        raise InvalidArgumentError(
+            f"cache_rows and row_bytes must be at least 1 and slack_rows in 0..cache_rows, got "
+            f"{cache_rows}, {row_bytes}, {slack_rows}"
+        )
+    parts = [np.ascontiguousarray(c, np.int64).reshape(-1) for c in calls]
+    trace = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if trace.size and (int(trace.min()) < 0 or int(trace.max()) >= rows):
+        raise InvalidArgumentError(f"the profile holds rows outside 0..{rows - 1}")
+    offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
+    rate = 1.0 if trace.size <= EXACT_LIMIT else RATE
+    insert = costs.insert_ns + (costs.write_back_ns if dirty else 0.0)
+    results: dict[str, dict[str, float]] = {}
+    for policy in LOOKUP_POLICIES:
+        r = dict(_tiermem.minicache_lookups(rows, offsets, trace, cache_rows, row_bytes, slack_rows, policy, rate, 1))
+        r["value_ns"] = row_bytes * (r["hits"] * costs.delta_ns - r["inserts"] * insert)
+        results[policy] = r
+    best = max(LOOKUP_POLICIES, key=lambda p: results[p]["value_ns"])
+    return LookupChoice(best if results[best]["value_ns"] > 0 else None, results)
 
 
 def _hull(xs: list[int], ys: list[float]) -> list[int]:

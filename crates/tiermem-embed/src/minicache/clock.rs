@@ -11,6 +11,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::{SimCache, NIL};
+use crate::cache::CachedRows;
+use tiermem_core::{ensure, Result};
 
 /// The simulated cache of `pages` pages of `page_rows` slots.
 pub(super) struct Clock {
@@ -43,6 +45,34 @@ impl Clock {
             holes: BinaryHeap::new(),
             slack: slack.max(1),
         }
+    }
+
+    /// The table's own cache of `capacity` rows of `row_bytes` bytes (its pages, as
+    /// [`CachedRows::frame_rows`] sizes them), freeing at least `slack_rows` per reclaim, for
+    /// a trace sampled at `rate`: the page count kept, each page and the slack scaled.
+    pub(super) fn for_table(
+        n: usize,
+        capacity: usize,
+        row_bytes: usize,
+        slack_rows: usize,
+        rate: f64,
+    ) -> Result<Self> {
+        ensure!(row_bytes > 0, "rows hold at least one byte");
+        ensure!(
+            slack_rows <= capacity,
+            "a cache of {capacity} rows cannot keep a slack of {slack_rows}"
+        );
+        let slack = ((slack_rows as f64 * rate).round() as usize).max(1);
+        let page_rows = CachedRows::frame_rows(capacity.max(1), row_bytes);
+        let pages = capacity.max(1).div_ceil(page_rows);
+        let scaled_rows = ((page_rows as f64 * rate).round() as usize).max(1);
+        Ok(Clock::new(n, pages, scaled_rows, slack))
+    }
+
+    /// A lookup's reclaim of a full cache ([`CachedRows::reclaim`]): one pass at most,
+    /// stopping once the slack is free.
+    pub(super) fn reclaim_once(&mut self) {
+        self.reclaim(self.slack);
     }
 
     fn free(&self) -> usize {

@@ -19,9 +19,12 @@
 use rayon::prelude::*;
 
 mod clock;
+mod lookups;
 mod lru;
 
-use crate::cache::{CachedRows, Prefetch};
+pub use lookups::{simulate_lookups, LookupCache};
+
+use crate::cache::Prefetch;
 use crate::layout::Queries;
 use crate::mrc::mix;
 use tiermem_core::{ensure, Result};
@@ -33,8 +36,10 @@ pub struct SimResult {
     pub accesses: f64,
     /// Accesses that hit.
     pub hits: f64,
-    /// Blocks read.
+    /// Blocks read (a memory table's simulation: rows read from its home).
     pub blocks_read: f64,
+    /// Rows inserted into the cache (asked for or prefetched).
+    pub inserts: f64,
 }
 
 impl SimResult {
@@ -158,21 +163,12 @@ pub fn simulate(
             row_bytes,
             slack_rows,
         } => {
-            ensure!(row_bytes > 0, "rows hold at least one byte");
-            ensure!(
-                slack_rows <= capacity,
-                "a cache of {capacity} rows cannot keep a slack of {slack_rows}"
-            );
-            let slack = ((slack_rows as f64 * rate).round() as usize).max(1);
-            // The table's pages for `capacity` rows, each scaled by `rate`.
-            let page_rows = CachedRows::frame_rows(capacity.max(1), row_bytes);
-            let pages = capacity.max(1).div_ceil(page_rows);
-            let scaled_rows = ((page_rows as f64 * rate).round() as usize).max(1);
+            let mut clock = clock::Clock::for_table(n, capacity, row_bytes, slack_rows, rate)?;
             let cold = match admit {
                 Prefetch::ColdRow(t) | Prefetch::Threshold(t) => Some(t),
                 _ => None,
             };
-            Ok(run.through(&mut clock::Clock::new(n, pages, scaled_rows, slack), cold))
+            Ok(run.through(&mut clock, cold))
         }
     }
 }
@@ -274,17 +270,20 @@ impl Replay<'_> {
                 if !cache.insert(r, cold.is_some_and(|t| count(r) <= t), false) {
                     break;
                 }
+                s.inserts += 1.0;
             }
             for &o in &extra {
                 if !cache.insert(o, false, true) {
                     break;
                 }
+                s.inserts += 1.0;
             }
         }
         SimResult {
             accesses: s.accesses / rate,
             hits: s.hits / rate,
             blocks_read: s.blocks_read / rate,
+            inserts: s.inserts / rate,
         }
     }
 }

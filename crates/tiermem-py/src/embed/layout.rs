@@ -160,11 +160,63 @@ pub fn minicache_sweep<'py>(
                     d.set_item("accesses", s.accesses)?;
                     d.set_item("hits", s.hits)?;
                     d.set_item("blocks_read", s.blocks_read)?;
+                    d.set_item("inserts", s.inserts)?;
                     Ok(d)
                 })
                 .collect()
         })
         .collect()
+}
+
+/// Miniature caches of a memory-backed table that caches in its lookups under cache
+/// policy `policy` (`dynamic`, `admit`): the simulated accesses, hits, rows read from the
+/// home (`blocks_read`) and rows inserted, for a cache of `capacity` rows of `row_bytes`
+/// bytes reclaiming at least `slack_rows`, in lookup calls of `batch` queries, on rows
+/// sampled at `rate`.
+#[pyfunction]
+#[pyo3(signature = (rows_total, offsets, rows, capacity, row_bytes, slack_rows, policy, rate, batch=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn minicache_lookups<'py>(
+    py: Python<'py>,
+    rows_total: usize,
+    offsets: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+    capacity: usize,
+    row_bytes: usize,
+    slack_rows: usize,
+    policy: &str,
+    rate: f64,
+    batch: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let p = tiermem_embed::cache::policy::by_name(policy).map_err(to_py)?;
+    if !p.caches_on_lookup() {
+        return Err(to_py(tiermem_core::Error::InvalidArgument(format!(
+            "cache policy '{policy}' does not cache in its lookups; simulate 'dynamic' or 'admit'"
+        ))));
+    }
+    let (off, r) = trace(offsets, rows)?;
+    let s = run(py, || {
+        // SAFETY: the views keep their buffers exported for the call; only read.
+        let (off, r) = unsafe { (off.slice(), r.slice()) };
+        let q = Queries {
+            offsets: off,
+            rows: r,
+        };
+        let cache = minicache::LookupCache {
+            rows: rows_total,
+            capacity,
+            row_bytes,
+            slack_rows,
+            admission: p.admission(),
+        };
+        minicache::simulate_lookups(&cache, q, rate, batch)
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("accesses", s.accesses)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("blocks_read", s.blocks_read)?;
+    d.set_item("inserts", s.inserts)?;
+    Ok(d)
 }
 
 fn row_trace(rows: &Bound<'_, PyAny>) -> PyResult<View<i64>> {
