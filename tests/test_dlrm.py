@@ -329,9 +329,14 @@ def test_demo_writes_the_issue_schema_results_and_plots(tmp_path, monkeypatch, c
             assert r["max_loss_diff_vs_reference"] <= 1e-4, r["mode"]
         if r["mode"] == "all-fast":
             assert r["speedup_vs_all-fast"] == 1.0
+        if r["mode"] == "dynamic":
+            # Each table's way with misses, chosen from the profile; a bypassed table reads through.
+            assert len(r["lookup_policies"]) == 3 and set(r["lookup_policies"]) <= {"dynamic", "admit", None}
+            assert r["bypass"] == [p is None for p in r["lookup_policies"]]
     assert (out / "dlrm-breakdown.png").stat().st_size > 0 and (out / "dlrm-loss.png").stat().st_size > 0
     text = capsys.readouterr().out
     assert "vs 2lm-model" in text and "emulated" in text
+    assert text.count("tables' caches as planned from the first batches: dynamic: ") == 2
 
 
 def test_2lm_model_policy_for_arrays_counts_traffic_on_both_devices() -> None:

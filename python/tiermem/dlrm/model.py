@@ -61,8 +61,9 @@ MODES = ("reference", "all-fast", "fbgemm", "all-slow", "static", "dynamic", "au
 #: Modes whose rows live on a byte-addressable slow device (``--slow``).
 SLOW_MODES = ("all-slow", "static", "dynamic", "auto", "2lm-model")
 #: Modes that plan from a profile of the input (its first batches): ``static`` fills its
-#: cache with the rows used most, ``dynamic`` bypasses the caches whose hit-rate curve says
-#: caching loses, ``auto`` plans every table's cache from hit-rate curves, ``block`` sizes
+#: cache with the rows used most, ``dynamic`` gives each table the way with misses its
+#: simulated cache says pays (cache every miss, cache on a second miss, or read through:
+#: :func:`tiermem.embedding.cacheplan.lookup_policy`), ``auto`` plans every table's cache from hit-rate curves, ``block`` sizes
 #: its caches to hold a batch's rows.
 PROFILED_MODES = ("static", "dynamic", "auto", "block")
 #: Modes that keep every row in DRAM.

@@ -186,6 +186,9 @@ def report(res: dict[str, Any]) -> str:
                 rows,
             )
         )
+        chosen = [f"{r['mode']}: {w}" for r in res["runs"] if r["dist"] == dist and (w := _choices(r))]
+        if chosen:
+            out.append("tables' caches as planned from the first batches: " + "; ".join(chosen))
     devs = ", ".join(f"{n} ({k})" for n, k in res["devices"].items())
     out.append("")
     out.append(
@@ -197,6 +200,18 @@ def report(res: dict[str, Any]) -> str:
         "input is excluded."
     )
     return "\n".join(out)
+
+
+def _choices(run: dict[str, Any]) -> str:
+    """What a profiled mode chose for its tables, counted: ``dynamic``'s way with misses
+    (``admit``, ``dynamic`` or ``read through``) and ``auto``'s policies."""
+    if run["mode"] == "dynamic" and run.get("lookup_policies"):
+        picks = [p or "read through" for p in run["lookup_policies"]]
+    elif run["mode"] == "auto" and run.get("cache_plan"):
+        picks = [p["policy"] or "no cache" for p in run["cache_plan"]]
+    else:
+        return ""
+    return ", ".join(f"{name} x{picks.count(name)}" for name in dict.fromkeys(picks))
 
 
 def _x(v: float | None) -> str:

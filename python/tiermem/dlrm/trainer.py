@@ -34,7 +34,18 @@ import torch
 from .. import checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import SLOT_OVERHEAD, LOOKUP_POLICIES, Costs, LookupChoice, TablePlan, cache_fast_bytes, lookup_policy, hot_rows, meta_bytes, plan_within
+from ..embedding.cacheplan import (
+    LOOKUP_POLICIES,
+    SLOT_OVERHEAD,
+    Costs,
+    LookupChoice,
+    TablePlan,
+    cache_fast_bytes,
+    hot_rows,
+    lookup_policy,
+    meta_bytes,
+    plan_within,
+)
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -148,7 +159,9 @@ class Trainer:
             order only (the thesis's random static partition). For ``block``, how many rows
             a batch touches (which tables are too small for a cache of their share). For
             ``auto`` (required), the accesses whose hit-rate curves plan every table's cache;
-            for ``dynamic``, those that decide which caches to bypass (none without it).
+            for ``dynamic``, those over which each table's cache is simulated to choose how
+            it treats misses (cache each, cache a row's second miss, or read through; without
+            a profile every table caches each miss).
         prefetch_memory: run the prefetch pipeline for dynamic caches over memory too (block
             tables always run it): while a step's dense part computes, a background thread
             caches the next batch's missing rows. Off by default: where the copies and the

@@ -69,6 +69,11 @@ impl Clock {
         Ok(Clock::new(n, pages, scaled_rows, slack))
     }
 
+    /// Whether no slot is free ([`CachedRows::isfull`]).
+    pub(super) fn is_full(&self) -> bool {
+        self.free() == 0
+    }
+
     /// A lookup's reclaim of a full cache ([`CachedRows::reclaim`]): one pass at most,
     /// stopping once the slack is free.
     pub(super) fn reclaim_once(&mut self) {

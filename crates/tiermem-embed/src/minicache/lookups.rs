@@ -2,7 +2,7 @@
 //! the kernel's own way of caching, simulated, so a table can be given the admission that
 //! pays best on a profile of its input, or no cache at all.
 //!
-//! A lookup call first makes room if the cache filled up in an earlier call (one
+//! A lookup call first makes room if the cache is full (one
 //! second-chance pass freeing the slack, [`crate::cache::CachedRows::reclaim`]; after it,
 //! `admit` forgets the first misses of a quarter of the table, as
 //! [`crate::cache::CachedRows::age_seen`] does). Then each access in order: a cached row is
@@ -68,7 +68,7 @@ pub fn simulate_lookups(
     let mut s = SimResult::default();
     let mut full = false;
     for range in calls {
-        if full {
+        if full || cache.is_full() {
             cache.reclaim_once();
             full = false;
             if second {
