@@ -265,3 +265,23 @@ def test_lookup_policy_caches_skewed_inputs_on_their_second_miss_and_reads_unifo
         lookup_policy([np.array([n])], n, 10, 1, 128, costs)
     with pytest.raises(tiermem.InvalidArgumentError, match="slack_rows"):
         lookup_policy(skewed, n, 10, 11, 128, costs)
+
+
+def test_costs_of_a_device_without_figures_are_measured_or_refused_by_name(monkeypatch) -> None:
+    # A NUMA node has no figures in its traits; without a calibration they are measured on an
+    # object there (DLRM's dynamic and auto modes over numa:N failed here before); a device
+    # too full to measure on is refused, naming calibrate.
+    import tiermem.embedding.cacheplan as cp
+
+    monkeypatch.setattr(tiermem, "_calibrated_devices", lambda: {})
+    m = tiermem.Manager([("dram", 32 << 20), ("numa:0", 32 << 20)], policy="all_fast")
+    assert m.devices[1]["traits"]["read_gbps"] is None
+    c = cp.Costs.of(m)
+    assert "numa:0 (measured)" in c.source and c.insert_ns > 0 and c.write_back_ns > 0 and c.delta_ns >= 0
+    monkeypatch.setattr(tiermem, "_calibrated_devices", lambda: {"numa:0": {"seq_read_gbps": 5.0, "seq_write_gbps": 2.0}})
+    c = cp.Costs.of(m)
+    assert "numa:0 (calibrated)" in c.source and c.write_back_ns == pytest.approx(0.5)
+    monkeypatch.setattr(tiermem, "_calibrated_devices", lambda: {})
+    small = tiermem.Manager([("dram", 1 << 20), ("numa:0", 1 << 20)], policy="all_fast")
+    with pytest.raises(tiermem.InvalidArgumentError, match="tiermem calibrate"):
+        cp.Costs.of(small)

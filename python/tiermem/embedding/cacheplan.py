@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import _tiermem
-from ..exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError, TiermemError
 
 __all__ = [
     "Costs",
@@ -79,24 +79,46 @@ class Costs:
 
     @classmethod
     def of(cls, manager: Any, fast: int = 0, slow: int = 1) -> Costs:
-        """From the traits of the manager's devices ``fast`` and ``slow`` (calibrated or
-        emulated bandwidths: :attr:`tiermem.Manager.devices`)."""
+        """From the read and write bandwidths of the manager's devices ``fast`` and ``slow``:
+        their traits (an emulated device's profile, DRAM once measured:
+        :attr:`tiermem.Manager.devices`), else ``tiermem calibrate``'s figures for the
+        device, else measured now on an 8 MiB object there (a NUMA node nobody calibrated)."""
         devs = manager.devices
         try:
-            f, sl = devs[fast]["traits"], devs[slow]["traits"]
-            delta = 1 / sl["read_gbps"] - 1 / f["read_gbps"]
-            insert = 1 / f["write_gbps"]
-            write_back = 1 / sl["write_gbps"]
-        except (IndexError, KeyError, TypeError, ZeroDivisionError) as e:
+            (fr, fw, fs), (sr, sw, ss) = _bandwidths(manager, fast), _bandwidths(manager, slow)
+            delta = 1 / sr - 1 / fr
+            insert = 1 / fw
+            write_back = 1 / sw
+        except (IndexError, KeyError, TypeError, ZeroDivisionError, TiermemError) as e:
             raise InvalidArgumentError(
-                f"devices {fast} and {slow} of the manager have no read and write bandwidths ({type(e).__name__}: {e})"
+                f"devices {fast} and {slow} of the manager have no read and write bandwidths and none could be "
+                f"measured ({type(e).__name__}: {e}); run `tiermem calibrate`, which measures every NUMA node"
             ) from None
         return cls(
             delta_ns=max(delta, 0.0),
             insert_ns=insert,
-            source=f"{devs[fast]['name']} -> {devs[slow]['name']} traits",
+            source=f"{devs[fast]['name']} ({fs}) -> {devs[slow]['name']} ({ss})",
             write_back_ns=write_back,
         )
+
+
+#: The object :func:`_bandwidths` measures a device on when nothing else gives its figures.
+MEASURE_BYTES = 8 << 20
+
+
+def _bandwidths(manager: Any, i: int) -> tuple[float, float, str]:
+    """Device ``i``'s sequential read and write bandwidths (GB/s) and where they came from."""
+    from .. import _calibrated_devices
+
+    dev = manager.devices[i]
+    t = dev["traits"]
+    if t.get("read_gbps") and t.get("write_gbps"):
+        return float(t["read_gbps"]), float(t["write_gbps"]), "traits"
+    cal = _calibrated_devices().get(dev["name"])
+    if isinstance(cal, dict) and cal.get("seq_read_gbps") and cal.get("seq_write_gbps"):
+        return float(cal["seq_read_gbps"]), float(cal["seq_write_gbps"]), "calibrated"
+    f = manager._native.measure_device(i, MEASURE_BYTES, 2)
+    return float(f["seq_read_gbps"]), float(f["seq_write_gbps"]), "measured"
 
 
 @dataclass(frozen=True)
