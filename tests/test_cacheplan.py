@@ -273,7 +273,7 @@ def test_costs_of_a_device_without_figures_are_measured_or_refused_by_name(monke
     # too full to measure on is refused, naming calibrate.
     import tiermem.embedding.cacheplan as cp
 
-    monkeypatch.setattr(tiermem, "_calibrated_devices", lambda: {})
+    monkeypatch.setattr(tiermem, "_calibrated_devices", dict)
     m = tiermem.Manager([("dram", 32 << 20), ("numa:0", 32 << 20)], policy="all_fast")
     assert m.devices[1]["traits"]["read_gbps"] is None
     c = cp.Costs.of(m)
@@ -281,7 +281,7 @@ def test_costs_of_a_device_without_figures_are_measured_or_refused_by_name(monke
     monkeypatch.setattr(tiermem, "_calibrated_devices", lambda: {"numa:0": {"seq_read_gbps": 5.0, "seq_write_gbps": 2.0}})
     c = cp.Costs.of(m)
     assert "numa:0 (calibrated)" in c.source and c.write_back_ns == pytest.approx(0.5)
-    monkeypatch.setattr(tiermem, "_calibrated_devices", lambda: {})
+    monkeypatch.setattr(tiermem, "_calibrated_devices", dict)
     small = tiermem.Manager([("dram", 1 << 20), ("numa:0", 1 << 20)], policy="all_fast")
     with pytest.raises(tiermem.InvalidArgumentError, match="tiermem calibrate"):
         cp.Costs.of(small)
