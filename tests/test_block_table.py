@@ -497,3 +497,22 @@ def test_tune_gives_a_block_table_the_admission_that_reads_fewest_blocks(disk_di
         admission.tune(EmbeddingTable(n, dim), trace, lay)
     with pytest.raises(InvalidArgumentError, match="a table of 4001 rows, this table has 4000"):
         admission.tune(t, Trace(offsets, rows, n + 1), np.arange(n + 1, dtype=np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("width", "dtype"), [(8, "float32"), (256, "float32"), (1022, "float32"), (1024, "float32"), (300, "bfloat16")]
+)
+def test_block_geometry_is_the_files_own(disk_dir: Path, width: int, dtype: str) -> None:
+    # The format's figures, as Python reads them (bench ssd sizes its tables and the DLRM
+    # trainer counts disk bytes from them): a file of whole blocks holding the rows as said.
+    geo = _tiermem.block_geometry(width, dtype)
+    rows = 1000
+    t = EmbeddingTable(rows, width, dtype=dtype, device=f"block:{disk_dir / f'g{width}.tmb'}", cache=0.1)
+    size = (disk_dir / f"g{width}.tmb").stat().st_size
+    assert size == _tiermem.block_file_bytes(rows, width, dtype) and size % geo["block_bytes"] == 0
+    assert t.block_info is not None and t.block_info["rows_per_block"] == geo["rows_per_block"]
+    data_blocks = -(-rows // geo["rows_per_block"]) * geo["blocks_per_row"]
+    assert size >= (data_blocks + 1) * geo["block_bytes"]
+    assert (geo["rows_per_block"] == 1) or (geo["blocks_per_row"] == 1)
+    with pytest.raises(InvalidArgumentError, match="int8"):
+        _tiermem.block_geometry(width, "int8")

@@ -36,6 +36,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed::table::table_row_metadata_bytes, m)?)?;
     m.add_class::<embed::blockfile::PyBlockFile>()?;
     m.add_function(wrap_pyfunction!(embed::blockfile::block_file_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::blockfile::block_geometry, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::update_from, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::sparse_grad, m)?)?;

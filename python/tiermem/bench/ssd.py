@@ -254,8 +254,7 @@ def run(
         raise InvalidArgumentError(f"cache fractions must be in (0, 1], got {fracs}")
     d = scratch_dir(directory) / f"tiermem-bench-ssd-{os.getpid()}"
     all_traces = _traces(rows, queries, trace_file)
-    stride = DIM * 4
-    rpb = 4088 // stride
+    rpb = _tiermem.block_geometry(DIM)["rows_per_block"]
     biggest = max(t.rows_total for _, t, _ in all_traces)
     need = 3 * _tiermem.block_file_bytes(biggest, DIM) + (320 << 20)  # table, relayout copy, miss-path file
     if model is not None:
@@ -413,7 +412,9 @@ def _case(
 def _miss_path(d: Path, depth: int, rounds: int) -> dict[str, Any]:
     """Every lookup a miss: batches of rows in distinct blocks of a 256 MiB table, against
     the disk's random reads at the same depth on the same file, alternating."""
-    n, per = (256 << 20) // 4096 * (4088 // (DIM * 4)), 4088 // (DIM * 4)
+    geo = _tiermem.block_geometry(DIM)
+    per, block = geo["rows_per_block"], geo["block_bytes"]
+    n = (256 << 20) // block * per
     path = d / "miss.tmb"
     t = EmbeddingTable(n, DIM, device=f"block:{path}", cache=4096 * 2 / n, cacheslack=0.0, depth=depth)
     rng = np.random.default_rng(5)
@@ -427,9 +428,9 @@ def _miss_path(d: Path, depth: int, rounds: int) -> dict[str, Any]:
             t.lookup(rows, np.arange(4096))
         secs = time.perf_counter() - start
         table_rates.append(((t.block_info or {})["blocks_read"] - before) / secs)
-        rate, engine = _tiermem.random_reads_per_s(path, n // per * 4096, depth, 32768, 1)
+        rate, engine = _tiermem.random_reads_per_s(path, n // per * block, depth, 32768, 1)
         device_rates.append(rate)
-    calibrated, source = _device_max(path, n // per * 4096, depth)
+    calibrated, source = _device_max(path, n // per * block, depth)
     fio = _fio(path, depth, 3)
     del t
     tr, dr = statistics.median(table_rates), statistics.median(device_rates)
@@ -450,7 +451,7 @@ def _reference_layouts(rows: int) -> dict[str, Any]:
     """SHP against KaHyPar on one smaller query trace (KaHyPar is slow at full size)."""
     cfg = QueryTraceConfig(rows=rows, queries=rows // 2, **QUERY_TRACE)  # type: ignore[arg-type]
     train, test = traces.query_trace(cfg).split(0.5)
-    rpb = 4088 // (DIM * 4)
+    rpb = _tiermem.block_geometry(DIM)["rows_per_block"]
     out: dict[str, Any] = {"rows": rows, "queries": cfg.queries}
     lays = layout.make_many(layout.KINDS, trace=train, rows_per_block=rpb, weights=traces.group_embeddings(cfg, DIM))
     for k, lay in lays.items():

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import checkpoint
+from .. import _tiermem, checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
 from ..embedding.cacheplan import (
@@ -619,7 +619,8 @@ class Trainer:
             if self.files:
                 (r0, w0), (r1, w1) = getattr(self, "_disk0", (0, 0)), self._disk_blocks()
                 devices["disk"] = "real"
-                bytes_["disk"] = {"read": 4096 * (r1 - r0), "written": 4096 * (w1 - w0)}
+                blk = _tiermem.block_geometry(self.config.dim, self.config.dtype)["block_bytes"]
+                bytes_["disk"] = {"read": blk * (r1 - r0), "written": blk * (w1 - w0)}
             st = [t.stats() for t in self.tables]
             h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
             hit = h / (h + m) if h + m else None

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use tiermem_embed::blockfile::BlockFile;
 use tiermem_embed::DType;
 
@@ -123,4 +124,23 @@ impl PyBlockFile {
 pub fn block_file_bytes(rows: u64, width: u32, dtype: &str) -> PyResult<u64> {
     let dt = DType::parse(dtype).map_err(to_py)?;
     Ok(tiermem_embed::blockfile::format::Header::new(rows, width, dt).file_bytes())
+}
+
+/// How a block table file lays out rows of `width` elements of `dtype`: `block_bytes` (the
+/// file's block, its direct-I/O unit), `rows_per_block` (1 when a row spans blocks) and
+/// `blocks_per_row` (1 when rows share blocks): the format's own figures.
+#[pyfunction]
+#[pyo3(signature = (width, dtype="float32"))]
+pub fn block_geometry<'py>(
+    py: Python<'py>,
+    width: u32,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dt = DType::parse(dtype).map_err(to_py)?;
+    let h = tiermem_embed::blockfile::format::Header::new(1, width, dt);
+    let d = PyDict::new(py);
+    d.set_item("block_bytes", tiermem_embed::blockfile::format::BLOCK)?;
+    d.set_item("rows_per_block", h.rows_per_block)?;
+    d.set_item("blocks_per_row", h.blocks_per_row)?;
+    Ok(d)
 }
