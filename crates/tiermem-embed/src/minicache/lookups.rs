@@ -205,20 +205,7 @@ mod tests {
 
     #[test]
     fn sampled_simulations_stay_close_and_bad_arguments_are_refused() {
-        let mut x = 5u64;
-        let rows: Vec<i64> = (0..200_000)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let r = x >> 24;
-                (if r.is_multiple_of(5) {
-                    r / 5 % 50_000
-                } else {
-                    r / 5 % 4_000
-                }) as i64
-            })
-            .collect();
+        let rows = crate::minicache::tests::hot_rows(50_000, 4_000, 200_000);
         let off: Vec<i64> = (0..=200).map(|k| k * 1_000).collect();
         let t = Queries {
             offsets: &off,

@@ -428,7 +428,7 @@ mod tests {
     }
 
     /// Four in five accesses to the first `hot` rows, the rest to any of `n`, uniformly.
-    fn hot_rows(n: u64, hot: u64, len: usize) -> Vec<i64> {
+    pub(super) fn hot_rows(n: u64, hot: u64, len: usize) -> Vec<i64> {
         let mut x = 11u64;
         (0..len)
             .map(|_| {

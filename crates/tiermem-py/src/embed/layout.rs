@@ -153,18 +153,7 @@ pub fn minicache_sweep<'py>(
         minicache::sweep(l, rows_per_block, q, &capacities, &admits, c, &model)
     })?;
     res.into_iter()
-        .map(|per| {
-            per.into_iter()
-                .map(|s| {
-                    let d = PyDict::new(py);
-                    d.set_item("accesses", s.accesses)?;
-                    d.set_item("hits", s.hits)?;
-                    d.set_item("blocks_read", s.blocks_read)?;
-                    d.set_item("inserts", s.inserts)?;
-                    Ok(d)
-                })
-                .collect()
-        })
+        .map(|per| per.into_iter().map(|s| sim_dict(py, &s)).collect())
         .collect()
 }
 
@@ -211,6 +200,11 @@ pub fn minicache_lookups<'py>(
         };
         minicache::simulate_lookups(&cache, q, rate, batch)
     })?;
+    sim_dict(py, &s)
+}
+
+/// A simulation's figures as a dict.
+fn sim_dict<'py>(py: Python<'py>, s: &minicache::SimResult) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("accesses", s.accesses)?;
     d.set_item("hits", s.hits)?;
