@@ -285,3 +285,6 @@ def test_costs_of_a_device_without_figures_are_measured_or_refused_by_name(monke
     small = tiermem.Manager([("dram", 1 << 20), ("numa:0", 1 << 20)], policy="all_fast")
     with pytest.raises(tiermem.InvalidArgumentError, match="tiermem calibrate"):
         cp.Costs.of(small)
+    # DRAM's figures never need room on the manager's device: a 1 MiB one still prices.
+    tiny = tiermem.Manager([("dram", 1 << 20), ("emulated:cxl", 1 << 20)], policy="all_fast")
+    assert cp.Costs.of(tiny).insert_ns > 0

@@ -81,8 +81,9 @@ class Costs:
     def of(cls, manager: Any, fast: int = 0, slow: int = 1) -> Costs:
         """From the read and write bandwidths of the manager's devices ``fast`` and ``slow``:
         their traits (an emulated device's profile, DRAM once measured:
-        :attr:`tiermem.Manager.devices`), else ``tiermem calibrate``'s figures for the
-        device, else measured now on an 8 MiB object there (a NUMA node nobody calibrated)."""
+        :attr:`tiermem.Manager.devices`); else, for DRAM, :func:`tiermem.dram_figures`; else
+        ``tiermem calibrate``'s figures for the device; else measured now on an 8 MiB object
+        there (a NUMA node nobody calibrated)."""
         devs = manager.devices
         try:
             (fr, fw, fs), (sr, sw, ss) = _bandwidths(manager, fast), _bandwidths(manager, slow)
@@ -114,6 +115,9 @@ def _bandwidths(manager: Any, i: int) -> tuple[float, float, str]:
     t = dev["traits"]
     if t.get("read_gbps") and t.get("write_gbps"):
         return float(t["read_gbps"]), float(t["write_gbps"]), "traits"
+    if dev["name"] == "dram":
+        f = _tiermem.dram_figures()  # calibrate's, else measured on memory of its own
+        return float(f["read_gbps"]), float(f["write_gbps"]), str(f.get("source", "measured"))
     cal = _calibrated_devices().get(dev["name"])
     if isinstance(cal, dict) and cal.get("seq_read_gbps") and cal.get("seq_write_gbps"):
         return float(cal["seq_read_gbps"]), float(cal["seq_write_gbps"]), "calibrated"
