@@ -512,8 +512,8 @@ class EmbeddingTable:
 
     def set_bypass(self, on: bool = True) -> None:
         """Read through the cache without caching misses (hits still hit), or cache them
-        again (``on=False``): for a table whose hit-rate curve says insertions cost more
-        than they save (:mod:`tiermem.embedding.cacheplan`).
+        again (``on=False``): for a table whose simulated cache says insertions cost more
+        than they save (:func:`tiermem.embedding.cacheplan.lookup_policy`).
 
         Raises:
             InvalidArgumentError: a direct table, or a block table (read only through its
