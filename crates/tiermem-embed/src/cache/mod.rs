@@ -825,14 +825,7 @@ impl CachedRows {
     /// Exclusive lock held.
     #[inline(always)]
     fn write_ptr(&self, i: usize, t: &mut Tally) -> *mut u8 {
-        // The bitmap first, as `locate` does: a row that is not cached (most of an update's
-        // rows in a small cache) never loads its pointer-table entry. Writers hold the
-        // exclusive lock, so the bit and the entry agree.
-        let e = if self.present.get(i) {
-            self.entry(i).load(Ordering::Acquire)
-        } else {
-            0
-        };
+        let e = self.entry(i).load(Ordering::Acquire);
         if e & CACHED != 0 {
             if e & DIRTY == 0 {
                 // Writers hold the exclusive lock: no one else changes the entry now.
