@@ -14,7 +14,7 @@ from tiermem.bench.models import Workload  # noqa: E402
 from tiermem.bench.plan import capture, record_policy, run_planned  # noqa: E402
 from tiermem.bench.tensors import _reference  # noqa: E402
 from tiermem.exceptions import InvalidArgumentError  # noqa: E402
-from tiermem.plan import Graph, GraphError, evaluate, solve  # noqa: E402
+from tiermem.plan import FORMULATIONS, Graph, GraphError, evaluate, solve  # noqa: E402
 from tiermem.torch.tensors import Tiering  # noqa: E402
 from tiermem.torch.tensors.planned import PlanMismatchWarning, Recorder  # noqa: E402
 from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
@@ -225,7 +225,8 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     from tiermem.cli.main import main
 
     out = tmp_path / "plan.json"
-    assert main(["bench", "plan", "--quick", "--model", "resnet", "--ratio", "8:1", "--json", str(out)]) == 0
+    args = ["bench", "plan", "--quick", "--model", "resnet", "--ratio", "8:1", "--sizes", "32", "--json", str(out)]
+    assert main(args) == 0
     res = json.loads(out.read_text())
     rows = {r["variant"]: r for r in res["models"]}
     assert {"planned", "LM", "async", "first-touch", "2lm-model", "all-fast"} <= set(rows)
@@ -250,8 +251,9 @@ def test_bench_plan_quick_json(tmp_path, capsys) -> None:
     # The figures the emulated device was scaled from, and the device's own.
     assert plan["dram_figures"]["source"] in ("calibrated", "measured") and plan["dram_figures"]["write_gbps"] > 0
     assert len(plan["device_traits"]) == 2 and plan["device_traits"][1]["write_gbps"] > 0
+    assert [s["formulation"] for s in res["scaling"]] == list(FORMULATIONS)
     for s in res["scaling"]:
-        assert s["kernels"] > 0 and s["solve_seconds"] >= 0 and s["objective"] <= s["all_slow_objective"]
+        assert 30 <= s["kernels"] <= 34 and s["solve_seconds"] >= 0 and s["objective"] <= s["all_slow_objective"]
         assert s["gap"] is not None and s["gap"] <= 0.02
     # Planned against each paired variant, iteration by iteration, same losses.
     assert (

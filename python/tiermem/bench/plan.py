@@ -576,6 +576,7 @@ def run_cli(args: Any) -> int:
         rounds=args.rounds,
         time_limit=args.time_limit,
         slow_spec=args.slow,
+        sizes=args.sizes,
         profile_cache=args.profile_cache,
         pairs=args.pairs,
         formulation=args.formulation,

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from ..exceptions import InvalidArgumentError, TiermemError
-from ._args import integer, number
+from ._args import int_list, integer, number
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="times every run is repeated, all in turn; the best counts (default 3, 1 with --quick)",
     )
     bp.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per plan (default 60)")
+    bp.add_argument(
+        "--sizes",
+        type=int_list(",", 2),
+        help="kernels of the generated graphs the solver is timed on, comma-separated "
+        "(default 32,122,242,500,1000,2000; 32,122,500 with --quick)",
+    )
     bp.add_argument("--slow", default="emulated:optane-pmem", help="slow device spec (default emulated:optane-pmem)")
     bp.add_argument(
         "--profile-cache",
