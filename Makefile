@@ -17,7 +17,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "rich>=13" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "matplotlib>=3.8" \
+	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "rich>=13" "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist==3.8.*" "hypothesis>=6.100" "matplotlib>=3.8" \
 		"ruff==0.17.*" "mypy==2.4.*" "import-linter==2.16.*" "highspy==1.15.1"
 	# KaHyPar: the reference partitioner `bench ssd` compares SHP's layouts with, when it installs.
 	$(PIP) install -q "kahypar==1.3.7" || echo "kahypar did not install: bench ssd reports no reference partition"
@@ -52,8 +52,11 @@ test-rs: ## Rust tests of the core and the embedding crate (unit, property, stre
 	cargo test --release -p tiermem-core -p tiermem-embed
 
 .PHONY: test-py
-test-py: build $(TORCH_STAMP) ## Python tests
-	$(PY) -m pytest -q
+# Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take
+# queued tests from busy ones). PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= auto
+test-py: build $(TORCH_STAMP) ## Python tests, in a worker process per core (at most four)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal
 
 .PHONY: stress
 stress: build $(TORCH_STAMP) ## tiermem stress for STRESS_SECONDS (default 600) on 4 threads

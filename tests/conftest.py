@@ -13,6 +13,13 @@ import pytest
 import tiermem
 from tiermem.report.scratch import scratch_dir
 
+# Under pytest-xdist, PyTorch's and OpenMP's thread pools in each worker (and in every process
+# a test starts) get the worker's share of the cores, so the workers do not oversubscribe the
+# machine. Set before any test imports torch.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:
