@@ -39,11 +39,12 @@ import numpy as np
 
 from . import _tiermem
 from .embedding import EmbeddingTable
+from .embedding.cacheplan import SLOT_OVERHEAD, split_greedy
 from .embedding.config import access_counts
 from .exceptions import InvalidArgumentError
 from .traces import Trace
 
-__all__ = ["THRESHOLDS", "CANDIDATES", "Pick", "simulate", "pick", "tune"]
+__all__ = ["THRESHOLDS", "CANDIDATES", "Pick", "simulate", "pick", "tune", "SPLITS", "Split", "split"]
 
 #: The ``T`` of ``row:T`` and ``threshold:T`` that :data:`CANDIDATES` tries.
 THRESHOLDS = (0, 1, 2, 4, 8, 16)
@@ -162,3 +163,143 @@ def tune(
         table.set_access_counts(counts)
     table.set_admission(best.admission)
     return best
+
+
+#: How a fast budget can be shared between block tables' caches: by their curves
+#: (:func:`split`) or the same fraction of each table.
+SPLITS = ("curves", "even")
+#: Points on each table's size axis in :func:`split`.
+SPLIT_STEPS = 16
+#: :func:`split` simulates every access of a table's trace up to this many, and a sample of
+#: the blocks (at least 1 %) that keeps about this many above it.
+SPLIT_ACCESSES = 200_000
+
+
+@dataclass(frozen=True)
+class Split:
+    """A fast budget split over block tables' caches by their simulated curves."""
+
+    #: Per table, the rows its cache gets.
+    cache_rows: list[int]
+    #: Per table, the blocks its simulated cache read at that size (scaled to the trace).
+    blocks_read: list[float]
+    #: Per table, the rows an even split (the same fraction of every table, above its floor)
+    #: would give it, and the blocks its simulated cache read at that size.
+    even_rows: list[int]
+    even_blocks_read: list[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cache_rows": self.cache_rows,
+            "blocks_read": self.blocks_read,
+            "even_rows": self.even_rows,
+            "even_blocks_read": self.even_blocks_read,
+        }
+
+
+def split(
+    traces: Sequence[Trace],
+    *,
+    rows_per_block: int,
+    row_bytes: int,
+    budget: int,
+    floors: Sequence[int] | None = None,
+    layouts: Sequence[Any] | None = None,
+    admission: str = "row",
+    batch: int | None = None,
+    steps: int = SPLIT_STEPS,
+) -> Split:
+    """Split ``budget`` bytes of fast memory over block tables' caches (Bandana §4.3.3: the
+    budget split by the miniature caches' curves): each table's cache simulated under
+    ``admission`` over its ``traces[t]`` (in lookup calls of ``batch`` queries) at
+    ``steps`` sizes from ``floors[t]`` rows (the least it must hold; default 1) up to what
+    the budget allows, then the budget given greedily to the sizes that save the most blocks
+    read per byte (over each curve's upper concave hull); what no curve wants goes to the
+    tables in proportion to their rows. A cached row costs its bytes and its
+    slot's metadata (:data:`~tiermem.embedding.cacheplan.SLOT_OVERHEAD`); the tables' pointer
+    tables are not in ``budget``. ``layouts[t]`` (row → position) defaults to the original
+    order. Writes back of dirty blocks are not simulated: the split minimises blocks read.
+
+    Raises:
+        InvalidArgumentError: no tables, floors or layouts not one per table, a floor
+            outside 1..rows, floors that cost more than the budget, or as :func:`simulate`.
+    """
+    n = len(traces)
+    if n == 0:
+        raise InvalidArgumentError("split needs at least one table's trace")
+    if not all(isinstance(t, Trace) for t in traces):
+        raise InvalidArgumentError("traces must be tiermem.traces.Trace objects, one per table")
+    rows = [int(t.rows_total) for t in traces]
+    floors = [1] * n if floors is None else [int(f) for f in floors]
+    if len(floors) != n or (layouts is not None and len(layouts) != n):
+        raise InvalidArgumentError(f"one floor and one layout per table: {n} traces, {len(floors)} floors")
+    for t, (f, r) in enumerate(zip(floors, rows)):
+        if not 1 <= f <= r:
+            raise InvalidArgumentError(f"table {t}: a floor of {f} rows is outside 1..{r} (its rows)")
+    if rows_per_block < 1 or row_bytes < 1 or steps < 1:
+        raise InvalidArgumentError(
+            f"rows_per_block, row_bytes and steps must be at least 1, got {rows_per_block}, {row_bytes}, {steps}"
+        )
+    per_row = row_bytes + SLOT_OVERHEAD
+    floor_cost = sum(f * per_row for f in floors)
+    if floor_cost > budget:
+        raise InvalidArgumentError(
+            f"the tables' least caches ({sum(floors)} rows, {floor_cost:.0f} bytes with their slots) do not fit "
+            f"a budget of {budget} bytes"
+        )
+    spare = (budget - floor_cost) / per_row  # rows beyond the floors
+    even_frac = min(1.0, budget / per_row / sum(rows))
+    even = [min(r, max(f, int(r * even_frac))) for f, r in zip(floors, rows)]
+    lays = []
+    for t in range(n):
+        lay = np.arange(rows[t], dtype=np.uint32) if layouts is None else np.ascontiguousarray(layouts[t], np.uint32)
+        if lay.shape != (rows[t],):
+            raise InvalidArgumentError(f"table {t}: the layout must hold one position per row ({rows[t]}), got {lay.shape}")
+        lays.append(lay)
+
+    def blocks_read(t: int, sizes: list[int]) -> list[float]:
+        tr = traces[t]
+        accesses = max(1, int(tr.offsets[-1]))
+        rate = 1.0 if accesses <= SPLIT_ACCESSES else max(0.01, SPLIT_ACCESSES / accesses)
+        [res] = _tiermem.minicache_sweep(
+            lays[t], rows_per_block, tr.offsets, tr.rows, sizes, [admission], None, rate, row_bytes, batch, 0
+        )
+        return [float(r["blocks_read"]) for r in res]
+
+    sizes_all = []
+    for t in range(n):
+        top = min(rows[t], floors[t] + int(spare))
+        sizes_all.append(sorted({int(round(floors[t] + (top - floors[t]) * k / steps)) for k in range(steps + 1)} | {even[t]}))
+    reads_all = [blocks_read(t, sizes) for t, sizes in enumerate(sizes_all)]
+    picks = split_greedy(
+        [[s * per_row for s in sizes] for sizes in sizes_all],
+        [[-b for b in reads] for reads in reads_all],
+        budget - floor_cost,
+    )
+    cache_rows = [sizes_all[t][k] for t, k in enumerate(picks)]
+    reads = [reads_all[t][k] for t, k in enumerate(picks)]
+    # What no curve wants (flat past the rows a short trace touched: its misses are first
+    # touches no cache saves) goes to the tables in proportion to their rows, as an even
+    # split would give it: later accesses reach rows the trace never saw.
+    left = (budget - floor_cost) / per_row - sum(r - f for r, f in zip(cache_rows, floors))
+    for _ in range(n):
+        room = [rows[t] - cache_rows[t] for t in range(n)]
+        open_rows = sum(rows[t] for t in range(n) if room[t] > 0)
+        if int(left) < 1 or open_rows == 0:
+            break
+        add = [min(room[t], int(left * rows[t] / open_rows)) if room[t] > 0 else 0 for t in range(n)]
+        if not any(add):
+            break
+        cache_rows = [c + a for c, a in zip(cache_rows, add)]
+        left -= sum(add)
+    for t in range(n):
+        if cache_rows[t] in sizes_all[t]:
+            reads[t] = reads_all[t][sizes_all[t].index(cache_rows[t])]
+        else:
+            [reads[t]] = blocks_read(t, [cache_rows[t]])
+    return Split(
+        cache_rows=cache_rows,
+        blocks_read=reads,
+        even_rows=even,
+        even_blocks_read=[reads_all[t][sizes_all[t].index(even[t])] for t in range(n)],
+    )

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from .._sizes import format_bytes, parse_size
+from ..admission import SPLITS
 from ..dist.plan import PLACEMENTS, SHARDINGS
 from ..exceptions import InvalidArgumentError
 from ._args import int_list, integer, number
@@ -53,6 +54,13 @@ def add_parser(sub: Any) -> None:
         "--slow",
         default="emulated:optane-pmem",
         help="slow device spec, or block:DIR: mode 'block' keeps the tables in files in DIR on the disk",
+    )
+    p.add_argument(
+        "--block-split",
+        choices=SPLITS,
+        default="curves",
+        help="mode 'block': the budget over the block tables' caches by their miniature caches' curves over the warm-up "
+        "batches (default), or the same fraction of each",
     )
     p.add_argument(
         "--lr", type=number(0, 1e6, low_open=True), default=0.01, help="SGD learning rate (the DLRM reference's default)"
@@ -151,6 +159,7 @@ def run_train(args: Any) -> int:
             seed=args.seed,
             alpha=args.alpha,
             batches=batches,
+            block_split=args.block_split,
         )
     res["load"] = load.summary()
     if readers:
@@ -255,7 +264,17 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
         # their own, so training still starts at the first line.
         n = max(1, warmup)
         prof = list(itertools.islice(_criteo(args, config, []), n)) if args.criteo else [synth.batch(i) for i in range(n)]
-    t = Trainer(config, mode, fast_budget=budget, slow=args.slow, lr=args.lr, seed=args.seed, dist=dist, profile=prof)
+    t = Trainer(
+        config,
+        mode,
+        fast_budget=budget,
+        slow=args.slow,
+        lr=args.lr,
+        seed=args.seed,
+        dist=dist,
+        profile=prof,
+        block_split=args.block_split,
+    )
     data_state: dict[str, Any] = {}
     if args.resume:
         if not args.checkpoint or not os.path.isfile(args.checkpoint):

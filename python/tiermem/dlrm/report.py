@@ -29,13 +29,15 @@ def run_modes(
     alpha: float = 1.0,
     label: str = "train dlrm",
     batches: Callable[[str], Iterator[Any]] | None = None,
+    block_split: str = "curves",
 ) -> dict[str, Any]:
     """Train ``config`` in every mode for every distribution and collect the results.
 
     The modes of one distribution run in lockstep: every trainer is built (same seed, same
     initial weights), then each iteration's batch is made once and fed to every mode in turn,
     the order rotating, so a noisy stretch of the machine falls on all modes alike.
-    ``batches(dist)`` overrides the synthetic data."""
+    ``batches(dist)`` overrides the synthetic data; ``block_split``: mode ``block``'s split
+    of the budget (:class:`~tiermem.dlrm.trainer.Trainer`)."""
     from .data import SyntheticData
     from .model import PROFILED_MODES
     from .trainer import Trainer
@@ -64,6 +66,7 @@ def run_modes(
                     seed=seed,
                     dist=dist,
                     profile=first if mode in PROFILED_MODES else None,
+                    block_split=block_split,
                 )
             # The warm-up batches again, then the rest of the source.
             stream = itertools.chain(first, source)
@@ -95,6 +98,8 @@ def run_modes(
                 if t.mode == "dynamic":
                     run_json["bypass"] = t.bypass
                     run_json["lookup_policies"] = [ch.policy for ch in t.lookup_choices]
+                if t.block_split is not None:
+                    run_json["block_split"] = t.block_split.to_dict()
                 runs.append(run_json)
                 devices.update(r.devices)
             for t in trainers.values():
@@ -204,7 +209,15 @@ def report(res: dict[str, Any]) -> str:
 
 def _choices(run: dict[str, Any]) -> str:
     """What a profiled mode chose for its tables, counted: ``dynamic``'s way with misses
-    (``admit``, ``dynamic`` or ``read through``) and ``auto``'s policies."""
+    (``admit``, ``dynamic`` or ``read through``), ``auto``'s policies, and ``block``'s
+    split of the budget (blocks its miniature caches read, against an even split)."""
+    if run.get("block_split"):
+        sp = run["block_split"]
+        rows = sp["cache_rows"]
+        return (
+            f"caches of {min(rows):,}-{max(rows):,} rows by the miniature caches' curves, "
+            f"{sum(sp['blocks_read']) / max(1.0, sum(sp['even_blocks_read'])):.2f}x the blocks an even split's read"
+        )
     if run["mode"] == "dynamic" and run.get("lookup_policies"):
         picks = [p or "read through" for p in run["lookup_policies"]]
     elif run["mode"] == "auto" and run.get("cache_plan"):

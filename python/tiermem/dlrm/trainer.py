@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _tiermem, checkpoint
+from .. import _tiermem, admission, checkpoint
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
 from ..embedding.cacheplan import (
@@ -49,6 +49,7 @@ from ..embedding.cacheplan import (
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
+from ..traces import Trace
 from ..twolm import TwoLmModel
 from .data.batch import Batch
 from .model import DLRM, DRAM_MODES, MODES, SLOW_MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
@@ -162,6 +163,10 @@ class Trainer:
             for ``dynamic``, those over which each table's cache is simulated to choose how
             it treats misses (cache each, cache a row's second miss, or read through; without
             a profile every table caches each miss).
+        block_split: how mode ``block`` shares the budget between its block tables' caches:
+            ``"curves"`` (with a profile: by each table's miniature caches, the sizes that
+            save the most blocks read per byte first, every cache holding a batch's rows) or
+            ``"even"`` (the same fraction of every table).
         prefetch_memory: run the prefetch pipeline for dynamic caches over memory too (block
             tables always run it): while a step's dense part computes, a background thread
             caches the next batch's missing rows. Off by default: where the copies and the
@@ -181,6 +186,7 @@ class Trainer:
         dist: str = "uniform",
         profile: Iterable[Batch] | None = None,
         prefetch_memory: bool = False,
+        block_split: str = "curves",
     ) -> None:
         if mode not in MODES:
             raise InvalidArgumentError(f"mode {mode!r}: known are {', '.join(MODES)}")
@@ -188,7 +194,13 @@ class Trainer:
             raise InvalidArgumentError(
                 "mode 'reference' trains float32 tables (torch's sparse SGD on bfloat16 rounds differently)"
             )
+        if block_split not in admission.SPLITS:
+            raise InvalidArgumentError(f"block_split {block_split!r}: known are {', '.join(admission.SPLITS)}")
         self.config, self.mode, self.lr, self.seed, self.dist = config, mode, float(lr), int(seed), dist
+        self.block_split_mode = block_split
+        #: Mode ``block`` with a profile: the budget's split over the block tables' caches
+        #: by their miniature caches (None: an even split).
+        self.block_split: admission.Split | None = None
         self.fast_budget = int(fast_budget if fast_budget is not None else config.table_bytes // 4)
         slow_cap = config.table_bytes + (2 << 20) * (config.num_tables + 1)  # room for alignment
         on_disk = mode == "block"
@@ -266,14 +278,17 @@ class Trainer:
 
     def _block_tables(self, directory: str, profile: Iterable[Batch] | None) -> list[EmbeddingTable]:
         """Block tables in ``directory`` with caches that share the fast budget; a table
-        whose share could not hold one batch's rows (the most a ``profile`` batch touched,
-        with 5 % to spare; else ``batch_size * bag``) stays in DRAM whole, its bytes
-        taken from the budget first."""
+        whose even share could not hold one batch's rows (the most a ``profile`` batch
+        touched, with 5 % to spare; else ``batch_size * bag``) stays in DRAM whole, its bytes
+        taken from the budget first. With a profile, the rest is split over the block
+        tables' caches by their miniature caches' curves (:func:`tiermem.admission.split`,
+        each at least a batch's rows; ``block_split="even"``: the same fraction of each)."""
         c, m = self.config, self.manager
         assert m is not None
         if not os.path.isdir(directory):
             raise InvalidArgumentError(f"--slow block:{directory}: no such directory (block tables need one on the disk)")
         need = [c.batch_size * c.bag] * c.num_tables
+        profile = list(profile) if profile is not None else None
         if profile is not None:
             seen = [0] * c.num_tables
             for b in profile:
@@ -310,6 +325,10 @@ class Trainer:
                 f"tables ({format_bytes(sum(c.rows[t] * rb for t in dram))}) whose cache share would not hold one "
                 "batch's rows, so they stay in DRAM whole; raise --fast-budget"
             )
+        on_disk = [t for t in range(c.num_tables) if t not in dram]
+        fracs = dict.fromkeys(on_disk, frac)
+        if profile and on_disk and 0.0 < frac < 1.0 and self.block_split_mode == "curves":
+            fracs = self._split_block_caches(profile, on_disk, need, budget - sum(c.rows[t] * rb for t in dram))
         tag = f"dlrm-{os.getpid()}-{id(self):x}"
         tables = []
         for t, r in enumerate(c.rows):
@@ -318,8 +337,36 @@ class Trainer:
                 continue
             path = os.path.join(directory, f"{tag}-t{t}.tmb")
             self.files.append(path)
-            tables.append(EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=frac, cacheslack=0.0))
+            tables.append(
+                EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=fracs[t], cacheslack=0.0)
+            )
         return tables
+
+    def _split_block_caches(self, profile: list[Batch], on_disk: list[int], need: list[int], left: int) -> dict[int, float]:
+        """Cache fractions of the block tables ``on_disk`` from their miniature caches over
+        the profile (:func:`tiermem.admission.split`, lookup calls of a batch each, floors
+        ``need``), shrunk until their pages (whole frames) and slots fit ``left`` bytes."""
+        c = self.config
+        rb = c.row_bytes
+        traces = [
+            Trace(np.arange(0, len(tr) + 1, c.bag, dtype=np.int64), tr, c.rows[t])
+            for t, tr in ((t, np.concatenate([b.indices[t].numpy() for b in profile]).astype(np.int64)) for t in on_disk)
+        ]
+        geometry = _tiermem.block_geometry(c.dim, c.dtype)
+        sp = admission.split(
+            traces,
+            rows_per_block=int(geometry["rows_per_block"]),
+            row_bytes=rb,
+            budget=left,
+            floors=[min(c.rows[t], need[t]) for t in on_disk],
+            batch=c.batch_size,
+        )
+        self.block_split = sp
+        rows = dict(zip(on_disk, sp.cache_rows))
+        scale = 1.0
+        while sum(cache_fast_bytes(c.rows[t], rb, rows[t] * scale / c.rows[t]) for t in on_disk) > left:
+            scale *= 0.995  # whole frames round each cache up
+        return {t: min(1.0, rows[t] * scale / c.rows[t]) for t in on_disk}
 
     def close(self) -> None:
         """Release the tables and remove mode ``block``'s table files."""

@@ -51,6 +51,7 @@ __all__ = [
     "meta_bytes",
     "plan",
     "plan_within",
+    "split_greedy",
 ]
 
 #: Points on each table's size axis (0 .. all rows).
@@ -223,19 +224,47 @@ def lookup_policy(
     return LookupChoice(best if results[best]["value_ns"] > 0 else None, results)
 
 
-def _hull(xs: list[int], ys: list[float]) -> list[int]:
+def _hull(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
     """Indices of the upper concave hull of the points (xs increasing, starting at 0)."""
     out: list[int] = []
     for i in range(len(xs)):
         while len(out) >= 2:
             a, b = out[-2], out[-1]
-            # Drop b if it lies on or below the line from a to i.
-            if (ys[b] - ys[a]) * (xs[i] - xs[a]) <= (ys[i] - ys[a]) * (xs[b] - xs[a]):
+            # Drop b if it lies below the line from a to i; on it, b stays, so a straight
+            # stretch of a curve can be taken a step at a time.
+            if (ys[b] - ys[a]) * (xs[i] - xs[a]) < (ys[i] - ys[a]) * (xs[b] - xs[a]):
                 out.pop()
             else:
                 break
         out.append(i)
     return out
+
+
+def split_greedy(costs: Sequence[Sequence[float]], values: Sequence[Sequence[float]], budget: float) -> list[int]:
+    """Split ``budget`` over items (tables) given each one's points: ``costs[t]`` increasing
+    from its first point (the item as it starts, paid for already), ``values[t]`` what each
+    point is worth. Greedily over the upper concave hull of each item's points, the segment
+    with the best value gained per unit of cost first, while it fits; returns the index of
+    each item's chosen point."""
+    hulls = [_hull([c - cs[0] for c in cs], list(vs)) for cs, vs in zip(costs, values, strict=True)]
+    at = [0] * len(hulls)
+    left = budget
+    while True:
+        best, pick = 0.0, -1
+        for t, h in enumerate(hulls):
+            if at[t] + 1 >= len(h):
+                continue
+            i, j = h[at[t]], h[at[t] + 1]
+            dc = costs[t][j] - costs[t][i]
+            gain = (values[t][j] - values[t][i]) / dc if dc > 0 else 0.0
+            if dc <= left and gain > best:
+                best, pick = gain, t
+        if pick < 0:
+            break
+        h = hulls[pick]
+        left -= costs[pick][h[at[pick] + 1]] - costs[pick][h[at[pick]]]
+        at[pick] += 1
+    return [h[a] for h, a in zip(hulls, at)]
 
 
 def plan(
@@ -265,28 +294,9 @@ def plan(
         value = [max(0.0, a, b) for a, b in zip(val_d, val_s)]
         cost = [math.ceil(s * (rb + overhead_per_row)) for s in sizes]
         per_table.append((sizes, dyn, stat, value, cost, val_d, val_s))
-    # Greedy over hull segments: the best value gained per byte first.
-    at = [0] * len(per_table)
-    hulls = [_hull(p[4], p[3]) for p in per_table]
-    left = budget
-    while True:
-        best, pick = 0.0, -1
-        for t, (p, h) in enumerate(zip(per_table, hulls)):
-            if at[t] + 1 >= len(h):
-                continue
-            i, j = h[at[t]], h[at[t] + 1]
-            dc = p[4][j] - p[4][i]
-            gain = (p[3][j] - p[3][i]) / dc if dc > 0 else 0.0
-            if dc <= left and gain > best:
-                best, pick = gain, t
-        if pick < 0:
-            break
-        p, h = per_table[pick], hulls[pick]
-        left -= p[4][h[at[pick] + 1]] - p[4][h[at[pick]]]
-        at[pick] += 1
+    picks = split_greedy([p[4] for p in per_table], [p[3] for p in per_table], budget)
     out = []
-    for t, (p, h) in enumerate(zip(per_table, hulls)):
-        k = h[at[t]]
+    for t, (p, k) in enumerate(zip(per_table, picks)):
         sizes, dyn, stat, value, _, val_d, val_s = p
         c = sizes[k]
         policy = None if c == 0 or value[k] <= 0 else ("dynamic" if val_d[k] > val_s[k] else "static")
