@@ -114,3 +114,26 @@ def test_dlrm_block_mode_splits_by_curves_and_trains_the_even_splits_curve(disk_
     assert max(fractions) <= 1.15 * min(fractions)
     with pytest.raises(tiermem.InvalidArgumentError, match="block_split 'hot': known are curves, even"):
         Trainer(c, "block", slow=f"block:{disk_dir}", profile=prof, block_split="hot")
+
+
+@pytest.mark.parametrize("how", admission.SPLITS)
+def test_train_cli_reports_the_block_split(how: str, disk_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tiermem.cli.main import main
+
+    out = tmp_path / "r.json"
+    args = ["train", "dlrm", "--rows", "3000,20000,60000", "--dim", "16", "--bottom-mlp", "16", "--top-mlp", "8-1"]
+    args += ["--bag", "4", "--batch-size", "64", "--iters", "2", "--warmup", "3", "--modes", "all-fast,block"]
+    args += ["--slow", f"block:{disk_dir}", "--block-split", how, "--json", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    (block,) = [r for r in json.loads(out.read_text())["runs"] if r["mode"] == "block"]
+    if how == "even":
+        assert "block_split" not in block and "block: caches of" not in text
+        return
+    sp = block["block_split"]
+    assert len(sp["cache_rows"]) == len(sp["even_rows"]) == 3 and all(r >= 1 for r in sp["cache_rows"])
+    ratio = sum(sp["blocks_read"]) / sum(sp["even_blocks_read"])
+    assert f"block: caches of {min(sp['cache_rows']):,}-{max(sp['cache_rows']):,} rows" in text
+    assert f"{ratio:.2f}x the blocks an even split's read" in text
