@@ -49,7 +49,7 @@ build-dev: $(STAMP) ## build the extension in debug mode into .venv
 
 .PHONY: test-rs
 test-rs: ## Rust tests of the core and the embedding crate (unit, property, stress, bad input, kernels against references on every ISA, doc)
-	cargo test --release -p tiermem-core -p tiermem-embed
+	cargo test --profile rtest -p tiermem-core -p tiermem-embed
 
 .PHONY: test-py
 # Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take
