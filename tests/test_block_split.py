@@ -116,7 +116,7 @@ def test_dlrm_block_mode_splits_by_curves_and_trains_the_even_splits_curve(disk_
         Trainer(c, "block", slow=f"block:{disk_dir}", profile=prof, block_split="hot")
 
 
-@pytest.mark.parametrize("how", admission.SPLITS)
+@pytest.mark.parametrize("how", ["curves", "even", "curves,even"])
 def test_train_cli_reports_the_block_split(how: str, disk_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
@@ -128,12 +128,40 @@ def test_train_cli_reports_the_block_split(how: str, disk_dir: Path, tmp_path: P
     args += ["--slow", f"block:{disk_dir}", "--block-split", how, "--json", str(out)]
     assert main(args) == 0
     text = capsys.readouterr().out
-    (block,) = [r for r in json.loads(out.read_text())["runs"] if r["mode"] == "block"]
+    runs = {r["label"]: r for r in json.loads(out.read_text())["runs"]}
+    want = {"curves": ["all-fast", "block"], "even": ["all-fast", "block"], "curves,even": ["all-fast", "block", "block/even"]}
+    assert list(runs) == want[how]
+    assert [runs[k]["block_split_mode"] for k in want[how][1:]] == how.split(",")
     if how == "even":
-        assert "block_split" not in block and "block: caches of" not in text
-        return
-    sp = block["block_split"]
-    assert len(sp["cache_rows"]) == len(sp["even_rows"]) == 3 and all(r >= 1 for r in sp["cache_rows"])
-    ratio = sum(sp["blocks_read"]) / sum(sp["even_blocks_read"])
-    assert f"block: caches of {min(sp['cache_rows']):,}-{max(sp['cache_rows']):,} rows" in text
-    assert f"{ratio:.2f}x the blocks an even split's read" in text
+        assert "block_split" not in runs["block"] and "block: caches of" not in text
+    else:
+        sp = runs["block"]["block_split"]
+        assert len(sp["cache_rows"]) == len(sp["even_rows"]) == 3 and all(r >= 1 for r in sp["cache_rows"])
+        ratio = sum(sp["blocks_read"]) / sum(sp["even_blocks_read"])
+        assert f"block: caches of {min(sp['cache_rows']):,}-{max(sp['cache_rows']):,} rows" in text
+        assert f"{ratio:.2f}x the blocks an even split's read" in text
+    if how == "curves,even":
+        assert runs["block"]["losses"] == runs["block/even"]["losses"]
+        assert "block/even" in text
+
+
+@pytest.mark.parametrize("bad", ["hot", "curves,curves", ","])
+def test_train_cli_refuses_a_bad_block_split(bad: str, disk_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tiermem.cli.main import main
+
+    args = ["train", "dlrm", "--rows", "3000,20000", "--dim", "16", "--bottom-mlp", "16", "--top-mlp", "8-1"]
+    assert main([*args, "--modes", "block", "--slow", f"block:{disk_dir}", "--block-split", bad]) == 2
+    assert f"--block-split {bad!r}: give curves or even, or both comma-separated" in capsys.readouterr().err
+
+
+def test_bench_ssd_trains_both_splits_beside_all_fast(disk_dir: Path) -> None:
+    from tiermem.bench.ssd import _dlrm
+    from tiermem.dlrm.model import DLRMConfig
+
+    c = DLRMConfig(rows=(3_000, 20_000, 60_000), dim=16, bottom_mlp=(16,), top_mlp=(8, 1), bag=4, batch_size=64, name="tiny")
+    runs = {r["placement"]: r for r in _dlrm(disk_dir, True, c)}
+    assert {"all-fast", "block", "block-even"} <= set(runs)
+    for p in ("block", "block-even"):
+        assert runs[p]["blocks_read_per_iter"] > 0 and runs[p]["blocks_written_per_iter"] >= 0
+        assert runs[p]["dram_cache_bytes"] == c.table_bytes // 4
+    assert runs["all-fast"]["blocks_read_per_iter"] is None

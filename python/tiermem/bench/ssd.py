@@ -26,8 +26,10 @@ rest:
   second;
 * **miss path**: a table's reads when every lookup misses, against the disk's random 4 KiB
   reads at the same depth, measured alternately (and ``fio``'s, when installed);
-* **dlrm**: DLRM steps per second with tables on the disk against ``all-fast`` and FBGEMM
-  in DRAM (same model, same batches); the demo preset by default, any preset with its rows
+* **dlrm**: DLRM steps per second with tables on the disk (``block``: the budget split over
+  the tables' caches by their miniature caches; ``block-even``: the same fraction of each,
+  side by side) against ``all-fast`` and FBGEMM in DRAM (same model, same batches); the demo
+  preset by default, any preset with its rows
   scaled by ``--dlrm-model NAME:SCALE`` (``large:0.02``: the thesis's benchmark model, whose
   dense part can hide the reads); ``--no-dlrm`` leaves it out.
 """
@@ -47,6 +49,7 @@ import numpy as np
 
 from .. import _tiermem, admission, layout, traces
 from .._sizes import format_bytes
+from ..admission import SPLITS
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..report.load import MachineLoad
@@ -196,8 +199,9 @@ def dlrm_config(spec: str | None, quick: bool) -> Any:
 
 def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
     """DLRM ``config`` (:func:`dlrm_config`) trained on Zipf inputs in lockstep: tables on the
-    disk (``block``, a fast budget of a quarter of the tables) against ``all-fast`` and FBGEMM
-    in DRAM, same model, same batches."""
+    disk (``block``, a fast budget of a quarter of the tables split by the caches' curves, and
+    ``block-even``, split evenly) against ``all-fast`` and FBGEMM in DRAM, same model, same
+    batches."""
     from ..dlrm.peers import fbgemm_modules
     from ..dlrm.report import run_modes
 
@@ -206,11 +210,13 @@ def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
     warmup, iters = (3, 6) if quick else (5, 20)
     res = run_modes(
         config, modes, ["zipf"], iters=iters, warmup=warmup, fast_budget=budget, slow=f"block:{d}",
-        lr=0.01, seed=0, label="bench ssd: dlrm",
+        lr=0.01, seed=0, label="bench ssd: dlrm", block_splits=SPLITS,
     )  # fmt: skip
     out = []
+    blk = _tiermem.block_geometry(config.dim, config.dtype)["block_bytes"]
     for r in res["runs"]:
-        placement = {"fbgemm": "fbgemm-dram"}.get(r["mode"], r["mode"])
+        disk = r["bytes"].get("disk")
+        placement = {"fbgemm": "fbgemm-dram", "block/even": "block-even"}.get(r["label"], r["label"])
         out.append(
             {
                 "placement": placement,
@@ -221,6 +227,9 @@ def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
                 "breakdown": r["breakdown"],
                 "table_bytes": config.table_bytes,
                 "dram_cache_bytes": budget if r["mode"] == "block" else config.table_bytes,
+                # The disk's 4 KiB blocks per timed step (block placements only).
+                "blocks_read_per_iter": disk["read"] / blk / r["iters"] if disk else None,
+                "blocks_written_per_iter": disk["written"] / blk / r["iters"] if disk else None,
                 "fast_bytes_peak": r["fast_bytes_peak"],
                 "bytes": r["bytes"],
                 "hit_rate": r["hit_rate"],
@@ -559,8 +568,16 @@ def run_cli(args: Any) -> int:
                 for r in res["dlrm"]
             ],
             title=f"DLRM ({res['dlrm'][0]['model']} preset, {res['dlrm'][0]['rows']:,} rows) on Zipf inputs: tables on the "
-            "disk against all-fast and FBGEMM in DRAM",
+            "disk (budget split by the caches' curves; block-even: evenly) against all-fast and FBGEMM in DRAM",
         )
+        split = {r["placement"]: r for r in res["dlrm"]}
+        if "block" in split and "block-even" in split:
+            a, b = split["block"], split["block-even"]
+            print(
+                f"block's split by curves over the even split: {a['seconds_per_iter'] / b['seconds_per_iter']:.2f}x the "
+                f"step time, {a['blocks_read_per_iter'] / max(1.0, b['blocks_read_per_iter']):.2f}x the blocks read, "
+                f"{a['blocks_written_per_iter'] / max(1.0, b['blocks_written_per_iter']):.2f}x the blocks written"
+            )
     print(res["load_line"])
     write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)
     return 0

@@ -57,10 +57,9 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--block-split",
-        choices=SPLITS,
         default="curves",
         help="mode 'block': the budget over the block tables' caches by their miniature caches' curves over the warm-up "
-        "batches (default), or the same fraction of each",
+        "batches (curves, the default) or the same fraction of each (even); both, comma-separated, train side by side",
     )
     p.add_argument(
         "--lr", type=number(0, 1e6, low_open=True), default=0.01, help="SGD learning rate (the DLRM reference's default)"
@@ -135,9 +134,12 @@ def run_train(args: Any) -> int:
         from .._files import check_writable
 
         check_writable(args.checkpoint, "--checkpoint")  # before any work, not after training
+    splits = [s.strip() for s in args.block_split.split(",") if s.strip()]
+    if not splits or any(s not in SPLITS for s in splits) or len(set(splits)) != len(splits):
+        raise InvalidArgumentError(f"--block-split {args.block_split!r}: give {' or '.join(SPLITS)}, or both comma-separated")
     if args.checkpoint or args.inference:
-        if len(modes) != 1 or len(dists) != 1:
-            raise InvalidArgumentError("--checkpoint, --resume and --inference take one mode and one distribution")
+        if len(modes) != 1 or len(dists) != 1 or len(splits) != 1:
+            raise InvalidArgumentError("--checkpoint, --resume and --inference take one mode, distribution and block split")
         return _single(args, config, modes[0], dists[0], budget, iters, warmup)
     batches = None
     readers: list[Any] = []
@@ -159,7 +161,7 @@ def run_train(args: Any) -> int:
             seed=args.seed,
             alpha=args.alpha,
             batches=batches,
-            block_split=args.block_split,
+            block_splits=splits,
         )
     res["load"] = load.summary()
     if readers:
@@ -273,7 +275,7 @@ def _single(args: Any, config: Any, mode: str, dist: str, budget: int, iters: in
         seed=args.seed,
         dist=dist,
         profile=prof,
-        block_split=args.block_split,
+        block_split=args.block_split.strip(),
     )
     data_state: dict[str, Any] = {}
     if args.resume:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .._files import write_json_atomic
 from .._sizes import format_bytes
+from ..exceptions import InvalidArgumentError
 from ..report.progress import Progress
 from ..report.table import table
 
@@ -29,19 +30,29 @@ def run_modes(
     alpha: float = 1.0,
     label: str = "train dlrm",
     batches: Callable[[str], Iterator[Any]] | None = None,
-    block_split: str = "curves",
+    block_splits: Sequence[str] = ("curves",),
 ) -> dict[str, Any]:
     """Train ``config`` in every mode for every distribution and collect the results.
 
     The modes of one distribution run in lockstep: every trainer is built (same seed, same
     initial weights), then each iteration's batch is made once and fed to every mode in turn,
     the order rotating, so a noisy stretch of the machine falls on all modes alike.
-    ``batches(dist)`` overrides the synthetic data; ``block_split``: mode ``block``'s split
-    of the budget (:class:`~tiermem.dlrm.trainer.Trainer`)."""
+    ``batches(dist)`` overrides the synthetic data. Mode ``block`` runs once per
+    ``block_splits`` entry (its split of the budget, :class:`~tiermem.dlrm.trainer.Trainer`),
+    all in the lockstep: the first labelled ``block``, the others ``block/SPLIT``."""
     from .data import SyntheticData
     from .model import PROFILED_MODES
     from .trainer import Trainer
 
+    if not block_splits:
+        raise InvalidArgumentError("block_splits: give at least one (e.g. 'curves')")
+    # (label, mode, block split) per trainer of a distribution.
+    entries = [
+        (mode if i == 0 else f"{mode}/{s}", mode, s)
+        for mode in modes
+        for i, s in enumerate(block_splits if mode == "block" else block_splits[:1])
+    ]
+    labels = [e[0] for e in entries]
     runs: list[dict[str, Any]] = []
     devices: dict[str, str] = {}
     with Progress(len(dists) * (warmup + iters), label) as p:
@@ -55,9 +66,9 @@ def run_modes(
                 source = (d.batch(i) for i in range(warmup + iters))
             first = list(_take(source, max(1, warmup)))
             trainers = {}
-            for mode in modes:
-                p.note(f"{dist}: placing the {mode} tables")
-                trainers[mode] = Trainer(
+            for label, mode, split in entries:
+                p.note(f"{dist}: placing the {label} tables")
+                trainers[label] = Trainer(
                     config,
                     mode,
                     fast_budget=fast_budget,
@@ -66,7 +77,7 @@ def run_modes(
                     seed=seed,
                     dist=dist,
                     profile=first if mode in PROFILED_MODES else None,
-                    block_split=block_split,
+                    block_split=split,
                 )
             # The warm-up batches again, then the rest of the source.
             stream = itertools.chain(first, source)
@@ -82,22 +93,25 @@ def run_modes(
                 # The next batch is made now: the prefetch pipeline reads its rows during this step.
                 nxt = take() if k + 1 < warmup + iters else None
                 data_s = time.perf_counter() - t0
-                order = list(modes[k % len(modes) :]) + list(modes[: k % len(modes)])
-                for mode in order:
-                    trainers[mode].run_iteration(b, timed=k >= warmup, data_seconds=data_s, nxt=nxt)
+                order = labels[k % len(labels) :] + labels[: k % len(labels)]
+                for label in order:
+                    trainers[label].run_iteration(b, timed=k >= warmup, data_seconds=data_s, nxt=nxt)
                 p.step(f"{dist} iteration {k + 1}")
                 t0 = time.perf_counter()
                 b = nxt
-            for mode in modes:
-                t = trainers[mode]
+            for label in labels:
+                t = trainers[label]
                 r = t.result()
                 run_json = r.to_json()
+                run_json["label"] = label
                 run_json["static_fill"] = t.static_fill
                 if t.mode == "auto":
                     run_json["cache_plan"] = [p.to_dict() for p in t.cache_plan]
                 if t.mode == "dynamic":
                     run_json["bypass"] = t.bypass
                     run_json["lookup_policies"] = [ch.policy for ch in t.lookup_choices]
+                if t.mode == "block":
+                    run_json["block_split_mode"] = t.block_split_mode
                 if t.block_split is not None:
                     run_json["block_split"] = t.block_split.to_dict()
                 runs.append(run_json)
@@ -160,7 +174,7 @@ def report(res: dict[str, Any]) -> str:
             )
             rows.append(
                 [
-                    r["mode"],
+                    r.get("label", r["mode"]),
                     f"{1e3 * r['seconds_per_iter']:.1f}",
                     f"{1e3 * b['lookup']:.1f}/{1e3 * b['update']:.1f}/{1e3 * b['dense']:.1f}",
                     _x(r.get("speedup_vs_all-slow")),
@@ -191,7 +205,7 @@ def report(res: dict[str, Any]) -> str:
                 rows,
             )
         )
-        chosen = [f"{r['mode']}: {w}" for r in res["runs"] if r["dist"] == dist and (w := _choices(r))]
+        chosen = [f"{r.get('label', r['mode'])}: {w}" for r in res["runs"] if r["dist"] == dist and (w := _choices(r))]
         if chosen:
             out.append("tables' caches as planned from the first batches: " + "; ".join(chosen))
     devs = ", ".join(f"{n} ({k})" for n, k in res["devices"].items())
