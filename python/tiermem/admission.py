@@ -218,7 +218,7 @@ def split(
     tables in proportion to their rows. A cached row costs its bytes and its
     slot's metadata (:data:`~tiermem.embedding.cacheplan.SLOT_OVERHEAD`); the tables' pointer
     tables are not in ``budget``. ``layouts[t]`` (row → position) defaults to the original
-    order. Writes back of dirty blocks are not simulated: the split minimises blocks read.
+    order. Write-backs of dirty blocks are not simulated: the split minimises blocks read.
 
     Raises:
         InvalidArgumentError: no tables, floors or layouts not one per table, a floor

@@ -366,6 +366,11 @@ class Trainer:
         scale = 1.0
         while sum(cache_fast_bytes(c.rows[t], rb, rows[t] * scale / c.rows[t]) for t in on_disk) > left:
             scale *= 0.995  # whole frames round each cache up
+            if scale < 1e-3:  # the even split fit, so this cannot happen; say so if it does
+                raise InvalidArgumentError(
+                    f"the block tables' caches ({sum(rows.values())} rows) do not fit the {format_bytes(left)} left of "
+                    "the fast budget; raise --fast-budget or pass --block-split even"
+                )
         return {t: min(1.0, rows[t] * scale / c.rows[t]) for t in on_disk}
 
     def close(self) -> None:
