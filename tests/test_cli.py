@@ -89,6 +89,9 @@ def test_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str]) -> N
     assert "error" in capsys.readouterr().err
     assert main(["calibrate", "--size", "64 KiB"]) == 2
     assert "at least 1 MiB" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse's own refusal, before any work
+        main(["bench", "plan", "--sizes", "32,1"])
+    assert e.value.code == 2 and "every value in '32,1' must be at least 2" in capsys.readouterr().err
 
 
 def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
