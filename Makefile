@@ -73,11 +73,13 @@ wheel-check: $(TORCH_STAMP) ## build the abi3 wheel, install it in a fresh venv 
 
 .PHONY: test
 # The Rust tests' build (the cores) runs beside the Python environment's install (mostly the
-# disk): the two need nothing of each other.
+# disk), and the Python lints, the wheel's check and the minute of stress run together: none
+# needs another's output (the stress runs with the cores busy, as it should pass).
 test: ## everything CI runs: lint, Rust tests, the wheel, a minute of stress, Python tests (pytest closes the run)
 	$(MAKE) lint-rs
 	$(MAKE) -j2 --output-sync=target test-rs $(TORCH_STAMP)
-	$(MAKE) lint-py wheel-check stress-ci test-py
+	$(MAKE) -j3 --output-sync=target lint-py wheel-check stress-ci
+	$(MAKE) test-py
 
 .PHONY: demo
 demo: build $(TORCH_STAMP) ## show the devices, `tiermem demo` (DLRM in every mode, tables 4x the fast budget), a small ResNet trained with tiered tensors at 8:1 (results/demo/)
