@@ -68,7 +68,8 @@ stress-ci: build $(TORCH_STAMP) ## tiermem stress for 60 s on 4 threads (part of
 	$(VENV)/bin/tiermem stress --seconds 60 --threads 4
 
 .PHONY: wheel-check
-wheel-check: $(TORCH_STAMP) ## build the abi3 wheel, install it in a fresh venv without Rust on PATH, run the README examples from it
+# After `build`: two maturin runs at once share target/maturin and break each other.
+wheel-check: build $(TORCH_STAMP) ## build the abi3 wheel, install it in a fresh venv without Rust on PATH, run the README examples from it
 	scripts/check_wheel.sh $(VENV)
 
 .PHONY: test
