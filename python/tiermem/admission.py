@@ -32,7 +32,7 @@ exact one on its traces.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -189,12 +189,7 @@ class Split:
     even_blocks_read: list[float]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "cache_rows": self.cache_rows,
-            "blocks_read": self.blocks_read,
-            "even_rows": self.even_rows,
-            "even_blocks_read": self.even_blocks_read,
-        }
+        return asdict(self)
 
 
 def split(
