@@ -53,10 +53,10 @@ test-rs: ## Rust tests of the core and the embedding crate (unit, property, stre
 
 .PHONY: test-py
 # Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take
-# queued tests from busy ones). PYTEST_WORKERS=0 runs them in this process.
+# queued tests from busy ones), and names the 15 slowest. PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= auto
 test-py: build $(TORCH_STAMP) ## Python tests, in a worker process per core (at most four)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal --durations=15
 
 .PHONY: stress
 stress: build $(TORCH_STAMP) ## tiermem stress for STRESS_SECONDS (default 600) on 4 threads

@@ -46,3 +46,14 @@ def _calibration_isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     """Tests never read or write the user's calibration file or kernel profile cache."""
     monkeypatch.setenv("TIERMEM_CALIBRATION", str(tmp_path_factory.getbasetemp() / "calibration.json"))
     monkeypatch.setenv("TIERMEM_PROFILES", str(tmp_path_factory.getbasetemp() / "kernel-profiles.json"))
+
+
+@pytest.fixture
+def small_resnet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``resnet`` as a two-stage ResNet of two bottlenecks each on 32x32 inputs, for tests that
+    run whole commands (``plan``, ``bench plan``) on it: the same kinds of kernels, repeated
+    blocks included, at a tenth of the full workload's kernels."""
+    from tiermem.bench import models
+
+    small = models.Workload("resnet", lambda: models.ResNet((2, 2), width=8, classes=10), 64, (3, 32, 32), 10)
+    monkeypatch.setitem(models.WORKLOADS, "resnet", small)

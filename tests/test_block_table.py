@@ -319,13 +319,18 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
 
 
 def test_bench_ssd_refuses_an_unknown_dlrm_model_before_any_work(disk_dir: Path) -> None:
-    from tiermem.bench.ssd import dlrm_config
+    from tiermem.bench.ssd import dlrm_config, dlrm_configs
 
     assert dlrm_config("large:0.02", quick=False).rows == (120_000,) * 64
     assert dlrm_config(None, quick=True).name == "demo"
-    for spec, why in [("nope", "known are"), ("large:x", "must be a number"), ("demo:0", "positive")]:
+    # A list runs each model; the full bench's default pairs a lookup-bound and a dense-bound model.
+    assert [c.name for c in dlrm_configs("demo:0.1, small:0.01", quick=True)] == ["demo", "small"]
+    assert [c.name for c in dlrm_configs(None, quick=True)] == ["demo"]
+    full = dlrm_configs(None, quick=False)
+    assert [c.name for c in full] == ["demo", "mlperf"] and full[1].rows == dlrm_config("mlperf:0.04", False).rows
+    for spec, why in [("nope", "known are"), ("large:x", "must be a number"), ("demo:0", "positive"), ("demo,", "empty entry")]:
         with pytest.raises(tiermem.InvalidArgumentError, match=why) as e:
-            dlrm_config(spec, quick=True)
+            dlrm_configs(spec, quick=True)
         assert "--dlrm-model" in str(e.value)
     # Through the command: refused before any table file is written.
     r = _cli("bench", "ssd", "--quick", "--dlrm-model", "nope", "--dir", str(disk_dir))
@@ -516,3 +521,19 @@ def test_block_geometry_is_the_files_own(disk_dir: Path, width: int, dtype: str)
     assert (geo["rows_per_block"] == 1) or (geo["blocks_per_row"] == 1)
     with pytest.raises(InvalidArgumentError, match="int8"):
         _tiermem.block_geometry(width, "int8")
+
+
+def test_bench_ssd_plot_draws_the_cases_and_each_models_dlrm_runs(tmp_path: Path) -> None:
+    from tiermem.bench.ssd import plot_ssd
+
+    case = {"trace": "query", "layout": "shp", "admission": "row", "cache_fraction": 0.05}
+    cases = [case | {"effective_bandwidth_increase": x, "hit_rate": 0.7, "belady_hit_rate": 0.8} for x in (1.0, 1.8)]
+    dlrm = [
+        {"model": m, "placement": p, "vs_all_fast": v}
+        for m in ("demo", "mlperf")
+        for p, v in (("all-fast", None), ("block", 0.9), ("fbgemm-dram", 1.1))
+    ]
+    for i, runs in enumerate((dlrm, [])):
+        out = tmp_path / f"ssd{i}.png"
+        plot_ssd({"cases": cases, "dlrm": runs}, str(out))
+        assert out.read_bytes().startswith(b"\x89PNG")

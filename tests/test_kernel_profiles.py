@@ -99,7 +99,7 @@ def test_a_cache_that_cannot_be_written_is_refused_before_any_work(tmp_path) -> 
         KernelProfiles("k", "/proc/no-such-folder/profiles.json")
 
 
-def test_plan_command_pools_into_the_cache_it_is_given(tmp_path, capsys) -> None:
+def test_plan_command_pools_into_the_cache_it_is_given(tmp_path, capsys, small_resnet) -> None:
     from tiermem.cli.main import main
 
     cache = tmp_path / "profiles.json"

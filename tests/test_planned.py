@@ -219,7 +219,7 @@ def test_a_runtime_variants_own_placements_are_priced_by_the_model(captured) -> 
         record_policy(other, g, facts, "LM", SLOW)
 
 
-def test_bench_plan_quick_json(tmp_path, capsys) -> None:
+def test_bench_plan_quick_json(tmp_path, capsys, small_resnet) -> None:
     import json
 
     from tiermem.cli.main import main

@@ -178,8 +178,15 @@ def _pick_t(
     return THRESHOLDS[int(np.argmin(blocks))], blocks
 
 
+#: The full bench's DLRM models: the demo preset, whose 100-row bags of 1 KiB rows make every
+#: step lookup-bound (the disk's random reads set its pace), and the MLPerf model at 4 % of its
+#: rows (3.6 GiB of tables), one lookup per table and a wide top MLP, whose dense part hides
+#: the reads as in production training.
+FULL_DLRM_MODELS = "demo,mlperf:0.04"
+
+
 def dlrm_config(spec: str | None, quick: bool) -> Any:
-    """The DLRM that ``--dlrm-model`` names: ``NAME`` or ``NAME:SCALE``, a preset
+    """The DLRM that one ``--dlrm-model`` entry names: ``NAME`` or ``NAME:SCALE``, a preset
     (:data:`tiermem.dlrm.model.PRESETS`) with its rows multiplied by ``SCALE``; by default the
     demo preset, a quarter of its rows with ``quick``."""
     from ..dlrm.model import DLRMConfig
@@ -195,6 +202,18 @@ def dlrm_config(spec: str | None, quick: bool) -> Any:
         return DLRMConfig.preset(name, scale=factor)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"--dlrm-model {spec!r}: {e}") from None
+
+
+def dlrm_configs(specs: str | None, quick: bool) -> list[Any]:
+    """The DLRMs ``--dlrm-model`` names, comma-separated (each as :func:`dlrm_config`); by
+    default :data:`FULL_DLRM_MODELS`, or the demo preset at a quarter of its rows with
+    ``quick``."""
+    if specs is None:
+        return [dlrm_config(None, True)] if quick else dlrm_configs(FULL_DLRM_MODELS, False)
+    parts = specs.split(",")
+    if any(not p.strip() for p in parts):
+        raise InvalidArgumentError(f"--dlrm-model {specs!r}: an empty entry; give NAME[:SCALE] entries separated by commas")
+    return [dlrm_config(p.strip(), quick) for p in parts]
 
 
 def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
@@ -253,7 +272,7 @@ def run(
 ) -> dict[str, Any]:
     """Measure and return the JSON-able results (``rows``/``queries``: the generated
     traces' size instead of the default; ``dlrm_model``: see :func:`dlrm_config`)."""
-    model = dlrm_config(dlrm_model, quick) if dlrm else None
+    models = dlrm_configs(dlrm_model, quick) if dlrm else []
     if not 0 < train_fraction < 1:
         raise InvalidArgumentError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
     rows = rows or 1 << (17 if quick else 20)
@@ -266,8 +285,8 @@ def run(
     rpb = _tiermem.block_geometry(DIM)["rows_per_block"]
     biggest = max(t.rows_total for _, t, _ in all_traces)
     need = 3 * _tiermem.block_file_bytes(biggest, DIM) + (320 << 20)  # table, relayout copy, miss-path file
-    if model is not None:
-        need += sum(_tiermem.block_file_bytes(r, model.dim, model.dtype) for r in model.rows)
+    # The DLRMs run one after another, each model's files removed before the next.
+    need += max((sum(_tiermem.block_file_bytes(r, m.dim, m.dtype) for r in m.rows) for m in models), default=0)
     d.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(d).free
     if free < need:
@@ -282,7 +301,7 @@ def run(
     cases: list[dict[str, Any]] = []
     try:
         n_cases = sum(len(fracs) * (9 if v is None else 17) for _, _, v in all_traces)  # admissions per layout
-        with MachineLoad() as load, Progress(n_cases + 5, "bench ssd", progress) as bar:
+        with MachineLoad() as load, Progress(n_cases + 4 + len(models), "bench ssd", progress) as bar:
             for name, trace, values in all_traces:
                 train, test = trace.split(train_fraction)
                 counts = layout.query_counts(train)
@@ -356,8 +375,10 @@ def run(
             bar.step("miss path")
             ref = _reference_layouts(min(rows, 1 << (13 if quick else 15)))
             bar.step("reference partitioner")
-            dlrm_runs = _dlrm(d, quick, model) if model is not None else []
-            bar.step("dlrm")
+            dlrm_runs = []
+            for m in models:
+                dlrm_runs += _dlrm(d, quick, m)
+                bar.step(f"dlrm {m.name}")
         base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
         for c in cases:
             b = base[(c["trace"], c["cache_fraction"])]
@@ -550,41 +571,47 @@ def run_cli(args: Any) -> int:
         f"{m['device_reads_per_s']:,.0f} reads/s, ratio {m['ratio']:.2f}; calibrated {m['calibrated_reads_per_s']:,.0f} "
         f"({m['calibrated_source']}); fio {fio}"
     )
-    if res["dlrm"]:
-        print_table(
-            ["placement", "ms/iter", "lookup/update/dense ms", "vs all-fast", "table", "DRAM for it", "disk GB r/w"],
-            [
-                [
-                    r["placement"],
-                    f"{1e3 * r['seconds_per_iter']:.1f}",
-                    "/".join(f"{1e3 * r['breakdown'][k]:.1f}" for k in ("lookup", "update", "dense")),
-                    "-" if r["vs_all_fast"] is None else f"{r['vs_all_fast']:.2f}x",
-                    format_bytes(r["table_bytes"]),
-                    format_bytes(r["dram_cache_bytes"]),
-                    "-"
-                    if "disk" not in r["bytes"]
-                    else f"{r['bytes']['disk']['read'] / 1e9:.2f}/{r['bytes']['disk']['written'] / 1e9:.2f}",
-                ]  # fmt: skip
-                for r in res["dlrm"]
-            ],
-            title=f"DLRM ({res['dlrm'][0]['model']} preset, {res['dlrm'][0]['rows']:,} rows) on Zipf inputs: tables on the "
-            "disk (budget split by the caches' curves; block-even: evenly) against all-fast and FBGEMM in DRAM",
-        )
-        split = {r["placement"]: r for r in res["dlrm"]}
-        if "block" in split and "block-even" in split:
-            a, b = split["block"], split["block-even"]
-            print(
-                f"block's split by curves over the even split: {a['seconds_per_iter'] / b['seconds_per_iter']:.2f}x the "
-                f"step time, {a['blocks_read_per_iter'] / max(1.0, b['blocks_read_per_iter']):.2f}x the blocks read, "
-                f"{a['blocks_written_per_iter'] / max(1.0, b['blocks_written_per_iter']):.2f}x the blocks written"
-            )
+    for model in dict.fromkeys(r["model"] for r in res["dlrm"]):
+        _print_dlrm([r for r in res["dlrm"] if r["model"] == model])
     print(res["load_line"])
     write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)
     return 0
 
 
+def _print_dlrm(runs: list[dict[str, Any]]) -> None:
+    """One DLRM model's placements side by side, and the block splits against each other."""
+    print_table(
+        ["placement", "ms/iter", "lookup/update/dense ms", "vs all-fast", "table", "DRAM for it", "disk GB r/w"],
+        [
+            [
+                r["placement"],
+                f"{1e3 * r['seconds_per_iter']:.1f}",
+                "/".join(f"{1e3 * r['breakdown'][k]:.1f}" for k in ("lookup", "update", "dense")),
+                "-" if r["vs_all_fast"] is None else f"{r['vs_all_fast']:.2f}x",
+                format_bytes(r["table_bytes"]),
+                format_bytes(r["dram_cache_bytes"]),
+                "-"
+                if "disk" not in r["bytes"]
+                else f"{r['bytes']['disk']['read'] / 1e9:.2f}/{r['bytes']['disk']['written'] / 1e9:.2f}",
+            ]  # fmt: skip
+            for r in runs
+        ],
+        title=f"DLRM ({runs[0]['model']} preset, {runs[0]['rows']:,} rows) on Zipf inputs: tables on the "
+        "disk (budget split by the caches' curves; block-even: evenly) against all-fast and FBGEMM in DRAM",
+    )
+    split = {r["placement"]: r for r in runs}
+    if "block" in split and "block-even" in split:
+        a, b = split["block"], split["block-even"]
+        print(
+            f"block's split by curves over the even split: {a['seconds_per_iter'] / b['seconds_per_iter']:.2f}x the "
+            f"step time, {a['blocks_read_per_iter'] / max(1.0, b['blocks_read_per_iter']):.2f}x the blocks read, "
+            f"{a['blocks_written_per_iter'] / max(1.0, b['blocks_written_per_iter']):.2f}x the blocks written"
+        )
+
+
 def plot_ssd(res: dict[str, Any], path: str) -> None:
-    """Effective bandwidth increase and hit rate (beside Belady's) per case."""
+    """Effective bandwidth increase and hit rate (beside Belady's) per case; with DLRM runs,
+    each placement's training speed over ``all-fast``, per model."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -592,16 +619,27 @@ def plot_ssd(res: dict[str, Any], path: str) -> None:
 
     cases = res["cases"]
     labels = [f"{c['trace']}\n{c['layout']}\n{c['admission']}\n{c['cache_fraction']:.0%}" for c in cases]
-    fig, (a, b) = plt.subplots(2, 1, figsize=(max(8, 0.6 * len(cases)), 8), sharex=True)
+    dlrm = [r for r in res["dlrm"] if r["vs_all_fast"] is not None]
+    rows = 3 if dlrm else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(max(8, 0.6 * len(cases)), 4 * rows))
+    a, b = axes[0], axes[1]
     x = np.arange(len(cases))
     a.bar(x, [c["effective_bandwidth_increase"] for c in cases])
     a.axhline(1.0, color="grey", lw=0.8)
     a.set_ylabel("effective bandwidth\n(x original + row)")
+    a.set_xticks(x, [])
     b.bar(x - 0.2, [c["hit_rate"] for c in cases], 0.4, label="cache")
     b.bar(x + 0.2, [c["belady_hit_rate"] for c in cases], 0.4, label="Belady (optimal)")
     b.set_ylabel("hit rate")
     b.legend()
     b.set_xticks(x, labels, fontsize=6)
+    if dlrm:
+        d = axes[2]
+        xd = np.arange(len(dlrm))
+        d.bar(xd, [r["vs_all_fast"] for r in dlrm], color=["C2" if r["placement"].startswith("block") else "C7" for r in dlrm])
+        d.axhline(1.0, color="grey", lw=0.8)
+        d.set_ylabel("DLRM steps/s\n(x all-fast)")
+        d.set_xticks(xd, [f"{r['model']}\n{r['placement']}" for r in dlrm], fontsize=7)
     fig.suptitle("block tables on the real disk (tiermem bench ssd)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     ssd.add_argument("--no-dlrm", action="store_true", help="leave out the DLRM runs")
     ssd.add_argument(
         "--dlrm-model",
-        metavar="NAME[:SCALE]",
-        help="the DLRM runs' model: a preset with its rows scaled (default demo, demo:0.25 with --quick; e.g. large:0.02)",
+        metavar="NAME[:SCALE],...",
+        help="the DLRM runs' models, one after another: presets with their rows scaled (default demo,mlperf:0.04: "
+        "lookup-bound and dense-bound; demo:0.25 with --quick; e.g. large:0.02)",
     )
     ssd.add_argument(
         "--rows", type=integer(1024, 1 << 30), help="rows of the generated traces' tables (default 2^20, 2^17 with --quick)"
