@@ -571,8 +571,8 @@ def run_cli(args: Any) -> int:
         f"{m['device_reads_per_s']:,.0f} reads/s, ratio {m['ratio']:.2f}; calibrated {m['calibrated_reads_per_s']:,.0f} "
         f"({m['calibrated_source']}); fio {fio}"
     )
-    for model in dict.fromkeys(r["model"] for r in res["dlrm"]):
-        _print_dlrm([r for r in res["dlrm"] if r["model"] == model])
+    for model in dict.fromkeys((r["model"], r["rows"]) for r in res["dlrm"]):  # a preset at two scales: two tables
+        _print_dlrm([r for r in res["dlrm"] if (r["model"], r["rows"]) == model])
     print(res["load_line"])
     write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)
     return 0
