@@ -293,7 +293,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> None:
     out = tmp_path / "s.json"
     r = _cli(
-        "bench", "ssd", "--quick", "--rows", "8192", "--queries", "3000", "--no-dlrm", "--dir", str(disk_dir), "--json", str(out)
+        "bench", "ssd", "--quick", "--rows", "4096", "--queries", "1500", "--no-dlrm", "--dir", str(disk_dir), "--json", str(out)
     )
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
