@@ -52,7 +52,7 @@ def _calibration_isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
 def small_resnet(monkeypatch: pytest.MonkeyPatch) -> None:
     """``resnet`` as a two-stage ResNet of two bottlenecks each on 32x32 inputs, for tests that
     run whole commands (``plan``, ``bench plan``) on it: the same kinds of kernels, repeated
-    blocks included, at a tenth of the full workload's kernels."""
+    blocks included, in a fraction of the full workload's kernels and time."""
     from tiermem.bench import models
 
     small = models.Workload("resnet", lambda: models.ResNet((2, 2), width=8, classes=10), 64, (3, 32, 32), 10)
