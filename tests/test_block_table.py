@@ -328,7 +328,13 @@ def test_bench_ssd_refuses_an_unknown_dlrm_model_before_any_work(disk_dir: Path)
     assert [c.name for c in dlrm_configs(None, quick=True)] == ["demo"]
     full = dlrm_configs(None, quick=False)
     assert [c.name for c in full] == ["demo", "mlperf"] and full[1].rows == dlrm_config("mlperf:0.04", False).rows
-    for spec, why in [("nope", "known are"), ("large:x", "must be a number"), ("demo:0", "positive"), ("demo,", "empty entry")]:
+    for spec, why in [
+        ("nope", "known are"),
+        ("large:x", "must be a number"),
+        ("demo:0", "positive"),
+        ("demo,", "empty entry"),
+        ("demo:0.5,demo:0.5", "named twice"),
+    ]:
         with pytest.raises(tiermem.InvalidArgumentError, match=why) as e:
             dlrm_configs(spec, quick=True)
         assert "--dlrm-model" in str(e.value)

@@ -213,7 +213,10 @@ def dlrm_configs(specs: str | None, quick: bool) -> list[Any]:
     parts = specs.split(",")
     if any(not p.strip() for p in parts):
         raise InvalidArgumentError(f"--dlrm-model {specs!r}: an empty entry; give NAME[:SCALE] entries separated by commas")
-    return [dlrm_config(p.strip(), quick) for p in parts]
+    configs = [dlrm_config(p.strip(), quick) for p in parts]
+    if len({(c.name, c.rows) for c in configs}) < len(configs):
+        raise InvalidArgumentError(f"--dlrm-model {specs!r}: a model named twice (the same preset at the same scale)")
+    return configs
 
 
 def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
