@@ -100,6 +100,11 @@ bench-quick: build $(TORCH_STAMP) ## quick copy, embedding, tiered-tensor, dispa
 	$(VENV)/bin/tiermem bench traits --quick --json results/bench-traits.json --plot results/bench-traits.png
 	$(VENV)/bin/tiermem bench criteo --quick --json results/bench-criteo.json
 
+.PHONY: bench-tools
+bench-tools: ## install fio from Debian: `bench ssd` then reports its random-read rate on the same file beside its own
+	command -v fio >/dev/null || { command -v apt-get >/dev/null && $$(command -v sudo || true) apt-get install -y --no-install-recommends fio; } \
+		|| { echo "fio is not installed and apt-get could not install it: the benches report no fio figure"; exit 1; }
+
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZ_SECONDS (default 600); installs cargo-fuzz (stable toolchain, RUSTC_BOOTSTRAP)
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
