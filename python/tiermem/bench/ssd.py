@@ -28,10 +28,11 @@ rest:
   reads at the same depth, measured alternately (and ``fio``'s, when installed);
 * **dlrm**: DLRM steps per second with tables on the disk (``block``: the budget split over
   the tables' caches by their miniature caches; ``block-even``: the same fraction of each,
-  side by side) against ``all-fast`` and FBGEMM in DRAM (same model, same batches); the demo
-  preset by default, any preset with its rows
-  scaled by ``--dlrm-model NAME:SCALE`` (``large:0.02``: the thesis's benchmark model, whose
-  dense part can hide the reads); ``--no-dlrm`` leaves it out.
+  side by side) against ``all-fast`` and FBGEMM in DRAM (same model, same batches), for each
+  model of ``--dlrm-model NAME[:SCALE],...`` in turn: by default the demo preset (lookup-bound:
+  the disk sets its pace) and the MLPerf model at 4 % of its rows (dense-bound: the prefetch
+  pipeline hides the reads), with ``--quick`` the demo preset at a quarter of its rows;
+  ``--no-dlrm`` leaves it out.
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def run(
     dlrm_model: str | None = None,
 ) -> dict[str, Any]:
     """Measure and return the JSON-able results (``rows``/``queries``: the generated
-    traces' size instead of the default; ``dlrm_model``: see :func:`dlrm_config`)."""
+    traces' size instead of the default; ``dlrm_model``: see :func:`dlrm_configs`)."""
     models = dlrm_configs(dlrm_model, quick) if dlrm else []
     if not 0 < train_fraction < 1:
         raise InvalidArgumentError(f"--train-fraction must be in (0, 1), got {train_fraction!r}")
