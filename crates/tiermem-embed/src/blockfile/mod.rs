@@ -351,24 +351,56 @@ impl BlockFile {
     /// one buffer holding them in order.
     fn read_blocks(&self, blocks: &[u64]) -> Result<AlignedBuf> {
         let mut buf = AlignedBuf::new(blocks.len().max(1) * BLOCK);
+        let data = buf.as_mut_slice();
+        self.read_runs(blocks, |first_idx, run| {
+            data[first_idx * BLOCK..first_idx * BLOCK + run.len()].copy_from_slice(run);
+        })?;
+        Ok(buf)
+    }
+
+    /// Read the given data blocks (sorted, distinct) at the queue depth, one request per run
+    /// of consecutive blocks, and call `each(index of the run's first block in blocks, its
+    /// verified bytes)` for every run in order. Through io_uring each run is verified and
+    /// handed over as soon as it and the runs before it are in, while later reads are in
+    /// flight. The first failure (a read, an injected fault, a block that does not verify)
+    /// is returned and `each` is not called again.
+    fn read_runs(&self, blocks: &[u64], mut each: impl FnMut(usize, &[u8])) -> Result<()> {
         // Runs of consecutive blocks (a wide row's) are one request each.
         let runs = runs(blocks, 64);
         let shown = self.path.display().to_string();
         let failed =
             |first: u64, e| Error::io(&self.name, &shown, format!("read block {first}"), e);
+        let mut first_error = None;
+        let mut on_run = |k: usize, read: std::io::Result<&[u8]>| {
+            if first_error.is_some() {
+                return;
+            }
+            let (first_idx, first, _) = runs[k];
+            let checked = read.map_err(|e| failed(first, e)).and_then(|data| {
+                if let Some(e) = self.faults.read() {
+                    return Err(failed(first, e));
+                }
+                for (j, blk) in data.chunks_exact(BLOCK).enumerate() {
+                    format::verify(blk, blocks[first_idx + j]).map_err(|what| Error::Corrupt {
+                        path: shown.clone(),
+                        what: format!("table '{}': {what}", self.name),
+                    })?;
+                }
+                Ok(data)
+            });
+            match checked {
+                Ok(data) => each(first_idx, data),
+                Err(e) => first_error = Some(e),
+            }
+        };
         if let Some(u) = &self.uring {
-            let mut rest = buf.as_mut_slice();
-            let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(runs.len());
-            for &(_, first, n) in &runs {
-                let (s, tail) = rest.split_at_mut(n * BLOCK);
-                reqs.push((self.header.data_offset(first), s));
-                rest = tail;
-            }
-            let fd = self.file.file.as_raw_fd();
-            for (r, &(_, first, _)) in u.read_all(fd, &mut reqs).into_iter().zip(&runs) {
-                r.map_err(|e| failed(first, e))?;
-            }
+            let reqs: Vec<(u64, usize)> = runs
+                .iter()
+                .map(|&(_, first, n)| (self.header.data_offset(first), n * BLOCK))
+                .collect();
+            u.read_each(self.file.file.as_raw_fd(), &reqs, &mut on_run);
         } else {
+            let mut buf = AlignedBuf::new(blocks.len().max(1) * BLOCK);
             let base = buf.as_mut_slice().as_mut_ptr() as usize;
             self.on_pool(&runs, |first_idx, first, n| {
                 // SAFETY: run `first_idx..first_idx + n` of the buffer is this request's
@@ -380,24 +412,12 @@ impl BlockFile {
                     .read_at(s, self.header.data_offset(first))
                     .map_err(|e| failed(first, e))
             })?;
-        }
-        for &(_, first, _) in &runs {
-            if let Some(e) = self.faults.read() {
-                return Err(failed(first, e));
+            let data = buf.as_mut_slice();
+            for (k, &(first_idx, _, n)) in runs.iter().enumerate() {
+                on_run(k, Ok(&data[first_idx * BLOCK..(first_idx + n) * BLOCK]));
             }
         }
-        for (j, blk) in buf
-            .as_mut_slice()
-            .chunks_exact(BLOCK)
-            .take(blocks.len())
-            .enumerate()
-        {
-            format::verify(blk, blocks[j]).map_err(|what| Error::Corrupt {
-                path: shown.clone(),
-                what: format!("table '{}': {what}", self.name),
-            })?;
-        }
-        Ok(buf)
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Copy rows `rows` (any order, repeats allowed) into `out` (`rows.len() * stride`
@@ -415,15 +435,17 @@ impl BlockFile {
     /// Read, once each, the blocks holding `rows` (any order, repeats allowed) and call
     /// `f(row, bytes)` for every row stored in them, each once: the rows asked for and the
     /// rows sharing their blocks (Bandana's prefetch of a block's other rows). A row wider
-    /// than a block has no neighbours. Returns the blocks read.
+    /// than a block has no neighbours. Rows in one block are handed over as their blocks
+    /// arrive, while later blocks are still being read, so on an error `f` may have seen
+    /// some rows already. Returns the blocks read.
     pub fn read_blocks_of(&self, rows: &[u64], mut f: impl FnMut(u64, &[u8])) -> Result<u64> {
         self.check_rows(rows)?;
         let blocks = self.distinct_blocks(rows);
-        let mut buf = self.read_blocks(&blocks)?;
-        let data = buf.as_mut_slice();
         let h = &self.header;
         let stride = self.stride();
         if h.blocks_per_row > 1 {
+            let mut buf = self.read_blocks(&blocks)?;
+            let data = buf.as_mut_slice();
             let mut distinct = rows.to_vec();
             distinct.sort_unstable();
             distinct.dedup();
@@ -433,17 +455,20 @@ impl BlockFile {
                 f(r, &row);
             }
         } else {
+            // Each run's rows are handed over as it arrives, while later blocks are read.
             let rpb = u64::from(h.rows_per_block);
-            for (j, &b) in blocks.iter().enumerate() {
-                for k in 0..rpb {
-                    let p = b * rpb + k;
-                    let Some(&r) = self.rows_at.get(p as usize) else {
-                        break;
-                    };
-                    let at = j * BLOCK + k as usize * stride;
-                    f(u64::from(r), &data[at..at + stride]);
+            self.read_runs(&blocks, |first_idx, data| {
+                for (j, blk) in data.chunks_exact(BLOCK).enumerate() {
+                    let b = blocks[first_idx + j];
+                    for k in 0..rpb {
+                        let Some(&r) = self.rows_at.get((b * rpb + k) as usize) else {
+                            break;
+                        };
+                        let at = k as usize * stride;
+                        f(u64::from(r), &blk[at..at + stride]);
+                    }
                 }
-            }
+            })?;
         }
         Ok(blocks.len() as u64)
     }
