@@ -314,7 +314,9 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
     assert any(c["admission"].startswith("row:") for c in res["cases"]), "row:T, T as the miniature caches pick it"
     assert all(m["row_t_picked"] in (0, 1, 2, 4, 8, 16) for m in res["miniature_caches"])
     assert res["reference_layouts"]["shp+kmeans"] > 0
-    assert res["miss_path"]["ratio"] > 0 and res["miniature_caches"]
+    miss = res["miss_path"]
+    assert miss["ratio"] > 0 and res["miniature_caches"]
+    assert (miss["fio_reads_per_s"] is None) == (miss["ratio_to_fio"] is None), miss
     assert not list(disk_dir.glob("tiermem-bench-ssd-*")), "scratch files left behind"
 
 

@@ -229,3 +229,84 @@ fn damage_is_named_and_never_read_as_rows() {
     assert!(msg.contains("shorter than a header block"), "{msg}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Rows and their bytes, in the order they were handed over.
+type Handed = Vec<(u64, Vec<u8>)>;
+
+/// `(row, bytes)` as `read_blocks_of` hands them over, and its result.
+fn handed(f: &BlockFile, rows: &[u64]) -> (Handed, Result<u64, String>) {
+    let mut seen = Vec::new();
+    let res = f
+        .read_blocks_of(rows, |r, b| seen.push((r, b.to_vec())))
+        .map_err(|e| e.to_string());
+    (seen, res)
+}
+
+#[test]
+fn both_read_engines_hand_over_the_same_rows_and_stop_at_the_first_bad_run() {
+    let dir = scratch("blockfile-engines");
+    let path = dir.join("t.tbl");
+    let (rows, width) = (20_000u64, 16u32);
+    {
+        let f = BlockFile::create(&path, "emb4", rows, width, DType::F32, false, 4).unwrap();
+        let all: Vec<u64> = (0..rows).collect();
+        let src: Vec<u8> = (0..rows as usize * f.stride())
+            .map(|i| (i * 7) as u8)
+            .collect();
+        f.write_rows(&all, &src).unwrap();
+    }
+    let h = *BlockFile::open(&path, "emb4", 4).unwrap().header();
+    let rpb = u64::from(h.rows_per_block);
+    // One row from every other block: each block its own request, more than the depth.
+    let asked: Vec<u64> = (0..60).map(|b| 2 * b * rpb + 1).collect();
+    let every_row_of = |blocks: std::ops::Range<u64>| -> Vec<u64> {
+        blocks
+            .flat_map(|b| 2 * b * rpb..(2 * b + 1) * rpb)
+            .collect()
+    };
+    let mut f = BlockFile::open(&path, "emb4", 4).unwrap();
+    let (uring, res) = handed(&f, &asked);
+    assert_eq!(res.unwrap(), 60);
+    assert_eq!(
+        uring.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        every_row_of(0..60)
+    );
+    // A fault after 3 requests: the rows of the first 3 blocks were handed over, then the
+    // error names the table, the block and the file.
+    f.inject_faults(Some(3), None);
+    let (part, res) = handed(&f, &asked);
+    let msg = res.unwrap_err();
+    assert!(
+        msg.contains("emb4") && msg.contains("read block 6") && msg.contains("t.tbl"),
+        "{msg}"
+    );
+    assert_eq!(
+        part.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        every_row_of(0..3)
+    );
+    f.inject_faults(None, None);
+    f.use_threads();
+    let (threads, res) = handed(&f, &asked);
+    assert_eq!(res.unwrap(), 60);
+    assert!(
+        threads == uring,
+        "the thread pool hands over other rows or bytes"
+    );
+    drop(f);
+    // A damaged block in the middle: the rows before it, then the error, with either engine.
+    patch(&path, h.data_offset(20) + 10, |b| b[0] ^= 1);
+    for threads in [false, true] {
+        let mut f = BlockFile::open(&path, "emb4", 4).unwrap();
+        if threads {
+            f.use_threads();
+        }
+        let (part, res) = handed(&f, &asked);
+        let msg = res.unwrap_err();
+        assert!(
+            msg.contains("block 20") && msg.contains("checksum"),
+            "{msg}"
+        );
+        assert!(part[..] == uring[..10 * rpb as usize], "threads {threads}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
