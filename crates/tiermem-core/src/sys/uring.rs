@@ -73,6 +73,25 @@ impl Uring {
         reqs: &[(u64, usize)],
         mut done: impl FnMut(usize, io::Result<&[u8]>),
     ) {
+        let written = self.modify_each(fd, reqs, |k, bytes| {
+            done(k, bytes.map(|b| &*b));
+            false
+        });
+        debug_assert!(written.is_ok(), "nothing is written");
+    }
+
+    /// Read-modify-write: read every request `(offset, length)` as [`Uring::read_each`]
+    /// does, hand each to `modify(k, bytes)` in request order, and write the bytes back
+    /// where they were read when `modify` returns true, while later reads and writes stay
+    /// in flight (`depth` in all). A batch of any size holds only the ring's buffers. The
+    /// first write that failed is returned, with its request; `modify` is called for every
+    /// request whatever the writes do. `fd` must be open for writing.
+    pub fn modify_each(
+        &self,
+        fd: RawFd,
+        reqs: &[(u64, usize)],
+        mut modify: impl FnMut(usize, io::Result<&mut [u8]>) -> bool,
+    ) -> Result<(), (usize, io::Error)> {
         let mut guard = self
             .ring
             .lock()
@@ -86,124 +105,182 @@ impl Uring {
                 .collect();
         }
         let n = reqs.len();
-        let mut results: Vec<Option<io::Result<()>>> = (0..n).map(|_| None).collect();
-        let mut slot_of = vec![0usize; n];
-        let mut free: Vec<usize> = (0..r.slots.len()).rev().collect();
         let mut b = Batch {
+            fd,
+            reqs,
             depth: self.depth as usize,
             next: 0,
             inflight: 0,
             delivered: 0,
+            results: (0..n).map(|_| None).collect(),
+            slot_of: vec![0; n],
+            free: (0..r.slots.len()).rev().collect(),
+            writes: Vec::new(),
+            write_error: None,
             panicked: None,
         };
-        while b.next < n || b.inflight > 0 {
-            b.fill(r, fd, reqs, &mut slot_of, &mut free);
+        while b.next < n || b.inflight > 0 || !b.writes.is_empty() {
+            b.fill(r);
             if let Err(e) = r.ring.submit_and_wait(1) {
                 match e.raw_os_error() {
                     Some(libc::EINTR | libc::EAGAIN | libc::EBUSY) => continue,
                     _ if b.inflight == 0 => {
                         // Nothing in flight: fail what was not submitted and stop.
-                        for res in &mut results[b.next..] {
+                        for res in &mut b.results[b.next..] {
                             *res = Some(Err(io::Error::new(e.kind(), e.to_string())));
                         }
+                        b.writes.clear();
                         break;
                     }
-                    // Reads in flight write into the ring's buffers, which a panic or a
+                    // Transfers in flight use the ring's buffers, which a panic or a
                     // poisoned lock could hand to another batch. There is no safe way on.
                     _ => {
-                        eprintln!("tiermem: io_uring failed with reads in flight: {e}");
+                        eprintln!("tiermem: io_uring failed with transfers in flight: {e}");
                         std::process::abort();
                     }
                 }
             }
             for cqe in r.ring.completion() {
-                let k = cqe.user_data() as usize;
-                b.inflight -= 1;
-                results[k] = Some(outcome(cqe.result(), reqs[k].1));
+                b.complete(cqe.user_data(), cqe.result());
             }
             // Keep the device busy while the completed reads are handed over: a failed
             // submission here is retried (and handled) by the wait above.
-            b.fill(r, fd, reqs, &mut slot_of, &mut free);
+            b.fill(r);
             let _ = r.ring.submit();
-            b.deliver(r, reqs, &mut results, &slot_of, &mut free, &mut done);
+            b.deliver(r, &mut modify);
         }
-        b.deliver(r, reqs, &mut results, &slot_of, &mut free, &mut done);
+        b.deliver(r, &mut modify);
         drop(guard);
         if let Some(p) = b.panicked {
             std::panic::resume_unwind(p);
         }
+        b.write_error.map_or(Ok(()), Err)
     }
 }
 
-/// Where one `read_each` call stands.
-struct Batch {
+/// A completion's `user_data`: the request's index, doubled, plus one for a write.
+const WRITE: u64 = 1;
+
+/// Where one `modify_each` call stands.
+struct Batch<'a> {
+    fd: RawFd,
+    reqs: &'a [(u64, usize)],
     depth: usize,
-    /// The first request not yet submitted.
+    /// The first request not yet read.
     next: usize,
+    /// Reads and writes queued or in flight.
     inflight: usize,
     /// The first request not yet handed over.
     delivered: usize,
-    /// `done`'s panic, if it panicked.
+    /// Each request's read, once it completed, until it is handed over.
+    results: Vec<Option<io::Result<()>>>,
+    /// Each request's buffer, from its read's submission until its write completes.
+    slot_of: Vec<usize>,
+    free: Vec<usize>,
+    /// Requests handed over and to be written back, not yet queued.
+    writes: Vec<usize>,
+    /// The first write that failed.
+    write_error: Option<(usize, io::Error)>,
+    /// The caller's panic, if it panicked.
     panicked: Option<Panic>,
 }
 
-impl Batch {
-    /// Queue requests from `next` while fewer than `depth` are in flight, a buffer is free
-    /// and the queue has room.
-    fn fill(
-        &mut self,
-        r: &mut Ring,
-        fd: RawFd,
-        reqs: &[(u64, usize)],
-        slot_of: &mut [usize],
-        free: &mut Vec<usize>,
-    ) {
+impl Batch<'_> {
+    /// Queue writes, then reads from `next` (each into a free buffer), while fewer than
+    /// `depth` are in flight and the queue has room.
+    fn fill(&mut self, r: &mut Ring) {
         let mut sq = r.ring.submission();
-        while self.next < reqs.len() && self.inflight < self.depth && !sq.is_full() {
-            let Some(&slot) = free.last() else { break };
-            let (offset, len) = reqs[self.next];
-            let buf = r.slots[slot].as_mut_slice().as_mut_ptr();
-            let entry =
-                opcode::Read::new(types::Fd(fd), buf, u32::try_from(len).unwrap_or(u32::MAX))
+        while self.inflight < self.depth && !sq.is_full() {
+            let (k, write) = match self.writes.last() {
+                Some(&k) => (k, true),
+                None if self.next < self.reqs.len() => match self.free.last() {
+                    Some(&slot) => {
+                        self.slot_of[self.next] = slot;
+                        (self.next, false)
+                    }
+                    None => break,
+                },
+                None => break,
+            };
+            let (offset, len) = self.reqs[k];
+            let buf = r.slots[self.slot_of[k]].as_mut_slice().as_mut_ptr();
+            let len = u32::try_from(len).unwrap_or(u32::MAX);
+            let (fd, tag) = (types::Fd(self.fd), 2 * k as u64);
+            let entry = if write {
+                opcode::Write::new(fd, buf, len)
                     .offset(offset)
                     .build()
-                    .user_data(self.next as u64);
-            // SAFETY: the slot is free (no read in flight into it, not being handed over)
-            // and holds at least `len` bytes; the ring owns it and outlives the read, which
-            // `read_each` waits for before returning; `fd` is the caller's open file.
+                    .user_data(tag | WRITE)
+            } else {
+                opcode::Read::new(fd, buf, len)
+                    .offset(offset)
+                    .build()
+                    .user_data(tag)
+            };
+            // SAFETY: the buffer is request k's alone (a free one for a read; its own read's
+            // for a write, handed over and not touched since) and holds at least `len`
+            // bytes; the ring owns it and outlives the transfer, which `modify_each` waits
+            // for before returning; `fd` is the caller's open file.
             if unsafe { sq.push(&entry) }.is_err() {
                 break;
             }
-            free.pop();
-            slot_of[self.next] = slot;
-            self.next += 1;
+            if write {
+                self.writes.pop();
+            } else {
+                self.free.pop();
+                self.next += 1;
+            }
             self.inflight += 1;
         }
     }
 
-    /// Hand `done` each result from `delivered` on while it is there, in order, and free
-    /// its buffer. After a panic of `done`, results are only dropped.
+    /// Record one completion.
+    fn complete(&mut self, tag: u64, res: i32) {
+        self.inflight -= 1;
+        let k = (tag / 2) as usize;
+        let outcome = outcome(res, self.reqs[k].1);
+        if tag & WRITE == 0 {
+            self.results[k] = Some(outcome);
+            return;
+        }
+        self.free.push(self.slot_of[k]);
+        if let Err(e) = outcome {
+            if self.write_error.as_ref().is_none_or(|(j, _)| k < *j) {
+                self.write_error = Some((k, e));
+            }
+        }
+    }
+
+    /// Hand `modify` each read from `delivered` on while it is there, in order; queue the
+    /// write it asks for or free its buffer. After a panic of `modify`, reads are only
+    /// dropped and nothing more is written.
     fn deliver(
         &mut self,
         r: &mut Ring,
-        reqs: &[(u64, usize)],
-        results: &mut [Option<io::Result<()>>],
-        slot_of: &[usize],
-        free: &mut Vec<usize>,
-        done: &mut impl FnMut(usize, io::Result<&[u8]>),
+        modify: &mut impl FnMut(usize, io::Result<&mut [u8]>) -> bool,
     ) {
-        while self.delivered < results.len() {
+        while self.delivered < self.results.len() {
             let k = self.delivered;
-            let Some(res) = results[k].take() else { break };
+            let Some(res) = self.results[k].take() else {
+                break;
+            };
             // A request that failed to submit holds no buffer.
             let submitted = k < self.next;
+            let mut write = false;
             if self.panicked.is_none() {
-                let bytes = res.map(|()| &r.slots[slot_of[k]].as_mut_slice()[..reqs[k].1]);
-                let call = std::panic::AssertUnwindSafe(|| done(k, bytes));
-                self.panicked = std::panic::catch_unwind(call).err();
+                let ok = res.is_ok();
+                let bytes =
+                    res.map(|()| &mut r.slots[self.slot_of[k]].as_mut_slice()[..self.reqs[k].1]);
+                let call = std::panic::AssertUnwindSafe(|| modify(k, bytes));
+                match std::panic::catch_unwind(call) {
+                    Ok(w) => write = w && ok && submitted,
+                    Err(p) => self.panicked = Some(p),
+                }
             }
-            if submitted {
-                free.push(slot_of[k]);
+            if write {
+                self.writes.push(k);
+            } else if submitted {
+                self.free.push(self.slot_of[k]);
             }
             self.delivered += 1;
         }
@@ -292,6 +369,54 @@ mod tests {
             n += 1;
         });
         assert_eq!(n, reqs.len());
+        std::fs::remove_file(path).ok();
+    }
+
+    #[test]
+    fn modified_requests_are_written_back_and_a_failed_write_is_named() {
+        let Ok(u) = Uring::new(4) else {
+            eprintln!("io_uring refused by this kernel: nothing to test");
+            return;
+        };
+        let mut data: Vec<u8> = (0..64 * 1024).map(|i| (i % 241) as u8).collect();
+        let (path, _) = file_of(&data, "modify");
+        let rw = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        // Every block once, out of order; even requests changed and written, odd ones only
+        // read; one run of two blocks.
+        let mut reqs: Vec<(u64, usize)> = (0..14u64)
+            .map(|i| ((i * 3 % 14 + 2) * 4096, 4096))
+            .collect();
+        reqs.push((0, 8192));
+        let mut calls = 0;
+        let res = u.modify_each(rw.as_raw_fd(), &reqs, |k, bytes| {
+            calls += 1;
+            let b = bytes.unwrap();
+            b.iter_mut().for_each(|x| *x ^= 0x5a);
+            k % 2 == 0
+        });
+        assert!(res.is_ok(), "{res:?}");
+        assert_eq!(calls, reqs.len());
+        for (k, &(o, len)) in reqs.iter().enumerate() {
+            if k % 2 == 0 {
+                data[o as usize..o as usize + len]
+                    .iter_mut()
+                    .for_each(|x| *x ^= 0x5a);
+            }
+        }
+        assert!(
+            std::fs::read(&path).unwrap() == data,
+            "the file is not what was written"
+        );
+        // A file open only for reading: the first write asked for fails and is named.
+        let (_, ro) = file_of(&data, "modify-ro");
+        let err = u
+            .modify_each(ro.as_raw_fd(), &reqs, |k, _| k >= 3)
+            .unwrap_err();
+        assert_eq!(err.0, 3, "{err:?}");
         std::fs::remove_file(path).ok();
     }
 }

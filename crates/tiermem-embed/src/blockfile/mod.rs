@@ -358,6 +358,33 @@ impl BlockFile {
         Ok(buf)
     }
 
+    /// An I/O error of this table's file: `what` failed.
+    fn io_error(&self, what: impl Into<String>, e: std::io::Error) -> Error {
+        Error::io(&self.name, &self.path.display().to_string(), what, e)
+    }
+
+    /// A run `(index in blocks, first block, blocks)` as read: the read's error, an injected
+    /// fault, or the first block that does not verify; else its bytes.
+    fn checked<'d>(
+        &self,
+        blocks: &[u64],
+        (first_idx, first, _): (usize, u64, usize),
+        read: std::io::Result<&'d [u8]>,
+    ) -> Result<&'d [u8]> {
+        let failed = |e| self.io_error(format!("read block {first}"), e);
+        let data = read.map_err(failed)?;
+        if let Some(e) = self.faults.read() {
+            return Err(failed(e));
+        }
+        for (j, blk) in data.chunks_exact(BLOCK).enumerate() {
+            format::verify(blk, blocks[first_idx + j]).map_err(|what| Error::Corrupt {
+                path: self.path.display().to_string(),
+                what: format!("table '{}': {what}", self.name),
+            })?;
+        }
+        Ok(data)
+    }
+
     /// Read the given data blocks (sorted, distinct) at the queue depth, one request per run
     /// of consecutive blocks, and call `each(index of the run's first block in blocks, its
     /// verified bytes)` for every run in order. Through io_uring each run is verified and
@@ -367,29 +394,13 @@ impl BlockFile {
     fn read_runs(&self, blocks: &[u64], mut each: impl FnMut(usize, &[u8])) -> Result<()> {
         // Runs of consecutive blocks (a wide row's) are one request each.
         let runs = runs(blocks, 64);
-        let shown = self.path.display().to_string();
-        let failed =
-            |first: u64, e| Error::io(&self.name, &shown, format!("read block {first}"), e);
         let mut first_error = None;
         let mut on_run = |k: usize, read: std::io::Result<&[u8]>| {
             if first_error.is_some() {
                 return;
             }
-            let (first_idx, first, _) = runs[k];
-            let checked = read.map_err(|e| failed(first, e)).and_then(|data| {
-                if let Some(e) = self.faults.read() {
-                    return Err(failed(first, e));
-                }
-                for (j, blk) in data.chunks_exact(BLOCK).enumerate() {
-                    format::verify(blk, blocks[first_idx + j]).map_err(|what| Error::Corrupt {
-                        path: shown.clone(),
-                        what: format!("table '{}': {what}", self.name),
-                    })?;
-                }
-                Ok(data)
-            });
-            match checked {
-                Ok(data) => each(first_idx, data),
+            match self.checked(blocks, runs[k], read) {
+                Ok(data) => each(runs[k].0, data),
                 Err(e) => first_error = Some(e),
             }
         };
@@ -410,7 +421,7 @@ impl BlockFile {
                 };
                 self.io
                     .read_at(s, self.header.data_offset(first))
-                    .map_err(|e| failed(first, e))
+                    .map_err(|e| self.io_error(format!("read block {first}"), e))
             })?;
             let data = buf.as_mut_slice();
             for (k, &(first_idx, _, n)) in runs.iter().enumerate() {
@@ -481,8 +492,78 @@ impl BlockFile {
 
     /// Overwrite rows `rows` from `src` (`rows.len() * stride` bytes); a row given twice
     /// takes its last value. Each touched block is read, changed and written once
-    /// (read-modify-write), at the queue depth.
+    /// (read-modify-write), at the queue depth: through io_uring each run of blocks is
+    /// changed and written back as soon as it is read, in the ring's own buffers, so a batch
+    /// of any size holds no more than them; a block that fails to read or verify stops the
+    /// batch there (the blocks before it are written).
     pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+        let Some(u) = &self.uring else {
+            return self.write_rows_from_pool(rows, src);
+        };
+        let stride = self.stride();
+        self.check_batch(rows, src.len(), "input")?;
+        let blocks = self.distinct_blocks(rows);
+        // Each piece of each row: (offset among the blocks, row k, offset in the row,
+        // bytes), in block order and, within a place, in batch order (the last value wins).
+        let mut pieces: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(rows.len());
+        for (k, &r) in rows.iter().enumerate() {
+            self.walk(r, &blocks, |at, row_off, n| {
+                pieces.push((at, k, row_off, n))
+            });
+        }
+        pieces.sort_unstable();
+        let runs = runs(&blocks, 64);
+        let reqs: Vec<(u64, usize)> = runs
+            .iter()
+            .map(|&(_, first, n)| (self.header.data_offset(first), n * BLOCK))
+            .collect();
+        let mut first_error = None;
+        let mut next_piece = 0;
+        let written = u.modify_each(self.file.file.as_raw_fd(), &reqs, |k, read| {
+            if first_error.is_some() {
+                return false;
+            }
+            let (first_idx, first, n) = runs[k];
+            let data = match read {
+                Ok(data) => data,
+                Err(e) => {
+                    first_error = self.checked(&blocks, runs[k], Err(e)).err();
+                    return false;
+                }
+            };
+            if let Err(e) = self.checked(&blocks, runs[k], Ok(&*data)) {
+                first_error = Some(e);
+                return false;
+            }
+            let start = first_idx * BLOCK;
+            while let Some(&(at, row, row_off, len)) = pieces.get(next_piece) {
+                if at >= start + n * BLOCK {
+                    break;
+                }
+                let from = &src[row * stride + row_off..][..len];
+                data[at - start..at - start + len].copy_from_slice(from);
+                next_piece += 1;
+            }
+            for (j, blk) in data.chunks_exact_mut(BLOCK).enumerate() {
+                format::seal(blk, blocks[first_idx + j]);
+            }
+            match self.faults.write() {
+                Some(e) => {
+                    first_error = Some(self.io_error(format!("write block {first}"), e));
+                    false
+                }
+                None => true,
+            }
+        });
+        if let Err((k, e)) = written {
+            first_error.get_or_insert(self.io_error(format!("write block {}", runs[k].1), e));
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// [`BlockFile::write_rows`] without io_uring: every touched block read (and verified)
+    /// into one buffer, changed, and written from the thread pool.
+    fn write_rows_from_pool(&self, rows: &[u64], src: &[u8]) -> Result<()> {
         let stride = self.stride();
         let (blocks, mut buf) = self.fetch(rows, src.len(), "input")?;
         let data = buf.as_mut_slice();
@@ -493,10 +574,9 @@ impl BlockFile {
             format::seal(blk, blocks[j]);
         }
         let runs = runs(&blocks, 64);
-        let shown = self.path.display().to_string();
         let base = data.as_ptr() as usize;
         self.on_pool(&runs, |first_idx, first, n| {
-            // SAFETY: as in `read_blocks`; here only read.
+            // SAFETY: as in `read_runs`; here only read.
             let s = unsafe {
                 std::slice::from_raw_parts((base + first_idx * BLOCK) as *const u8, n * BLOCK)
             };
@@ -504,7 +584,7 @@ impl BlockFile {
                 Some(e) => Err(e),
                 None => self.io.write_at(s, self.header.data_offset(first)),
             }
-            .map_err(|e| Error::io(&self.name, &shown, format!("write block {first}"), e))
+            .map_err(|e| self.io_error(format!("write block {first}"), e))
         })
     }
 
@@ -531,9 +611,8 @@ impl BlockFile {
         })
     }
 
-    /// Check a batch (`bytes` of `what` for `rows`, every row in range) and read, once each,
-    /// the blocks its rows occupy: the blocks (sorted) and a buffer holding them in order.
-    fn fetch(&self, rows: &[u64], bytes: usize, what: &str) -> Result<(Vec<u64>, AlignedBuf)> {
+    /// Check a batch: `bytes` of `what` for `rows`, every row in range.
+    fn check_batch(&self, rows: &[u64], bytes: usize, what: &str) -> Result<()> {
         let stride = self.stride();
         ensure!(
             bytes == rows.len() * stride,
@@ -541,7 +620,13 @@ impl BlockFile {
             self.name,
             rows.len()
         );
-        self.check_rows(rows)?;
+        self.check_rows(rows)
+    }
+
+    /// Check a batch ([`BlockFile::check_batch`]) and read, once each, the blocks its rows
+    /// occupy: the blocks (sorted) and a buffer holding them in order.
+    fn fetch(&self, rows: &[u64], bytes: usize, what: &str) -> Result<(Vec<u64>, AlignedBuf)> {
+        self.check_batch(rows, bytes, what)?;
         let blocks = self.distinct_blocks(rows);
         let buf = self.read_blocks(&blocks)?;
         Ok((blocks, buf))

@@ -16,7 +16,7 @@ use super::format::{BLOCK, HEADER_BYTES};
 use super::{layout_bytes, open_error, runs, BlockFile};
 use tiermem_core::sys::devfile::{DevFile, Options};
 use tiermem_core::sys::direct_io::AlignedBuf;
-use tiermem_core::{Error, Result};
+use tiermem_core::Result;
 
 /// Where a relayout writes the new file before the switch.
 #[must_use]
@@ -75,10 +75,6 @@ impl BlockFile {
         }
         new.path.clone_from(&self.path);
         Ok(new)
-    }
-
-    fn io_error(&self, what: &str, e: std::io::Error) -> Error {
-        Error::io(&self.name, &self.path.display().to_string(), what, e)
     }
 
     /// Write the header, the layout and every data block of `new` from this file's rows.

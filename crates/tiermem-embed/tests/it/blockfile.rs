@@ -243,7 +243,7 @@ fn handed(f: &BlockFile, rows: &[u64]) -> (Handed, Result<u64, String>) {
 }
 
 #[test]
-fn both_read_engines_hand_over_the_same_rows_and_stop_at_the_first_bad_run() {
+fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
     let dir = scratch("blockfile-engines");
     let path = dir.join("t.tbl");
     let (rows, width) = (20_000u64, 16u32);
@@ -285,7 +285,46 @@ fn both_read_engines_hand_over_the_same_rows_and_stop_at_the_first_bad_run() {
         every_row_of(0..3)
     );
     f.inject_faults(None, None);
-    f.use_threads();
+    // Writes through either engine: a row given twice takes its last value. Through io_uring
+    // a write fault after 2 requests leaves the rows of the first 2 blocks written and names
+    // the third (the pool's threads take requests in no fixed order).
+    let stride = f.stride();
+    let first: Vec<u8> = (0..rows as usize * stride).map(|i| (i * 7) as u8).collect();
+    let mut shadow = first.clone();
+    let all: Vec<u64> = (0..rows).collect();
+    for (engine, fill) in [("io_uring", 0x11u8), ("threads", 0x22)] {
+        if engine == "threads" {
+            f.use_threads();
+        }
+        let mut batch = asked.clone();
+        batch.push(asked[5]);
+        let mut src = vec![fill; batch.len() * stride];
+        src[60 * stride..].fill(fill + 1);
+        f.write_rows(&batch, &src).unwrap();
+        for (k, &r) in batch.iter().enumerate() {
+            shadow[r as usize * stride..][..stride].copy_from_slice(&src[k * stride..][..stride]);
+        }
+        if engine == "io_uring" {
+            f.inject_faults(None, Some(2));
+            let msg = f
+                .write_rows(&asked[..10], &vec![fill + 2; 10 * stride])
+                .unwrap_err()
+                .to_string();
+            f.inject_faults(None, None);
+            assert!(
+                msg.contains("write block 4") && msg.contains("emb4"),
+                "{engine}: {msg}"
+            );
+            for &r in &asked[..2] {
+                shadow[r as usize * stride..][..stride].fill(fill + 2);
+            }
+        }
+        let mut out = vec![0u8; rows as usize * stride];
+        f.read_rows(&all, &mut out).unwrap();
+        assert!(out == shadow, "{engine}: rows differ from what was written");
+    }
+    // The thread pool hands over what io_uring did, the rows written back as they were.
+    f.write_rows(&all, &first).unwrap();
     let (threads, res) = handed(&f, &asked);
     assert_eq!(res.unwrap(), 60);
     assert!(
