@@ -8,8 +8,10 @@
 //! Reads and writes of a batch are deduplicated per block, one block (or one run of a wide
 //! row's blocks) per request, `depth` requests in flight (the queue depth): reads through
 //! io_uring where the kernel allows it ([`tiermem_core::sys::uring`]), else from a pool of
-//! `depth` threads (`TIERMEM_IO=threads` forces the pool); writes from the pool, as
-//! read-modify-write of whole blocks, each block once per batch.
+//! `depth` threads (`TIERMEM_IO=threads` forces the pool). Through io_uring each run of
+//! blocks is verified and handed over as it arrives, and writes are read-modify-write of
+//! whole blocks streamed through the same ring, each block once per batch; the pool reads a
+//! batch's blocks into one buffer and writes them from its threads.
 //!
 //! This is the store: the row home over it (`crate::home::BlockHome`, behind a staged cache),
 //! relayout ([`BlockFile::relayout`]) and layouts (`crate::layout`) build on it.
