@@ -1,10 +1,11 @@
 //! Batched reads through io_uring: a batch of `(offset, length)` requests on one file, up to
 //! `depth` in flight, each handed to the caller in request order as soon as it and those
-//! before it are in, while later reads stay in flight. Reads land in buffers the ring owns
-//! and reuses (twice the depth of them), so a batch of any size touches a few pages
-//! the kernel has pinned before, not one fresh page per block. Where the kernel refuses
-//! io_uring (old kernels, seccomp, `kernel.io_uring_disabled`), [`Uring::new`] fails and
-//! callers fall back to threads.
+//! before it are in, while later reads stay in flight; and read-modify-write batches, each
+//! request written back from where it was read once the caller has changed it. Reads land in
+//! buffers the ring owns and reuses (twice the depth of them, kept between batches up to
+//! 1 MiB), so a batch of any size touches a few pages the kernel has pinned before, not one
+//! fresh page per block. Where the kernel refuses io_uring (old kernels, seccomp,
+//! `kernel.io_uring_disabled`), [`Uring::new`] fails and callers fall back to threads.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -35,6 +36,9 @@ impl std::fmt::Debug for Uring {
         f.debug_struct("Uring").field("depth", &self.depth).finish()
     }
 }
+
+/// The most bytes of buffers a ring keeps between batches.
+const KEEP_BYTES: usize = 1 << 20;
 
 /// A panic's payload, carried until the reads in flight are in.
 type Panic = Box<dyn std::any::Any + Send>;
@@ -150,6 +154,11 @@ impl Uring {
             b.deliver(r, &mut modify);
         }
         b.deliver(r, &mut modify);
+        if r.slots.len() * r.slot_len > KEEP_BYTES {
+            // Long requests' buffers go with their batch; a ring per table keeps a few pages.
+            r.slots = Vec::new();
+            r.slot_len = 0;
+        }
         drop(guard);
         if let Some(p) = b.panicked {
             std::panic::resume_unwind(p);
@@ -341,6 +350,16 @@ mod tests {
             seen.push(k);
         });
         assert_eq!(seen, (0..reqs.len()).collect::<Vec<_>>());
+        let kept = |u: &Uring| u.ring.lock().unwrap().slots.len();
+        assert_eq!(kept(&u), 8, "small buffers stay with the ring");
+        // Buffers over 1 MiB in all (32 of 64 KiB) go with their batch.
+        let big = Uring::new(16).unwrap();
+        let mut n = 0;
+        big.read_each(f.as_raw_fd(), &[(0, 65536)], |_, bytes| {
+            assert_eq!(bytes.unwrap(), &data[..]);
+            n += 1;
+        });
+        assert_eq!((n, kept(&big)), (1, 0));
         std::fs::remove_file(path).ok();
     }
 

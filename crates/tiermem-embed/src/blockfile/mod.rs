@@ -38,6 +38,11 @@ use crate::DType;
 /// Queue depth when none is given: what `tiermem calibrate` finds best on NVMe-class disks.
 pub const DEFAULT_DEPTH: usize = 16;
 
+/// The most consecutive blocks one request reads or writes (64 KiB): long enough for the
+/// disk's sequential rate, short enough that the ring's buffers (two per request in flight)
+/// stay small.
+const RUN_BLOCKS: usize = 16;
+
 /// An open, locked table file.
 pub struct BlockFile {
     name: String,
@@ -395,7 +400,7 @@ impl BlockFile {
     /// is returned and `each` is not called again.
     fn read_runs(&self, blocks: &[u64], mut each: impl FnMut(usize, &[u8])) -> Result<()> {
         // Runs of consecutive blocks (a wide row's) are one request each.
-        let runs = runs(blocks, 64);
+        let runs = runs(blocks, RUN_BLOCKS);
         let mut first_error = None;
         let mut on_run = |k: usize, read: std::io::Result<&[u8]>| {
             if first_error.is_some() {
@@ -514,7 +519,7 @@ impl BlockFile {
             });
         }
         pieces.sort_unstable();
-        let runs = runs(&blocks, 64);
+        let runs = runs(&blocks, RUN_BLOCKS);
         let reqs: Vec<(u64, usize)> = runs
             .iter()
             .map(|&(_, first, n)| (self.header.data_offset(first), n * BLOCK))
@@ -575,7 +580,7 @@ impl BlockFile {
         for (j, blk) in data.chunks_exact_mut(BLOCK).take(blocks.len()).enumerate() {
             format::seal(blk, blocks[j]);
         }
-        let runs = runs(&blocks, 64);
+        let runs = runs(&blocks, RUN_BLOCKS);
         let base = data.as_ptr() as usize;
         self.on_pool(&runs, |first_idx, first, n| {
             // SAFETY: as in `read_runs`; here only read.
