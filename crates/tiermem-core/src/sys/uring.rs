@@ -63,8 +63,8 @@ impl Uring {
         self.depth
     }
 
-    /// Read every request `(offset, length)` of `fd` in full (`length` a multiple of 4 KiB,
-    /// `fd` opened for direct I/O or not) and call `done(k, bytes)` for each in request
+    /// Read every request `(offset, length)` of `fd` in full (on a file opened for direct
+    /// I/O, offsets and lengths multiples of 4 KiB) and call `done(k, bytes)` for each in request
     /// order, as soon as it and every request before it have completed, while later reads
     /// stay in flight: the caller's work on one request overlaps the device's on the next.
     /// `bytes` is the data read, or why not (a read that ends early is `UnexpectedEof`); it
@@ -101,6 +101,9 @@ impl Uring {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let r = &mut *guard;
+        if reqs.is_empty() {
+            return Ok(());
+        }
         let longest = reqs.iter().map(|&(_, len)| len).max().unwrap_or(0);
         if r.slot_len < longest || r.slots.len() < 2 * self.depth as usize {
             r.slot_len = r.slot_len.max(longest.next_multiple_of(ALIGN));
@@ -130,8 +133,12 @@ impl Uring {
                     Some(libc::EINTR | libc::EAGAIN | libc::EBUSY) => continue,
                     _ if b.inflight == 0 => {
                         // Nothing in flight: fail what was not submitted and stop.
+                        let failed = || io::Error::new(e.kind(), e.to_string());
                         for res in &mut b.results[b.next..] {
-                            *res = Some(Err(io::Error::new(e.kind(), e.to_string())));
+                            *res = Some(Err(failed()));
+                        }
+                        if let Some(&k) = b.writes.iter().min() {
+                            b.failed_write(k, failed());
                         }
                         b.writes.clear();
                         break;
@@ -254,9 +261,14 @@ impl Batch<'_> {
         }
         self.free.push(self.slot_of[k]);
         if let Err(e) = outcome {
-            if self.write_error.as_ref().is_none_or(|(j, _)| k < *j) {
-                self.write_error = Some((k, e));
-            }
+            self.failed_write(k, e);
+        }
+    }
+
+    /// Keep the failed write of the earliest request.
+    fn failed_write(&mut self, k: usize, e: io::Error) {
+        if self.write_error.as_ref().is_none_or(|(j, _)| k < *j) {
+            self.write_error = Some((k, e));
         }
     }
 
