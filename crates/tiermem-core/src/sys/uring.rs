@@ -254,8 +254,9 @@ impl Batch<'_> {
     fn complete(&mut self, tag: u64, res: i32) {
         self.inflight -= 1;
         let k = (tag / 2) as usize;
-        let outcome = outcome(res, self.reqs[k].1);
-        if tag & WRITE == 0 {
+        let write = tag & WRITE != 0;
+        let outcome = outcome(res, self.reqs[k].1, write);
+        if !write {
             self.results[k] = Some(outcome);
             return;
         }
@@ -308,14 +309,19 @@ impl Batch<'_> {
     }
 }
 
-/// A completion's result for a read of `len` bytes.
-fn outcome(res: i32, len: usize) -> io::Result<()> {
+/// A completion's result for a transfer of `len` bytes.
+fn outcome(res: i32, len: usize, write: bool) -> io::Result<()> {
     if res < 0 {
         Err(io::Error::from_raw_os_error(-res))
     } else if res as usize != len {
+        let (verb, why) = if write {
+            ("wrote", "a short write")
+        } else {
+            ("read", "past the end of the file")
+        };
         Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            format!("read {res} of {len} bytes (past the end of the file)"),
+            format!("{verb} {res} of {len} bytes ({why})"),
         ))
     } else {
         Ok(())
