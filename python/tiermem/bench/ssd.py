@@ -576,9 +576,7 @@ def run_cli(args: Any) -> int:
     )
     m = res["miss_path"]
     fio = (
-        "not installed"
-        if m["fio_reads_per_s"] is None
-        else f"{m['fio_reads_per_s']:,.0f} (table {m['ratio_to_fio']:.2f} of it)"
+        "not installed" if m["fio_reads_per_s"] is None else f"{m['fio_reads_per_s']:,.0f} (table {m['ratio_to_fio']:.2f} of it)"
     )
     print(
         f"miss path at depth {m['depth']} ({m['engine']}): table {m['table_blocks_per_s']:,.0f} blocks/s, disk "
