@@ -365,6 +365,13 @@ impl BlockFile {
         Ok(buf)
     }
 
+    /// The ring's request `(offset in the file, bytes)` of each run of blocks.
+    fn requests(&self, runs: &[(usize, u64, usize)]) -> Vec<(u64, usize)> {
+        runs.iter()
+            .map(|&(_, first, n)| (self.header.data_offset(first), n * BLOCK))
+            .collect()
+    }
+
     /// An I/O error of this table's file: `what` failed.
     fn io_error(&self, what: impl Into<String>, e: std::io::Error) -> Error {
         Error::io(&self.name, &self.path.display().to_string(), what, e)
@@ -412,11 +419,11 @@ impl BlockFile {
             }
         };
         if let Some(u) = &self.uring {
-            let reqs: Vec<(u64, usize)> = runs
-                .iter()
-                .map(|&(_, first, n)| (self.header.data_offset(first), n * BLOCK))
-                .collect();
-            u.read_each(self.file.file.as_raw_fd(), &reqs, &mut on_run);
+            u.read_each(
+                self.file.file.as_raw_fd(),
+                &self.requests(&runs),
+                &mut on_run,
+            );
         } else {
             let mut buf = AlignedBuf::new(blocks.len().max(1) * BLOCK);
             let base = buf.as_mut_slice().as_mut_ptr() as usize;
@@ -520,10 +527,7 @@ impl BlockFile {
         }
         pieces.sort_unstable();
         let runs = runs(&blocks, RUN_BLOCKS);
-        let reqs: Vec<(u64, usize)> = runs
-            .iter()
-            .map(|&(_, first, n)| (self.header.data_offset(first), n * BLOCK))
-            .collect();
+        let reqs = self.requests(&runs);
         let mut first_error = None;
         let mut next_piece = 0;
         let written = u.modify_each(self.file.file.as_raw_fd(), &reqs, |k, read| {
