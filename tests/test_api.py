@@ -114,6 +114,10 @@ def test_device_list_forms_are_equivalent() -> None:
 def test_topology_and_profiles() -> None:
     topo = tiermem.topology()
     assert topo["cpus"] >= 1 and topo["mem_available"] > 0
+    # The DRAM probe's buffers: twice the last-level cache (at least 64 MiB) unless the room
+    # the process has left is smaller (the sizing rule is tested in the core).
+    llc, probe = topo["last_level_cache"], tiermem._tiermem.dram_probe_bytes()
+    assert llc >= 0 and 8 << 20 <= probe <= max(2 * llc, 64 << 20)
     names = {p["name"] for p in tiermem.profiles()}
     assert {"optane-pmem", "cxl"} <= names
     optane = next(p for p in tiermem.profiles() if p["name"] == "optane-pmem")

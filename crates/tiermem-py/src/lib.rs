@@ -63,6 +63,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(core::calib::profiles, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::dram_figures, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::measure_dram, m)?)?;
+    m.add_function(wrap_pyfunction!(core::calib::dram_probe_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::block_depth, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::random_reads_per_s, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::memcpy_seconds, m)?)?;

@@ -62,7 +62,8 @@ def run_calibrate(args: Any) -> int:
         with Progress(steps, "calibrate") as bar:
             # DRAM first: emulated devices scale their profile to these figures, so they
             # must be on disk before any emulated device is created.
-            result["dram"] = _tiermem.measure_dram(max(size, 64 << 20), reps)
+            # Buffers past the last-level cache, or the figures are the cache's.
+            result["dram"] = _tiermem.measure_dram(max(size, _tiermem.dram_probe_bytes()), reps)
             result["dram"]["source"] = "calibrated"
             _write(path, result)
             bar.step("dram")

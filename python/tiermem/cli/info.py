@@ -161,7 +161,8 @@ def run_info(args: Any) -> int:
         print(json.dumps(data, indent=1))
         return 0
     topo = data["topology"]
-    print(f"tiermem {data['version']}  ({topo['cpus']} CPUs, copy kernels {data['kernels']}, THP {topo['thp']})")
+    llc = f", last-level cache {format_bytes(topo['last_level_cache'])}" if topo["last_level_cache"] else ""
+    print(f"tiermem {data['version']}  ({topo['cpus']} CPUs{llc}, copy kernels {data['kernels']}, THP {topo['thp']})")
     print(
         f"DRAM figures: {data['dram']['source']}"
         + ("" if data["calibrated"] else " (run `tiermem calibrate` to keep measured figures)")

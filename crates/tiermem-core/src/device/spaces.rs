@@ -423,6 +423,7 @@ mod tests {
             mem_available: 0,
             thp: "never".into(),
             cpus: 1,
+            last_level_cache: 0,
         }
     }
 

@@ -67,6 +67,10 @@ pub struct Topology {
     pub thp: String,
     /// Online CPUs.
     pub cpus: usize,
+    /// Bytes of CPU 0's last-level data cache (the highest level sysfs lists, 0 when it lists
+    /// none). On a shared server this can hold hundreds of MiB: a bandwidth probe smaller
+    /// than it measures the cache, not memory.
+    pub last_level_cache: u64,
 }
 
 /// Read the topology. Missing sysfs files give an empty node list, not an error.
@@ -134,7 +138,41 @@ pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {
         mem_available: meminfo_field(&mem, "MemAvailable:").unwrap_or(0),
         thp: crate::sys::thp_mode(),
         cpus: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        last_level_cache: last_level_cache(&sys.join("devices/system/cpu/cpu0/cache")),
     }
+}
+
+/// The size of the highest-level data or unified cache under a CPU's sysfs `cache` folder
+/// (`index*/level`, `type`, `size` like `307200K`); 0 when none is listed.
+fn last_level_cache(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let read = |p: &Path, f: &str| fs::read_to_string(p.join(f)).unwrap_or_default();
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| {
+            let p = e.path();
+            if read(&p, "type").trim() == "Instruction" {
+                return None;
+            }
+            let level: u32 = read(&p, "level").trim().parse().ok()?;
+            Some((level, parse_size(read(&p, "size").trim())?))
+        })
+        .max()
+        .map_or(0, |(_, bytes)| bytes)
+}
+
+/// A sysfs cache size: a number of bytes with an optional `K`, `M` or `G` suffix.
+fn parse_size(s: &str) -> Option<u64> {
+    let (digits, unit) = match s.char_indices().last()? {
+        (i, 'K') => (&s[..i], 1 << 10),
+        (i, 'M') => (&s[..i], 1 << 20),
+        (i, 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit)
 }
 
 /// A `meminfo` field in bytes (the files give kB). Node files prefix lines with "Node N".
@@ -200,6 +238,18 @@ mod tests {
         fs::write(hmat.join("read_bandwidth"), "25600\n").unwrap();
         fs::write(hmat.join("read_latency"), "250\n").unwrap();
         fs::write(t.join("memory_tier22/nodelist"), "1\n").unwrap();
+        for (i, level, kind, size) in [
+            (0, "1", "Data", "48K"),
+            (1, "1", "Instruction", "32K"),
+            (2, "2", "Unified", "2048K"),
+            (3, "3", "Unified", "300M"),
+        ] {
+            let c = root.join(format!("devices/system/cpu/cpu0/cache/index{i}"));
+            fs::create_dir_all(&c).unwrap();
+            for (f, v) in [("level", level), ("type", kind), ("size", size)] {
+                fs::write(c.join(f), format!("{v}\n")).unwrap();
+            }
+        }
         let mi = root.join("meminfo");
         fs::write(&mi, "MemTotal: 10 kB\nMemAvailable: 7 kB\n").unwrap();
         let topo = topology_from(&root, &mi);
@@ -212,12 +262,28 @@ mod tests {
         assert_eq!(topo.nodes[0].memory_tier, Some(4));
         assert_eq!(topo.nodes[1].memory_tier, Some(22));
         assert_eq!(topo.mem_available, 7 * 1024);
+        assert_eq!(topo.last_level_cache, 300 << 20);
         assert_eq!(topo.nodes[0].declared, None);
         let d = topo.nodes[1].declared.clone().unwrap();
         assert_eq!(
             (d.read_gbps, d.read_latency_ns, d.write_gbps),
             (Some(25.6), Some(250.0), None)
         );
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_machine_without_cache_files_has_no_last_level_cache() {
+        let root = std::env::temp_dir().join(format!("tiermem-nocache-{}", std::process::id()));
+        fs::create_dir_all(&root).unwrap();
+        assert_eq!(
+            last_level_cache(&root.join("devices/system/cpu/cpu0/cache")),
+            0
+        );
+        assert_eq!(parse_size("307200K"), Some(307_200 << 10));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
         fs::remove_dir_all(root).unwrap();
     }
 

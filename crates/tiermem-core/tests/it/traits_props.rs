@@ -119,7 +119,7 @@ proptest! {
                 declared: None,
             })
             .collect();
-        let topo = Topology { nodes, mem_available: 0, thp: "never".into(), cpus: 1 };
+        let topo = Topology { nodes, mem_available: 0, thp: "never".into(), cpus: 1, last_level_cache: 0 };
         let map = map_spaces(&topo, &|_| None, &BTreeMap::new()).unwrap();
         prop_assert_eq!(map.views.len(), n);
         for s in Space::ALL {

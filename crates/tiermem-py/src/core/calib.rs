@@ -70,6 +70,13 @@ pub fn dram_figures(py: Python<'_>) -> PyResult<Py<PyAny>> {
     to_object(py, &f)
 }
 
+/// Bytes of each buffer a DRAM measurement should use on this machine (twice the last-level
+/// cache, within what the process may take).
+#[pyfunction]
+pub fn dram_probe_bytes() -> usize {
+    calib::probe_bytes()
+}
+
 /// Measure DRAM now on `bytes`-sized buffers, best of `reps`.
 #[pyfunction]
 pub fn measure_dram(py: Python<'_>, bytes: usize, reps: usize) -> PyResult<Py<PyAny>> {
