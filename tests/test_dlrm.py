@@ -271,7 +271,12 @@ def test_train_cli_runs_modes_on_criteo_and_writes_json(tmp_path, capsys) -> Non
         assert r["dist"] == "criteo" and r["seconds_per_iter"] > 0 and r["fast_bytes_peak"] > 0
         assert all(set(v) == {"read", "written"} for v in r["bytes"].values())
     assert res["devices"]["emulated:optane-pmem"] == "emulated"
-    assert "2LM" in capsys.readouterr().out
+    # The figures the emulated device was scaled from, in the JSON and printed.
+    f = res["dram_figures"]
+    assert f == tiermem.dram_figures() and f["read_gbps"] > 0
+    text = capsys.readouterr().out
+    assert "2LM" in text and "emulated devices scale their profile to DRAM figures" in text
+    assert f"read {f['read_gbps']:.1f} GB/s, write {f['write_gbps']:.1f} GB/s" in text
 
 
 def test_train_cli_checkpoint_resume_and_inference(tmp_path, capsys) -> None:

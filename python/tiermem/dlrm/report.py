@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .. import _tiermem
 from .._files import write_json_atomic
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError
@@ -120,7 +121,10 @@ def run_modes(
                 t.close()
             del trainers
     _compare(runs)
+    # What the emulated devices were scaled from: figures from two runs compare only as these do.
+    emulated = any(k == "emulated" for k in devices.values())
     return {
+        "dram_figures": _tiermem.dram_figures() if emulated else None,
         "config": config.to_dict(),
         "fast_budget": fast_budget,
         "table_bytes": config.table_bytes,
@@ -218,6 +222,12 @@ def report(res: dict[str, Any]) -> str:
         "cache (thesis Table 2.2), not the hardware. ms/iter is the training step; generating the "
         "input is excluded."
     )
+    if f := res.get("dram_figures"):
+        src = "measured by this process" if f["source"] == "measured" else "from `tiermem calibrate`"
+        out.append(
+            f"emulated devices scale their profile to DRAM figures {src}: read {f['read_gbps']:.1f} GB/s, "
+            f"write {f['write_gbps']:.1f} GB/s, latency {f['latency_ns']:.0f} ns."
+        )
     return "\n".join(out)
 
 
