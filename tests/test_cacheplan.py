@@ -122,6 +122,11 @@ def test_a_high_insertion_cost_turns_dynamic_into_static_or_nothing() -> None:
     dear = plan([drifting], [10_000], [256], 1_000 * 260, Costs(1.0, 100.0, "t"))[0]
     assert cheap.policy == "dynamic"
     assert dear.policy in ("static", None)
+    # In training an insert also writes back the updated row it displaces: a slow device's
+    # dear writes turn the same table away from dynamic caching; read-only tables do not pay it.
+    writes = Costs(1.0, 0.01, "t", write_back_ns=100.0)
+    assert plan([drifting], [10_000], [256], 1_000 * 260, writes)[0].policy in ("static", None)
+    assert plan([drifting], [10_000], [256], 1_000 * 260, writes, dirty=False)[0].policy == "dynamic"
 
 
 def test_bad_plans_are_refused() -> None:

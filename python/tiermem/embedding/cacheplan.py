@@ -15,7 +15,8 @@ gives two curves against cache size:
 The value of giving table ``t`` a cache of ``c`` rows is its accesses times its row bytes
 times the better of ``h_static(c) * delta`` and ``h_dynamic(c) * delta - (1 - h_dynamic(c)) *
 insert`` (per byte: ``delta`` is a slow read's extra time over a fast one, ``insert`` a write
-into fast memory; :class:`Costs` takes them from the devices' traits). The budget
+into fast memory and, in training (``dirty``), the write-back to the slow device of the
+updated row the insert displaces; :class:`Costs` takes them from the devices' traits). The budget
 is split greedily by value gained per byte over each curve's upper concave hull, so a table
 whose cache would lose gets no cache at all and reads its slow rows directly.
 
@@ -274,22 +275,28 @@ def plan(
     budget: int,
     costs: Costs,
     overhead_per_row: float = SLOT_OVERHEAD,
+    *,
+    dirty: bool = True,
 ) -> list[TablePlan]:
     """Split ``budget`` bytes of fast memory over the tables' caches (see the module).
 
     ``traces[t]`` is table ``t``'s profile (row ids in access order); ``overhead_per_row`` is
-    the fast memory a cached row costs beside its bytes (its slot's metadata).
+    the fast memory a cached row costs beside its bytes (its slot's metadata). With ``dirty``
+    (training: every row looked up is updated) a dynamic cache's insert also pays the
+    write-back of the row it displaces, as in :func:`lookup_policy`; ``dirty=False`` for
+    tables that are only read.
     """
     if not len(traces) == len(rows) == len(row_bytes):
         raise InvalidArgumentError("one profile, row count and row size per table")
     if budget < 0:
         raise InvalidArgumentError(f"budget must be at least 0 bytes, got {budget}")
+    insert = costs.insert_ns + (costs.write_back_ns if dirty else 0.0)
     per_table = []
     for tr, n, rb in zip(traces, rows, row_bytes):
         sizes = sorted({int(round(n * k / STEPS)) for k in range(STEPS + 1)})
         dyn, stat = curves(tr, n, sizes)
         acc = float(np.asarray(tr).size) * rb
-        val_d = [acc * (h * costs.delta_ns - (1 - h) * costs.insert_ns) for h in dyn]
+        val_d = [acc * (h * costs.delta_ns - (1 - h) * insert) for h in dyn]
         val_s = [acc * h * costs.delta_ns for h in stat]
         value = [max(0.0, a, b) for a, b in zip(val_d, val_s)]
         cost = [math.ceil(s * (rb + overhead_per_row)) for s in sizes]
@@ -336,7 +343,13 @@ def meta_bytes(rows: Sequence[int]) -> int:
 
 
 def plan_within(
-    traces: Sequence[np.ndarray], rows: Sequence[int], row_bytes: Sequence[int], budget: int, costs: Costs
+    traces: Sequence[np.ndarray],
+    rows: Sequence[int],
+    row_bytes: Sequence[int],
+    budget: int,
+    costs: Costs,
+    *,
+    dirty: bool = True,
 ) -> list[TablePlan]:
     """:func:`plan` for a fast budget that also holds the tables' :func:`meta_bytes`, its
     caches' pages counted in whole frames (:func:`cache_fast_bytes`): the plan shrinks until
@@ -344,7 +357,7 @@ def plan_within(
     meta = meta_bytes(rows)
     room = budget - meta
     while True:
-        plans = plan(traces, rows, row_bytes, max(0, room), costs)
+        plans = plan(traces, rows, row_bytes, max(0, room), costs, dirty=dirty)
         used = meta + sum(cache_fast_bytes(r, b, p.cache_rows / r) for r, b, p in zip(rows, row_bytes, plans) if p.policy)
         if used <= budget or room <= 0:
             return plans
