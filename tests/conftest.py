@@ -41,6 +41,21 @@ def two_tier() -> tiermem.Manager:
     return tiermem.Manager({"dram": "1 MiB", "emulated:cxl": "16 MiB"}, policy="lru")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _dram_measured_once(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The DRAM figures, measured once per test process (about a second and 1.2 GB on a
+    machine with a large last-level cache) and kept in the tests' calibration file, so the
+    processes the tests start read them instead of each measuring again (many at once, as
+    a distributed run's ranks, would measure each other's traffic)."""
+    from tiermem import _tiermem
+    from tiermem._files import write_json_atomic
+
+    path = tmp_path_factory.getbasetemp() / "calibration.json"
+    os.environ["TIERMEM_CALIBRATION"] = str(path)
+    if not path.exists():
+        write_json_atomic(path, {"version": 1, "dram": {**_tiermem.dram_figures(), "source": "calibrated"}})
+
+
 @pytest.fixture(autouse=True)
 def _calibration_isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never read or write the user's calibration file or kernel profile cache."""
