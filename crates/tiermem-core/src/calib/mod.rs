@@ -1,5 +1,6 @@
 //! This machine's DRAM figures, which emulated profiles scale: read from the calibration
-//! file `tiermem calibrate` writes, or measured once per process (about half a second).
+//! file `tiermem calibrate` writes, or measured once per process (about a second, on buffers
+//! past the last-level cache: [`probe_bytes`]).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
