@@ -45,8 +45,8 @@ def two_tier() -> tiermem.Manager:
 def _dram_measured_once(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The DRAM figures, measured once per test process (about a second and 1.2 GB on a
     machine with a large last-level cache) and kept in the tests' calibration file, so the
-    processes the tests start read them instead of each measuring again (many at once, as
-    a distributed run's ranks, would measure each other's traffic)."""
+    processes the tests start read them for the whole run (a measurement processes share,
+    ``calib::shared``, serves only a minute)."""
     from tiermem import _tiermem
     from tiermem._files import write_json_atomic
 

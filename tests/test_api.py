@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -123,6 +129,40 @@ def test_topology_and_profiles() -> None:
     optane = next(p for p in tiermem.profiles() if p["name"] == "optane-pmem")
     assert 1 / 8 <= optane["write_ratio"] <= 1 / 6 and 0.3 <= optane["read_ratio"] <= 0.35
     assert optane["latency_ratio"] >= 3
+
+
+def _figures_in_processes(calibration: Path, n: int) -> list[dict]:
+    """``tiermem.dram_figures()`` of ``n`` processes started together, with no DRAM figures
+    in the calibration file ``calibration``."""
+    env = {**os.environ, "TIERMEM_CALIBRATION": str(calibration)}
+    code = "import json, tiermem; print(json.dumps(tiermem.dram_figures()))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    return [json.loads(o) for o in outs]
+
+
+def test_processes_started_together_measure_dram_once(tmp_path: Path) -> None:
+    # Whatever the order they reach the probe in, one process measures and the others take its
+    # figures (they would measure each other's traffic otherwise), all within a minute.
+    cal = tmp_path / "cal" / "calibration.json"
+    figs = _figures_in_processes(cal, 3)
+    assert sorted(f["source"] for f in figs) == ["measured", "shared", "shared"]
+    assert len({(f["read_gbps"], f["write_gbps"], f["latency_ns"]) for f in figs}) == 1
+    (kept,) = cal.parent.glob("dram-probe-*.json")  # named by this boot of this machine
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert kept.name == f"dram-probe-{boot}.json" and json.loads(kept.read_text())["boot_id"] == boot
+    # A stale measurement (or another boot's, or a damaged file) is measured afresh and replaced.
+    for stale in ({**json.loads(kept.read_text()), "measured_at": 0.0}, "{damaged"):
+        kept.write_text(stale if isinstance(stale, str) else json.dumps(stale))
+        (f,) = _figures_in_processes(cal, 1)
+        assert f["source"] == "measured" and json.loads(kept.read_text())["dram"]["read_gbps"] == f["read_gbps"]
+    # A folder anyone may write in is never trusted with figures: each process measures.
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    assert [f["source"] for f in _figures_in_processes(open_dir / "calibration.json", 2)] == ["measured"] * 2
+    assert not list(open_dir.glob("dram-probe-*"))
 
 
 def _anon_huge_bytes() -> int:

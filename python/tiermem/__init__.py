@@ -99,7 +99,9 @@ def profiles() -> list[dict[str, Any]]:
 
 
 def dram_figures() -> dict[str, Any]:
-    """This machine's DRAM bandwidth and latency (from ``tiermem calibrate``, else measured)."""
+    """This machine's DRAM bandwidth and latency: from ``tiermem calibrate``'s file, else
+    measured by this process or, when another process on this machine measured in the last
+    minute, theirs (``source`` says which: ``calibrated``, ``measured`` or ``shared``)."""
     return _tiermem.dram_figures()
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "MEMORY_SPACE_ENV",
     "Manager",
     "OPTIMIZERS",
+    "DRAM_SOURCES",
     "PLACES",
     "POLICIES",
     "PREFETCH",
@@ -74,6 +75,7 @@ __all__ = [
 POLICIES: list[str]
 PLACES: dict[str, int]
 OPTIMIZERS: list[str]
+DRAM_SOURCES: dict[str, str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
 MEMORY_ALIGN: int

@@ -1,5 +1,5 @@
 //! The names Python validates against, exported from the crates' own registries so that no
-//! layer above keeps a copy: policies, the heap alignment of memory, memory spaces and their overrides, places, optimizers, cache policies, lookup modes,
+//! layer above keeps a copy: policies, the heap alignment of memory, memory spaces and their overrides, places, optimizers, where DRAM figures came from, cache policies, lookup modes,
 //! storage types, row-home kinds, the default prefetch distance, instruction sets, and the reuse buckets of the
 //! production-like workloads.
 
@@ -58,6 +58,12 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("PLACES", places)?;
     m.add("OPTIMIZERS", tiermem_embed::optim::NAMES.to_vec())?;
+    m.add(
+        "DRAM_SOURCES",
+        tiermem_core::calib::SOURCES
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>(),
+    )?;
     m.add(
         "CACHE_POLICIES",
         tiermem_embed::cache::policy::NAMES.to_vec(),

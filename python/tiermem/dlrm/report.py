@@ -223,7 +223,7 @@ def report(res: dict[str, Any]) -> str:
         "input is excluded."
     )
     if f := res.get("dram_figures"):
-        src = "measured by this process" if f["source"] == "measured" else "from `tiermem calibrate`"
+        src = _tiermem.DRAM_SOURCES[f["source"]]
         out.append(
             f"emulated devices scale their profile to DRAM figures {src}: read {f['read_gbps']:.1f} GB/s, "
             f"write {f['write_gbps']:.1f} GB/s, latency {f['latency_ns']:.0f} ns."

@@ -1,6 +1,7 @@
 //! This machine's DRAM figures, which emulated profiles scale: read from the calibration
-//! file `tiermem calibrate` writes, or measured once per process (about a second, on buffers
-//! past the last-level cache: [`probe_bytes`]).
+//! file `tiermem calibrate` writes, else measured (about a second, on buffers past the
+//! last-level cache: [`probe_bytes`]) once per process, or taken from a process on the same
+//! machine that measured in the last minute ([`shared`]).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -10,6 +11,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 pub mod probe;
+pub mod shared;
 
 use crate::arch::copy as kernels;
 use crate::sys::mmap::Mapping;
@@ -25,9 +27,24 @@ pub struct DramFigures {
     pub copy_gbps: f64,
     /// Load-to-use latency of a dependent random access, ns.
     pub latency_ns: f64,
-    /// `calibrated` (from the calibration file) or `measured` (at process start).
+    /// Where they came from: one of [`SOURCES`].
     pub source: String,
 }
+
+/// The `source` of figures read from the calibration file.
+pub const CALIBRATED: &str = "calibrated";
+/// The `source` of figures this process measured.
+pub const MEASURED: &str = "measured";
+
+/// Every [`DramFigures::source`], with what it means (reports print it).
+pub const SOURCES: [(&str, &str); 3] = [
+    (CALIBRATED, "from `tiermem calibrate`"),
+    (MEASURED, "measured by this process"),
+    (
+        shared::SHARED,
+        "measured by another process on this machine in the last minute",
+    ),
+];
 
 /// Where `tiermem calibrate` keeps its results: `$TIERMEM_CALIBRATION`, else
 /// `$XDG_CACHE_HOME/tiermem/calibration.json`, else `~/.cache/tiermem/calibration.json`.
@@ -77,17 +94,25 @@ pub fn dram_figures_if_known() -> Option<&'static DramFigures> {
     FIGS.get().and_then(|r| r.as_ref().ok())
 }
 
-/// DRAM figures for this process: the calibration file's if it has them, else measured now.
-/// A calibration file with bad figures (zero, negative, not finite, beyond physical bounds)
-/// is an error naming the file and the figure, every time it is asked for.
+/// DRAM figures for this process: the calibration file's if it has them, else a fresh
+/// measurement another process on this machine left beside it, else measured now (one process
+/// at a time). A calibration file with bad figures (zero, negative, not finite, beyond
+/// physical bounds) is an error naming the file and the figure, every time it is asked for.
 pub fn dram_figures() -> crate::Result<&'static DramFigures> {
     FIGS.get_or_init(|| match load_calibrated() {
         Some(r) => r,
         None => {
-            let f = measure_dram(probe_bytes(), 3);
-            f.validate()
-                .map(|()| f)
-                .map_err(|e| format!("measuring this machine's DRAM gave unusable figures: {e}"))
+            let path = calibration_path();
+            let folder = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            shared::figures(folder, || {
+                let f = measure_dram(probe_bytes(), 3);
+                f.validate().map(|()| f).map_err(|e| {
+                    format!("measuring this machine's DRAM gave unusable figures: {e}")
+                })
+            })
         }
     })
     .as_ref()
@@ -149,7 +174,7 @@ fn load_calibrated() -> Option<Result<DramFigures, String>> {
         serde_json::from_value::<DramFigures>(dram.clone())
             .map_err(|e| bad(format!("bad 'dram' entry ({e})")))
             .and_then(|mut f| {
-                f.source = "calibrated".into();
+                f.source = CALIBRATED.into();
                 f.validate().map(|()| f).map_err(bad)
             }),
     )
@@ -219,7 +244,7 @@ pub fn measure_dram(bytes: usize, reps: usize) -> DramFigures {
         copy_gbps: gb / copy,
         // SAFETY: map `a` is ours, writable, page-aligned and `bytes` long.
         latency_ns: unsafe { probe::latency_ns(a.as_ptr(), bytes, 400_000) },
-        source: "measured".into(),
+        source: MEASURED.into(),
     }
 }
 
