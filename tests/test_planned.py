@@ -271,6 +271,9 @@ def test_bench_plan_quick_json(tmp_path, capsys, small_resnet) -> None:
     printed = capsys.readouterr().out
     assert "solver on generated AutoTM-shaped graphs" in printed and "iteration by iteration" in printed
     assert "each runtime variant's own placements" in printed
+    # The rounds table says how far to trust it, and points to the paired one.
+    assert "best iteration of 1 round: a shared machine's speed drifts" in printed
+    assert "the paired table below compares planned" in printed
 
 
 def test_a_runtime_variant_that_could_not_run_is_printed_as_an_error(capsys) -> None:

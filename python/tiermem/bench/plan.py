@@ -444,7 +444,14 @@ def _coverage(out: dict[str, Any]) -> float:
     return next((q["coverage"] for q in out["paired"] if "coverage" in q), 0.0)
 
 
-def _print_models(rows: list[dict[str, Any]]) -> None:
+def _print_models(rows: list[dict[str, Any]], rounds: int, paired: bool) -> None:
+    """The variants taken in turn, ``rounds`` rounds each; with ``paired``, the paired table
+    follows, and the title says which of the two to compare planned by."""
+    title = (
+        f"each variant in turn, best iteration of {rounds} round{'s' * (rounds != 1)}: a shared machine's speed "
+        "drifts 10-20 % over minutes, so ratios between rows move by as much"
+        + (" (the paired table below compares planned iteration by iteration)" if paired else "")
+    )
     base = {(r["model"], r["ratio"]): r["seconds_per_iter"] for r in rows if r.get("variant") == "all-fast" and "error" not in r}
     table = []
     for r in rows:
@@ -477,6 +484,7 @@ def _print_models(rows: list[dict[str, Any]]) -> None:
             "loss diff",
         ],
         table,
+        title=title,
     )
 
 
@@ -581,7 +589,7 @@ def run_cli(args: Any) -> int:
         pairs=args.pairs,
         formulation=args.formulation,
     )
-    _print_models(res["models"])
+    _print_models(res["models"], res["rounds"], bool(res["paired"]))
     _print_policies(res["plans"])
     if res["paired"]:
         _print_paired(res)
