@@ -41,14 +41,13 @@ pub fn figures(
     folder: &Path,
     measure: impl FnOnce() -> Result<DramFigures, String>,
 ) -> Result<DramFigures, String> {
-    let Some((lock_path, json_path)) = paths(folder) else {
+    let Some((boot, lock_path, json_path)) = paths(folder) else {
         return measure();
     };
     // Held until the end of this function: the next process reads what this one wrote.
     let Some(_lock) = lock(&lock_path) else {
         return measure();
     };
-    let boot = boot_id().unwrap_or_default();
     let text = std::fs::read_to_string(&json_path).unwrap_or_default();
     if let Some(f) = usable(&text, &boot, now()) {
         return Ok(f);
@@ -82,10 +81,10 @@ fn usable(text: &str, boot: &str, now: f64) -> Option<DramFigures> {
     })
 }
 
-/// The lock's and the measurement's paths in `folder`, created (owner only) if needed; `None`
-/// without a boot id, or when the folder is not this user's or anyone may write in it (another
-/// user could plant figures).
-fn paths(folder: &Path) -> Option<(PathBuf, PathBuf)> {
+/// This boot's id and the lock's and the measurement's paths in `folder`, created (owner only)
+/// if needed; `None` without a boot id, or when the folder is not this user's or anyone may
+/// write in it (another user could plant figures).
+fn paths(folder: &Path) -> Option<(String, PathBuf, PathBuf)> {
     let boot = boot_id()?;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -98,7 +97,7 @@ fn paths(folder: &Path) -> Option<(PathBuf, PathBuf)> {
         return None;
     }
     let name = |ext: &str| folder.join(format!("dram-probe-{boot}.{ext}"));
-    Some((name("lock"), name("json")))
+    Some((boot.clone(), name("lock"), name("json")))
 }
 
 /// The kernel's id of this boot of this machine (the same in every container on it).
