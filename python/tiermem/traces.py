@@ -26,7 +26,7 @@ import numpy as np
 from ._files import atomic_write
 from .exceptions import InvalidArgumentError
 
-__all__ = ["Trace", "QueryTraceConfig", "query_trace", "group_embeddings"]
+__all__ = ["Trace", "QueryTraceConfig", "query_trace", "group_embeddings", "groups_layout"]
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,21 @@ def group_embeddings(config: QueryTraceConfig, dim: int, spread: float = 0.5) ->
     centres = rng.standard_normal((groups, dim)).astype(np.float32)
     noise = spread * rng.standard_normal((groups, cfg.group_size, dim)).astype(np.float32)
     out[members.reshape(-1)] = (centres[:, None, :] + noise).reshape(-1, dim)
+    return out
+
+
+def groups_layout(config: QueryTraceConfig) -> np.ndarray:
+    """The layout (row → position, ``uint32``) that knows :func:`query_trace`'s hidden
+    structure: each co-access group's rows side by side, most popular first (so a group's hot
+    rows share its first block), groups in turn, rows in no group last. No layout trained on
+    the trace can know the groups better: it is the reference that says how much of the
+    possible gain a trained layout reaches (``bench ssd``'s ``groups``)."""
+    cfg = config.validate()
+    _, members = _members(cfg, np.random.default_rng(cfg.seed))
+    grouped = members.reshape(-1)
+    rest = np.setdiff1d(np.arange(cfg.rows), grouped, assume_unique=True)
+    out = np.empty(cfg.rows, np.uint32)
+    out[np.concatenate([grouped, rest])] = np.arange(cfg.rows, dtype=np.uint32)
     return out
 
 

@@ -4,7 +4,9 @@ Everything here runs on the machine's disk (a scratch directory on it), never on
 memory. For each trace (the query-structured one, Zipf and uniform queries, or a trace
 file), layouts (original order, SHP and, where rows carry meaning, K-means and SHP started
 from it) are trained on the first part of the queries and everything is measured on the
-rest:
+rest. On the generated query trace, ``groups`` (the generator's own co-access groups, which
+no trained layout is told: :func:`tiermem.traces.groups_layout`) runs beside them as the
+reference for what a layout could gain there:
 
 * **layouts**: the held-out fan-out of each (and of ``shp+kmeans``, SHP started from the
   K-means layout, where rows carry meaning), and of KaHyPar's partition of the same
@@ -91,18 +93,25 @@ def _uniform_trace(rows: int, queries: int, per_query: int, seed: int) -> Trace:
     )
 
 
-def _traces(rows: int, queries: int, trace_file: str | None) -> list[tuple[str, Trace, np.ndarray | None]]:
-    """(name, trace, row values for semantic layouts or None)."""
+#: The layout of a generated query trace's own groups (:func:`tiermem.traces.groups_layout`),
+#: run beside the trained layouts as the reference for what a layout could gain there.
+GROUPS = "groups"
+
+
+def _traces(
+    rows: int, queries: int, trace_file: str | None
+) -> list[tuple[str, Trace, np.ndarray | None, np.ndarray | None]]:
+    """(name, trace, row values for semantic layouts or None, the trace's groups layout or None)."""
     if trace_file:
         t = Trace.load(trace_file)
-        return [(Path(trace_file).stem, t, None)]
+        return [(Path(trace_file).stem, t, None, None)]
     cfg = QueryTraceConfig(rows=rows, queries=queries, **QUERY_TRACE)  # type: ignore[arg-type]
     q = traces.query_trace(cfg)
     per = max(1, round(len(q.rows) / q.queries))
     return [
-        ("query", q, traces.group_embeddings(cfg, DIM)),
-        ("zipf", _zipf_trace(rows, queries, per, 1.05, 1), None),
-        ("uniform", _uniform_trace(rows, queries, per, 2), None),
+        ("query", q, traces.group_embeddings(cfg, DIM), traces.groups_layout(cfg)),
+        ("zipf", _zipf_trace(rows, queries, per, 1.05, 1), None, None),
+        ("uniform", _uniform_trace(rows, queries, per, 2), None, None),
     ]
 
 
@@ -288,7 +297,7 @@ def run(
     d = scratch_dir(directory) / f"tiermem-bench-ssd-{os.getpid()}"
     all_traces = _traces(rows, queries, trace_file)
     rpb = _tiermem.block_geometry(DIM)["rows_per_block"]
-    biggest = max(t.rows_total for _, t, _ in all_traces)
+    biggest = max(t.rows_total for _, t, _, _ in all_traces)
     need = 3 * _tiermem.block_file_bytes(biggest, DIM) + (320 << 20)  # table, relayout copy, miss-path file
     # The DLRMs run one after another, each model's files removed before the next.
     need += max((sum(_tiermem.block_file_bytes(r, m.dim, m.dtype) for r in m.rows) for m in models), default=0)
@@ -305,13 +314,16 @@ def run(
     minis: list[dict[str, Any]] = []
     cases: list[dict[str, Any]] = []
     try:
-        n_cases = sum(len(fracs) * (9 if v is None else 17) for _, _, v in all_traces)  # admissions per layout
+        # Admissions per layout: four each, shadow on SHP, the two `row` ones on the groups.
+        n_cases = sum(len(fracs) * (9 + 8 * (v is not None) + 2 * (g is not None)) for _, _, v, g in all_traces)
         with MachineLoad() as load, Progress(n_cases + 4 + len(models), "bench ssd", progress) as bar:
-            for name, trace, values in all_traces:
+            for name, trace, values, groups in all_traces:
                 train, test = trace.split(train_fraction)
                 counts = layout.query_counts(train)
                 kinds = ["original", "shp"] + (["kmeans", "shp+kmeans"] if values is not None else [])
                 lays = layout.make_many(kinds, trace=train, rows_per_block=rpb, weights=values)
+                if groups is not None:
+                    lays[GROUPS] = groups
                 for k, lay in lays.items():
                     layouts_out.append(
                         {
@@ -370,6 +382,8 @@ def run(
                             )
                         belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
                         admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
+                        if k == GROUPS:  # the reference: the admissions the trained layouts do best with
+                            admits = admits[:2]
                         for adm in admits:
                             cases.append(
                                 _case(path, n, frac, adm, counts, train, test, depth, batch)
@@ -550,6 +564,11 @@ def run_cli(args: Any) -> int:
         ],
         title="block tables on the real disk: held-out queries (effective bandwidth over original + row)",
     )
+    if any(c["layout"] == GROUPS for c in res["cases"]):
+        print(
+            f"'{GROUPS}' lays out the generated trace's own co-access groups, which no trained layout is told: "
+            "the reference for how much of a layout's possible gain the trained ones reach."
+        )
     print_table(
         [
             "trace",
