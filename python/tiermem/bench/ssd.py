@@ -98,9 +98,7 @@ def _uniform_trace(rows: int, queries: int, per_query: int, seed: int) -> Trace:
 GROUPS = "groups"
 
 
-def _traces(
-    rows: int, queries: int, trace_file: str | None
-) -> list[tuple[str, Trace, np.ndarray | None, np.ndarray | None]]:
+def _traces(rows: int, queries: int, trace_file: str | None) -> list[tuple[str, Trace, np.ndarray | None, np.ndarray | None]]:
     """(name, trace, row values for semantic layouts or None, the trace's groups layout or None)."""
     if trace_file:
         t = Trace.load(trace_file)
