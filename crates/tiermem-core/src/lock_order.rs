@@ -15,6 +15,10 @@
 //! 5. The traits registry (`traits::Traited`) is locked only inside the manager lock, and
 //!    never held when a manager call starts.
 //!
+//! Leaf locks take nothing else and wait only for the kernel or another process: among them
+//! the DRAM probe's file lock (`calib::shared`), held while a process's DRAM figures are
+//! first fetched, before the devices of the manager that asks for them exist.
+//!
 //! [`may_block`] is called before every manager and table lock is taken.
 
 use std::sync::OnceLock;
