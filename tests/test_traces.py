@@ -33,21 +33,30 @@ def test_same_config_same_trace_and_queries_are_co_accessed() -> None:
     assert counts[:200].sum() > 0.1 * counts.sum()
 
 
-def test_the_groups_layout_keeps_each_group_together_hot_rows_first() -> None:
-    cfg = QueryTraceConfig(**SMALL)
-    lay = groups_layout(cfg)
-    assert lay.dtype == np.uint32 and sorted(lay.tolist()) == list(range(20_000))  # a permutation
+def test_the_groups_layout_packs_each_groups_hot_rows_into_whole_blocks() -> None:
+    cfg = QueryTraceConfig(**SMALL)  # groups of 32 rows
     members = np.random.default_rng(3).permutation(20_000)[: (20_000 // 32) * 32].reshape(-1, 32)
-    pos = lay[members]  # each group's positions, in the generator's popularity order
+    # Blocks of 32: each group is one whole block, in the generator's popularity order.
+    lay = groups_layout(cfg, 32)
+    assert lay.dtype == np.uint32 and sorted(lay.tolist()) == list(range(20_000))  # a permutation
+    pos = lay[members]
     assert (np.diff(pos, axis=1) == 1).all() and (pos[:, 0] % 32 == 0).all()
-    # Without noise, every query's fan-out is at most the groups it drew (one 32-row block
-    # per group here); SHP, trained on this very trace, does no better on it.
+    # Blocks of 10: each group's 30 hottest rows fill three blocks of its own; the two
+    # coldest of every group share blocks after all of them.
+    pos10 = groups_layout(cfg, 10)[members]
+    head = members.shape[0] * 30
+    assert (pos10[:, :30] < head).all() and (pos10[:, 30:] >= head).all()
+    assert (pos10[:, 0] % 10 == 0).all() and (np.diff(pos10[:, :30], axis=1) == 1).all()
+    # Without noise, every query's fan-out is the number of groups it drew (one block per
+    # group here); SHP, trained on this very trace, does no better on it.
     t = query_trace(cfg, noise=0.0)
     group_of = np.empty(20_000, np.int64)
     group_of[members.ravel()] = np.repeat(np.arange(members.shape[0]), 32)
     drawn = np.mean([len(np.unique(group_of[t.query(q)])) for q in range(t.queries)])
     assert layout.fanout(lay, 32, t) == pytest.approx(drawn)
     assert layout.fanout(lay, 32, t) <= layout.fanout(layout.shp(t, 32), 32, t)
+    with pytest.raises(tiermem.InvalidArgumentError, match="rows_per_block"):
+        groups_layout(cfg, 0)
 
 
 def test_drift_moves_popularity() -> None:

@@ -179,15 +179,20 @@ def group_embeddings(config: QueryTraceConfig, dim: int, spread: float = 0.5) ->
     return out
 
 
-def groups_layout(config: QueryTraceConfig) -> np.ndarray:
+def groups_layout(config: QueryTraceConfig, rows_per_block: int) -> np.ndarray:
     """The layout (row → position, ``uint32``) that knows :func:`query_trace`'s hidden
-    structure: each co-access group's rows side by side, most popular first (so a group's hot
-    rows share its first block), groups in turn, rows in no group last. No layout trained on
-    the trace can know the groups better: it is the reference that says how much of the
-    possible gain a trained layout reaches (``bench ssd``'s ``groups``)."""
+    structure, packed into blocks of ``rows_per_block`` rows: each co-access group's hottest
+    rows fill whole blocks of their own, most popular first (so a group's hot rows share its
+    first block); the few rows of each group that do not fill a block (its coldest) share
+    blocks after them, and rows in no group come last. No trained layout is told the groups:
+    it is the reference for how much a layout could gain on the trace (``bench ssd``'s
+    ``groups``)."""
     cfg = config.validate()
+    if not isinstance(rows_per_block, int) or isinstance(rows_per_block, bool) or rows_per_block < 1:
+        raise InvalidArgumentError(f"rows_per_block must be a positive integer, got {rows_per_block!r}")
     _, members = _members(cfg, np.random.default_rng(cfg.seed))
-    grouped = members.reshape(-1)
+    whole = cfg.group_size // rows_per_block * rows_per_block
+    grouped = np.concatenate([members[:, :whole].reshape(-1), members[:, whole:].reshape(-1)])
     rest = np.setdiff1d(np.arange(cfg.rows), grouped, assume_unique=True)
     out = np.empty(cfg.rows, np.uint32)
     out[np.concatenate([grouped, rest])] = np.arange(cfg.rows, dtype=np.uint32)

@@ -107,7 +107,12 @@ def _traces(rows: int, queries: int, trace_file: str | None) -> list[tuple[str, 
     q = traces.query_trace(cfg)
     per = max(1, round(len(q.rows) / q.queries))
     return [
-        ("query", q, traces.group_embeddings(cfg, DIM), traces.groups_layout(cfg)),
+        (
+            "query",
+            q,
+            traces.group_embeddings(cfg, DIM),
+            traces.groups_layout(cfg, _tiermem.block_geometry(DIM)["rows_per_block"]),
+        ),
         ("zipf", _zipf_trace(rows, queries, per, 1.05, 1), None, None),
         ("uniform", _uniform_trace(rows, queries, per, 2), None, None),
     ]
