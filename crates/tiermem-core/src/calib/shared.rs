@@ -196,11 +196,16 @@ mod tests {
     fn the_second_process_reads_what_the_first_measured() {
         let dir = std::env::temp_dir().join(format!("tiermem-shared-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let first = figures(&dir, || Ok(fig(21.0))).unwrap();
+        // A figure whose shortest decimal form reads back one ulp off without exact parsing.
+        let read = 13.198_866_125_239_789;
+        let first = figures(&dir, || Ok(fig(read))).unwrap();
         let second = figures(&dir, || Ok(fig(99.0))).unwrap();
         assert_eq!(first.source, crate::calib::MEASURED);
         if boot_id().is_some() {
-            assert_eq!((second.read_gbps, second.source.as_str()), (21.0, SHARED));
+            assert_eq!(
+                (second.read_gbps.to_bits(), second.source.as_str()),
+                (read.to_bits(), SHARED)
+            );
         }
         // A failed measurement is not left for anyone.
         let dir2 = dir.join("failed");
