@@ -311,9 +311,10 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
     assert held[("query", "shp+kmeans")] < held[("query", "original")], held
     assert {c["layout"] for c in res["cases"] if c["trace"] == "query"} == {"original", "shp", "kmeans", "shp+kmeans", "groups"}
     # The generator's own groups: the reference layout, on the generated query trace alone,
-    # with the row admissions; no trained layout reads fewer blocks per query than it.
+    # with every admission; no trained layout reads fewer blocks per query than it.
     groups = [c for c in res["cases"] if c["layout"] == "groups"]
-    assert {c["trace"] for c in groups} == {"query"} and [c["admission"].split(":")[0] for c in groups] == ["row", "row"]
+    assert {c["trace"] for c in groups} == {"query"}
+    assert [c["admission"].split(":")[0] for c in groups] == ["row", "row", "block", "threshold"]
     assert held[("query", "groups")] <= min(v for (t, k), v in held.items() if t == "query"), held
     assert {c["admission"].split(":")[0] for c in res["cases"]} >= {"row", "block", "threshold"}
     assert any(c["admission"].startswith("row:") for c in res["cases"]), "row:T, T as the miniature caches pick it"

@@ -317,8 +317,8 @@ def run(
     minis: list[dict[str, Any]] = []
     cases: list[dict[str, Any]] = []
     try:
-        # Admissions per layout: four each, shadow on SHP, the two `row` ones on the groups.
-        n_cases = sum(len(fracs) * (9 + 8 * (v is not None) + 2 * (g is not None)) for _, _, v, g in all_traces)
+        # Admissions per layout: four each, and shadow on SHP.
+        n_cases = sum(len(fracs) * (9 + 8 * (v is not None) + 4 * (g is not None)) for _, _, v, g in all_traces)
         with MachineLoad() as load, Progress(n_cases + 4 + len(models), "bench ssd", progress) as bar:
             for name, trace, values, groups in all_traces:
                 train, test = trace.split(train_fraction)
@@ -385,8 +385,6 @@ def run(
                             )
                         belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
                         admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
-                        if k == GROUPS:  # the reference: the admissions the trained layouts do best with
-                            admits = admits[:2]
                         for adm in admits:
                             cases.append(
                                 _case(path, n, frac, adm, counts, train, test, depth, batch)
