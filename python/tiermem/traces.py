@@ -188,10 +188,10 @@ def groups_layout(config: QueryTraceConfig, rows_per_block: int) -> np.ndarray:
     it is the reference for how much a layout could gain on the trace (``bench ssd``'s
     ``groups``)."""
     cfg = config.validate()
-    if not isinstance(rows_per_block, int) or isinstance(rows_per_block, bool) or rows_per_block < 1:
+    if not isinstance(rows_per_block, (int, np.integer)) or isinstance(rows_per_block, bool) or rows_per_block < 1:
         raise InvalidArgumentError(f"rows_per_block must be a positive integer, got {rows_per_block!r}")
     _, members = _members(cfg, np.random.default_rng(cfg.seed))
-    whole = cfg.group_size // rows_per_block * rows_per_block
+    whole = cfg.group_size // int(rows_per_block) * int(rows_per_block)
     grouped = np.concatenate([members[:, :whole].reshape(-1), members[:, whole:].reshape(-1)])
     rest = np.setdiff1d(np.arange(cfg.rows), grouped, assume_unique=True)
     out = np.empty(cfg.rows, np.uint32)
