@@ -96,8 +96,11 @@ fn paths(folder: &Path) -> Option<(String, PathBuf, PathBuf)> {
     if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o002 != 0 {
         return None;
     }
-    let name = |ext: &str| folder.join(format!("dram-probe-{boot}.{ext}"));
-    Some((boot.clone(), name("lock"), name("json")))
+    let (lock, json) = (
+        folder.join(format!("dram-probe-{boot}.lock")),
+        folder.join(format!("dram-probe-{boot}.json")),
+    );
+    Some((boot, lock, json))
 }
 
 /// The kernel's id of this boot of this machine (the same in every container on it).
