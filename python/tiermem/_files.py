@@ -5,10 +5,12 @@ process left behind are removed by the next write to the same path."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import json
 import os
+import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -71,7 +73,9 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
     tmp = f"{path}{_TMP}{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # this process's own leftover
-    f = open(tmp, mode if "x" in mode else mode.replace("w", "x"), encoding=None if "b" in mode else "utf-8")
+    # O_EXCL|O_NOFOLLOW: a name planted at the temporary path is never written through.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    f = os.fdopen(fd, mode if "x" in mode else mode.replace("w", "x"), encoding=None if "b" in mode else "utf-8")
     try:
         yield f
         f.flush()
@@ -94,3 +98,42 @@ def write_json_atomic(path: str, data: Any) -> None:
             json.dump(data, f, indent=1)
     except OSError as e:
         raise InvalidArgumentError(f"cannot write {path!r}: {e.strerror or e}") from None
+
+
+# Files removed at interpreter exit ----------------------------------------------------------
+
+_AT_EXIT: set[str] = set()
+_AT_EXIT_LOCK = threading.Lock()
+#: What a table file brings with it: its optimizer companion, a relayout's or a snapshot's
+#: temporary.
+COMPANIONS = (".optim", ".optim.tmp", ".relayout", ".partial")
+
+
+def remove_at_exit(path: str) -> None:
+    """Remove the scratch table file ``path`` (and its companions) when the interpreter exits,
+    however it exits short of SIGKILL (the CLI turns SIGTERM and SIGHUP into an exit), unless
+    :func:`remove_now` removed it first."""
+    with _AT_EXIT_LOCK:
+        _AT_EXIT.add(os.path.abspath(path))
+
+
+def remove_now(path: str) -> None:
+    """Remove ``path`` and its companions now (missing ones are fine) and forget it."""
+    full = os.path.abspath(path)
+    with _AT_EXIT_LOCK:
+        _AT_EXIT.discard(full)
+    for p in (full, *(full + c for c in COMPANIONS)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+@atexit.register
+def _remove_at_exit() -> None:
+    with _AT_EXIT_LOCK:
+        paths = sorted(_AT_EXIT)
+    for p in paths:
+        with contextlib.suppress(OSError):
+            remove_now(p)
+    from . import _tiermem  # the device files the core created and still holds
+
+    _tiermem.remove_device_files()

@@ -233,6 +233,7 @@ class Checkpoint:
             raise _bad(
                 self.path, f"table {name!r} is {s['rows']} x {s['width']}, the model's {t.num_embeddings} x {t.embedding_dim}"
             )
+        t.reset_optimizer()  # the checkpoint's state (or none) replaces the table's
         self.restore_rows(name, t, 0, s["rows"], 0)
 
     def table_shape(self, name: str) -> tuple[int, int]:

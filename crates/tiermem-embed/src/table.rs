@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::blockfile::BlockFile;
+use super::blockfile::{optstate, BlockFile};
 use super::cache::{CacheConfig, CachedRows, Room, MAX_ROWS};
 use super::home::{BlockHome, Home, MemoryHome, ModelHome};
 use super::rows::{RowSource, Tally};
@@ -35,6 +35,11 @@ pub(crate) struct Mutable {
     pub(crate) state: Option<(&'static str, HugeSlice<f32>)>,
     /// Optimizer steps taken (Adagrad learning-rate decay).
     pub(crate) steps: u64,
+    /// The optimizer of the last update (stateless ones too), or of a re-attached file.
+    pub(crate) optimizer: Option<&'static str>,
+    /// Whether `optimizer` came from a table file's companion: updating with another is
+    /// refused until the state is reset.
+    pub(crate) optimizer_fixed: bool,
 }
 
 /// Hit/miss counters of a table since creation or the last reset.
@@ -124,6 +129,8 @@ impl Table {
                 slot_of,
                 state: None,
                 steps: 0,
+                optimizer: None,
+                optimizer_fixed: false,
             }),
             padding: std::sync::atomic::AtomicI64::new(-1),
             hits: AtomicU64::new(0),
@@ -214,7 +221,24 @@ impl Table {
         let rows = usize::try_from(h.rows).map_err(|_| {
             Error::InvalidArgument(format!("{} rows do not fit this machine", h.rows))
         })?;
-        Self::cached_over(
+        let saved =
+            optstate::read(file.path(), h.rows, h.width).map_err(|what| Error::Corrupt {
+                path: optstate::path_of(file.path()).display().to_string(),
+                what: format!("table '{}': {what}", file.name()),
+            })?;
+        if let Some(s) = &saved {
+            ensure!(
+                s.generation == h.generation,
+                "table '{}': the optimizer state beside {} was written at layout generation {}, \
+                 the file is at generation {}: they are not one table's (restore both from one \
+                 checkpoint)",
+                file.name(),
+                file.path().display(),
+                s.generation,
+                h.generation
+            );
+        }
+        let t = Self::cached_over(
             manager,
             fast,
             rows,
@@ -230,7 +254,104 @@ impl Table {
                 );
                 Ok(BlockHome::new(file).into())
             },
+        )?;
+        if let Some(s) = saved {
+            t.restore_saved(s)?;
+        }
+        Ok(t)
+    }
+
+    /// Take a companion's optimizer, steps and state (a re-attached block table).
+    fn restore_saved(&self, s: optstate::Saved) -> Result<()> {
+        let (kind, per_row) = super::optim::state_of(&s.optimizer, self.width)?;
+        ensure!(
+            s.state.len() == self.rows * per_row,
+            "optimizer '{kind}' keeps {per_row} floats per row; its saved state has {}",
+            s.state.len()
+        );
+        let mut x = self.exclusive()?;
+        x.state = if per_row == 0 {
+            None
+        } else {
+            let mut v = HugeSlice::zeroed(s.state.len())?;
+            v.copy_from_slice(&s.state);
+            Some((kind, v))
+        };
+        x.steps = s.steps;
+        x.optimizer = Some(kind);
+        x.optimizer_fixed = true;
+        Ok(())
+    }
+}
+
+/// Write a block table's optimizer companion (if an update has run) for the file at its
+/// current generation; call under the exclusive lock.
+/// Nothing is written when the table file's name is gone or names another file (a scratch
+/// table removed while open).
+fn save_optimizer(x: &Mutable, file: &BlockFile) -> Result<()> {
+    // The state's own optimizer where there is state (a table may have been stepped by a
+    // stateless one since), else the last one's.
+    let Some(k) = x.state.as_ref().map(|(k, _)| *k).or(x.optimizer) else {
+        return Ok(());
+    };
+    if !file.still_at_path() {
+        return Ok(());
+    }
+    let h = file.header();
+    let s = optstate::Saved {
+        optimizer: k.to_owned(),
+        steps: x.steps,
+        generation: h.generation,
+        rows: h.rows,
+        width: h.width,
+        state: x
+            .state
+            .as_ref()
+            .map(|(_, v)| v.to_vec())
+            .unwrap_or_default(),
+    };
+    optstate::write(file.path(), &s).map_err(|e| {
+        Error::io(
+            file.name(),
+            &optstate::path_of(file.path()).display().to_string(),
+            "write the optimizer state",
+            e,
         )
+    })
+}
+
+impl Drop for Table {
+    /// A block table's optimizer state goes into its file's companion when the table goes
+    /// (no lock to wait for: nothing else holds the table). A failure is reported on
+    /// stderr (a drop has no caller to return it to).
+    fn drop(&mut self) {
+        let Storage::Cached(c) = &self.storage else {
+            return;
+        };
+        let Some(b) = c.home().block() else {
+            return;
+        };
+        if let Err(e) = save_optimizer(self.lock.get_mut(), &b.file()) {
+            eprintln!("tiermem: saving a block table's optimizer state on close: {e}");
+        }
+    }
+}
+
+impl Table {
+    /// The optimizer this table's rows were last updated with (or its re-attached file's).
+    pub fn trained_with(&self) -> Result<Option<&'static str>> {
+        Ok(self.shared()?.optimizer)
+    }
+
+    /// Forget the optimizer's state and steps (a table re-initialised, or switched to
+    /// another optimizer on purpose).
+    pub fn reset_optimizer(&self) -> Result<()> {
+        let mut x = self.exclusive()?;
+        x.state = None;
+        x.steps = 0;
+        x.optimizer = None;
+        x.optimizer_fixed = false;
+        Ok(())
     }
 
     /// A cached table over the home `make` builds for rows of the stride it is given, its
@@ -606,7 +727,10 @@ impl Table {
         };
         c.write_back_dirty()?;
         match c.home().block() {
-            Some(b) => b.relayout(layout, budget, progress),
+            Some(b) => {
+                b.relayout(layout, budget, progress)?;
+                save_optimizer(&_x, &b.file())
+            }
             None => Ok(()),
         }
     }
@@ -653,7 +777,10 @@ impl Table {
         };
         c.write_back_dirty()?;
         match c.home().block() {
-            Some(b) => b.sync(),
+            Some(b) => {
+                b.sync()?;
+                save_optimizer(&_x, &b.file())
+            }
             None => Ok(()),
         }
     }
@@ -755,6 +882,8 @@ impl Table {
             v[offset..end].copy_from_slice(values);
         }
         x.steps = steps;
+        x.optimizer = Some(kind);
+        x.optimizer_fixed = false;
         Ok(())
     }
 }

@@ -149,6 +149,18 @@ fn run(
     for (((tab, b), m), csr) in tables.iter().zip(bags).zip(states.iter_mut()).zip(csrs) {
         let (sink, state) = match sink {
             Sink::Apply(opt, nt) => {
+                if let Some(k) = m
+                    .optimizer
+                    .filter(|k| m.optimizer_fixed && *k != opt.name())
+                {
+                    tiermem_core::bail!(
+                        "this table's rows were trained with the optimizer '{k}' (its state is \
+                         in the table file's companion); updating them with '{}' would mix two \
+                         optimizers: use '{k}', or reset the table's optimizer state first",
+                        opt.name()
+                    );
+                }
+                m.optimizer = Some(opt.name());
                 m.steps += 1;
                 let opt = opt.at_step(m.steps);
                 let per_row = opt.state_len(tab.featuresize());

@@ -21,6 +21,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     vocab::add(m)?;
     m.add_class::<core::manager::PyManager>()?;
     m.add_class::<core::manager::PyRecorder>()?;
+    m.add_function(wrap_pyfunction!(core::manager::remove_device_files, m)?)?;
     m.add_class::<core::policy::DataApi>()?;
     m.add_class::<core::model::PyTwoLm>()?;
     m.add_class::<core::traits::PyTraited>()?;

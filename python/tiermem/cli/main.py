@@ -258,8 +258,26 @@ def _prepare_outputs(args: argparse.Namespace) -> None:
 _MEASURING = ("bench", "calibrate", "demo", "train", "stress", "plan")
 
 
+def _exit_on_signals() -> None:
+    """SIGTERM and SIGHUP end the command as Ctrl-C does (an exception, then the exit
+    handlers): the files it made are removed on every exit short of SIGKILL."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _exit_on_signals()
     if args.command in _MEASURING:
         import os
 

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .. import _tiermem, admission, checkpoint
+from .._files import remove_at_exit, remove_now
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable
 from ..embedding.cacheplan import (
@@ -337,6 +338,7 @@ class Trainer:
                 continue
             path = os.path.join(directory, f"{tag}-t{t}.tmb")
             self.files.append(path)
+            remove_at_exit(path)  # scratch: gone at exit on every path (Ctrl-C, an error, --checkpoint)
             tables.append(
                 EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=fracs[t], cacheslack=0.0)
             )
@@ -384,10 +386,7 @@ class Trainer:
 
         gc.collect()
         for f in self.files:
-            try:
-                os.unlink(f)
-            except FileNotFoundError:
-                pass
+            remove_now(f)
         self.files = []
 
     def _prefetch(self, b: Batch) -> None:

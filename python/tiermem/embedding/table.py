@@ -69,8 +69,9 @@ class EmbeddingTable:
             the fastest device, or the slowest one when ``cache`` is given); without a
             manager, a device spec such as ``"emulated:optane-pmem"``; or
             ``"block:PATH"``, a table file on a block device (the real disk), created if
-            missing and re-attached if it exists (its rows then keep their values; the
-            shape must match). A block table needs ``cache``; its cache pages go on the
+            missing and re-attached if it exists (its rows then keep their values, and the
+            optimizer state its companion ``PATH.optim`` holds comes back with them; the
+            shape must match, else an error names both). A block table needs ``cache``; its cache pages go on the
             manager's fastest device.
         cache: ``None`` for a direct table, or the cache's lower size (``cachelower``) as a
             fraction of the table (0 < cache <= 1): base rows stay on ``device``, cache
@@ -136,6 +137,8 @@ class EmbeddingTable:
             manager = model.manager
         #: A block table's file, or ``None``.
         self.path: str | None = None
+        #: Whether a block table's file existed (its rows, and its optimizer state, re-attached).
+        self.attached = False
         if isinstance(device, str) and device.startswith("block:"):
             self._open_block(
                 rows_=int(num_embeddings),
@@ -244,25 +247,34 @@ class EmbeddingTable:
         slack = int(table_bytes * place.cacheslack)
         if manager is None:
             manager = Manager([("dram", max(min(lower + slack, table_bytes) + (4 << 20), 1 << 20))], policy="all_fast")
-        exists = os.path.exists(path)
-        shape = None if exists else (rows_, width, dtype)
+        exists = os.path.lexists(path)
         name = os.path.basename(path) or path
         d = None if depth is None else int(depth)
         if d is not None and not 1 <= d <= 256:
             raise InvalidArgumentError(f"depth must be from 1 to 256 reads in flight, got {depth!r}")
-        self._native = _tiermem.Table.block(manager._native, 0, path, name, shape, False, d, lower, slack, admission)
-        got = (int(self._native.rows), int(self._native.width), str(self._native.dtype))
-        if exists and got != (rows_, width, dtype):
-            del self._native
-            raise InvalidArgumentError(
-                f"table file {path} holds {got[0]} rows of width {got[1]} ({got[2]}); asked for "
-                f"{rows_} x {width} ({dtype}): open it with its own shape or use another path"
-            )
+        self._native = _tiermem.Table.block(
+            manager._native, 0, path, name, (rows_, width, dtype), exists, d, lower, slack, admission
+        )
+        #: Whether the table file existed (its rows, and its optimizer state, re-attached).
+        self.attached = exists
         self.manager = manager
         self.path = path
         self.policy = "block"
         self.model = None
         self.cache_fraction = place.cache
+
+    @property
+    def trained_with(self) -> str | None:
+        """The optimizer the rows were last updated with; for a re-attached block table, the
+        one its file's optimizer companion (``PATH.optim``) records. ``None`` before any
+        update."""
+        return self._native.trained_with()
+
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's state and step count (rows re-initialised, or a switch to
+        another optimizer on purpose: a re-attached table refuses updates by another
+        optimizer until this is called)."""
+        self._native.reset_optimizer()
 
     # Block tables --------------------------------------------------------------------
     @property

@@ -157,6 +157,37 @@ def _settings(lr: float, eps: float | None, lr_decay: float, initial_accumulator
     return {k: v for k, v in given.items() if v != getattr(default, k)}
 
 
+_INITS = ("auto", "overwrite")
+
+
+def _check_init(init: str) -> None:
+    if init not in _INITS:
+        raise InvalidArgumentError(f"init={init!r}: use 'auto' (keep an existing table file's rows) or 'overwrite'")
+
+
+def _rows_to_initialise(t: EmbeddingTable, optim: OptimizerConfig, init: str, *, given: bool) -> bool:
+    """Whether a module initialises ``t``'s rows: always a new table's; a re-attached table
+    file's only with ``init="overwrite"`` (its optimizer state is forgotten then). A file
+    trained with another optimizer than the module's is refused, naming both."""
+    if not t.attached:
+        return True
+    if init == "overwrite":
+        t.reset_optimizer()
+        return True
+    if given:
+        raise InvalidArgumentError(
+            f"the table file {t.path} exists and holds trained rows; _weight would overwrite them: pass "
+            "init='overwrite' to replace them, or leave _weight out to resume from the file"
+        )
+    trained = t.trained_with
+    if trained is not None and trained != optim.name:
+        raise InvalidArgumentError(
+            f"the table file {t.path} was trained with optimizer {trained!r} (state in {t.path}.optim); this module "
+            f"uses {optim.name!r}: pass optimizer={trained!r} to train on, or init='overwrite' to start over"
+        )
+    return False
+
+
 class _FusedOptimizer:
     """Optimizer settings shared by the modules."""
 
@@ -290,6 +321,10 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             ``torch.optim.SGD`` / ``torch.optim.Adagrad`` name them).
         nt_stores: write updated rows with non-temporal stores.
         seed: seed of the ``N(0, 1)`` initialisation (``torch.nn.EmbeddingBag``'s).
+        init: ``"auto"`` (default): rows of a new table are initialised, an existing table
+            file (``where="block:PATH"``) is re-attached as it is, rows and optimizer state,
+            so rebuilding a model resumes it; ``"overwrite"``: initialise the rows (from
+            ``_weight`` or the seed) and forget the optimizer state even of an existing file.
     """
 
     def __init__(
@@ -320,8 +355,10 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         nt_stores: bool = False,
         seed: int | None = None,
         admission: str = "row",
+        init: str = "auto",
     ) -> None:
         torch.nn.Module.__init__(self)
+        _check_init(init)
         for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq)):
             if bad:
                 raise InvalidArgumentError(f"{name} is not supported by TieredEmbeddingBag")
@@ -352,11 +389,11 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
         self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
+        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise InvalidArgumentError(f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}")
+        if not _rows_to_initialise(self.table, self.optim, init, given=_weight is not None):
+            return
         if _weight is not None:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise InvalidArgumentError(
-                    f"_weight must have shape {(num_embeddings, embedding_dim)}, got {tuple(_weight.shape)}"
-                )
             self.table.load(_weight.detach().to(torch.float32).numpy())
         else:
             self.reset_parameters(seed)
@@ -483,8 +520,10 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         nt_stores: bool = False,
         seed: int | None = None,
         admission: str = "row",
+        init: str = "auto",
     ) -> None:
         torch.nn.Module.__init__(self)
+        _check_init(init)
         if mode not in ("sum", "mean"):
             raise InvalidArgumentError(f"mode {mode!r}: supported are 'sum' and 'mean'")
         if not tables:
@@ -492,10 +531,13 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         dt = _storage(dtype)
         self.mode = mode
         made: list[EmbeddingTable] = []
+        fresh: list[bool] = []
         g = torch.Generator().manual_seed(seed) if seed is not None else None
+        self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
         for k, spec in enumerate(tables):
             if isinstance(spec, EmbeddingTable):
                 made.append(spec)
+                fresh.append(False)
                 continue
             rows, dim = spec
             t = EmbeddingTable(
@@ -509,11 +551,13 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
                 policy=policy,
                 admission=admission,
             )
-            _randn_rows(t, None, g)
             made.append(t)
+            fresh.append(_rows_to_initialise(t, self.optim, init, given=False))
+        for t, f in zip(made, fresh):
+            if f:
+                _randn_rows(t, None, g)
         self.tables = made
         self._collection = EmbeddingCollection(made)
-        self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
 
     def prefetch(self, indices: Any, offsets: Any) -> int:
         """Read the rows of a coming batch (FBGEMM layout, as :meth:`forward` takes it) into

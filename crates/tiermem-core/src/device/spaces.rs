@@ -222,6 +222,15 @@ fn overridden(
     if !ok {
         crate::bail!("{var}={value:?} is not a node list (expected e.g. \"0,2\" or \"0-1\")");
     }
+    // Every id is checked before the list is expanded (`0-4294967295` names 2^32 nodes).
+    let top = ids.iter().copied().max().unwrap_or(0);
+    if let Some(bad) = value
+        .split(['-', ','])
+        .filter_map(|n| n.trim().parse::<u32>().ok())
+        .find(|&n| n > top)
+    {
+        crate::bail!("{var}={value:?} names node {bad}, which has no memory here (nodes: {ids:?})");
+    }
     let mut nodes = parse_list(&value);
     nodes.sort_unstable();
     nodes.dedup();
@@ -520,6 +529,10 @@ mod tests {
             (
                 "7",
                 "names node 7, which has no memory here (nodes: [0, 1])",
+            ),
+            (
+                "0-4294967295",
+                "names node 4294967295, which has no memory here (nodes: [0, 1])",
             ),
         ] {
             let env = |v: &str| (v == "TIERMEM_NODES_LARGE_CAP").then(|| value.to_string());

@@ -1,7 +1,9 @@
 //! Copying a whole file without passing its bytes through user space: a reflink (the
 //! filesystem shares the extents, copy-on-write: instant on XFS, btrfs and bcachefs) where
 //! the filesystem offers one, otherwise the kernel's `copy_file_range` (an in-kernel copy on
-//! ext4, offloaded by NFS and some SSDs).
+//! ext4, offloaded by NFS and some SSDs), and where the kernel copies nothing across the two
+//! file systems (`EXDEV`, and file systems without `copy_file_range`), a streamed copy
+//! through a buffer in this process.
 
 use std::fs::File;
 use std::io;
@@ -14,6 +16,8 @@ pub enum CloneHow {
     Reflink,
     /// The kernel copied the bytes.
     Copy,
+    /// Read and written through this process (another file system).
+    Stream,
 }
 
 impl CloneHow {
@@ -23,6 +27,7 @@ impl CloneHow {
         match self {
             CloneHow::Reflink => "reflink",
             CloneHow::Copy => "copy",
+            CloneHow::Stream => "stream",
         }
     }
 }
@@ -63,6 +68,13 @@ pub fn clone_file(src: &File, dst: &File, len: u64) -> io::Result<CloneHow> {
             }
             _ => {
                 let e = io::Error::last_os_error();
+                let cross = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+                );
+                if cross && off_in == 0 {
+                    return stream(src, dst, len);
+                }
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e);
                 }
@@ -70,6 +82,36 @@ pub fn clone_file(src: &File, dst: &File, len: u64) -> io::Result<CloneHow> {
         }
     }
     Ok(CloneHow::Copy)
+}
+
+/// Copy the first `len` bytes of `src` to `dst` through a 1 MiB buffer.
+fn stream(src: &File, dst: &File, len: u64) -> io::Result<CloneHow> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < len {
+        let want = usize::try_from((len - off).min(buf.len() as u64)).unwrap_or(buf.len());
+        let n = src.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the source ended {} bytes early", len - off),
+            ));
+        }
+        dst.write_all_at(&buf[..n], off)?;
+        off += n as u64;
+    }
+    Ok(CloneHow::Stream)
+}
+
+/// Whether `a` and `b` (existing paths) are on one file system.
+#[must_use]
+pub fn same_file_system(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev(),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -95,6 +137,12 @@ mod tests {
         if let Err(e) = err {
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         }
+        let streamed = File::create(dir.join("d")).unwrap();
+        assert_eq!(
+            stream(&File::open(&a).unwrap(), &streamed, data.len() as u64).unwrap(),
+            CloneHow::Stream
+        );
+        assert_eq!(std::fs::read(dir.join("d")).unwrap(), data);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,17 +1,53 @@
-//! Device files (`block:PATH`, `mapped:PATH`) are the user's files: tiermem creates a new
-//! one exclusively, refuses to overwrite an existing non-empty file or a block-device node
-//! unless asked to, locks the file for the owner's life (two managers on one path would
-//! corrupt each other), and removes a file it created when the owner drops it.
+//! Device files (`block:PATH`, `mapped:PATH`) and table files: tiermem creates a new one
+//! exclusively ([`super::files::create`]: `O_EXCL|O_NOFOLLOW`) and marks it as its own
+//! ([`super::files::mark`]), refuses to overwrite an existing non-empty file or a
+//! block-device node unless asked to, never follows a symbolic link to a regular file nor
+//! writes a file with a second hard link, locks the file for the owner's life (two managers
+//! on one path would corrupt each other), and removes a device file it created when the
+//! owner drops it or the process exits ([`remove_created`]). A device file a dead process
+//! left (marked, not locked) is reclaimed by the next run instead of refused.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use super::direct_io::statfs;
+use super::files;
 
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+/// The mark of a device file, removed when its owner goes ([`files::MARK`]).
+pub const MARK_DEVICE: &str = "device";
+/// The mark of a table file, which outlives processes.
+pub const MARK_TABLE: &str = "table";
+
+/// Device files this process created and has not yet removed: what [`remove_created`]
+/// unlinks at exit. A leaf lock (lock order: taken alone, holding nothing else).
+static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Unlink every device file this process created and still holds (at interpreter exit, or a
+/// CLI's signal handler): open maps stay valid, the names go. Returns how many.
+pub fn remove_created() -> usize {
+    let paths = std::mem::take(
+        &mut *CREATED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    paths
+        .iter()
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
+}
+
+fn forget_created(path: &Path) {
+    CREATED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|p| p != path);
+}
 
 /// Why a path cannot hold a device.
 #[derive(Debug)]
@@ -25,7 +61,8 @@ pub enum DevFileError {
         /// Bytes free on the file system.
         free: u64,
     },
-    /// An existing non-empty file, or a block-device node, and no `overwrite`.
+    /// An existing non-empty file, or a block-device node, and no `overwrite`; or a link
+    /// that is never written through.
     Exists {
         /// What is there.
         what: String,
@@ -48,6 +85,8 @@ pub struct DevFile {
     created: bool,
     /// Whether it is a block-device node.
     pub block_node: bool,
+    /// Whether this call removed a file a dead process left (and made it anew).
+    pub reclaimed: bool,
 }
 
 /// Options for [`DevFile::open`].
@@ -71,12 +110,26 @@ pub struct Options {
 impl DevFile {
     /// Open or create `path` as a device file of `o.len` bytes (see the module doc).
     pub fn open(path: &Path, o: Options) -> Result<Self, DevFileError> {
-        let meta = std::fs::metadata(path).ok();
+        let mut reclaimed = false;
+        let mut meta = std::fs::symlink_metadata(path).ok();
+        if meta.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+            // A link to a block-device node (`/dev/disk/by-id/...`) is how disks are named;
+            // a link to anything else is never followed.
+            match std::fs::metadata(path) {
+                Ok(t) if t.file_type().is_block_device() => meta = Some(t),
+                _ => {
+                    return Err(DevFileError::Exists {
+                        what: "a symbolic link (tiermem never writes through one; give the \
+                               file's own path)"
+                            .into(),
+                    })
+                }
+            }
+        }
         let block_node = meta
             .as_ref()
             .is_some_and(|m| m.file_type().is_block_device());
-        let existing = meta.as_ref().map(std::fs::Metadata::len);
-        if meta.as_ref().is_some_and(std::fs::Metadata::is_file) && locked_elsewhere(path) {
+        if meta.as_ref().is_some_and(std::fs::Metadata::is_file) && locked_for(path, LOCK_GRACE) {
             return Err(DevFileError::Locked);
         }
         if let Some(m) = &meta {
@@ -96,7 +149,14 @@ impl DevFile {
                     what: "a block device, not a table file".into(),
                 });
             }
-            if !o.overwrite && !o.attach && (block_node || m.len() > 0) {
+            let refused = !o.overwrite && !o.attach && (block_node || m.len() > 0);
+            if refused && !o.keep && files::marked(path).as_deref() == Some(MARK_DEVICE) {
+                // A device file of a process that died (its lock went with it): ours to reuse.
+                std::fs::remove_file(path)
+                    .map_err(|e| DevFileError::Os("remove a dead process's device file", e))?;
+                reclaimed = true;
+                meta = None;
+            } else if refused {
                 return Err(DevFileError::Exists {
                     what: if block_node {
                         "a block device (its contents would be destroyed)".into()
@@ -106,6 +166,7 @@ impl DevFile {
                 });
             }
         }
+        let existing = meta.as_ref().map(std::fs::Metadata::len);
         if !block_node {
             let dir = path
                 .parent()
@@ -123,50 +184,78 @@ impl DevFile {
                 return Err(DevFileError::NoSpace { free });
             }
         }
-        let mut opts = OpenOptions::new();
-        opts.read(true).write(true);
-        let mut flags = 0;
-        if o.direct {
-            flags |= libc::O_DIRECT;
-        }
-        if block_node {
-            // On a block device, O_EXCL means: fail if it is mounted or in use elsewhere.
-            flags |= libc::O_EXCL;
-        } else if meta.is_none() {
-            opts.create_new(true);
-        }
-        opts.custom_flags(flags);
         if o.attach && meta.is_none() {
             return Err(DevFileError::Os(
                 "open (no such file to attach)",
                 std::io::Error::from_raw_os_error(libc::ENOENT),
             ));
         }
+        let flags = if o.direct { libc::O_DIRECT } else { 0 };
         let created = meta.is_none();
-        let file = opts.open(path).map_err(|e| {
-            if created {
-                let _ = std::fs::remove_file(path);
-            }
-            match e.raw_os_error() {
-                Some(libc::EINVAL) if o.direct => {
-                    DevFileError::Os("open with O_DIRECT (the file system refuses direct I/O)", e)
+        let opened = if created {
+            let how = files::Create {
+                read: true,
+                flags,
+                mode: 0o600,
+            };
+            files::create(path, how)
+        } else if block_node {
+            // On a block device, O_EXCL means: fail if it is mounted or in use elsewhere. The
+            // path may be a link to the node (checked above).
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(flags | libc::O_EXCL | libc::O_CLOEXEC)
+                .open(path)
+        } else {
+            files::open_existing(path, true, flags)
+        };
+        let file = opened.map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) if o.direct => {
+                if created {
+                    let _ = std::fs::remove_file(path);
                 }
-                Some(libc::EEXIST) => DevFileError::Exists {
-                    what: "a file created by someone else just now".into(),
-                },
-                Some(libc::EBUSY) => DevFileError::Locked,
-                _ => DevFileError::Os("open", e),
+                DevFileError::Os("open with O_DIRECT (the file system refuses direct I/O)", e)
             }
+            Some(libc::EEXIST) => DevFileError::Exists {
+                what: "a file created by someone else just now".into(),
+            },
+            Some(libc::ELOOP) => DevFileError::Exists {
+                what: "a symbolic link placed there just now (never followed)".into(),
+            },
+            Some(libc::EBUSY) => DevFileError::Locked,
+            _ => DevFileError::Os("open", e),
         })?;
+        if !created && !block_node {
+            if let Some(p) = files::single_link_problem(&file) {
+                return Err(DevFileError::Exists {
+                    what: format!("a file whose data {p}"),
+                });
+            }
+        }
         let mut me = DevFile {
             file,
             path: path.to_owned(),
             created: created && !o.keep,
             block_node,
+            reclaimed,
         };
+        if created {
+            files::mark(&me.file, if o.keep { MARK_TABLE } else { MARK_DEVICE });
+            if me.created {
+                CREATED
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(path.to_owned());
+            }
+        }
         // SAFETY: the fd is open and owned by `me.file`; flock has no memory effects.
         if unsafe { libc::flock(me.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
+            if me.created {
+                forget_created(path);
+            }
             me.created = false; // not ours to remove: someone else's live device
             return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 DevFileError::Locked
@@ -184,12 +273,19 @@ impl DevFile {
                 if created {
                     // Nothing of it is anyone's yet, whether or not it was to be kept.
                     let _ = std::fs::remove_file(path);
+                    forget_created(path);
                     me.created = false;
                 }
                 return Err(e);
             }
         }
         Ok(me)
+    }
+
+    /// The path it was opened at.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Reserve the blocks now, so a full disk shows up here rather than as a failed write
@@ -217,18 +313,26 @@ impl Drop for DevFile {
         if self.created {
             // Removed while still locked, so no other manager can open it half-gone.
             let _ = std::fs::remove_file(&self.path);
+            forget_created(&self.path);
         }
     }
 }
 
-/// Whether another open file description holds `path`'s lock (a live manager's device).
-fn locked_elsewhere(path: &Path) -> bool {
-    let Ok(probe) = File::open(path) else {
-        return false;
-    };
-    // SAFETY: the fd is open and owned by `probe`; the shared lock, if taken, goes with it.
-    let rc = unsafe { libc::flock(probe.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+/// How long a lock found held is waited for before the file is refused: the kernel releases
+/// a killed process's files after it is reaped, once its in-flight I/O (an io_uring's
+/// requests) completes, so a rerun right after a kill would otherwise be refused.
+pub const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `path`'s lock stays held by another owner for `grace`.
+fn locked_for(path: &Path, grace: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while files::locked_elsewhere(path) {
+        if start.elapsed() >= grace {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
 }
 
 /// Size of a block-device node (`BLKGETSIZE64`).

@@ -188,7 +188,11 @@ fn meminfo_field(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// Parse a kernel list like `0-2,5`.
+/// The largest id a kernel list may name (Linux's CPU and node limits are far below it):
+/// larger ids are dropped before anything is allocated for them.
+pub const MAX_LIST_ID: u32 = 1 << 16;
+
+/// Parse a kernel list like `0-2,5` (ids above [`MAX_LIST_ID`] are dropped).
 #[must_use]
 pub fn parse_list(s: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -196,10 +200,10 @@ pub fn parse_list(s: &str) -> Vec<u32> {
         match part.split_once('-') {
             Some((a, b)) => {
                 if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-                    out.extend(a..=b);
+                    out.extend(a..=b.min(MAX_LIST_ID));
                 }
             }
-            None => out.extend(part.parse::<u32>().ok()),
+            None => out.extend(part.parse::<u32>().ok().filter(|&v| v <= MAX_LIST_ID)),
         }
     }
     out
@@ -291,5 +295,8 @@ mod tests {
     fn parses_kernel_lists() {
         assert_eq!(parse_list("0-2,5\n"), vec![0, 1, 2, 5]);
         assert_eq!(parse_list(""), Vec::<u32>::new());
+        // A crafted list allocates nothing for ids no machine has.
+        assert_eq!(parse_list("0-4294967295").len(), MAX_LIST_ID as usize + 1);
+        assert_eq!(parse_list("4294967295"), Vec::<u32>::new());
     }
 }

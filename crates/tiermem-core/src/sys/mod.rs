@@ -7,6 +7,7 @@ pub mod clone;
 pub mod devfile;
 pub mod direct_io;
 pub mod discover;
+pub mod files;
 pub mod huge;
 pub mod mmap;
 pub mod numa;

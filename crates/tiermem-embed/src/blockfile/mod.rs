@@ -18,6 +18,7 @@
 
 mod faults;
 pub mod format;
+pub mod optstate;
 mod relayout;
 mod snapshot;
 
@@ -38,9 +39,9 @@ use crate::DType;
 /// Queue depth when none is given: what `tiermem calibrate` finds best on NVMe-class disks.
 pub const DEFAULT_DEPTH: usize = 16;
 
-/// The most consecutive blocks one request reads or writes (64 KiB): long enough for the
-/// disk's sequential rate, short enough that the ring's buffers (two per request in flight)
-/// stay small.
+/// The most consecutive blocks one request reads or writes (64 KiB) unless one row is
+/// longer (a row is always one request, [`runs`]): long enough for the disk's sequential
+/// rate, short enough that the ring's buffers (two per request in flight) stay small.
 const RUN_BLOCKS: usize = 16;
 
 /// An open, locked table file.
@@ -103,6 +104,8 @@ impl BlockFile {
             "table '{name}': row width {width} exceeds {}",
             crate::table::MAX_WIDTH
         );
+        optstate::remove_orphan(path)
+            .map_err(|what| Error::InvalidArgument(format!("table '{name}': {what}")))?;
         let mut header = Header::new(rows, width, dtype);
         let layout: Vec<u32> = (0..rows as u32).collect();
         header.layout_crc = crc32c::crc32c(&layout_bytes(&layout));
@@ -124,9 +127,17 @@ impl BlockFile {
     }
 
     /// Re-attach the table file `path` written by [`BlockFile::create`] (in this process or
-    /// an earlier one). Checks the header, the file's length and the layout; blocks are
-    /// verified as they are read.
-    pub fn open(path: &Path, name: &str, depth: usize) -> Result<Self> {
+    /// an earlier one). Checks the header against the file's length and, if given, the
+    /// caller's `expect`ed shape before anything is allocated for it; then the layout, read
+    /// in chunks and checked as it arrives (a crafted or sparse file fails at its first
+    /// repeated position, having cost a chunk); blocks are verified as they are read. A
+    /// `.relayout` file a killed relayout left beside it is removed.
+    pub fn open(
+        path: &Path,
+        name: &str,
+        depth: usize,
+        expect: Option<(u64, u32, DType)>,
+    ) -> Result<Self> {
         let opts = Options {
             len: 0,
             overwrite: false,
@@ -157,6 +168,19 @@ impl BlockFile {
         io.read_at(head.as_mut_slice(), 0)
             .map_err(|e| Error::io(name, &path.display().to_string(), "read the header", e))?;
         let header = Header::decode(&head.as_mut_slice()[..BLOCK]).map_err(corrupt)?;
+        if let Some((rows, width, dtype)) = expect {
+            let got = (header.rows, header.width, header.dtype);
+            ensure!(
+                got == (rows, width, dtype),
+                "table '{name}': the table file {} holds {} rows of width {} ({}); asked for {rows} \
+                 x {width} ({}): open it with its own shape or use another path",
+                path.display(),
+                got.0,
+                got.1,
+                got.2.name(),
+                dtype.name()
+            );
+        }
         if len < header.file_bytes() {
             return Err(corrupt(format!(
                 "truncated: {len} bytes, the header describes {} ({} data blocks)",
@@ -164,25 +188,11 @@ impl BlockFile {
                 header.data_blocks
             )));
         }
-        let mut raw = AlignedBuf::new(header.layout_blocks as usize * BLOCK);
-        io.read_at(raw.as_mut_slice(), BLOCK as u64)
-            .map_err(|e| Error::io(name, &path.display().to_string(), "read the layout", e))?;
-        let bytes = &raw.as_mut_slice()[..header.rows as usize * 4];
-        let crc = crc32c::crc32c(bytes);
-        if crc != header.layout_crc {
-            return Err(corrupt(format!(
-                "layout checksum mismatch (stored {:#010x}, computed {crc:#010x})",
-                header.layout_crc
-            )));
-        }
-        let layout: Vec<u32> = bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        if let Some(p) = crate::layout::permutation_problem(&layout, layout.len()) {
-            return Err(corrupt(p));
-        }
+        let layout = read_layout(&io, &header)
+            .map_err(|e| Error::io(name, &path.display().to_string(), "read the layout", e))?
+            .map_err(corrupt)?;
         drop(io);
+        relayout::remove_stale_aside(path);
         Self::assemble(name, path, file, header, layout, depth)
     }
 
@@ -280,6 +290,15 @@ impl BlockFile {
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the file's path still names this open file (not removed or replaced).
+    #[must_use]
+    pub fn still_at_path(&self) -> bool {
+        use tiermem_core::sys::files::{identity, rename_target_problem, Replace};
+        std::fs::symlink_metadata(&self.path).is_ok()
+            && identity(&self.file.file)
+                .is_ok_and(|id| rename_target_problem(&self.path, Replace::Same(id)).is_none())
     }
 
     /// The geometry and generation.
@@ -407,7 +426,7 @@ impl BlockFile {
     /// is returned and `each` is not called again.
     fn read_runs(&self, blocks: &[u64], mut each: impl FnMut(usize, &[u8])) -> Result<()> {
         // Runs of consecutive blocks (a wide row's) are one request each.
-        let runs = runs(blocks, RUN_BLOCKS);
+        let runs = runs(blocks, RUN_BLOCKS, self.header.blocks_per_row);
         let mut first_error = None;
         let mut on_run = |k: usize, read: std::io::Result<&[u8]>| {
             if first_error.is_some() {
@@ -526,7 +545,7 @@ impl BlockFile {
             });
         }
         pieces.sort_unstable();
-        let runs = runs(&blocks, RUN_BLOCKS);
+        let runs = runs(&blocks, RUN_BLOCKS, self.header.blocks_per_row);
         let reqs = self.requests(&runs);
         let mut first_error = None;
         let mut next_piece = 0;
@@ -584,7 +603,7 @@ impl BlockFile {
         for (j, blk) in data.chunks_exact_mut(BLOCK).take(blocks.len()).enumerate() {
             format::seal(blk, blocks[j]);
         }
-        let runs = runs(&blocks, RUN_BLOCKS);
+        let runs = runs(&blocks, RUN_BLOCKS, self.header.blocks_per_row);
         let base = data.as_ptr() as usize;
         self.on_pool(&runs, |first_idx, first, n| {
             // SAFETY: as in `read_runs`; here only read.
@@ -691,16 +710,79 @@ impl BlockFile {
 }
 
 /// `(index in blocks, first block, length)` of each run of consecutive blocks, at most
-/// `max` long.
-fn runs(blocks: &[u64], max: usize) -> Vec<(usize, u64, usize)> {
+/// `max` long unless a row of `blocks_per_row` blocks would be cut: a run starts only at a
+/// row's first block, so every row is read and written by one request, whole (a kill or a
+/// failed request between requests leaves each row wholly old or wholly new).
+fn runs(blocks: &[u64], max: usize, blocks_per_row: u32) -> Vec<(usize, u64, usize)> {
+    let bpr = u64::from(blocks_per_row.max(1));
     let mut out: Vec<(usize, u64, usize)> = Vec::new();
     for (i, &b) in blocks.iter().enumerate() {
         match out.last_mut() {
-            Some((_, first, n)) if *first + *n as u64 == b && *n < max => *n += 1,
+            Some((_, first, n)) if *first + *n as u64 == b && (*n < max || b % bpr != 0) => {
+                *n += 1;
+            }
             _ => out.push((i, b, 1)),
         }
     }
     out
+}
+
+/// The layout of `header`'s file, read in 1 MiB chunks: its checksum computed and each
+/// position checked (in range, not seen before) as it arrives, so memory grows only with
+/// what the file really holds; after the first bad position only the checksum goes on (a
+/// damaged layout is named as such). The outer error is the read's, the inner what is wrong.
+fn read_layout(
+    io: &DirectFile,
+    header: &Header,
+) -> std::io::Result<std::result::Result<Vec<u32>, String>> {
+    const CHUNK: usize = 256 * BLOCK;
+    let rows = header.rows as usize;
+    let mut seen = vec![0u64; rows.div_ceil(64)];
+    let mut layout: Vec<u32> = Vec::new();
+    let mut problem = None;
+    let mut crc = 0u32;
+    let mut buf = AlignedBuf::new(CHUNK);
+    let total = header.layout_blocks as usize * BLOCK;
+    let mut off = 0;
+    while off < total {
+        let n = CHUNK.min(total - off);
+        let chunk = &mut buf.as_mut_slice()[..n];
+        io.read_at(chunk, BLOCK as u64 + off as u64)?;
+        let want = (rows * 4).saturating_sub(off).min(n);
+        let bytes = &chunk[..want];
+        crc = crc32c::crc32c_append(crc, bytes);
+        for c in bytes.chunks_exact(4) {
+            if problem.is_some() {
+                break;
+            }
+            let p = u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize;
+            let row = layout.len();
+            if p >= rows {
+                problem = Some(format!(
+                    "the layout puts row {row} at position {p}, outside 0..{rows}"
+                ));
+            } else if seen[p / 64] & (1 << (p % 64)) != 0 {
+                problem = Some(format!(
+                    "the layout puts row {row} at position {p}, which another row holds (not a \
+                     permutation)"
+                ));
+            } else {
+                seen[p / 64] |= 1 << (p % 64);
+                layout.push(p as u32);
+            }
+        }
+        if problem.is_some() {
+            layout = Vec::new();
+        }
+        off += n;
+    }
+    if crc != header.layout_crc {
+        return Ok(Err(format!(
+            "layout checksum mismatch (stored {:#010x}, computed {crc:#010x})",
+            header.layout_crc
+        )));
+    }
+    Ok(problem.map_or(Ok(layout), Err))
 }
 
 fn layout_bytes(layout: &[u32]) -> Vec<u8> {
@@ -736,3 +818,33 @@ fn open_error(name: &str, path: &Path, e: DevFileError) -> Error {
 /// Rows in a header's table are at most `u32::MAX`, so positions fit the layout's `u32`s;
 /// `HEADER_BYTES` fields fit the header block.
 const _: () = assert!(HEADER_BYTES <= BLOCK);
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    /// Every row's blocks land in one request, for every row length (the torn-row defect:
+    /// runs of 16 blocks cut a 3-block row at block 15/16), and runs stay short when rows do.
+    #[test]
+    fn runs_never_cut_a_row() {
+        for bpr in 1..=40u32 {
+            let rows: Vec<u64> = (0..60u64).filter(|r| r % 7 != 3).collect();
+            let blocks: Vec<u64> = rows
+                .iter()
+                .flat_map(|&r| r * u64::from(bpr)..(r + 1) * u64::from(bpr))
+                .collect();
+            let rs = runs(&blocks, 16, bpr);
+            assert_eq!(rs.iter().map(|r| r.2).sum::<usize>(), blocks.len());
+            for &(i, first, n) in &rs {
+                assert_eq!(blocks[i], first);
+                assert_eq!(
+                    first % u64::from(bpr),
+                    0,
+                    "a run starts mid-row (bpr {bpr})"
+                );
+                assert_eq!(n % bpr as usize, 0, "a run ends mid-row (bpr {bpr})");
+                assert!(n < 16usize.max(bpr as usize) + bpr as usize);
+            }
+        }
+    }
+}

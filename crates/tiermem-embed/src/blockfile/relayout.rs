@@ -2,9 +2,11 @@
 //! and switched atomically. The new file is written next to the old one (`PATH.relayout`),
 //! synced, then renamed over it and the directory synced: a kill at any moment leaves at
 //! `PATH` either the old file or the new one, each whole, so the table opens and reads every
-//! row at its last written value. A stale `.relayout` file of a killed relayout is
-//! overwritten by the next one. A disk without room for the copy refuses before anything
-//! changes.
+//! row at its last written value. The new file is created anew (`O_EXCL|O_NOFOLLOW`, a stale
+//! name unlinked first, never followed) and renamed only over the very file the table holds
+//! open ([`files::rename_over`]); a stale `.relayout` file of a killed relayout is removed
+//! when the table is next opened ([`remove_stale_aside`]) or relaid out. A disk without room
+//! for the copy refuses before anything changes.
 //!
 //! Memory stays bounded: the new file is written in chunks of at most `budget` bytes, and
 //! for each chunk the old file is scanned sequentially for the rows that land in it (one
@@ -14,16 +16,25 @@ use std::path::{Path, PathBuf};
 
 use super::format::{BLOCK, HEADER_BYTES};
 use super::{layout_bytes, open_error, runs, BlockFile};
-use tiermem_core::sys::devfile::{DevFile, Options};
+use tiermem_core::sys::devfile::{DevFile, Options, MARK_TABLE};
 use tiermem_core::sys::direct_io::AlignedBuf;
+use tiermem_core::sys::files::{self, Replace};
 use tiermem_core::Result;
 
 /// Where a relayout writes the new file before the switch.
 #[must_use]
 pub fn aside(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".relayout");
-    PathBuf::from(p)
+    files::with_suffix(path, ".relayout")
+}
+
+/// Remove the `.relayout` file a killed relayout of the table at `path` left (the caller
+/// holds the table's lock, so no relayout of it runs): only a regular file tiermem made.
+/// Returns whether one was removed.
+pub(super) fn remove_stale_aside(path: &Path) -> bool {
+    let tmp = aside(path);
+    files::marked(&tmp).as_deref() == Some(MARK_TABLE)
+        && !files::locked_elsewhere(&tmp)
+        && std::fs::remove_file(&tmp).is_ok()
 }
 
 impl BlockFile {
@@ -46,9 +57,14 @@ impl BlockFile {
         header.generation += 1;
         header.layout_crc = crc32c::crc32c(&layout_bytes(&layout));
         let tmp = aside(&self.path);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(self.io_error("remove a stale relayout file", e)),
+        }
         let opts = Options {
             len: header.file_bytes(),
-            overwrite: true,
+            overwrite: false,
             direct: true,
             refuse_memory_fs: true,
             attach: false,
@@ -60,18 +76,15 @@ impl BlockFile {
             .copy_rows_to(&new, budget, &mut progress)
             .and_then(|()| new.sync())
             .and_then(|()| {
-                std::fs::rename(&tmp, &self.path)
+                let me = files::identity(&self.file.file)
+                    .map_err(|e| self.io_error("stat the table file", e))?;
+                files::rename_over(&tmp, &self.path, Replace::Same(me))
                     .map_err(|e| self.io_error("switch in the relaid-out file", e))
             });
         if let Err(e) = done {
             drop(new);
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
-        }
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| self.io_error("sync the directory", e))?;
         }
         new.path.clone_from(&self.path);
         Ok(new)
@@ -116,7 +129,7 @@ impl BlockFile {
             for (j, blk) in data.chunks_exact_mut(BLOCK).enumerate() {
                 super::format::seal(blk, out_start + j as u64);
             }
-            for (first_idx, first, k) in runs(&out_blocks, 256) {
+            for (first_idx, first, k) in runs(&out_blocks, 256, h.blocks_per_row) {
                 let s = &data[first_idx * BLOCK..(first_idx + k) * BLOCK];
                 new.write_raw(s, h.data_offset(first), "write the relaid-out blocks")?;
             }

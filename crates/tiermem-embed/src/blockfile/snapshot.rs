@@ -9,35 +9,44 @@ use std::path::{Path, PathBuf};
 
 use super::BlockFile;
 use tiermem_core::sys::clone::{clone_file, CloneHow};
+use tiermem_core::sys::devfile::MARK_TABLE;
+use tiermem_core::sys::files::{self, Create, Replace};
 use tiermem_core::{Error, Result};
 
 /// Where a snapshot is written before it is renamed into place.
 fn partial(dst: &Path) -> PathBuf {
-    let mut p = dst.as_os_str().to_owned();
-    p.push(".partial");
-    PathBuf::from(p)
+    files::with_suffix(dst, ".partial")
 }
 
 impl BlockFile {
     /// Copy this file, as it is on the disk now, to `dst`. Rows must already hold their
-    /// newest values (a cache writes its dirty rows back and syncs first). On error nothing
-    /// is left at `DST.partial` and `dst` is untouched.
+    /// newest values (a cache writes its dirty rows back and syncs first). `dst` may be
+    /// absent or an earlier snapshot (a file tiermem made that no table holds open); a
+    /// user's file, a live table's, a symbolic or hard link there is refused. On error
+    /// nothing is left at `DST.partial` and `dst` is untouched.
     pub fn snapshot(&self, dst: &Path) -> Result<CloneHow> {
         let tmp = partial(dst);
         let err = |what: &str, e: std::io::Error| {
             Error::io(&self.name, &dst.display().to_string(), what, e)
         };
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(err("remove a stale partial snapshot", e)),
+        if let Some(p) = files::rename_target_problem(dst, Replace::Marked) {
+            return Err(Error::InvalidArgument(format!(
+                "table '{}': a snapshot is not written to '{}': {p}",
+                self.name,
+                dst.display()
+            )));
         }
-        let out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| err("create the snapshot", e))?;
-        let done = std::fs::File::open(&self.path)
+        let out = files::create_aside(
+            &tmp,
+            Create {
+                read: false,
+                flags: 0,
+                mode: 0o600,
+            },
+        )
+        .map_err(|e| err("create the snapshot", e))?;
+        files::mark(&out, MARK_TABLE);
+        let done = files::open_existing(&self.path, false, 0)
             .map_err(|e| err("open the table file to copy it", e))
             .and_then(|src| {
                 clone_file(&src, &out, self.header.file_bytes())
@@ -45,22 +54,13 @@ impl BlockFile {
             })
             .and_then(|how| {
                 out.sync_all().map_err(|e| err("sync the snapshot", e))?;
-                std::fs::rename(&tmp, dst).map_err(|e| err("rename the snapshot into place", e))?;
+                files::rename_over(&tmp, dst, Replace::Marked)
+                    .map_err(|e| err("rename the snapshot into place", e))?;
                 Ok(how)
             });
         drop(out);
-        let how = match done {
-            Ok(how) => how,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
-        if let Some(dir) = dst.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| err("sync the snapshot's directory", e))?;
-        }
-        Ok(how)
+        done.inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
     }
 }

@@ -375,3 +375,10 @@ impl PyRecorder {
         to_object(py, &samples)
     }
 }
+
+/// Unlink every device file (`block:`/`mapped:`) this process created and still holds (at
+/// interpreter exit; open maps stay valid). Returns how many were removed.
+#[pyfunction]
+pub fn remove_device_files() -> usize {
+    tiermem_core::sys::devfile::remove_created()
+}

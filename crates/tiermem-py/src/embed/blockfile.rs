@@ -45,7 +45,7 @@ impl PyBlockFile {
     /// Re-attach an existing table file.
     #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf, name: &str, depth: usize) -> PyResult<Self> {
-        let f = run(py, || BlockFile::open(&path, name, depth))?;
+        let f = run(py, || BlockFile::open(&path, name, depth, None))?;
         Ok(PyBlockFile {
             inner: Shared::new(f),
         })

@@ -97,31 +97,29 @@ impl PyTable {
         })
     }
 
-    /// Rows in the table file `path` (created with `shape` = (rows, width, dtype), or
-    /// re-attached when `shape` is None), a cache of `lower + slack` bytes on device `fast`,
+    /// Rows in the table file `path` of `shape` = (rows, width, dtype): created, or
+    /// re-attached when `attach` (its header must then hold that shape), a cache of `lower + slack` bytes on device `fast`,
     /// `admission` that of a read block's other rows, `depth` reads in flight
     /// (None: the calibrated depth).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (manager, fast, path, name, shape, overwrite, depth, lower, slack, admission))]
+    #[pyo3(signature = (manager, fast, path, name, shape, attach, depth, lower, slack, admission))]
     fn block(
         py: Python<'_>,
         manager: &PyManager,
         fast: usize,
         path: std::path::PathBuf,
         name: &str,
-        shape: Option<(u64, u32, String)>,
-        overwrite: bool,
+        shape: (u64, u32, String),
+        attach: bool,
         depth: Option<usize>,
         lower: u64,
         slack: u64,
         admission: &str,
     ) -> PyResult<Self> {
         let prefetch = Prefetch::parse(admission).map_err(to_py)?;
-        let shape = match shape {
-            Some((r, w, d)) => Some((r, w, DType::parse(&d).map_err(to_py)?)),
-            None => None,
-        };
+        let (r, w, d) = shape;
+        let shape = (r, w, DType::parse(&d).map_err(to_py)?);
         let m = Arc::clone(&manager.inner);
         let cfg = CacheConfig {
             prefetch,
@@ -131,9 +129,10 @@ impl PyTable {
         };
         let depth = depth.unwrap_or_else(tiermem_core::calib::block_depth);
         let t = run(py, || {
-            let file = match shape {
-                Some((r, w, d)) => BlockFile::create(&path, name, r, w, d, overwrite, depth)?,
-                None => BlockFile::open(&path, name, depth)?,
+            let file = if attach {
+                BlockFile::open(&path, name, depth, Some(shape))?
+            } else {
+                BlockFile::create(&path, name, shape.0, shape.1, shape.2, false, depth)?
             };
             Table::block(&m, fast, file, cfg)
         })?;
@@ -353,6 +352,16 @@ impl PyTable {
         let v = view::<f32>(src, "rows", false)?;
         // SAFETY: as above.
         run(py, || self.inner.write_rows(start, unsafe { v.slice() }))
+    }
+
+    /// The optimizer the rows were last updated with (or a re-attached file's), or None.
+    fn trained_with(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        run(py, || self.inner.trained_with())
+    }
+
+    /// Forget the optimizer's state and steps.
+    fn reset_optimizer(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, || self.inner.reset_optimizer())
     }
 
     /// (kind, length, steps) of the fused optimizer's state, or None.
