@@ -27,7 +27,7 @@ CRATES = ROOT / "crates"
 
 #: tiermem-core's floors, bottom first. Modules on one floor may use each other (one way).
 FLOORS: list[tuple[str, ...]] = [
-    ("error", "lock_order"),
+    ("error", "process", "lock_order"),
     ("arch",),
     ("sys",),
     ("counters",),

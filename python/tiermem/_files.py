@@ -102,7 +102,8 @@ def write_json_atomic(path: str, data: Any) -> None:
 
 # Files removed at interpreter exit ----------------------------------------------------------
 
-_AT_EXIT: set[str] = set()
+#: Path -> the process that registered it (a forked child removes none of its parent's).
+_AT_EXIT: dict[str, int] = {}
 _AT_EXIT_LOCK = threading.Lock()
 #: What a table file brings with it: its optimizer companion, a relayout's or a snapshot's
 #: temporary.
@@ -114,14 +115,14 @@ def remove_at_exit(path: str) -> None:
     however it exits short of SIGKILL (the CLI turns SIGTERM and SIGHUP into an exit), unless
     :func:`remove_now` removed it first."""
     with _AT_EXIT_LOCK:
-        _AT_EXIT.add(os.path.abspath(path))
+        _AT_EXIT[os.path.abspath(path)] = os.getpid()
 
 
 def remove_now(path: str) -> None:
     """Remove ``path`` and its companions now (missing ones are fine) and forget it."""
     full = os.path.abspath(path)
     with _AT_EXIT_LOCK:
-        _AT_EXIT.discard(full)
+        _AT_EXIT.pop(full, None)
     for p in (full, *(full + c for c in COMPANIONS)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
@@ -129,8 +130,9 @@ def remove_now(path: str) -> None:
 
 @atexit.register
 def _remove_at_exit() -> None:
+    me = os.getpid()
     with _AT_EXIT_LOCK:
-        paths = sorted(_AT_EXIT)
+        paths = sorted(p for p, pid in _AT_EXIT.items() if pid == me)
     for p in paths:
         with contextlib.suppress(OSError):
             remove_now(p)

@@ -51,6 +51,7 @@ pub mod mechanism;
 pub mod model;
 pub mod pattern;
 pub mod policy;
+pub mod process;
 pub mod sys;
 pub mod traits;
 

@@ -19,7 +19,11 @@
 //! the DRAM probe's file lock (`calib::shared`), held while a process's DRAM figures are
 //! first fetched, before the devices of the manager that asks for them exist.
 //!
-//! [`may_block`] is called before every manager and table lock is taken.
+//! The process's pool registry (`process`) and the device files' registry
+//! (`sys::devfile`) are leaf locks too, held only to look up or record an entry.
+//!
+//! [`may_block_in`] is called before every manager and table lock is taken: it refuses a
+//! forked child's use of its parent's object, then runs [`may_block`].
 
 use std::sync::OnceLock;
 
@@ -33,6 +37,13 @@ static CHECK: OnceLock<BlockingCheck> = OnceLock::new();
 /// Install the check [`may_block`] runs (once per process; later calls are ignored).
 pub fn set_blocking_check(check: BlockingCheck) {
     let _ = CHECK.set(check);
+}
+
+/// [`may_block`] for the lock of an object made in process `born`: a forked child's use of
+/// its parent's object is refused first ([`crate::process::Born::check`]).
+pub fn may_block_in(what: &str, born: crate::process::Born) -> Result<()> {
+    born.check(what)?;
+    may_block(what)
 }
 
 /// Whether the current thread may wait for the lock named `what` (rules 3 and 4).

@@ -72,6 +72,10 @@ impl Queries<'_> {
 /// Average blocks per query (eq. 3) of `layout` (row → position) with `rows_per_block` rows
 /// per block, over the trace's non-empty queries.
 pub fn fanout(layout: &[u32], rows_per_block: usize, trace: Queries<'_>) -> Result<f64> {
+    tiermem_core::process::in_kernel_pool(|| fanout_on_pool(layout, rows_per_block, trace))?
+}
+
+fn fanout_on_pool(layout: &[u32], rows_per_block: usize, trace: Queries<'_>) -> Result<f64> {
     trace.check(layout.len())?;
     ensure!(rows_per_block > 0, "blocks hold at least one row");
     let (sum, n) = (0..trace.queries())
@@ -245,6 +249,16 @@ fn pf(k: u32) -> f64 {
 /// alone, rows in order of first use, rows it never uses at the end) to 19.5 from
 /// the recursive K-means layout.
 pub fn shp(
+    n: usize,
+    rows_per_block: usize,
+    trace: Queries<'_>,
+    iters: usize,
+    start: Option<&[u32]>,
+) -> Result<Vec<u32>> {
+    tiermem_core::process::in_kernel_pool(|| shp_on_pool(n, rows_per_block, trace, iters, start))?
+}
+
+fn shp_on_pool(
     n: usize,
     rows_per_block: usize,
     trace: Queries<'_>,

@@ -11,21 +11,26 @@ use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use super::table::{Mutable, Table};
 use tiermem_core::Result;
 
-use tiermem_core::lock_order::may_block;
+use tiermem_core::lock_order::{may_block, may_block_in};
 
 const SHARED: &str = "an embedding table's shared lock";
 const EXCLUSIVE: &str = "an embedding table's exclusive lock";
 
 /// One table, shared (lookups, reads of rows and state).
 pub(crate) fn shared(t: &Table) -> Result<RwLockReadGuard<'_, Mutable>> {
-    may_block(SHARED)?;
+    may_block_in(SHARED, t.born)?;
     Ok(t.lock.read_recursive())
 }
 
 /// One table, exclusive (updates, flushes, fills, writes of rows and state).
 pub(crate) fn exclusive(t: &Table) -> Result<RwLockWriteGuard<'_, Mutable>> {
-    may_block(EXCLUSIVE)?;
+    may_block_in(EXCLUSIVE, t.born)?;
     Ok(t.lock.write())
+}
+
+/// Refuse tables a forked child inherited ([`tiermem_core::process::Born`]).
+fn born(tables: &[&Table]) -> Result<()> {
+    tables.iter().try_for_each(|t| t.born.check(EXCLUSIVE))
 }
 
 /// Indices of `tables` in lock (address) order.
@@ -49,6 +54,7 @@ pub(crate) enum Held<'a> {
 /// staging and the kernel must not be separated by another call's eviction), shared on
 /// the rest. A table named twice is locked once.
 pub(crate) fn for_lookup<'a>(tables: &[&'a Table]) -> Result<Vec<Held<'a>>> {
+    born(tables)?;
     may_block(EXCLUSIVE)?;
     let o = order(tables);
     let mut out = Vec::with_capacity(o.len());
@@ -70,6 +76,7 @@ pub(crate) fn for_lookup<'a>(tables: &[&'a Table]) -> Result<Vec<Held<'a>>> {
 pub(crate) fn exclusive_all<'a>(
     tables: &[&'a Table],
 ) -> Result<Vec<RwLockWriteGuard<'a, Mutable>>> {
+    born(tables)?;
     may_block(EXCLUSIVE)?;
     let o = order(tables);
     for w in o.windows(2) {

@@ -3,6 +3,7 @@
 //! (for the static widths) and written straight into its slice of a concatenated output.
 
 use rayon::prelude::*;
+use tiermem_core::process::in_kernel_pool;
 
 use super::bags::Bags;
 use super::elem::{add_row, load_row, sum_row, Bf16, Elem};
@@ -129,7 +130,7 @@ pub(crate) fn check_call(
 
 /// Split `n` items into chunks for `tables` tables so every thread gets several.
 pub(crate) fn chunk_size(n: usize, tables: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
+    let threads = tiermem_core::process::kernel_threads().max(1);
     (n * tables).div_ceil(threads * 16).clamp(32, 4096)
 }
 
@@ -238,20 +239,21 @@ pub fn lookup(
             });
         }
     }
-    let tallies: Vec<(usize, Tally)> = jobs
-        .par_iter()
-        .map(|j| {
-            let tab = tables[j.table];
-            tab.with_rows(
-                true,
-                Run {
-                    job: j,
-                    dtype: tab.dtype(),
-                },
-            )
-            .map(|t| (j.table, t))
-        })
-        .collect::<Result<_>>()?;
+    let tallies: Vec<(usize, Tally)> = in_kernel_pool(|| {
+        jobs.par_iter()
+            .map(|j| {
+                let tab = tables[j.table];
+                tab.with_rows(
+                    true,
+                    Run {
+                        job: j,
+                        dtype: tab.dtype(),
+                    },
+                )
+                .map(|t| (j.table, t))
+            })
+            .collect::<Result<_>>()
+    })??;
     let mut per = vec![Tally::default(); tables.len()];
     for (t, x) in &tallies {
         per[*t].add(x);
@@ -446,21 +448,22 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
             jobs.push((t, b.bag(first).start, b.bag(last - 1).end));
         }
     }
-    Ok(jobs
-        .par_iter()
-        .map(|&(t, lo, hi)| {
-            let vals = bags[t].values();
-            tables[t].with_rows(
-                false,
-                Gather {
-                    vals,
-                    lo,
-                    hi,
-                    prefetch,
-                },
-            )
-        })
-        .reduce(|| 0, |a, b| a ^ b))
+    in_kernel_pool(|| {
+        jobs.par_iter()
+            .map(|&(t, lo, hi)| {
+                let vals = bags[t].values();
+                tables[t].with_rows(
+                    false,
+                    Gather {
+                        vals,
+                        lo,
+                        hi,
+                        prefetch,
+                    },
+                )
+            })
+            .reduce(|| 0, |a, b| a ^ b)
+    })
 }
 
 struct Gather<'a> {

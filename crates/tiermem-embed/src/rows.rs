@@ -56,7 +56,7 @@ pub const MEMORY_PARALLELISM: u64 = 16;
 /// waits out the extra time, see [`Device::charge_kernel`]).
 /// A home that is not a manager device (a table file) is charged nothing: its I/O is real.
 pub fn charge(home: Option<&Device>, cache: Option<&Device>, t: &Tally) {
-    let threads = rayon::current_num_threads();
+    let threads = tiermem_core::process::kernel_threads();
     if let Some(home) = home.filter(|_| t.home_read > 0 || t.home_written > 0) {
         home.charge_kernel(
             (t.home_read, t.home_rows.div_ceil(MEMORY_PARALLELISM)),

@@ -68,6 +68,8 @@ pub struct Table {
     pub(crate) storage: Storage,
     /// Taken only through `super::locks` (the lock order).
     pub(super) lock: RwLock<Mutable>,
+    /// The process it was made in (a forked child refuses it).
+    pub(super) born: tiermem_core::process::Born,
     padding: std::sync::atomic::AtomicI64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -132,6 +134,7 @@ impl Table {
                 optimizer: None,
                 optimizer_fixed: false,
             }),
+            born: tiermem_core::process::Born::now(),
             padding: std::sync::atomic::AtomicI64::new(-1),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -331,6 +334,9 @@ impl Drop for Table {
         let Some(b) = c.home().block() else {
             return;
         };
+        if b.file().forked() {
+            return; // a forked child's copy: the file and its companion are the parent's
+        }
         if let Err(e) = save_optimizer(self.lock.get_mut(), &b.file()) {
             eprintln!("tiermem: saving a block table's optimizer state on close: {e}");
         }

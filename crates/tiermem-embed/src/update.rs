@@ -5,6 +5,7 @@
 //! locks or atomics touch row data.
 
 use rayon::prelude::*;
+use tiermem_core::process::in_kernel_pool;
 
 use super::bags::{check_indices, Bags};
 use super::elem::{store_row, Bf16, Elem};
@@ -108,16 +109,18 @@ pub fn sparse_grad(
 
 /// Check every index (before anything changes), then reindex each table in parallel.
 fn prepare(tables: &[&Table], bags: &[Bags<'_>], states: &mut [&mut Mutable]) -> Result<Vec<Csr>> {
-    tables
-        .par_iter()
-        .zip(bags.par_iter())
-        .enumerate()
-        .try_for_each(|(t, (tab, b))| check_indices(t, b.values(), tab.rows()))?;
-    Ok(states
-        .par_iter_mut()
-        .zip(bags.par_iter())
-        .map(|(m, b)| reindex(b.values(), &mut m.slot_of))
-        .collect())
+    in_kernel_pool(|| {
+        tables
+            .par_iter()
+            .zip(bags.par_iter())
+            .enumerate()
+            .try_for_each(|(t, (tab, b))| check_indices(t, b.values(), tab.rows()))?;
+        Ok(states
+            .par_iter_mut()
+            .zip(bags.par_iter())
+            .map(|(m, b)| reindex(b.values(), &mut m.slot_of))
+            .collect())
+    })?
 }
 
 /// Per-table data a task needs.
@@ -228,23 +231,24 @@ fn run(
             jobs.push((t, first, (first + step).min(n)));
         }
     }
-    let tallies: Vec<(usize, Tally)> = jobs
-        .par_iter()
-        .map(|&(t, first, last)| {
-            let p = &plans[t];
-            let job = Job {
-                plan: p,
-                mode,
-                grad,
-                col: grad.cols[t],
-                sink: p.sink,
-                first,
-                last,
-            };
-            let tally = p.table.with_rows(false, Upd { job: &job });
-            (t, tally)
-        })
-        .collect();
+    let tallies: Vec<(usize, Tally)> = in_kernel_pool(|| {
+        jobs.par_iter()
+            .map(|&(t, first, last)| {
+                let p = &plans[t];
+                let job = Job {
+                    plan: p,
+                    mode,
+                    grad,
+                    col: grad.cols[t],
+                    sink: p.sink,
+                    first,
+                    last,
+                };
+                let tally = p.table.with_rows(false, Upd { job: &job });
+                (t, tally)
+            })
+            .collect()
+    })?;
     if matches!(sink, Sink::Apply(_, true)) {
         sfence();
     }

@@ -310,28 +310,30 @@ pub fn generate(
         Zipf::new(1, *s)?;
     }
     let n = batch * bag;
-    Ok(tables
-        .par_iter()
-        .enumerate()
-        .map(|(t, &rows)| {
-            let table_seed = seed.wrapping_mul(0x100_0000_01B3) ^ (t as u64 + 1);
-            let mut rng = Rng::new(table_seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            match dist {
-                Dist::Uniform => (0..n).map(|_| rng.below(rows as u64) as i64).collect(),
-                Dist::Zipf(s) => {
-                    let perm: Vec<u32> = Lfsr::permutation(rows, table_seed)
-                        .expect("rows checked")
-                        .map(|r| r as u32)
-                        .collect();
-                    let z = Zipf::new(rows, *s).expect("checked");
-                    (0..n)
-                        .map(|_| i64::from(perm[(z.sample(&mut rng) - 1) as usize]))
-                        .collect()
+    tiermem_core::process::in_kernel_pool(|| {
+        Ok(tables
+            .par_iter()
+            .enumerate()
+            .map(|(t, &rows)| {
+                let table_seed = seed.wrapping_mul(0x100_0000_01B3) ^ (t as u64 + 1);
+                let mut rng = Rng::new(table_seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                match dist {
+                    Dist::Uniform => (0..n).map(|_| rng.below(rows as u64) as i64).collect(),
+                    Dist::Zipf(s) => {
+                        let perm: Vec<u32> = Lfsr::permutation(rows, table_seed)
+                            .expect("rows checked")
+                            .map(|r| r as u32)
+                            .collect();
+                        let z = Zipf::new(rows, *s).expect("checked");
+                        (0..n)
+                            .map(|_| i64::from(perm[(z.sample(&mut rng) - 1) as usize]))
+                            .collect()
+                    }
+                    Dist::Production(p) => production(p, rows, n, table_seed, &mut rng),
                 }
-                Dist::Production(p) => production(p, rows, n, table_seed, &mut rng),
-            }
-        })
-        .collect())
+            })
+            .collect())
+    })?
 }
 
 fn production(p: &[f64], rows: usize, n: usize, table_seed: u64, rng: &mut Rng) -> Vec<i64> {

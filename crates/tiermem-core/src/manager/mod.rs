@@ -67,6 +67,8 @@ pub struct Manager {
     poisoned: parking_lot::Mutex<Option<String>>,
     devices: Vec<Arc<Device>>,
     policy_name: String,
+    /// The process it was made in (a forked child refuses it).
+    born: crate::process::Born,
 }
 
 /// Bytes in use on one device.
@@ -121,14 +123,15 @@ impl Manager {
             poisoned: parking_lot::Mutex::new(None),
             devices,
             policy_name,
+            born: crate::process::Born::now(),
         })
     }
 
     /// The manager lock. Fair: a thread releasing it hands it to the longest waiter, so a
     /// thread looping over manager calls cannot starve one that opens and closes guards.
-    /// Taken only here, after [`crate::lock_order::may_block`] and the poison check.
+    /// Taken only here, after [`crate::lock_order::may_block_in`] and the poison check.
     fn lock(&self) -> Result<FairMutexGuard<'_, Inner>> {
-        crate::lock_order::may_block("the manager lock")?;
+        crate::lock_order::may_block_in("the manager lock", self.born)?;
         let g = self.inner.lock();
         // After acquiring: a thread that waited while another poisoned the manager under
         // this lock sees it here.

@@ -24,29 +24,34 @@ pub const MARK_DEVICE: &str = "device";
 /// The mark of a table file, which outlives processes.
 pub const MARK_TABLE: &str = "table";
 
-/// Device files this process created and has not yet removed: what [`remove_created`]
-/// unlinks at exit. A leaf lock (lock order: taken alone, holding nothing else).
-static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Device files created and not yet removed, with the process that created each: what
+/// [`remove_created`] unlinks at exit (a forked child inherits the list but never removes
+/// its parent's files). A leaf lock (lock order: taken alone, holding nothing else).
+static CREATED: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+fn created_list() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
+    CREATED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Unlink every device file this process created and still holds (at interpreter exit, or a
 /// CLI's signal handler): open maps stay valid, the names go. Returns how many.
 pub fn remove_created() -> usize {
-    let paths = std::mem::take(
-        &mut *CREATED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    paths
-        .iter()
+    let me = std::process::id();
+    let mine: Vec<PathBuf> = {
+        let mut g = created_list();
+        let (mine, others) = std::mem::take(&mut *g).into_iter().partition(|c| c.0 == me);
+        *g = others;
+        mine.into_iter().map(|c| c.1).collect()
+    };
+    mine.iter()
         .filter(|p| std::fs::remove_file(p).is_ok())
         .count()
 }
 
 fn forget_created(path: &Path) {
-    CREATED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retain(|p| p != path);
+    created_list().retain(|(_, p)| p != path);
 }
 
 /// Why a path cannot hold a device.
@@ -87,6 +92,8 @@ pub struct DevFile {
     pub block_node: bool,
     /// Whether this call removed a file a dead process left (and made it anew).
     pub reclaimed: bool,
+    /// The process that opened it (a forked child never removes it).
+    opener: u32,
 }
 
 /// Options for [`DevFile::open`].
@@ -240,6 +247,7 @@ impl DevFile {
             created: created && !o.keep,
             block_node,
             reclaimed,
+            opener: std::process::id(),
         };
         if created {
             files::mark(&me.file, if o.keep { MARK_TABLE } else { MARK_DEVICE });
@@ -247,7 +255,7 @@ impl DevFile {
                 CREATED
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(path.to_owned());
+                    .push((std::process::id(), path.to_owned()));
             }
         }
         // SAFETY: the fd is open and owned by `me.file`; flock has no memory effects.
@@ -310,7 +318,7 @@ impl DevFile {
 
 impl Drop for DevFile {
     fn drop(&mut self) {
-        if self.created {
+        if self.created && self.opener == std::process::id() {
             // Removed while still locked, so no other manager can open it half-gone.
             let _ = std::fs::remove_file(&self.path);
             forget_created(&self.path);

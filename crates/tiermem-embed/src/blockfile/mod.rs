@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use format::{Header, BLOCK, HEADER_BYTES, PAYLOAD};
+use tiermem_core::process::Born;
 use tiermem_core::sys::devfile::{DevFile, DevFileError, Options};
 use tiermem_core::sys::direct_io::{AlignedBuf, DirectFile};
 use tiermem_core::sys::uring::Uring;
@@ -56,7 +57,11 @@ pub struct BlockFile {
     layout: Vec<u32>,
     /// Position → row (the layout's inverse): which rows share a block.
     rows_at: Vec<u32>,
-    pool: rayon::ThreadPool,
+    /// Requests in flight: the threads of the shared I/O pool it uses
+    /// ([`tiermem_core::process::io_pool`]) or the ring's depth.
+    depth: usize,
+    /// The process that opened it (a forked child refuses it).
+    born: Born,
     /// Batched reads through io_uring, where the kernel allows it.
     uring: Option<Uring>,
     /// Injected I/O errors (tests).
@@ -210,11 +215,6 @@ impl BlockFile {
                 .try_clone()
                 .map_err(|e| Error::io(name, &shown, "open", e))?,
         );
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(depth.clamp(1, 256))
-            .thread_name(|i| format!("tiermem-blockio-{i}"))
-            .build()
-            .map_err(|e| Error::InvalidArgument(format!("table '{name}': I/O threads: {e}")))?;
         let threads_only = std::env::var("TIERMEM_IO").is_ok_and(|v| v == "threads");
         let uring = if threads_only {
             None
@@ -233,7 +233,8 @@ impl BlockFile {
             header,
             layout,
             rows_at,
-            pool,
+            depth: depth.clamp(1, 256),
+            born: Born::now(),
             uring,
             faults: faults::Faults::default(),
         })
@@ -322,7 +323,23 @@ impl BlockFile {
     /// Requests kept in flight.
     #[must_use]
     pub fn depth(&self) -> usize {
-        self.pool.current_num_threads()
+        self.depth
+    }
+
+    /// An error if this process is a forked child of the one that opened the file.
+    fn here(&self) -> Result<()> {
+        self.born.check(&format!(
+            "table '{}' (file {})",
+            self.name,
+            self.path.display()
+        ))
+    }
+
+    /// Whether this is a forked child of the process that opened the file (nothing may be
+    /// written back from here).
+    #[must_use]
+    pub fn forked(&self) -> bool {
+        self.born != Born::now()
     }
 
     /// Issue reads from the thread pool from now on, even where io_uring works (what
@@ -425,6 +442,7 @@ impl BlockFile {
     /// flight. The first failure (a read, an injected fault, a block that does not verify)
     /// is returned and `each` is not called again.
     fn read_runs(&self, blocks: &[u64], mut each: impl FnMut(usize, &[u8])) -> Result<()> {
+        self.here()?;
         // Runs of consecutive blocks (a wide row's) are one request each.
         let runs = runs(blocks, RUN_BLOCKS, self.header.blocks_per_row);
         let mut first_error = None;
@@ -530,6 +548,7 @@ impl BlockFile {
     /// of any size holds no more than them; a block that fails to read or verify stops the
     /// batch there (the blocks before it are written).
     pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+        self.here()?;
         let Some(u) = &self.uring else {
             return self.write_rows_from_pool(rows, src);
         };
@@ -626,7 +645,9 @@ impl BlockFile {
         f: impl Fn(usize, u64, usize) -> Result<()> + Sync,
     ) -> Result<()> {
         let next = AtomicUsize::new(0);
-        self.pool.install(|| {
+        let pool = tiermem_core::process::io_pool(self.depth)
+            .map_err(|e| Error::InvalidArgument(format!("table '{}': {e}", self.name)))?;
+        pool.install(|| {
             rayon::broadcast(|_| -> Result<()> {
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
@@ -664,6 +685,7 @@ impl BlockFile {
 
     /// Make every write so far durable (`fdatasync`).
     pub fn sync(&self) -> Result<()> {
+        self.here()?;
         self.file
             .file
             .sync_data()

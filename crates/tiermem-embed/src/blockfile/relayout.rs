@@ -49,6 +49,7 @@ impl BlockFile {
         budget: usize,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<BlockFile> {
+        self.here()?;
         let n = self.header.rows as usize;
         if let Some(p) = crate::layout::permutation_problem(&layout, n) {
             tiermem_core::bail!("table '{}': {p}", self.name);

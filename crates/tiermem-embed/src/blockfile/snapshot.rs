@@ -25,6 +25,7 @@ impl BlockFile {
     /// user's file, a live table's, a symbolic or hard link there is refused. On error
     /// nothing is left at `DST.partial` and `dst` is untouched.
     pub fn snapshot(&self, dst: &Path) -> Result<CloneHow> {
+        self.here()?;
         let tmp = partial(dst);
         let err = |what: &str, e: std::io::Error| {
             Error::io(&self.name, &dst.display().to_string(), what, e)

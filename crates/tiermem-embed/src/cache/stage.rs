@@ -455,7 +455,9 @@ impl Drop for CachedRows {
     /// A staged cache's dirty rows go home when the table goes: the file is where they
     /// live. A failure is reported on stderr (a drop has no caller to return it to).
     fn drop(&mut self) {
-        if self.staged() {
+        // A forked child's copy writes nothing back: the file is its parent's.
+        let forked = self.home().block().is_some_and(|b| b.file().forked());
+        if self.staged() && !forked {
             if let Err(e) = self.write_back_dirty() {
                 eprintln!("tiermem: writing a block table's updated rows back on close: {e}");
             }

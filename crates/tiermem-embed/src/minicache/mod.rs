@@ -302,20 +302,21 @@ pub fn sweep(
     let jobs: Vec<(usize, usize)> = (0..admits.len())
         .flat_map(|a| (0..capacities.len()).map(move |c| (a, c)))
         .collect();
-    let res: Vec<SimResult> = jobs
-        .par_iter()
-        .map(|&(a, c)| {
-            simulate(
-                layout,
-                rows_per_block,
-                trace,
-                capacities[c],
-                admits[a],
-                counts,
-                model,
-            )
-        })
-        .collect::<Result<_>>()?;
+    let res: Vec<SimResult> = tiermem_core::process::in_kernel_pool(|| {
+        jobs.par_iter()
+            .map(|&(a, c)| {
+                simulate(
+                    layout,
+                    rows_per_block,
+                    trace,
+                    capacities[c],
+                    admits[a],
+                    counts,
+                    model,
+                )
+            })
+            .collect::<Result<_>>()
+    })??;
     Ok(res
         .chunks(capacities.len())
         .map(<[SimResult]>::to_vec)
