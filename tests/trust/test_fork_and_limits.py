@@ -149,3 +149,39 @@ def test_a_thread_limit_is_an_error_per_call_and_lifts() -> None:
     assert all(line.startswith("error:") and "thread or task limit" in line for line in lines[:2]), r.stdout
     assert "PanicException" not in r.stdout + r.stderr
     assert lines[2] == "after: (16, 16)", r.stdout
+
+
+def test_a_stopped_process_holding_the_dram_probe_lock_delays_others_a_bounded_time(tmp_path: Path) -> None:
+    """Before: a 2-rank launch still waited after 120 s. After: the probe lock is waited for
+    TIERMEM_PROBE_WAIT seconds, then the process measures alone and says so."""
+    import signal
+    import time
+
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    lock = tmp_path / f"dram-probe-{boot}.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import fcntl, sys, time; f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.send_signal(signal.SIGSTOP)
+        env = {**os.environ, "TIERMEM_CALIBRATION": str(tmp_path / "calibration.json"), "TIERMEM_PROBE_WAIT": "1"}
+        t = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-c", "from tiermem import _tiermem; print(_tiermem.dram_figures()['source'])"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        took = time.monotonic() - t
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "alone"
+    assert took < 60, took

@@ -37,12 +37,17 @@ pub const CALIBRATED: &str = "calibrated";
 pub const MEASURED: &str = "measured";
 
 /// Every [`DramFigures::source`], with what it means (reports print it).
-pub const SOURCES: [(&str, &str); 3] = [
+pub const SOURCES: [(&str, &str); 4] = [
     (CALIBRATED, "from `tiermem calibrate`"),
     (MEASURED, "measured by this process"),
     (
         shared::SHARED,
         "measured by another process on this machine in the last minute",
+    ),
+    (
+        shared::ALONE,
+        "measured by this process without waiting longer for another process's probe \
+         (it held the probe lock past TIERMEM_PROBE_WAIT)",
     ),
 ];
 

@@ -9,9 +9,9 @@
 //! never share figures or wait for each other. Nothing here is ever an error: without the
 //! folder, the boot id or the lock, the process measures on its own, as it did before.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,12 +41,29 @@ pub fn figures(
     folder: &Path,
     measure: impl FnOnce() -> Result<DramFigures, String>,
 ) -> Result<DramFigures, String> {
+    figures_waiting(folder, lock_wait(), measure)
+}
+
+/// [`figures`], waiting at most `wait` for the probe lock.
+fn figures_waiting(
+    folder: &Path,
+    wait: Duration,
+    measure: impl FnOnce() -> Result<DramFigures, String>,
+) -> Result<DramFigures, String> {
     let Some((boot, lock_path, json_path)) = paths(folder) else {
         return measure();
     };
     // Held until the end of this function: the next process reads what this one wrote.
-    let Some(_lock) = lock(&lock_path) else {
-        return measure();
+    let _lock = match lock(&lock_path, wait) {
+        Locked::Held(f) => f,
+        Locked::Unavailable => return measure(),
+        Locked::TimedOut => {
+            // A stopped or stuck process holds it: measure without it, and say so.
+            return measure().map(|f| DramFigures {
+                source: ALONE.into(),
+                ..f
+            });
+        }
     };
     let text = std::fs::read_to_string(&json_path).unwrap_or_default();
     if let Some(f) = usable(&text, &boot, now()) {
@@ -111,17 +128,63 @@ fn boot_id() -> Option<String> {
     ok.then(|| id.to_owned())
 }
 
-/// `path` opened and locked exclusively, waiting for the process that holds it.
-fn lock(path: &Path) -> Option<File> {
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .ok()?;
-    f.lock().ok()?;
-    Some(f)
+/// The `source` of figures measured without the probe lock, after another process held it
+/// longer than [`lock_wait`] (a stopped process, or a stuck one).
+pub const ALONE: &str = "alone";
+
+/// How long a process waits for the probe lock: `TIERMEM_PROBE_WAIT` seconds, else 20 (a
+/// probe takes about a second; ranks starting together queue for it).
+#[must_use]
+pub fn lock_wait() -> Duration {
+    std::env::var("TIERMEM_PROBE_WAIT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 3600.0)
+        .map_or(Duration::from_secs(20), Duration::from_secs_f64)
+}
+
+enum Locked {
+    Held(File),
+    /// The file cannot be opened or locked at all.
+    Unavailable,
+    /// Another process held it for the whole wait.
+    TimedOut,
+}
+
+/// `path` opened (never through a symbolic link) and locked exclusively, waiting at most
+/// `wait` for the process that holds it.
+fn lock(path: &Path, wait: Duration) -> Locked {
+    use crate::sys::files;
+    let f = match files::open_existing(path, true, 0) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match files::create(
+                path,
+                files::Create {
+                    read: false,
+                    flags: 0,
+                    mode: 0o600,
+                },
+            )
+            .or_else(|_| files::open_existing(path, true, 0))
+            {
+                Ok(f) => f,
+                Err(_) => return Locked::Unavailable,
+            }
+        }
+        Err(_) => return Locked::Unavailable,
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Locked::Held(f),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Locked::TimedOut,
+            Err(std::fs::TryLockError::Error(_)) => return Locked::Unavailable,
+        }
+    }
 }
 
 fn now() -> f64 {
@@ -133,18 +196,18 @@ fn now() -> f64 {
 /// Write `bytes` to a temporary name beside `path`, fsync, rename over `path`, fsync the
 /// folder: a reader sees the old file or the new one, never a torn one.
 fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use crate::sys::files;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let how = files::Create {
+            read: false,
+            flags: 0,
+            mode: 0o600,
+        };
+        let mut f = files::create_aside(&tmp, how)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
+        files::rename_over(&tmp, path, files::Replace::Regular)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -155,6 +218,23 @@ fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_held_past_the_wait_is_measured_alone_and_said() {
+        let dir = std::env::temp_dir().join(format!("tiermem-probe-wait-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (_, lock_path, _) = paths(&dir).expect("a boot id and a private folder");
+        let holder = File::create(&lock_path).unwrap();
+        holder.lock().unwrap(); // another "process" (another open file) holds it
+        let t = std::time::Instant::now();
+        let f = figures_waiting(&dir, Duration::from_millis(200), || Ok(fig(20.0))).unwrap();
+        assert_eq!(f.source, ALONE);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(holder);
+        let f = figures_waiting(&dir, Duration::from_millis(200), || Ok(fig(21.0))).unwrap();
+        assert_ne!(f.source, ALONE);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn fig(read: f64) -> DramFigures {
         DramFigures {
