@@ -31,6 +31,31 @@ def check_writable(path: str, what: str) -> None:
         raise InvalidArgumentError(f"{what} {path!r}: the folder {folder!r} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InvalidArgumentError(f"{what} {path!r}: the folder {folder!r} is not writable")
+    if held_by_a_table(path):
+        raise InvalidArgumentError(
+            f"{what} {path!r} is a live table's or device's file (open and locked by tiermem): writing there "
+            "would replace it under its owner; give another path"
+        )
+
+
+def held_by_a_table(path: str) -> bool:
+    """Whether ``path`` (never followed if a link) is a file a live tiermem table or device
+    holds locked."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def _alive(pid: int) -> bool:

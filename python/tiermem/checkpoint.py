@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from . import _tiermem
 from ._files import atomic_write
 from .embedding import EmbeddingTable
 from .exceptions import InvalidArgumentError
@@ -89,6 +90,24 @@ def _state_chunks(t: EmbeddingTable, n: int) -> Iterator[bytes]:
         yield buf[:k].tobytes()
 
 
+def _as_f32(raw: np.ndarray, n: int, stride: int, width: int, dtype: str) -> np.ndarray:
+    """``n`` stored rows of ``stride`` bytes as float32 ``(n, width)`` (bfloat16 widened)."""
+    rows = raw.reshape(n, stride)
+    if dtype == "float32":
+        return rows[:, : 4 * width].view(np.float32)
+    half = rows[:, : 2 * width].view(np.uint16).astype(np.uint32) << 16
+    return half.view(np.float32)
+
+
+def snapshot_name(name: str, token: str) -> str:
+    """The snapshot file of table ``name`` in a save of ``token``: readable, inside the
+    folder (no separators, at most 64 characters of the name) and one per name (a hash of
+    the whole name tells ``user/item`` from ``user_item`` and ``表1`` from ``桌1``)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64].lstrip(".") or "table"
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{readable}-{digest}-{token}.tmb"
+
+
 def snapshot_folder(path: str) -> str:
     """Where the checkpoint at ``path`` keeps its block tables' snapshots."""
     return path + ".tables"
@@ -96,7 +115,7 @@ def snapshot_folder(path: str) -> str:
 
 def _snapshot(folder: str, name: str, token: str, t: EmbeddingTable) -> dict[str, Any]:
     os.makedirs(folder, exist_ok=True)
-    file = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-{token}.tmb"
+    file = snapshot_name(name, token)
     info = t.snapshot(os.path.join(folder, file))
     return {"file": file, "dtype": t.dtype, **info}
 
@@ -297,24 +316,27 @@ class Checkpoint:
                 yield start, np.frombuffer(f.read(4 * n * width), np.float32).reshape(n, width)
 
     def _snapshot_rows(self, name: str, s: dict[str, Any], rows: int, lo: int, hi: int) -> Iterator[tuple[int, np.ndarray]]:
-        """Rows ``lo..hi`` of a block table's snapshot (opened as a table of its own, blocks
-        checked as they are read), in chunks of ``rows``."""
+        """Rows ``lo..hi`` of a block table's snapshot, in chunks of ``rows``: the file is
+        opened read-only under a shared lock (processes restoring one checkpoint read it at
+        once) and its blocks are checked as they are read."""
         snap = os.path.join(snapshot_folder(self.path), s["file"])
-        stride = 4 * s["width"]
-        cache = min(1.0, max(rows * stride, 1 << 20) / (s["rows"] * stride))
-        src = EmbeddingTable(s["rows"], s["width"], dtype=s["dtype"], device=f"block:{snap}", cache=cache, cacheslack=0.0)
+        src = _tiermem.BlockFile.open(snap, name, 4, read_only=True)
         try:
-            info = src.block_info
-            assert info is not None, "a block: device gives a block table"
-            if info["generation"] != s["generation"]:
+            if src.shape != (s["rows"], s["width"], s["dtype"]):
                 raise _bad(
                     self.path,
-                    f"table {name!r}: its snapshot {snap!r} has layout generation {info['generation']}, recorded {s['generation']} (replaced)",
+                    f"table {name!r}: its snapshot {snap!r} holds {src.shape}, recorded {(s['rows'], s['width'], s['dtype'])} (replaced)",
                 )
-            buf = np.empty((max(1, min(rows, hi - lo)), s["width"]), np.float32)
+            if src.generation != s["generation"]:
+                raise _bad(
+                    self.path,
+                    f"table {name!r}: its snapshot {snap!r} has layout generation {src.generation}, recorded {s['generation']} (replaced)",
+                )
+            stride = src.stride
+            raw = np.empty(max(1, min(rows, hi - lo)) * stride, np.uint8)
             for start in range(lo, hi, rows):
                 n = min(rows, hi - start)
-                src._native.read_rows(start, buf[:n])
-                yield start, buf[:n]
+                src.read_rows(np.arange(start, start + n, dtype=np.uint64), raw[: n * stride])
+                yield start, _as_f32(raw[: n * stride], n, stride, s["width"], s["dtype"])
         finally:
             del src

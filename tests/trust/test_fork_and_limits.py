@@ -160,7 +160,11 @@ def test_a_stopped_process_holding_the_dram_probe_lock_delays_others_a_bounded_t
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     lock = tmp_path / f"dram-probe-{boot}.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import fcntl, sys, time; f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"],
+        [
+            sys.executable,
+            "-c",
+            f"import fcntl, sys, time; f = open({str(lock)!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -8,8 +8,11 @@ Layout of a checkpoint folder::
     step00000040/rank1.ckpt  rank 1's shards
 
 A save writes a new ``stepNNNNNNNN`` folder; once every rank's file is in place (a
-barrier), rank 0 replaces the manifest atomically and removes older folders. A rank that
-dies mid-save leaves the manifest naming the previous, complete set. Resuming reads the
+barrier), rank 0 replaces the manifest atomically and removes the files the previous
+manifest named (and their folder, once empty): nothing else in the checkpoint folder is
+touched. The manifest carries a SHA-256 of its own fields, checked on resume with every
+field's type and the step rank 0's file records, so a damaged manifest that is still JSON is
+refused. A rank that dies mid-save leaves the manifest naming the previous, complete set. Resuming reads the
 manifest and fills each of this run's shards from the saved shards whose rows and columns
 it overlaps, so a run may resume on a different number of ranks (or sharding: table-, row-
 or column-wise) than it saved from.
@@ -17,9 +20,11 @@ or column-wise) than it saved from.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
-import shutil
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,8 +39,60 @@ from .plan import Shard, ShardPlan
 
 __all__ = ["FORMAT", "load_sharded", "save_sharded"]
 
-FORMAT = "tiermem-sharded-1"
+FORMAT = "tiermem-sharded-2"
+#: Formats read: 1 had no checksum.
+_READS = ("tiermem-sharded-1", FORMAT)
 MANIFEST = "manifest.json"
+_STEP_DIR = re.compile(r"step\d{8}")
+_RANK_FILE = re.compile(r"rank\d+\.ckpt")
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _previous(folder: str) -> tuple[str, list[str]] | None:
+    """The step folder and files the manifest in ``folder`` names, if it is one of ours and
+    intact (what the next save may remove)."""
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            m = json.load(f)
+        _check_manifest(m, folder)
+    except (OSError, ValueError, InvalidArgumentError):
+        return None
+    return m["folder"], list(m["files"])
+
+
+def _check_manifest(m: Any, where: str) -> None:
+    """Refuse a manifest whose fields are not what a save writes (types, names inside the
+    folder) or whose checksum does not match them."""
+    path = os.path.join(where, MANIFEST)
+    if not isinstance(m, dict) or m.get("format") not in _READS:
+        got = m.get("format") if isinstance(m, dict) else type(m).__name__
+        raise InvalidArgumentError(f"{path!r} has format {got!r}, expected {FORMAT!r}")
+    if m["format"] == FORMAT:
+        body = {k: v for k, v in m.items() if k != "sha256"}
+        if m.get("sha256") != _digest(body):
+            raise InvalidArgumentError(f"{path!r} does not match its checksum (damaged): nothing was restored")
+    step, world, sub, files = m.get("step"), m.get("world"), m.get("folder"), m.get("files")
+    ok = (
+        type(step) is int
+        and step >= 0
+        and type(world) is int
+        and world >= 1
+        and isinstance(sub, str)
+        and _STEP_DIR.fullmatch(sub) is not None
+        and sub == f"step{step:08d}"
+        and isinstance(files, list)
+        and len(files) == world
+        and all(isinstance(f, str) and _RANK_FILE.fullmatch(f) for f in files)
+        and isinstance(m.get("plan"), dict)
+    )
+    if not ok:
+        raise InvalidArgumentError(
+            f"{path!r} is damaged: its step, world, folder or files are not what a save writes "
+            f"(step {step!r}, world {world!r}, folder {sub!r})"
+        )
 
 
 def shard_name(s: Shard) -> str:
@@ -65,23 +122,40 @@ def save_sharded(
     checkpoint.save(path, state, {shard_name(s): t for s, t in zip(emb.shards, emb.tables, strict=True)})
     dist.barrier(group=emb.group)
     if rank == 0:
-        write_json_atomic(
-            os.path.join(folder, MANIFEST),
-            {
-                "format": FORMAT,
-                "step": step,
-                "world": world,
-                "plan": emb.plan.to_dict(),
-                "config": config,
-                "folder": sub,
-                "files": [f"rank{r}.ckpt" for r in range(world)],
-            },
-        )
-        for old in os.listdir(folder):
-            if old.startswith("step") and old != sub and os.path.isdir(os.path.join(folder, old)):
-                shutil.rmtree(os.path.join(folder, old), ignore_errors=True)
+        before = _previous(folder)
+        body = {
+            "format": FORMAT,
+            "step": step,
+            "world": world,
+            "plan": emb.plan.to_dict(),
+            "config": config,
+            "folder": sub,
+            "files": [f"rank{r}.ckpt" for r in range(world)],
+        }
+        write_json_atomic(os.path.join(folder, MANIFEST), {**body, "sha256": _digest(body)})
+        if before is not None and before[0] != sub:
+            _remove_saved(os.path.join(folder, before[0]), before[1])
     dist.barrier(group=emb.group)
     return path
+
+
+def _remove_saved(step_dir: str, files: list[str]) -> None:
+    """Remove an earlier save's rank files and their snapshots, then its folder if nothing
+    else is in it (a user's file there stays, and so does the folder)."""
+    for f in files:
+        p = os.path.join(step_dir, f)
+        snaps = checkpoint.snapshot_folder(p)
+        if os.path.isdir(snaps):
+            for s in os.listdir(snaps):
+                if s.endswith((".tmb", ".tmb.partial")):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(snaps, s))
+            with contextlib.suppress(OSError):
+                os.rmdir(snaps)
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+    with contextlib.suppress(OSError):
+        os.rmdir(step_dir)
 
 
 def _manifest(folder: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -93,8 +167,7 @@ def _manifest(folder: str, config: dict[str, Any]) -> dict[str, Any]:
             m: dict[str, Any] = json.load(f)
     except ValueError:
         raise InvalidArgumentError(f"{path!r} is not JSON (damaged)") from None
-    if m.get("format") != FORMAT:
-        raise InvalidArgumentError(f"{path!r} has format {m.get('format')!r}, expected {FORMAT!r}")
+    _check_manifest(m, folder)
     if m.get("config") != config:
         diff = sorted(k for k in set(config) | set(m.get("config") or {}) if (m.get("config") or {}).get(k) != config.get(k))
         raise InvalidArgumentError(
@@ -167,5 +240,9 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
         else:
             _restore_columns(s, t, over, dim, saved)
     state = saved(0).state()
+    if state.get("step") != m["step"]:
+        raise InvalidArgumentError(
+            f"{os.path.join(folder, MANIFEST)!r} names step {m['step']}, but rank 0's file records step {state.get('step')!r} (damaged)"
+        )
     mine = saved(emb.rank).state() if int(m["world"]) == emb.world else {}
     return {"step": int(m["step"]), "dense": state["dense"], "saved_world": int(m["world"]), "data": mine.get("data")}

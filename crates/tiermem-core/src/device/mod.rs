@@ -483,6 +483,7 @@ fn open_file(
         refuse_memory_fs: block,
         attach: false,
         keep: false,
+        read_only: false,
     };
     DevFile::open(path, opts).map_err(|e| match e {
         DevFileError::Os(what, e) => Error::io(spec, &shown, what, e),

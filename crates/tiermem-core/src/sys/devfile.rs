@@ -112,6 +112,9 @@ pub struct Options {
     pub attach: bool,
     /// Keep a file this call creates when the owner drops it (a table file).
     pub keep: bool,
+    /// With `attach`: open for reading only, under a shared lock, so several readers (the
+    /// processes restoring one checkpoint's snapshot) open it at once and no writer can.
+    pub read_only: bool,
 }
 
 impl DevFile {
@@ -216,7 +219,7 @@ impl DevFile {
                 .custom_flags(flags | libc::O_EXCL | libc::O_CLOEXEC)
                 .open(path)
         } else {
-            files::open_existing(path, true, flags)
+            files::open_existing(path, !(o.attach && o.read_only), flags)
         };
         let file = opened.map_err(|e| match e.raw_os_error() {
             Some(libc::EINVAL) if o.direct => {
@@ -259,7 +262,12 @@ impl DevFile {
             }
         }
         // SAFETY: the fd is open and owned by `me.file`; flock has no memory effects.
-        if unsafe { libc::flock(me.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let how = if o.attach && o.read_only {
+            libc::LOCK_SH
+        } else {
+            libc::LOCK_EX
+        };
+        if unsafe { libc::flock(me.file.as_raw_fd(), how | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
             if me.created {
                 forget_created(path);

@@ -62,6 +62,8 @@ pub struct BlockFile {
     depth: usize,
     /// The process that opened it (a forked child refuses it).
     born: Born,
+    /// Opened for reading only, under a shared lock.
+    read_only: bool,
     /// Batched reads through io_uring, where the kernel allows it.
     uring: Option<Uring>,
     /// Injected I/O errors (tests).
@@ -121,6 +123,7 @@ impl BlockFile {
             refuse_memory_fs: true,
             attach: false,
             keep: true,
+            read_only: false,
         };
         let file = DevFile::open(path, opts).map_err(|e| open_error(name, path, e))?;
         let me = Self::assemble(name, path, file, header, layout, depth)?;
@@ -136,12 +139,15 @@ impl BlockFile {
     /// caller's `expect`ed shape before anything is allocated for it; then the layout, read
     /// in chunks and checked as it arrives (a crafted or sparse file fails at its first
     /// repeated position, having cost a chunk); blocks are verified as they are read. A
-    /// `.relayout` file a killed relayout left beside it is removed.
+    /// `.relayout` file a killed relayout left beside it is removed. `read_only` opens it
+    /// under a shared lock (a snapshot several processes restore from at once): every write
+    /// is refused.
     pub fn open(
         path: &Path,
         name: &str,
         depth: usize,
         expect: Option<(u64, u32, DType)>,
+        read_only: bool,
     ) -> Result<Self> {
         let opts = Options {
             len: 0,
@@ -150,6 +156,7 @@ impl BlockFile {
             refuse_memory_fs: true,
             attach: true,
             keep: true,
+            read_only,
         };
         let file = DevFile::open(path, opts).map_err(|e| open_error(name, path, e))?;
         let io = DirectFile::new(
@@ -197,8 +204,12 @@ impl BlockFile {
             .map_err(|e| Error::io(name, &path.display().to_string(), "read the layout", e))?
             .map_err(corrupt)?;
         drop(io);
-        relayout::remove_stale_aside(path);
-        Self::assemble(name, path, file, header, layout, depth)
+        if !read_only {
+            relayout::remove_stale_aside(path);
+        }
+        let mut me = Self::assemble(name, path, file, header, layout, depth)?;
+        me.read_only = read_only;
+        Ok(me)
     }
 
     fn assemble(
@@ -235,6 +246,7 @@ impl BlockFile {
             rows_at,
             depth: depth.clamp(1, 256),
             born: Born::now(),
+            read_only: false,
             uring,
             faults: faults::Faults::default(),
         })
@@ -333,6 +345,18 @@ impl BlockFile {
             self.name,
             self.path.display()
         ))
+    }
+
+    /// [`BlockFile::here`], and an error if it was opened read-only: `what` would write.
+    fn writable(&self, what: &str) -> Result<()> {
+        self.here()?;
+        ensure!(
+            !self.read_only,
+            "table '{}': {} is open read-only (a snapshot): it cannot {what}",
+            self.name,
+            self.path.display()
+        );
+        Ok(())
     }
 
     /// Whether this is a forked child of the process that opened the file (nothing may be
@@ -548,7 +572,7 @@ impl BlockFile {
     /// of any size holds no more than them; a block that fails to read or verify stops the
     /// batch there (the blocks before it are written).
     pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
-        self.here()?;
+        self.writable("be written")?;
         let Some(u) = &self.uring else {
             return self.write_rows_from_pool(rows, src);
         };
@@ -685,6 +709,9 @@ impl BlockFile {
 
     /// Make every write so far durable (`fdatasync`).
     pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return self.here();
+        }
         self.here()?;
         self.file
             .file

@@ -49,7 +49,7 @@ impl BlockFile {
         budget: usize,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<BlockFile> {
-        self.here()?;
+        self.writable("be relaid out")?;
         let n = self.header.rows as usize;
         if let Some(p) = crate::layout::permutation_problem(&layout, n) {
             tiermem_core::bail!("table '{}': {p}", self.name);
@@ -70,6 +70,7 @@ impl BlockFile {
             refuse_memory_fs: true,
             attach: false,
             keep: true,
+            read_only: false,
         };
         let file = DevFile::open(&tmp, opts).map_err(|e| open_error(&self.name, &tmp, e))?;
         let mut new = BlockFile::assemble(&self.name, &tmp, file, header, layout, self.depth())?;

@@ -41,7 +41,7 @@ fn open_block(
         Some((width, dtype)) => {
             BlockFile::create(path, "t", ROWS as u64, width as u32, dtype, true, 8).unwrap()
         }
-        None => BlockFile::open(path, "t", 8, None).unwrap(),
+        None => BlockFile::open(path, "t", 8, None, false).unwrap(),
     };
     Table::block(m, 0, file, cfg).unwrap()
 }

@@ -92,7 +92,7 @@ fn rows_round_trip_in_any_order_and_survive_reopening() {
             stride
         };
         // Re-attached by a new owner: the same geometry and every row as last written.
-        let f = BlockFile::open(&path, "t", 4, None).unwrap();
+        let f = BlockFile::open(&path, "t", 4, None, false).unwrap();
         assert_eq!(
             (f.rows(), f.stride(), f.header().width),
             (rows, stride, width)
@@ -111,7 +111,7 @@ fn a_second_owner_an_existing_file_and_bad_rows_are_refused() {
     let dir = scratch("blockfile-own");
     let path = dir.join("t.tbl");
     let f = BlockFile::create(&path, "emb0", 100, 8, DType::F32, false, 2).unwrap();
-    let e = BlockFile::open(&path, "emb0", 2, None)
+    let e = BlockFile::open(&path, "emb0", 2, None, false)
         .unwrap_err()
         .to_string();
     assert!(e.contains("locked") && e.contains("emb0"), "{e}");
@@ -147,7 +147,7 @@ fn a_second_owner_an_existing_file_and_bad_rows_are_refused() {
         "{e}"
     );
     BlockFile::create(&path, "emb0", 50, 8, DType::F32, true, 2).unwrap();
-    let e = BlockFile::open(&dir.join("missing.tbl"), "emb0", 2, None)
+    let e = BlockFile::open(&dir.join("missing.tbl"), "emb0", 2, None, false)
         .unwrap_err()
         .to_string();
     assert!(e.contains("no such file"), "{e}");
@@ -166,13 +166,15 @@ fn damage_is_named_and_never_read_as_rows() {
         f.write_rows(&all, &src).unwrap();
         f.stride()
     };
-    let h = *BlockFile::open(&path, "emb3", 4, None).unwrap().header();
+    let h = *BlockFile::open(&path, "emb3", 4, None, false)
+        .unwrap()
+        .header();
     let rpb = u64::from(h.rows_per_block);
     // A flipped bit in data block 5: its rows are refused, naming table, block and file;
     // rows elsewhere still read.
     patch(&path, h.data_offset(5) + 100, |b| b[0] ^= 0x40);
     {
-        let f = BlockFile::open(&path, "emb3", 4, None).unwrap();
+        let f = BlockFile::open(&path, "emb3", 4, None, false).unwrap();
         let mut out = vec![0u8; stride];
         let msg = corrupt(f.read_rows(&[5 * rpb + 1], &mut out).unwrap_err());
         assert!(
@@ -197,7 +199,7 @@ fn damage_is_named_and_never_read_as_rows() {
     }
     patch(&path, h.data_offset(7), |b| b.copy_from_slice(&b3));
     {
-        let f = BlockFile::open(&path, "emb3", 4, None).unwrap();
+        let f = BlockFile::open(&path, "emb3", 4, None, false).unwrap();
         let mut out = vec![0u8; stride];
         let msg = corrupt(f.read_rows(&[7 * rpb], &mut out).unwrap_err());
         assert!(
@@ -207,11 +209,11 @@ fn damage_is_named_and_never_read_as_rows() {
     }
     // A damaged layout or header, a truncated or foreign file: refused when opened.
     patch(&path, BLOCK as u64, |b| b[9] ^= 1);
-    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None).unwrap_err());
+    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("layout checksum"), "{msg}");
     patch(&path, BLOCK as u64, |b| b[9] ^= 1);
     patch(&path, 0, |b| b[12] ^= 1);
-    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None).unwrap_err());
+    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("header checksum"), "{msg}");
     patch(&path, 0, |b| b[12] ^= 1);
     let len = std::fs::metadata(&path).unwrap().len();
@@ -221,13 +223,13 @@ fn damage_is_named_and_never_read_as_rows() {
         .unwrap()
         .set_len(len - BLOCK as u64)
         .unwrap();
-    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None).unwrap_err());
+    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("truncated"), "{msg}");
     std::fs::write(&path, vec![0x5au8; 3 * BLOCK]).unwrap();
-    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None).unwrap_err());
+    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("not a tiermem block file"), "{msg}");
     std::fs::write(&path, b"short").unwrap();
-    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None).unwrap_err());
+    let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("shorter than a header block"), "{msg}");
     std::fs::remove_dir_all(dir).ok();
 }
@@ -257,7 +259,9 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
             .collect();
         f.write_rows(&all, &src).unwrap();
     }
-    let h = *BlockFile::open(&path, "emb4", 4, None).unwrap().header();
+    let h = *BlockFile::open(&path, "emb4", 4, None, false)
+        .unwrap()
+        .header();
     let rpb = u64::from(h.rows_per_block);
     // One row from every other block: each block its own request, more than the depth.
     let asked: Vec<u64> = (0..60).map(|b| 2 * b * rpb + 1).collect();
@@ -266,7 +270,7 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
             .flat_map(|b| 2 * b * rpb..(2 * b + 1) * rpb)
             .collect()
     };
-    let mut f = BlockFile::open(&path, "emb4", 4, None).unwrap();
+    let mut f = BlockFile::open(&path, "emb4", 4, None, false).unwrap();
     let (uring, res) = handed(&f, &asked);
     assert_eq!(res.unwrap(), 60);
     assert_eq!(
@@ -337,7 +341,7 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
     // A damaged block in the middle: the rows before it, then the error, with either engine.
     patch(&path, h.data_offset(20) + 10, |b| b[0] ^= 1);
     for threads in [false, true] {
-        let mut f = BlockFile::open(&path, "emb4", 4, None).unwrap();
+        let mut f = BlockFile::open(&path, "emb4", 4, None, false).unwrap();
         if threads {
             f.use_threads();
         }

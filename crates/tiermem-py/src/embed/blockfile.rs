@@ -42,10 +42,18 @@ impl PyBlockFile {
         })
     }
 
-    /// Re-attach an existing table file.
+    /// Re-attach an existing table file; `read_only` opens it under a shared lock (a
+    /// snapshot several processes read at once), refusing every write.
     #[staticmethod]
-    fn open(py: Python<'_>, path: PathBuf, name: &str, depth: usize) -> PyResult<Self> {
-        let f = run(py, || BlockFile::open(&path, name, depth, None))?;
+    #[pyo3(signature = (path, name, depth, read_only=false))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        name: &str,
+        depth: usize,
+        read_only: bool,
+    ) -> PyResult<Self> {
+        let f = run(py, || BlockFile::open(&path, name, depth, None, read_only))?;
         Ok(PyBlockFile {
             inner: Shared::new(f),
         })
@@ -54,6 +62,19 @@ impl PyBlockFile {
     #[getter]
     fn rows(&self) -> u64 {
         self.inner.rows()
+    }
+
+    /// (rows, width, dtype) the header gives.
+    #[getter]
+    fn shape(&self) -> (u64, u32, &'static str) {
+        let h = self.inner.header();
+        (h.rows, h.width, h.dtype.name())
+    }
+
+    /// The layout generation.
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.inner.header().generation
     }
 
     #[getter]

@@ -130,7 +130,7 @@ impl PyTable {
         let depth = depth.unwrap_or_else(tiermem_core::calib::block_depth);
         let t = run(py, || {
             let file = if attach {
-                BlockFile::open(&path, name, depth, Some(shape))?
+                BlockFile::open(&path, name, depth, Some(shape), false)?
             } else {
                 BlockFile::create(&path, name, shape.0, shape.1, shape.2, false, depth)?
             };
