@@ -255,18 +255,15 @@ impl DevFile {
         if created {
             files::mark(&me.file, if o.keep { MARK_TABLE } else { MARK_DEVICE });
             if me.created {
-                CREATED
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push((std::process::id(), path.to_owned()));
+                created_list().push((std::process::id(), path.to_owned()));
             }
         }
-        // SAFETY: the fd is open and owned by `me.file`; flock has no memory effects.
         let how = if o.attach && o.read_only {
             libc::LOCK_SH
         } else {
             libc::LOCK_EX
         };
+        // SAFETY: the fd is open and owned by `me.file`; flock has no memory effects.
         if unsafe { libc::flock(me.file.as_raw_fd(), how | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
             if me.created {
