@@ -209,6 +209,15 @@ def _doc() -> dict:
         (lambda d: d.update(copy_contention=-0.1), "copy_contention must lie in"),
         (lambda d: d.update(copy_contention="half"), "malformed"),
         (lambda d: d["kernels"][2]["operands"].append({"tensor": 9}), "malformed"),
+        # Times a plan would sum to infinity, and a flag given as a string.
+        (lambda d: d["kernels"][1].update(seconds=1e308), "no profile .seconds must be a time from 0 to 86400"),
+        (lambda d: d["kernels"][0]["operands"][0].update(seconds=[0.0, 1e308]), "extra times from 0 to 86400"),
+        (lambda d: d.update(overhead_seconds=1e308), "overhead_seconds must be a time"),
+        (lambda d: d["copy_gbps"][0].__setitem__(1, 1e-300), "at least 1e-06"),
+        (
+            lambda d: d["tensors"][1].update(persistent="false"),
+            "malformed graph at tensor 1 .ValueError: expected true or false, got 'false'",
+        ),
     ],
 )
 def test_bad_graphs_are_refused_by_name(edit, message: str, tmp_path: Path) -> None:
@@ -235,6 +244,9 @@ def test_files_that_are_not_graphs_or_plans(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{not json")
     with pytest.raises(GraphError, match="not JSON"):
         Graph.load(tmp_path / "x.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GraphError, match="deep.json: JSON nested too deeply"):
+        Graph.load(tmp_path / "deep.json")
     with pytest.raises(GraphError, match="cannot read graph"):
         Graph.load(tmp_path / "missing.json")
     with pytest.raises(GraphError, match="not a tiermem plan"):

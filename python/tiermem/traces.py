@@ -17,6 +17,7 @@ of lookups), ``rows`` (int64 row ids) and ``rows_total`` (int64 scalar, the tabl
 from __future__ import annotations
 
 import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,12 +71,20 @@ class Trace:
             return InvalidArgumentError(f"trace file {str(path)!r}: {what}")
 
         try:
-            with np.load(path, allow_pickle=False) as z:
-                fields = {k: z[k] for k in z.files}
+            with open(path, "rb") as fh:  # numpy leaves its own handle open when a zip is damaged
+                loaded = np.load(fh, allow_pickle=False)
+                if not isinstance(loaded, np.lib.npyio.NpzFile):
+                    raise bad("a single array (.npy), not a trace (.npz with offsets, rows and rows_total)")
+                with loaded as z:
+                    fields = {k: z[k] for k in z.files}
+        except InvalidArgumentError:
+            raise
         except FileNotFoundError:
             raise bad("no such file") from None
-        except (ValueError, OSError) as e:  # not an npz, or an object array (pickle refused)
-            raise bad(f"not a readable .npz without pickled objects ({e})") from None
+        except IsADirectoryError:
+            raise bad("a folder, not a trace file") from None
+        except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:  # damaged, or pickled objects
+            raise bad(f"not a readable .npz without pickled objects ({type(e).__name__}: {e})") from None
         for k in ("offsets", "rows", "rows_total"):
             if k not in fields:
                 raise bad(f"no {k!r} array (it has {sorted(fields)})")

@@ -92,6 +92,11 @@ def run(quick: bool, lines: int | None = None, file: str | None = None, reps: in
             damaged = _damage(file, 50, seed=2)
         else:
             damaged = None
+            if not os.path.isfile(file):
+                what = "is a folder" if os.path.isdir(file) else "does not exist"
+                raise InvalidArgumentError(f"bench criteo --file {file!r}: the file {what}")
+            if not os.access(file, os.R_OK):
+                raise InvalidArgumentError(f"bench criteo --file {file!r}: the file is not readable")
         size = os.path.getsize(file)
         t_core = median(_timed(file, "core") for _ in range(reps))
         t_ref = median(_timed(file, "python") for _ in range(1 if quick else min(reps, 2)))

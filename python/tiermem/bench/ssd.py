@@ -102,6 +102,11 @@ def _traces(rows: int, queries: int, trace_file: str | None) -> list[tuple[str, 
     """(name, trace, row values for semantic layouts or None, the trace's groups layout or None)."""
     if trace_file:
         t = Trace.load(trace_file)
+        if t.queries < 2:
+            raise InvalidArgumentError(
+                f"trace file {trace_file!r}: {t.queries} queries; bench ssd needs at least 2 (layouts train on "
+                "the first part of the trace and are measured on the rest)"
+            )
         return [(Path(trace_file).stem, t, None, None)]
     cfg = QueryTraceConfig(rows=rows, queries=queries, **QUERY_TRACE)  # type: ignore[arg-type]
     q = traces.query_trace(cfg)

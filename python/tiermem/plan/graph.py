@@ -50,9 +50,10 @@ the others are made by a kernel of the step and die after their last use, or aft
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,8 +216,10 @@ class Graph:
 
     def _validate(self) -> None:
         nd = len(self.devices)
-        if not _finite(self.overhead_seconds) or self.overhead_seconds < 0:
-            raise GraphError(f"graph {self.name!r}: overhead_seconds must be a time >= 0, got {self.overhead_seconds!r}")
+        if not _time(self.overhead_seconds):
+            raise GraphError(
+                f"graph {self.name!r}: overhead_seconds must be a time from 0 to {MAX_SECONDS:g}, got {self.overhead_seconds!r}"
+            )
         if not _finite(self.copy_contention) or not 0.0 <= self.copy_contention <= 1.0:
             raise GraphError(f"graph {self.name!r}: copy_contention must lie in [0, 1], got {self.copy_contention!r}")
         if nd < 2:
@@ -231,10 +234,10 @@ class Graph:
         for s in range(nd):
             for d in range(nd):
                 g = self.copy_gbps[s][d]
-                if s != d and (g is None or not _finite(g) or g <= 0):
+                if s != d and (g is None or not _finite(g) or g < MIN_GBPS):
                     raise GraphError(
                         f"copy_gbps[{s}][{d}] ({self.devices[s].name} -> {self.devices[d].name}) must be a positive "
-                        f"bandwidth in GB/s, got {g!r}"
+                        f"bandwidth in GB/s (at least {MIN_GBPS:g}), got {g!r}"
                     )
         keys: set[str] = set()
         for ten in self.tensors:
@@ -247,8 +250,10 @@ class Graph:
             keys.add(ten.key)
         made = [t.persistent for t in self.tensors]
         for k, ker in enumerate(self.kernels):
-            if not _finite(ker.seconds) or ker.seconds < 0:
-                raise GraphError(f"kernel {k} ({ker.name}): no profile (seconds must be a time >= 0, got {ker.seconds!r})")
+            if not _time(ker.seconds):
+                raise GraphError(
+                    f"kernel {k} ({ker.name}): no profile (seconds must be a time from 0 to {MAX_SECONDS:g}, got {ker.seconds!r})"
+                )
             seen: set[int] = set()
             for o in ker.operands:
                 if not 0 <= o.tensor < len(self.tensors):
@@ -259,9 +264,10 @@ class Graph:
                 seen.add(o.tensor)
                 if o.use not in USES:
                     raise GraphError(f"kernel {k} ({ker.name}): use {o.use!r} of {key!r} is not one of {', '.join(USES)}")
-                if len(o.seconds) != nd or any(not _finite(s) or s < 0 for s in o.seconds):
+                if len(o.seconds) != nd or any(not _time(s) for s in o.seconds):
                     raise GraphError(
-                        f"kernel {k} ({ker.name}): tensor {key!r} needs {nd} extra times >= 0 (one per device), got {list(o.seconds)}"
+                        f"kernel {k} ({ker.name}): tensor {key!r} needs {nd} extra times from 0 to {MAX_SECONDS:g} "
+                        f"(one per device), got {list(o.seconds)}"
                     )
                 ws = o.write_seconds
                 if ws is not None and (
@@ -353,33 +359,39 @@ class Graph:
             if not isinstance(doc, dict) or doc.get("format") != FORMAT:
                 got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
                 raise GraphError(f"{source}: not a tiermem graph (format {got!r}, expected {FORMAT!r})")
-            devices = [Device(str(d["name"]), _opt_int(d["capacity"]), _bool(d.get("duplex", False))) for d in doc["devices"]]
-            copy = [[None if g is None else float(g) for g in row] for row in doc["copy_gbps"]]
-            tensors = [
-                Tensor(
-                    str(t["key"]),
-                    _int(t["bytes"]),
-                    str(t.get("kind", "activation")),
-                    bool(t.get("persistent", False)),
-                    _opt_int(t.get("free_after")),
-                )
-                for t in doc["tensors"]
-            ]
+            with _at(source, "devices"):
+                devices = [Device(str(d["name"]), _opt_int(d["capacity"]), _bool(d.get("duplex", False))) for d in doc["devices"]]
+            with _at(source, "copy_gbps"):
+                copy = [[None if g is None else float(g) for g in row] for row in doc["copy_gbps"]]
+            tensors = []
+            for i, t in enumerate(doc["tensors"]):
+                with _at(source, f"tensor {i}"):
+                    tensors.append(
+                        Tensor(
+                            str(t["key"]),
+                            _int(t["bytes"]),
+                            str(t.get("kind", "activation")),
+                            _bool(t.get("persistent", False)),
+                            _opt_int(t.get("free_after")),
+                        )
+                    )
             kernels: list[Kernel] = []
             for k in doc["kernels"]:
                 if "seconds" not in k:
                     raise GraphError(f"{source}: kernel {len(kernels)} ({k.get('name')}) has no profile (no 'seconds')")
-                ops = tuple(
-                    Operand(
-                        _int(o["tensor"]),
-                        str(o["use"]),
-                        tuple(float(s) for s in o["seconds"]),
-                        None if o.get("write_seconds") is None else tuple(float(s) for s in o["write_seconds"]),
+                with _at(source, f"kernel {len(kernels)} ({k.get('name')})"):
+                    ops = tuple(
+                        Operand(
+                            _int(o["tensor"]),
+                            str(o["use"]),
+                            tuple(float(s) for s in o["seconds"]),
+                            None if o.get("write_seconds") is None else tuple(float(s) for s in o["write_seconds"]),
+                        )
+                        for o in k["operands"]
                     )
-                    for o in k["operands"]
-                )
-                kernels.append(Kernel(str(k["name"]), float(k["seconds"]), ops))
-            over = float(doc.get("overhead_seconds", 0.0))
+                    kernels.append(Kernel(str(k["name"]), float(k["seconds"]), ops))
+            with _at(source, "overhead_seconds"):
+                over = float(doc.get("overhead_seconds", 0.0))
             share = float(doc.get("copy_contention", 0.0))
             return cls(str(doc.get("name", source)), devices, copy, tensors, kernels, over, share)
         except GraphError:
@@ -406,6 +418,8 @@ def read_json(path: str | Path, what: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise GraphError(f"{path}: not JSON ({e})") from None
+    except RecursionError:
+        raise GraphError(f"{path}: JSON nested too deeply to be a {what}") from None
 
 
 def _finite(x: Any) -> bool:
@@ -416,6 +430,29 @@ def _int(x: Any) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
         raise ValueError(f"expected an integer, got {x!r}")
     return x
+
+
+@contextlib.contextmanager
+def _at(source: str, where: str) -> Iterator[None]:
+    """Name the part of the graph a parse error is in."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise GraphError(f"{source}: malformed graph at {where} ({type(e).__name__}: {e})") from None
+
+
+#: The longest time a graph may give one kernel or copy: a day. Planned sums of times stay
+#: finite however many kernels a graph has.
+MAX_SECONDS = 86_400.0
+
+
+#: The slowest copy a graph may give (1 kB/s): copy times stay finite for any tensor.
+MIN_GBPS = 1e-6
+
+
+def _time(x: Any) -> bool:
+    """Whether ``x`` is a time a graph may give: finite, from 0 to :data:`MAX_SECONDS`."""
+    return _finite(x) and 0 <= x <= MAX_SECONDS
 
 
 def _bool(x: Any) -> bool:
