@@ -106,10 +106,13 @@ bench-tools: ## install fio from Debian: `bench ssd` then reports its random-rea
 		|| { echo "fio is not installed and apt-get could not install it: the benches report no fio figure"; exit 1; }
 
 .PHONY: fuzz
-fuzz: ## run each fuzz target for FUZZ_SECONDS (default 600); installs cargo-fuzz (stable toolchain, RUSTC_BOOTSTRAP)
+fuzz: build $(TORCH_STAMP) ## run each fuzz target for FUZZ_SECONDS (default 600): the Rust ones (cargo-fuzz, installed; stable toolchain, RUSTC_BOOTSTRAP) and the checkpoint files' (atheris)
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-	cd fuzz && for t in heap_ops manager_ops bags criteo_lines; do \
-		RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; done
+	cd fuzz && for t in heap_ops manager_ops bags criteo_lines table_file; do \
+		RUSTC_BOOTSTRAP=1 cargo fuzz run -O $$t -- -max_total_time=$${FUZZ_SECONDS:-600} || exit 1; done; rm -rf target/scratch-*
+	$(PIP) install -q "atheris==3.0.0"
+	mkdir -p fuzz/corpus/checkpoint_manifests fuzz/artifacts
+	$(PY) fuzz/python/checkpoint_manifests.py fuzz/corpus/checkpoint_manifests -max_total_time=$${FUZZ_SECONDS:-600} -artifact_prefix=fuzz/artifacts/
 
 .PHONY: lint
 lint: lint-rs lint-py ## every static check: Rust and Python

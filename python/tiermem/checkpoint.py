@@ -165,6 +165,50 @@ def save(path: str, state: dict[str, Any], tables: dict[str, EmbeddingTable] | N
     _prune(folder, set(made))
 
 
+def _is_int(x: Any, lo: int = 0) -> bool:
+    return type(x) is int and x >= lo
+
+
+def _checked_sections(path: str, sections: Any) -> list[dict[str, Any]]:
+    """The manifest's sections, each with the fields a save writes, of their types; a
+    snapshot's file name stays inside the snapshot folder. Anything else is damage."""
+    if not isinstance(sections, list):
+        raise _bad(path, "its manifest has no list of sections (damaged)")
+    names: set[str] = set()
+    for k, s in enumerate(sections):
+        ok = (
+            isinstance(s, dict)
+            and isinstance(s.get("name"), str)
+            and _is_int(s.get("offset"))
+            and _is_int(s.get("length"))
+            and isinstance(s.get("sha256"), str)
+        )
+        name = s.get("name") if isinstance(s, dict) else None
+        if ok and name.startswith(("rows:", "block:")):
+            ok = _is_int(s.get("rows"), 1) and _is_int(s.get("width"), 1)
+        if ok and name.startswith("rows:"):
+            ok = s["length"] == 4 * s["rows"] * s["width"]
+        if ok and name.startswith("block:"):
+            f = s.get("file")
+            ok = (
+                isinstance(f, str)
+                and f == os.path.basename(f)
+                and not f.startswith(".")
+                and f.endswith(".tmb")
+                and _is_int(s.get("bytes"))
+                and _is_int(s.get("generation"))
+                and s.get("dtype") in _tiermem.DTYPES
+            )
+        if ok and name.startswith("optimizer:"):
+            ok = s.get("kind") in _tiermem.OPTIMIZERS and _is_int(s.get("values")) and _is_int(s.get("steps"))
+            ok = ok and s["length"] == 4 * s["values"]
+        if not ok or name in names:
+            why = "is listed twice" if ok else "lacks a field a save writes, or has one of another type"
+            raise _bad(path, f"its manifest's section {k} ({name!r}) {why} (damaged)")
+        names.add(name)
+    return sections
+
+
 class Checkpoint:
     """A checkpoint file, opened and checked: the manifest and every section's checksum are
     verified here, before anything is restored from it."""
@@ -191,9 +235,10 @@ class Checkpoint:
                 manifest = json.loads(raw)
             except ValueError:
                 raise _bad(path, "its manifest is not JSON (damaged)") from None
-            if manifest.get("format") not in _READS:
-                raise _bad(path, f"format {manifest.get('format')!r}, expected one of {', '.join(_READS)}")
-            self.sections = {s["name"]: s for s in manifest["sections"]}
+            if not isinstance(manifest, dict) or manifest.get("format") not in _READS:
+                got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+                raise _bad(path, f"format {got!r}, expected one of {', '.join(_READS)}")
+            self.sections = {s["name"]: s for s in _checked_sections(path, manifest.get("sections"))}
             end = size - _TRAILER.size - length
             for s in self.sections.values():
                 if s["offset"] < 0 or s["offset"] + s["length"] > end:

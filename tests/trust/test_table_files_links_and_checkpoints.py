@@ -201,3 +201,43 @@ def test_a_sharded_save_removes_only_what_it_wrote_and_refuses_a_damaged_manifes
     (ck / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(mp.ProcessRaisedException, match="checksum"):
         _sharded(tmp_path, 6, resume=True)
+
+
+def _reseal(path: Path, edit) -> None:
+    """Edit a checkpoint's manifest and re-seal its checksum (as a crafted file would)."""
+    import hashlib
+    import struct
+
+    trailer = struct.Struct("<Q32s8s")
+    b = path.read_bytes()
+    n, _, magic = trailer.unpack_from(b, len(b) - trailer.size)
+    start = len(b) - trailer.size - n
+    m = json.loads(b[start : start + n])
+    edit(m)
+    raw = json.dumps(m).encode()
+    path.write_bytes(b[:start] + raw + trailer.pack(len(raw), hashlib.sha256(raw).digest(), magic))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m["sections"][0].pop("offset"), "lacks a field"),
+        (lambda m: m["sections"][1].update(file="../../escape.tmb"), "lacks a field"),
+        (lambda m: m["sections"][1].update(rows="400"), "lacks a field"),
+        (lambda m: m["sections"][2].update(kind="nadam"), "lacks a field"),
+        (lambda m: m["sections"][2].update(values=3), "lacks a field"),
+        (lambda m: m["sections"].append(m["sections"][0]), "listed twice"),
+        (lambda m: m.update(sections="all"), "no list of sections"),
+    ],
+)
+def test_a_resealed_manifest_of_the_wrong_shape_is_refused_by_name(edit, message: str, disk_dir: Path) -> None:
+    """Found by the checkpoint fuzz target: a manifest whose checksum matches but whose
+    sections lack fields (KeyError), name a snapshot outside its folder, or an unknown
+    optimizer, once got past the checks."""
+    t = _table(disk_dir / "t.tbl", fill=1.0)
+    t.update(np.array([1]), np.array([0]), np.ones((1, 8), np.float32), optimizer="adagrad", lr=0.1)
+    ck = disk_dir / "ck"
+    checkpoint.save(str(ck), {"step": 1}, {"t": t})
+    _reseal(ck, edit)
+    with pytest.raises(checkpoint.CheckpointError, match=message):
+        checkpoint.Checkpoint(str(ck))
