@@ -241,3 +241,68 @@ def test_a_resealed_manifest_of_the_wrong_shape_is_refused_by_name(edit, message
     _reseal(ck, edit)
     with pytest.raises(checkpoint.CheckpointError, match=message):
         checkpoint.Checkpoint(str(ck))
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), bit by bit: the table file's checksum, for crafting headers."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+def _reseal_header(head: bytes) -> bytes:
+    """The header block with its checksum (bytes 68..72, over 0..68) made to match."""
+    import struct
+
+    b = bytearray(head)
+    struct.pack_into("<I", b, 68, _crc32c(bytes(b[:68])))
+    return bytes(b)
+
+
+def test_a_sparse_file_claiming_2_31_rows_allocates_nothing_for_them(disk_dir: Path) -> None:
+    """Before: a 4 KiB header claiming 2^31 rows over a sparse file took 8 GiB (OOM under a
+    1 GiB limit). After: the caller's shape is checked first, and without one the layout is
+    read in chunks and refused at its first repeated position."""
+    from tiermem import _tiermem
+
+    small = disk_dir / "small.tbl"
+    _tiermem.BlockFile.create(str(small), "s", 10, 1, "float32", False, 2)
+    head = bytearray(small.read_bytes()[:4096])
+    rows = 1 << 31
+    geo = _tiermem.block_geometry(1)
+    rpb = geo["rows_per_block"]
+    data_blocks = -(-rows // rpb)
+    layout_blocks = rows * 4 // 4096
+    import struct
+
+    struct.pack_into("<Q", head, 12, rows)
+    struct.pack_into("<QQ", head, 40, data_blocks, layout_blocks)
+    code = f"""
+    import resource, struct, sys
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    from tiermem import _tiermem
+    from tiermem.embedding import EmbeddingTable
+    from tiermem.exceptions import TiermemError
+    for how in ("shape", "none"):
+        try:
+            if how == "shape":
+                EmbeddingTable(1000, 1, device="block:{disk_dir / "sparse.tbl"}", cache=0.5)
+            else:
+                _tiermem.BlockFile.open("{disk_dir / "sparse.tbl"}", "t", 2)
+            print(how, "opened?!")
+        except TiermemError as e:
+            print(how, type(e).__name__, str(e)[:160])
+    """
+    sparse = disk_dir / "sparse.tbl"
+    with open(sparse, "wb") as f:
+        f.write(_reseal_header(bytes(head)))
+        f.truncate((1 + layout_blocks + data_blocks) * 4096)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("shape InvalidArgumentError") and "2147483648 rows" in lines[0], r.stdout
+    assert lines[1].startswith("none CorruptFileError") and "layout" in lines[1], r.stdout
+    assert os.stat(sparse).st_blocks * 512 < 1 << 20  # it stayed sparse: nothing was written
