@@ -115,8 +115,9 @@ pub fn kernel_threads() -> usize {
     if rayon::current_thread_index().is_some() {
         return rayon::current_num_threads();
     }
-    in_kernel_pool(rayon::current_num_threads)
-        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+    let made = pools(|p| p.1.as_ref().map(|k| k.current_num_threads()));
+    made.or_else(|| in_kernel_pool(rayon::current_num_threads).ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
 }
 
 /// The I/O pool of `depth` threads every block file of that queue depth shares.
