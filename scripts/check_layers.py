@@ -9,8 +9,10 @@
   no Python crate; its modules form no cycle.
 * ``tiermem-py`` (the binding) is the only crate that depends on ``pyo3``.
 
-References are read from the source with comments and string literals removed; test
-modules (``#[cfg(test)] mod tests``) count too: a unit test may not reach up either.
+References (``crate::``, ``super::`` and ``self::`` paths, groups included, resolved from the
+file's module and its inline modules) are read from the source after a lexer removes
+comments, strings of every kind and character literals; test modules (``#[cfg(test)] mod
+tests``) count too: a unit test may not reach up either.
 Exit status 1 with one line per violation.
 """
 
@@ -44,32 +46,125 @@ FLOORS: list[tuple[str, ...]] = [
     ("hpc",),
 ]
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-_CRATE_REF = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
-_CRATE_GROUP = re.compile(r"\bcrate::\{([^}]*)\}")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _code(path: Path) -> str:
-    return _STRING.sub('""', _COMMENT.sub("", path.read_text(encoding="utf-8")))
+def strip(code: str) -> str:
+    """``code`` with comments (nested block comments too), string literals (escapes and line
+    continuations, raw ``r#"..."#``, byte and C strings) and character literals blanked out,
+    lifetimes kept: what is left is the code's tokens, with newlines where they were."""
+    out: list[str] = []
+    i, n = 0, len(code)
+    while i < n:
+        c = code[i]
+        if code.startswith("//", i):
+            j = code.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if code.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if code.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif code.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    out.append("\n" if code[i] == "\n" else "")
+                    i += 1
+            continue
+        raw = re.match(r'(?:b|c)?r(#*)"', code[i:]) if c in "bcr" and (i == 0 or not _is_ident(code[i - 1])) else None
+        if raw:
+            end = '"' + raw.group(1)
+            j = code.find(end, i + raw.end())
+            j = n if j < 0 else j + len(end)
+            out.append('""' + "\n" * code.count("\n", i, j))
+            i = j
+            continue
+        if c == '"' or (c in "bc" and code.startswith('"', i + 1) and (i == 0 or not _is_ident(code[i - 1]))):
+            j = i + (1 if c == '"' else 2)
+            while j < n and code[j] != '"':
+                j += 2 if code[j] == "\\" else 1
+            out.append('""' + "\n" * code.count("\n", i, j))
+            i = j + 1
+            continue
+        if c == "'":
+            # A char literal ('x', '\n', '\u{1F600}', '"') or a lifetime ('a, 'static).
+            m = re.match(r"'(?:\\(?:u\{[0-9A-Fa-f]*\}|x[0-9A-Fa-f]{2}|.)|[^\\'\n])'", code[i:])
+            if m:
+                out.append("' '")
+                i += m.end()
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
-def _top_module(src: Path, f: Path) -> str:
-    rel = f.relative_to(src)
-    return rel.parts[0].removesuffix(".rs")
+def _is_ident(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def module_path(src: Path, f: Path) -> list[str]:
+    """The module path of file ``f`` under ``src`` (``[]`` for the crate root)."""
+    parts = list(f.relative_to(src).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib", "main"):
+        parts.pop()
+    return parts
+
+
+_PATH = re.compile(r"\b(crate|super|self)((?:::(?:super|self))*)::(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}|[A-Za-z_][A-Za-z0-9_]*)")
+_INLINE_MOD = re.compile(r"\bmod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{")
+
+
+def references(code: str, path: list[str]) -> set[str]:
+    """The crate's top-level modules the (stripped) ``code`` of the module at ``path`` refers
+    to through ``crate::``, ``super::`` and ``self::`` paths, inline modules (``mod tests {
+    use super::*; }``) counted: ``super::x`` there is the file's own module."""
+    depth_at: list[int] = []  # brace depth each open inline module started at
+    mods: list[str] = []
+    refs: set[str] = set()
+    depth = 0
+    starts = {m.start(): m.group(1) for m in _INLINE_MOD.finditer(code)}
+    paths = {m.start(): m for m in _PATH.finditer(code)}
+    for i, c in enumerate(code):
+        if i in starts:
+            mods.append(starts[i])
+            depth_at.append(depth)
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth_at and depth == depth_at[-1]:
+                depth_at.pop()
+                mods.pop()
+        m = paths.get(i)
+        if m is None or (i > 0 and _is_ident(code[i - 1])):
+            continue
+        here = path + mods
+        base = [] if m.group(1) == "crate" else (here[:-1] if m.group(1) == "super" else list(here))
+        for step in re.findall(r"super|self", m.group(2)):
+            if step == "super":
+                base = base[:-1]
+        names = [m.group(3)]
+        if names[0].startswith("{"):
+            names = [g.strip().split("::")[0] for g in names[0][1:-1].split(",")]
+        for name in names:
+            full = base + ([name] if name and _IDENT.fullmatch(name) else [])
+            if full and full[0] != "self":
+                refs.add(full[0])
+    return refs
 
 
 def module_graph(crate: str) -> dict[str, set[str]]:
     """Top-level module -> top-level modules it refers to (``lib`` for the crate root)."""
     src = CRATES / crate / "src"
     graph: dict[str, set[str]] = defaultdict(set)
+    tops = {module_path(src, f)[0] for f in src.rglob("*.rs") if module_path(src, f)}
     for f in sorted(src.rglob("*.rs")):
-        top = _top_module(src, f)
+        path = module_path(src, f)
+        top = path[0] if path else "lib"
         graph[top]
-        code = _code(f)
-        grouped = [g.strip().split("::")[0] for grp in _CRATE_GROUP.findall(code) for g in grp.split(",")]
-        for m in _CRATE_REF.findall(code) + [g for g in grouped if g]:
-            if m != top and m not in ("Error", "Result", "bail", "ensure"):
+        for m in references(strip(f.read_text(encoding="utf-8")), path):
+            if m != top and m in tops:
                 graph[top].add(m)
     return graph
 

@@ -3,7 +3,7 @@
 //! 1. The manager lock (`Manager::with`) before any table lock; a table lock holder never
 //!    takes the manager lock.
 //! 2. Table locks in address order, shared or exclusive alike
-//!    (`tiermem_embed::locks::{for_lookup, exclusive_all}`).
+//!    (`tiermem_embed::table::locks::{for_lookup, exclusive_all}`).
 //! 3. No manager or table lock is taken on a thread of the rayon pool: jobs on the pool may
 //!    be what a lock holder waits for, so a pool worker blocked on a lock can deadlock it.
 //!    Kernels on the pool only touch tables whose locks their caller holds; copies on the

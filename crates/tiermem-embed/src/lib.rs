@@ -8,13 +8,15 @@
 //! [`Table::featuresize`] and a row-pointer source ([`rows::RowSource`]), so one kernel
 //! serves the direct table, the cached table and every cache policy.
 
+/// The widest row a table takes (elements): 16 Mi, 64 MiB of `f32` per row.
+pub const MAX_WIDTH: usize = 1 << 24;
+
 pub mod bags;
 pub mod blockfile;
 pub mod cache;
 pub(crate) mod elem;
 pub mod home;
 pub mod layout;
-pub(crate) mod locks;
 pub mod lookup;
 pub mod minicache;
 pub mod mrc;

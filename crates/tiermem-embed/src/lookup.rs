@@ -7,8 +7,9 @@ use tiermem_core::process::in_kernel_pool;
 
 use super::bags::Bags;
 use super::elem::{add_row, load_row, sum_row, Bf16, Elem};
+use super::rows::RowFn;
 use super::rows::{RowSource, Tally};
-use super::table::{RowFn, Table};
+use super::table::Table;
 use super::{with_width, DType};
 use tiermem_core::arch::{isa, Isa};
 use tiermem_core::{bail, ensure, Error, Result};
@@ -210,7 +211,7 @@ pub fn lookup(
             }
         }
     }
-    let _locks = super::locks::for_lookup(tables)?;
+    let _locks = super::table::locks::for_lookup(tables)?;
     let staged = stage_all(tables, bags)?;
     let ptr = SharedMut(out.data.as_mut_ptr());
     let mut jobs = Vec::new();
@@ -437,7 +438,7 @@ pub fn gather(tables: &[&Table], bags: &[Bags<'_>], prefetch: usize) -> Result<u
         tables.len(),
         bags.len()
     );
-    let _locks = super::locks::for_lookup(tables)?;
+    let _locks = super::table::locks::for_lookup(tables)?;
     stage_all(tables, bags)?;
     let mut jobs = Vec::new();
     for (t, b) in bags.iter().enumerate() {

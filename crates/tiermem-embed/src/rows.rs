@@ -90,3 +90,9 @@ pub unsafe trait RowSource: Sync {
     /// Charge a tally to the devices behind the rows.
     fn charge(&self, t: &Tally);
 }
+
+/// A function generic over the row source (closures cannot be generic): what a table hands
+/// its rows to (`Table::with_rows`, a home's `with`).
+pub(crate) trait RowFn<T> {
+    fn call<R: RowSource>(self, rows: &R) -> T;
+}

@@ -12,8 +12,9 @@ use super::elem::{store_row, Bf16, Elem};
 use super::lookup::{check_call, chunk_size, Mode};
 use super::optim::Optimizer;
 use super::reindex::{reindex, Csr};
+use super::rows::RowFn;
 use super::rows::{RowSource, Tally};
-use super::table::{Mutable, RowFn, Table};
+use super::table::{Mutable, Table};
 use super::{with_width, DType};
 use tiermem_core::arch::hints::sfence;
 use tiermem_core::sys::huge::HugeSlice;
@@ -58,7 +59,7 @@ pub fn update(
         grad.row_stride,
         grad.cols,
     )?;
-    let mut guards = super::locks::exclusive_all(tables)?;
+    let mut guards = super::table::locks::exclusive_all(tables)?;
     let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut **g).collect();
     let csrs = prepare(tables, bags, &mut states)?;
     super::lookup::stage_all(tables, bags)?;

@@ -107,9 +107,9 @@ impl BlockFile {
              rows of width 1 or more)"
         );
         ensure!(
-            width as usize <= crate::table::MAX_WIDTH,
+            width as usize <= crate::MAX_WIDTH,
             "table '{name}': row width {width} exceeds {}",
-            crate::table::MAX_WIDTH
+            crate::MAX_WIDTH
         );
         optstate::remove_orphan(path)
             .map_err(|what| Error::InvalidArgument(format!("table '{name}': {what}")))?;

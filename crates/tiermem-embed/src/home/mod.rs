@@ -18,8 +18,8 @@ pub use model::ModelHome;
 
 use std::sync::Arc;
 
+use crate::rows::RowFn;
 use crate::rows::RowSource;
-use crate::table::RowFn;
 use tiermem_core::device::Device;
 
 /// A place rows live.

@@ -8,7 +8,7 @@
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
-use super::table::{Mutable, Table};
+use super::{Mutable, Table};
 use tiermem_core::Result;
 
 use tiermem_core::lock_order::{may_block, may_block_in};

@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub(crate) mod locks;
+
 use super::blockfile::{optstate, BlockFile};
 use super::cache::{CacheConfig, CachedRows, Room, MAX_ROWS};
 use super::home::{BlockHome, Home, MemoryHome, ModelHome};
-use super::rows::{RowSource, Tally};
+use super::rows::{RowFn, RowSource, Tally};
 use super::DType;
 use tiermem_core::manager::{Manager, Reservation};
 use tiermem_core::model::TwoLm;
@@ -77,8 +79,7 @@ pub struct Table {
     base_flushed: Mutex<(u64, u64, u64)>,
 }
 
-/// The widest row a table takes (elements): 16 Mi, 64 MiB of `f32` per row.
-pub const MAX_WIDTH: usize = 1 << 24;
+pub use crate::MAX_WIDTH;
 
 /// Bytes per row; `width` is at most [`MAX_WIDTH`] (checked by `check_shape`), so no overflow.
 fn stride_of(width: usize, dtype: DType) -> usize {
@@ -498,11 +499,11 @@ impl Table {
     }
 
     pub(crate) fn shared(&self) -> Result<RwLockReadGuard<'_, Mutable>> {
-        super::locks::shared(self)
+        locks::shared(self)
     }
 
     pub(crate) fn exclusive(&self) -> Result<RwLockWriteGuard<'_, Mutable>> {
-        super::locks::exclusive(self)
+        locks::exclusive(self)
     }
 
     /// Run `f` with the table's row source: `caching` picks `access_and_cache` for cached
@@ -892,11 +893,6 @@ impl Table {
         x.optimizer_fixed = false;
         Ok(())
     }
-}
-
-/// A function generic over the row source (closures cannot be generic).
-pub(crate) trait RowFn<T> {
-    fn call<R: RowSource>(self, rows: &R) -> T;
 }
 
 enum CopyDir<'a> {
