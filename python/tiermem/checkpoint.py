@@ -183,7 +183,7 @@ def _checked_sections(path: str, sections: Any) -> list[dict[str, Any]]:
             and _is_int(s.get("length"))
             and isinstance(s.get("sha256"), str)
         )
-        name = s.get("name") if isinstance(s, dict) else None
+        name = str(s["name"]) if ok else repr(s)[:60]
         if ok and name.startswith(("rows:", "block:")):
             ok = _is_int(s.get("rows"), 1) and _is_int(s.get("width"), 1)
         if ok and name.startswith("rows:"):
@@ -204,7 +204,7 @@ def _checked_sections(path: str, sections: Any) -> list[dict[str, Any]]:
             ok = ok and s["length"] == 4 * s["values"]
         if not ok or name in names:
             why = "is listed twice" if ok else "lacks a field a save writes, or has one of another type"
-            raise _bad(path, f"its manifest's section {k} ({name!r}) {why} (damaged)")
+            raise _bad(path, f"its manifest's section {k} ({name}) {why} (damaged)")
         names.add(name)
     return sections
 
