@@ -205,3 +205,18 @@ def test_the_manager_made_device_file_is_marked_as_tiermems(disk_dir: Path) -> N
         pytest.skip("this file system keeps no extended attributes")
     finally:
         del m
+
+
+def test_optimizer_state_of_another_layout_generation_is_an_error_naming_both(disk_dir: Path) -> None:
+    a = disk_dir / "a.tbl"
+    m = _module(a)
+    _train(m, 1, steps=1)
+    del m
+    old = (disk_dir / "a.tbl.optim").read_bytes()  # written at generation 1
+    t = EmbeddingTable(600, 8, device=f"block:{a}", cache=0.5)
+    t.relayout(np.random.default_rng(0).permutation(600))
+    del t
+    os.unlink(disk_dir / "a.tbl.optim")
+    (disk_dir / "a.tbl.optim").write_bytes(old)  # a companion of the file before its relayout
+    with pytest.raises(InvalidArgumentError, match="written at layout generation 1, the file is at generation 2"):
+        _module(a)
