@@ -162,8 +162,16 @@ impl DevFile {
             let refused = !o.overwrite && !o.attach && (block_node || m.len() > 0);
             if refused && !o.keep && files::marked(path).as_deref() == Some(MARK_DEVICE) {
                 // A device file of a process that died (its lock went with it): ours to reuse.
+                // Removed while this process holds its lock, so no live owner loses it.
+                let held = files::open_existing(path, false, 0)
+                    .map_err(|e| DevFileError::Os("open a dead process's device file", e))?;
+                // SAFETY: the fd is open and owned by `held`; flock has no memory effects.
+                if unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                    return Err(DevFileError::Locked);
+                }
                 std::fs::remove_file(path)
                     .map_err(|e| DevFileError::Os("remove a dead process's device file", e))?;
+                drop(held);
                 reclaimed = true;
                 meta = None;
             } else if refused {

@@ -68,7 +68,7 @@ pub struct Table {
     dtype: DType,
     stride: usize,
     pub(crate) storage: Storage,
-    /// Taken only through `super::locks` (the lock order).
+    /// Taken only through [`locks`] (the lock order).
     pub(super) lock: RwLock<Mutable>,
     /// The process it was made in (a forked child refuses it).
     pub(super) born: tiermem_core::process::Born,
