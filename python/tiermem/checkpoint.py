@@ -233,8 +233,8 @@ class Checkpoint:
                 raise _bad(path, "its manifest does not match its checksum (damaged)")
             try:
                 manifest = json.loads(raw)
-            except ValueError:
-                raise _bad(path, "its manifest is not JSON (damaged)") from None
+            except (ValueError, RecursionError):
+                raise _bad(path, "its manifest is not JSON, or nested too deeply (damaged)") from None
             if not isinstance(manifest, dict) or manifest.get("format") not in _READS:
                 got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
                 raise _bad(path, f"format {got!r}, expected one of {', '.join(_READS)}")

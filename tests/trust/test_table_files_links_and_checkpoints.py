@@ -306,3 +306,12 @@ def test_a_sparse_file_claiming_2_31_rows_allocates_nothing_for_them(disk_dir: P
     assert lines[0].startswith("shape InvalidArgumentError") and "2147483648 rows" in lines[0], r.stdout
     assert lines[1].startswith("none CorruptFileError") and "layout" in lines[1], r.stdout
     assert os.stat(sparse).st_blocks * 512 < 1 << 20  # it stayed sparse: nothing was written
+
+
+def test_manifests_nested_too_deeply_are_named_not_a_recursion_error(disk_dir: Path) -> None:
+    from tiermem.dist import checkpoint as sharded
+
+    (disk_dir / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InvalidArgumentError, match="nested too deeply"):
+        sharded._manifest(str(disk_dir), {})
+    assert sharded._previous(str(disk_dir)) is None

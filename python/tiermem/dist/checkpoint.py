@@ -58,7 +58,7 @@ def _previous(folder: str) -> tuple[str, list[str]] | None:
         with open(os.path.join(folder, MANIFEST)) as f:
             m = json.load(f)
         _check_manifest(m, folder)
-    except (OSError, ValueError, InvalidArgumentError):
+    except (OSError, ValueError, RecursionError, InvalidArgumentError):
         return None
     return m["folder"], list(m["files"])
 
@@ -165,8 +165,8 @@ def _manifest(folder: str, config: dict[str, Any]) -> dict[str, Any]:
     try:
         with open(path) as f:
             m: dict[str, Any] = json.load(f)
-    except ValueError:
-        raise InvalidArgumentError(f"{path!r} is not JSON (damaged)") from None
+    except (ValueError, RecursionError):
+        raise InvalidArgumentError(f"{path!r} is not JSON, or nested too deeply (damaged)") from None
     _check_manifest(m, folder)
     if m.get("config") != config:
         diff = sorted(k for k in set(config) | set(m.get("config") or {}) if (m.get("config") or {}).get(k) != config.get(k))
