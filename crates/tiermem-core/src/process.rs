@@ -14,11 +14,38 @@
 //!   call only: the next call tries again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Once, PoisonError};
 
 use rayon::ThreadPool;
 
 use crate::{Error, Result};
+
+/// This process's id, cached: no system call on the lock paths that check it. A child
+/// handler registered with `pthread_atfork` clears it, so a forked child reads its own.
+static PID: AtomicU32 = AtomicU32::new(0);
+static AT_FORK: Once = Once::new();
+
+extern "C" fn forked_child() {
+    PID.store(0, Ordering::Relaxed); // an atomic store: async-signal-safe
+}
+
+/// This process's id (cached; right in a forked child).
+#[must_use]
+pub fn pid() -> u32 {
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic; no pointers are passed.
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
 
 /// The process an object was made in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,12 +55,18 @@ impl Born {
     /// This process.
     #[must_use]
     pub fn now() -> Self {
-        Born(std::process::id())
+        Born(pid())
+    }
+
+    /// Whether this is the process the object was made in.
+    #[must_use]
+    pub fn is_here(self) -> bool {
+        self.0 == pid()
     }
 
     /// An error if this is not the process the object (`what`) was made in.
     pub fn check(self, what: &str) -> Result<()> {
-        let me = std::process::id();
+        let me = pid();
         if me == self.0 {
             return Ok(());
         }
@@ -58,7 +91,7 @@ static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
 
 fn pools<T>(f: impl FnOnce(&mut Pools) -> T) -> T {
     let mut g = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
-    let me = std::process::id();
+    let me = pid();
     if g.as_ref().is_none_or(|p| p.0 != me) {
         // A forked child's copies of the parent's pools have no threads: forgotten, never
         // dropped (dropping would wait for threads that do not exist here).
@@ -97,7 +130,23 @@ pub fn in_kernel_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R> {
     if rayon::current_thread_index().is_some() {
         return Ok(f());
     }
-    let pool = pools(|p| match &p.1 {
+    Ok(kernel_pool()?.install(f))
+}
+
+thread_local! {
+    /// This thread's handle on its process's kernel pool, so a lookup takes no global lock.
+    static KERNELS: std::cell::RefCell<Option<(u32, Arc<ThreadPool>)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// This process's kernel pool, made on first use.
+fn kernel_pool() -> Result<Arc<ThreadPool>> {
+    let me = pid();
+    if let Some(k) =
+        KERNELS.with_borrow(|c| c.as_ref().filter(|c| c.0 == me).map(|c| Arc::clone(&c.1)))
+    {
+        return Ok(k);
+    }
+    let k = pools(|p| match &p.1 {
         Some(k) => Ok(Arc::clone(k)),
         None => {
             let k = build(0, "kernels")?;
@@ -105,7 +154,15 @@ pub fn in_kernel_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R> {
             Ok(k)
         }
     })?;
-    Ok(pool.install(f))
+    KERNELS.with_borrow_mut(|c| {
+        // A forked child's stale handle (its parent's pool) is forgotten, never dropped.
+        if let Some(old) = c.replace((me, Arc::clone(&k))) {
+            if old.0 != me {
+                std::mem::forget(old);
+            }
+        }
+    });
+    Ok(k)
 }
 
 /// Threads of the kernel pool: the calling pool's when on one, else this process's kernel
@@ -115,9 +172,10 @@ pub fn kernel_threads() -> usize {
     if rayon::current_thread_index().is_some() {
         return rayon::current_num_threads();
     }
-    let made = pools(|p| p.1.as_ref().map(|k| k.current_num_threads()));
-    made.or_else(|| in_kernel_pool(rayon::current_num_threads).ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+    kernel_pool().map_or_else(
+        |_| std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        |k| k.current_num_threads(),
+    )
 }
 
 /// The I/O pool of `depth` threads every block file of that queue depth shares.

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 
 /// The extended attribute marking a file tiermem made; its value says what the file is.
 pub const MARK: &str = "user.tiermem";
+const MARK_C: &std::ffi::CStr = c"user.tiermem";
+const _: () = assert!(MARK_C.to_bytes().len() == MARK.len());
 
 /// How [`create`] opens the new file.
 #[derive(Debug, Clone, Copy, Default)]
@@ -179,7 +181,7 @@ pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// Mark the open file `f` as tiermem's (`what` says which kind); `false` where the file
 /// system keeps no extended attributes (the file then cannot be reclaimed after a crash).
 pub fn mark(f: &File, what: &str) -> bool {
-    let name = CString::new(MARK).expect("no NUL");
+    let name = MARK_C;
     // SAFETY: the fd is open; name is NUL-terminated; value points to `what.len()` bytes.
     let rc = unsafe {
         libc::fsetxattr(
@@ -202,7 +204,7 @@ pub fn marked(path: &Path) -> Option<String> {
         return None;
     }
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    let name = CString::new(MARK).expect("no NUL");
+    let name = MARK_C;
     let mut buf = [0u8; 64];
     // SAFETY: both strings are NUL-terminated; buf is valid for its length.
     let n = unsafe {

@@ -340,6 +340,9 @@ impl BlockFile {
 
     /// An error if this process is a forked child of the one that opened the file.
     fn here(&self) -> Result<()> {
+        if self.born.is_here() {
+            return Ok(()); // the message is built only for a refusal
+        }
         self.born.check(&format!(
             "table '{}' (file {})",
             self.name,
@@ -363,7 +366,7 @@ impl BlockFile {
     /// written back from here).
     #[must_use]
     pub fn forked(&self) -> bool {
-        self.born != Born::now()
+        !self.born.is_here()
     }
 
     /// Issue reads from the thread pool from now on, even where io_uring works (what
