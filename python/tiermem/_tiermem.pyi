@@ -175,33 +175,11 @@ class DataApi:
 @final
 class Table:
     @staticmethod
-    def direct(manager: Manager, device: int, rows: int, width: int, dtype: str) -> Table: ...
-    @staticmethod
-    def cached(
+    def new(
         manager: Manager,
-        slow: int,
-        fast: int,
-        rows: int,
-        width: int,
-        dtype: str,
-        lower: int,
-        slack: int,
-        policy: str,
-    ) -> Table: ...
-    @staticmethod
-    def behind_model(manager: Manager, model: TwoLmModel, rows: int, width: int, dtype: str) -> Table: ...
-    @staticmethod
-    def block(
-        manager: Manager,
-        fast: int,
-        path: str | os.PathLike[str],
-        name: str,
         shape: tuple[int, int, str],
-        attach: bool,
-        depth: int | None,
-        lower: int,
-        slack: int,
-        admission: str,
+        home: dict[str, Any],
+        cache: dict[str, Any] | None = None,
     ) -> Table: ...
     def sync(self) -> None: ...
     def snapshot(self, path: str) -> tuple[str, int]: ...
@@ -210,6 +188,7 @@ class Table:
     def relayout(self, layout: Any, budget: int) -> None: ...
     def relayout_progress(self) -> int: ...
     def block_info(self) -> dict[str, Any] | None: ...
+    def file_info(self) -> dict[str, Any] | None: ...
     def set_access_counts(self, counts: Any) -> None: ...
     def set_admission(self, admission: str) -> None: ...
     @property

@@ -71,7 +71,7 @@ def test_item5_output_columns_and_row_widths_are_bounded() -> None:
     with pytest.raises((tiermem.InvalidArgumentError, OverflowError)):
         EmbeddingTable(3, 2**62 + 1)
     with pytest.raises(tiermem.InvalidArgumentError, match="at most"):
-        _tiermem.Table.direct(tiermem.Manager({"dram": "4 MiB"})._native, 0, 3, 2**62 + 1, "float32")
+        _tiermem.Table.new(tiermem.Manager({"dram": "4 MiB"})._native, (3, 2**62 + 1, "float32"), {"kind": "memory", "device": 0})
 
 
 def test_item6_torch_views_derived_inside_a_guard_cannot_write_into_another_array() -> None:

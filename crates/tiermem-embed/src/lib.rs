@@ -32,7 +32,7 @@ pub use bags::Bags;
 pub use cache::{CacheConfig, CachePolicy, PolicyRef};
 pub use lookup::{lookup, LookupOut, Mode};
 pub use optim::{Optimizer, OptimizerConfig, RowOptimizer};
-pub use table::{Table, TableStats};
+pub use table::{Cache, Shape, Table, TableStats};
 pub use update::update;
 
 use tiermem_core::{bail, Result};

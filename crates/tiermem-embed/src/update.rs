@@ -59,6 +59,9 @@ pub fn update(
         grad.row_stride,
         grad.cols,
     )?;
+    for t in tables {
+        t.writable()?;
+    }
     let mut guards = super::table::locks::exclusive_all(tables)?;
     let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut **g).collect();
     let csrs = prepare(tables, bags, &mut states)?;
@@ -97,6 +100,7 @@ pub fn sparse_grad(
         w,
         &[0],
     )?;
+    table.writable()?;
     let mut guard = table.exclusive()?;
     let mut states = vec![&mut *guard];
     let csrs = prepare(&[table], std::slice::from_ref(bags), &mut states)?;

@@ -16,6 +16,7 @@ from ..exceptions import InvalidArgumentError
 __all__ = [
     "OptimizerConfig",
     "Placement",
+    "FILE_HOMES",
     "OPTIMIZERS",
     "CACHE_POLICIES",
     "MODES",
@@ -123,18 +124,35 @@ class OptimizerConfig:
         return cls(str(optimizer), **settings).validate()
 
 
+#: Spec prefixes of homes that are files, by home kind: ``table:PATH`` a table file read
+#: with direct I/O (``block:PATH`` is its older name), ``file:PATH`` a plain file of rows
+#: read with buffered I/O.
+FILE_HOMES: dict[str, str] = {"table:": "table", "block:": "table", "file:": "file"}
+
+
 @dataclass(frozen=True)
 class Placement:
-    """Where a table's rows live.
+    """Where a table's rows live, and the cache in front of them: one value handed down from
+    the torch modules, the DLRM trainer, the sharded tables and the cache plans to the core.
 
     Attributes:
-        device: the base rows' device: a name or index of the manager, or (without a
-            manager) a device spec; ``None`` for the default.
+        device: the base rows' home: a device name or index of the manager, or (without a
+            manager) a device spec such as ``"emulated:optane-pmem"``; ``"table:PATH"``, a
+            table file on the disk read with direct I/O (created, or re-attached with its
+            rows and optimizer state); ``"file:PATH"``, a plain file of rows (row ``i`` at
+            byte ``i * row_bytes``, no header, as ``numpy.ndarray.tofile`` writes) read with
+            buffered I/O, for file systems without direct I/O; ``None`` for the default.
         cache: ``None`` for a direct table, or ``cachelower`` as a fraction of the table
-            (0 < cache <= 1) for a cached one.
+            (0 < cache <= 1) for a cached one (tables in files need one).
         cacheslack: how far the cache may grow beyond ``cachelower`` (a fraction in [0, 1]).
         policy: one of :data:`CACHE_POLICIES`.
         dtype: storage type, one of :data:`DTYPES` (``torch.`` prefixes are accepted).
+        admission: what a cache over a table file does with the other rows of a block it
+            reads (``row``, ``row:T``, ``block``, ``threshold:T``, ``shadow:M``; see
+            :class:`~tiermem.embedding.EmbeddingTable`).
+        depth: a table file's reads in flight (``None``: the calibrated depth).
+        read_only: open an existing ``file:`` home for reading only (a file tiermem did not
+            make is only ever opened so).
     """
 
     device: str | int | None = None
@@ -142,6 +160,9 @@ class Placement:
     cacheslack: float = 0.05
     policy: str = "dynamic"
     dtype: Any = "float32"
+    admission: str = "row"
+    depth: int | None = None
+    read_only: bool = False
 
     def validate(self) -> Placement:
         """This placement, or :class:`~tiermem.InvalidArgumentError` naming what and why."""
@@ -155,9 +176,52 @@ class Placement:
             raise InvalidArgumentError(f"cache must be a fraction of the table in (0, 1], got {self.cache!r}")
         if not 0 <= self.cacheslack <= 1:
             raise InvalidArgumentError(f"cacheslack must be a fraction in [0, 1], got {self.cacheslack!r}")
+        if self.depth is not None and not (isinstance(self.depth, int) and 1 <= self.depth <= 256):
+            raise InvalidArgumentError(f"depth must be from 1 to 256 reads in flight, got {self.depth!r}")
+        if self.read_only and self.home != "file":
+            raise InvalidArgumentError("read_only opens a 'file:PATH' home; other homes are written as they train")
+        path = self.path
+        if path is not None:
+            if not path:
+                raise InvalidArgumentError(f"device {self.device!r} names no file: pass '{self.device}PATH'")
+            if self.cache is None:
+                raise InvalidArgumentError(
+                    f"a table in a file reads its rows through a DRAM cache: pass cache= a fraction of the table "
+                    f"(e.g. 0.05) for {path}"
+                )
         return self
+
+    @property
+    def home(self) -> str:
+        """The home's kind: ``table`` or ``file`` for the file specs, else ``memory``."""
+        if isinstance(self.device, str):
+            for prefix, kind in FILE_HOMES.items():
+                if self.device.startswith(prefix):
+                    return kind
+        return "memory"
+
+    @property
+    def path(self) -> str | None:
+        """The file of a ``table:``/``file:`` home, else ``None``."""
+        if self.home == "memory":
+            return None
+        assert isinstance(self.device, str)
+        return self.device.split(":", 1)[1]
 
     @property
     def storage_dtype(self) -> str | None:
         """The storage type's canonical name, or ``None`` if unknown."""
         return DTYPES.get(str(self.dtype).replace("torch.", ""))
+
+    def cache_spec(self, table_bytes: int, stride: int, fast: int = 0) -> dict[str, Any] | None:
+        """The cache as the core's table constructor takes it, for a table of
+        ``table_bytes`` bytes in rows of ``stride`` (a cache holds at least one row)."""
+        if self.cache is None:
+            return None
+        return {
+            "fast": fast,
+            "lower": max(int(table_bytes * self.cache), stride),
+            "slack": int(table_bytes * self.cacheslack),
+            "policy": "dynamic" if self.home != "memory" else self.policy,
+            "admission": self.admission,
+        }

@@ -48,6 +48,18 @@ def as_bags(indices: Any, offsets: Any = None, include_last_offset: bool = False
     return values, offs
 
 
+def _private_devices(spec: str, table_bytes: int, place: Placement) -> list[tuple[str, int]]:
+    """The devices of a table's private manager: DRAM for the rows (a direct DRAM table) or
+    for the cache, and the spec's device for the base rows."""
+    devs: list[tuple[str, int]] = []
+    if place.cache is not None or spec == "dram":
+        need = table_bytes if spec == "dram" else int(table_bytes * min(1.0, (place.cache or 0.0) + place.cacheslack)) + (4 << 20)
+        devs.append(("dram", max(need, 1 << 20)))
+    if spec != "dram":
+        devs.append((spec, table_bytes + (1 << 20)))
+    return devs
+
+
 def _f32(a: Any, what: str) -> np.ndarray:
     arr = np.asarray(a)
     if arr.dtype.kind != "f":
@@ -62,40 +74,36 @@ class EmbeddingTable:
         num_embeddings: rows.
         embedding_dim: elements per row (16, 32, 64, 128 and 256 have kernels specialised
             at compile time; any width works).
-        dtype: storage type, ``"float32"`` or ``"bfloat16"`` (kernels compute in float32).
+        placement: a :class:`~tiermem.embedding.config.Placement`: the rows' home (a
+            device, a table file ``table:PATH`` or a plain file ``file:PATH``), the cache in
+            front of it (size, slack, policy, admission) and the storage type. The loose
+            keywords below build one when it is not given (not both).
         manager: the :class:`~tiermem.Manager` whose devices hold the rows. If omitted, a
             private manager is made: ``dram`` plus ``device`` when that is another spec.
-        device: where the base rows live: a device name or index of ``manager`` (default:
-            the fastest device, or the slowest one when ``cache`` is given); without a
-            manager, a device spec such as ``"emulated:optane-pmem"``; or
-            ``"block:PATH"``, a table file on a block device (the real disk), created if
-            missing and re-attached if it exists (its rows then keep their values, and the
-            optimizer state its companion ``PATH.optim`` holds comes back with them; the
-            shape must match, else an error names both). A block table needs ``cache``; its cache pages go on the
-            manager's fastest device.
-        cache: ``None`` for a direct table, or the cache's lower size (``cachelower``) as a
-            fraction of the table (0 < cache <= 1): base rows stay on ``device``, cache
-            pages go on the manager's fastest device.
-        cacheslack: how far beyond ``cachelower`` the cache may grow (fraction of the table).
-        policy: ``"dynamic"``, ``"admit"`` (dynamic, but a row is cached on its second recent
-            miss) or ``"static"`` for cached tables; ``"simple"`` means a direct table
-            (``cache=None``) and is accepted for symmetry.
         padding_idx: a row left out of every reduction (and of a mean's count) and never
             updated, as ``torch.nn.EmbeddingBag``'s; negative counts from the end.
         model: a :class:`~tiermem.twolm.TwoLmModel`: the rows go on its slow device and every
             access runs through the model of the hardware DRAM cache (the ``2lm-model``
             baseline; ``manager`` defaults to the model's, ``device`` and ``cache`` must be
             left out).
-        admission: a block table's admission of the other rows of a block it reads (Bandana
-            §4.3): ``"row"`` (none: the baseline), ``"row:T"`` (none, and a row asked for
-            that was seen in at most T queries of the layout's trace goes in unmarked, so
-            the next reclaim drops it unless it is hit again), ``"block"`` (all),
-            ``"threshold:T"`` (rows seen in more than T queries, see
-            :meth:`set_access_counts`; rows asked for seen in at most T go in unmarked, as
-            with ``row:T``) or ``"shadow:M"`` (rows in a shadow cache of M times the cache's
-            size).
-        depth: a block table's reads in flight (default: the best depth ``tiermem
-            calibrate`` found, else 16).
+        dtype, device, cache, cacheslack, policy, admission, depth: the
+            :class:`~tiermem.embedding.config.Placement` settings of those names. ``device``
+            is a device name or index of ``manager`` (default: the fastest device, or the
+            slowest one when ``cache`` is given), a device spec without a manager,
+            ``"table:PATH"`` (``"block:PATH"`` is its older name: a table file on the disk,
+            created if missing and re-attached if it exists, its rows and the optimizer
+            state its companion ``PATH.optim`` holds coming back with it; the shape must
+            match, else an error names both) or ``"file:PATH"`` (a plain file of rows, read
+            with buffered I/O; one tiermem did not make opens only read-only). A table in a
+            file needs ``cache``; its cache pages go on the manager's fastest device.
+            ``admission`` is what such a cache does with the other rows of a block it reads
+            (Bandana §4.3): ``"row"`` (none: the baseline), ``"row:T"`` (none, and a row
+            asked for that was seen in at most T queries of the layout's trace goes in
+            unmarked, so the next reclaim drops it unless it is hit again), ``"block"``
+            (all), ``"threshold:T"`` (rows seen in more than T queries, see
+            :meth:`set_access_counts`) or ``"shadow:M"`` (rows in a shadow cache of M times
+            the cache's size). ``depth``: a table file's reads in flight (default: the best
+            depth ``tiermem calibrate`` found, else 16).
 
     Raises:
         InvalidArgumentError: bad sizes, dtype, policy or cache fraction; rows or a cache
@@ -110,158 +118,116 @@ class EmbeddingTable:
         num_embeddings: int,
         embedding_dim: int,
         *,
-        dtype: str = "float32",
+        placement: Placement | None = None,
         manager: Manager | None = None,
-        device: str | int | None = None,
-        cache: float | None = None,
-        cacheslack: float = 0.05,
-        policy: str = "dynamic",
         padding_idx: int | None = None,
         model: Any = None,
-        admission: str = "row",
+        dtype: str | None = None,
+        device: str | int | None = None,
+        cache: float | None = None,
+        cacheslack: float | None = None,
+        policy: str | None = None,
+        admission: str | None = None,
         depth: int | None = None,
     ) -> None:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
-        place = Placement(device=device, cache=cache, cacheslack=cacheslack, policy=policy, dtype=dtype).validate()
+        loose = {
+            "dtype": dtype,
+            "device": device,
+            "cache": cache,
+            "cacheslack": cacheslack,
+            "policy": policy,
+            "admission": admission,
+            "depth": depth,
+        }
+        given = {k: v for k, v in loose.items() if v is not None}
+        if placement is not None and given:
+            raise InvalidArgumentError(f"pass the placement's settings in placement=, not also as {sorted(given)}")
+        place = (placement if placement is not None else Placement(**given)).validate()
         dt = place.storage_dtype
         assert dt is not None, "validate() refuses unknown dtypes"
+        rows, width = int(num_embeddings), int(embedding_dim)
+        stride = row_stride(width, dt)
+        table_bytes = rows * stride
         if model is not None:
-            if cache is not None or device is not None:
+            if place.home != "memory":
+                raise InvalidArgumentError(f"a table in a file lives in its file, not behind the 2LM model ({place.path})")
+            if place.cache is not None or place.device is not None:
                 raise InvalidArgumentError(
                     "a table behind the 2LM model lives on the model's slow device: leave cache and device out"
                 )
             if manager is not None and manager is not model.manager:
                 raise InvalidArgumentError("the 2LM model belongs to another manager")
             manager = model.manager
-        #: A block table's file, or ``None``.
-        self.path: str | None = None
-        #: Whether a block table's file existed (its rows, and its optimizer state, re-attached).
+        #: The :class:`~tiermem.embedding.config.Placement` it was built with.
+        self.settings = place
+        #: A table file's path (``table:``/``file:`` homes), or ``None``.
+        self.path: str | None = place.path
+        #: Whether the table's file existed (its rows, and a table file's optimizer state,
+        #: re-attached).
         self.attached = False
-        if isinstance(device, str) and device.startswith("block:"):
-            self._open_block(
-                rows_=int(num_embeddings),
-                width=int(embedding_dim),
-                dtype=dt,
-                place=place,
-                manager=manager,
-                model=model,
-                admission=admission,
-                depth=depth,
-            )
-            if padding_idx is not None:
-                self._set_padding(padding_idx)
-            return
-        if cache is not None and manager is None and device in (None, "dram"):
-            raise InvalidArgumentError(
-                "a cached table keeps its base rows on a slower device: pass device= a spec such as "
-                "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
-            )
-        rows, width = int(num_embeddings), int(embedding_dim)
-        stride = row_stride(width, dt)
-        table_bytes = rows * stride
-        private_slow = False
-        if manager is None:
-            spec = "dram" if device is None else str(device)
-            private_slow = spec != "dram"
-            devs: list[tuple[str, int]] = []
-            if cache is not None or spec == "dram":
-                devs.append(
-                    (
-                        "dram",
-                        max(
-                            table_bytes
-                            if spec == "dram"
-                            else int(table_bytes * min(1.0, (cache or 0.0) + cacheslack)) + (4 << 20),
-                            1 << 20,
-                        ),
-                    )
-                )
-            if spec != "dram":
-                devs.append((spec, table_bytes + (1 << 20)))
-            manager = Manager(devs, policy="all_fast")
-            device = len(devs) - 1
-        self.manager = manager
-        if device is None:
-            device = len(manager.device_names) - 1 if cache is not None else 0
-        dev = manager._place(device) if not isinstance(device, int) else device
-        if dev == PLACES["slow"]:
-            dev = len(manager.device_names) - 1
-        elif dev < 0:  # fast, or auto: the fastest device
-            dev = 0
-        if model is not None:
-            self._native = _tiermem.Table.behind_model(manager._native, model._native, rows, width, dt)
-        elif cache is None:
-            self._native = _tiermem.Table.direct(manager._native, dev, rows, width, dt)
-        else:
-            if dev == 0:
-                raise InvalidArgumentError("a cached table needs its base rows on a slower device than the cache (device 0)")
-            lower = max(int(table_bytes * cache), stride)  # a cache holds at least one row
-            slack = int(table_bytes * cacheslack)
-            self._native = _tiermem.Table.cached(manager._native, dev, 0, rows, width, dt, lower, slack, policy)
-        if padding_idx is not None:
-            self._set_padding(padding_idx)
-        #: ``dynamic``/``static`` (cached), ``simple`` (direct on a slower device than the
-        #: manager's fastest, or on a non-DRAM spec) or ``direct``.
-        on_slow = dev != 0 or private_slow
-        self.policy = policy if cache is not None else ("simple" if on_slow else "direct")
-        if model is not None:
-            self.policy = "2lm-model"
         #: The 2LM model in front of the rows, if any.
         self.model = model
-        self.cache_fraction = cache
+        self.cache_fraction = place.cache
+        cache_spec = place.cache_spec(table_bytes, stride)
+        if place.path is not None:
+            path = place.path
+            if manager is None:
+                assert cache_spec is not None, "validate() requires a cache for a file home"
+                need = min(cache_spec["lower"] + cache_spec["slack"], table_bytes)
+                manager = Manager([("dram", max(need + (4 << 20), 1 << 20))], policy="all_fast")
+            self.attached = os.path.lexists(path)
+            home: dict[str, Any] = {
+                "kind": "block" if place.home == "table" else "file",
+                "path": path,
+                "name": os.path.basename(path) or path,
+                "attach": self.attached,
+                "depth": place.depth,
+                "read_only": place.read_only,
+            }
+            #: ``dynamic``/``static``/``admit`` (cached), ``block`` (a table file), ``file``
+            #: (a plain file), ``simple`` (direct on a slower device than the manager's
+            #: fastest, or on a non-DRAM spec), ``direct`` or ``2lm-model``.
+            self.policy = "block" if place.home == "table" else "file"
+        else:
+            if place.cache is not None and manager is None and place.device in (None, "dram"):
+                raise InvalidArgumentError(
+                    "a cached table keeps its base rows on a slower device: pass device= a spec such as "
+                    "'numa:1' or 'emulated:optane-pmem', or a manager with more than one device"
+                )
+            private_slow = False
+            dev_arg = place.device
+            if manager is None:
+                spec = "dram" if dev_arg is None else str(dev_arg)
+                private_slow = spec != "dram"
+                manager = Manager(_private_devices(spec, table_bytes, place), policy="all_fast")
+                dev_arg = len(manager.device_names) - 1
+            if dev_arg is None:
+                dev_arg = len(manager.device_names) - 1 if place.cache is not None else 0
+            dev = manager._place(dev_arg) if not isinstance(dev_arg, int) else dev_arg
+            if dev == PLACES["slow"]:
+                dev = len(manager.device_names) - 1
+            elif dev < 0:  # fast, or auto: the fastest device
+                dev = 0
+            if cache_spec is not None and dev == 0:
+                raise InvalidArgumentError("a cached table needs its base rows on a slower device than the cache (device 0)")
+            home = {"kind": "model", "model": model._native} if model is not None else {"kind": "memory", "device": dev}
+            on_slow = dev != 0 or private_slow
+            self.policy = place.policy if cache_spec is not None else ("simple" if on_slow else "direct")
+            if model is not None:
+                self.policy = "2lm-model"
+        self.manager = manager
+        self._native = _tiermem.Table.new(manager._native, (rows, width, dt), home, cache_spec)
+        if padding_idx is not None:
+            self._set_padding(padding_idx)
 
     def _set_padding(self, padding_idx: int) -> None:
         rows = self.num_embeddings
         if not -rows <= int(padding_idx) < rows:
             raise InvalidArgumentError(f"padding_idx {padding_idx} is outside -{rows}..{rows - 1}")
         self._native.set_padding_idx(int(padding_idx) % rows)
-
-    def _open_block(
-        self,
-        *,
-        rows_: int,
-        width: int,
-        dtype: str,
-        place: Placement,
-        manager: Manager | None,
-        model: Any,
-        admission: str,
-        depth: int | None,
-    ) -> None:
-        """Create or re-attach the table file of a ``block:PATH`` device."""
-        assert isinstance(place.device, str)
-        path = place.device[len("block:") :]
-        if not path:
-            raise InvalidArgumentError("device 'block:' names no file: pass 'block:PATH'")
-        if model is not None:
-            raise InvalidArgumentError("a block table lives in its file, not behind the 2LM model")
-        if place.cache is None:
-            raise InvalidArgumentError(
-                f"a block table reads its rows through a DRAM cache: pass cache= a fraction of the table (e.g. 0.05) for {path}"
-            )
-        stride = row_stride(width, dtype)
-        table_bytes = rows_ * stride
-        lower = max(int(table_bytes * place.cache), stride)
-        slack = int(table_bytes * place.cacheslack)
-        if manager is None:
-            manager = Manager([("dram", max(min(lower + slack, table_bytes) + (4 << 20), 1 << 20))], policy="all_fast")
-        exists = os.path.lexists(path)
-        name = os.path.basename(path) or path
-        d = None if depth is None else int(depth)
-        if d is not None and not 1 <= d <= 256:
-            raise InvalidArgumentError(f"depth must be from 1 to 256 reads in flight, got {depth!r}")
-        self._native = _tiermem.Table.block(
-            manager._native, 0, path, name, (rows_, width, dtype), exists, d, lower, slack, admission
-        )
-        #: Whether the table file existed (its rows, and its optimizer state, re-attached).
-        self.attached = exists
-        self.manager = manager
-        self.path = path
-        self.policy = "block"
-        self.model = None
-        self.cache_fraction = place.cache
 
     @property
     def trained_with(self) -> str | None:
@@ -283,6 +249,14 @@ class EmbeddingTable:
         counters (accesses, misses, blocks read, rows prefetched, rows and blocks written,
         rows waiting to be written); ``None`` for other tables."""
         info = self._native.block_info()
+        return None if info is None else dict(info)
+
+    @property
+    def file_info(self) -> dict[str, Any] | None:
+        """A ``file:`` table's path, whether it is read-only, and its I/O counters
+        (accesses, misses, rows read, read requests, rows written, rows waiting to be
+        written); ``None`` for other tables."""
+        info = self._native.file_info()
         return None if info is None else dict(info)
 
     def sync(self) -> None:
@@ -393,13 +367,13 @@ class EmbeddingTable:
     @property
     def placement(self) -> str:
         """``"<device>"`` for a direct table, ``"cached:<pct>"`` for a cached one,
-        ``"block:<pct>"`` for a block table (its cache's percentage of the table),
-        ``"2lm-model"`` behind the 2LM model."""
+        ``"block:<pct>"`` for a table file, ``"file:<pct>"`` for a plain file (its cache's
+        percentage of the table), ``"2lm-model"`` behind the 2LM model."""
         home, cache = self._native.devices
         if self.model is not None:
             return "2lm-model"
         if self.path is not None:
-            return f"block:{round(100 * (self.cache_fraction or 0))}"
+            return f"{self.policy}:{round(100 * (self.cache_fraction or 0))}"
         if cache is None:
             assert home is not None, "a direct table's rows are on a manager device"
             return self.manager.device_names[home]

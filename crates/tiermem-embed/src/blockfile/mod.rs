@@ -842,7 +842,7 @@ fn layout_bytes(layout: &[u32]) -> Vec<u8> {
 }
 
 /// A table file's open error, naming the table and the file.
-fn open_error(name: &str, path: &Path, e: DevFileError) -> Error {
+pub(crate) fn open_error(name: &str, path: &Path, e: DevFileError) -> Error {
     let shown = path.display().to_string();
     match e {
         DevFileError::Os(what, e) => Error::io(name, &shown, what, e),

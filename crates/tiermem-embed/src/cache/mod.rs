@@ -82,7 +82,7 @@ pub const MAX_SLOTS: usize = 1 << 28;
 pub struct CacheConfig {
     /// Flushes shrink the cache to at most this many bytes.
     pub lower: u64,
-    /// What a cache over a block home does with a block's other rows.
+    /// What a cache over a home that reads whole blocks does with a block's other rows.
     pub prefetch: Prefetch,
     /// The cache may grow this far beyond `lower` before it is full.
     pub slack: u64,
@@ -114,7 +114,7 @@ pub struct CachedRows {
     rows: usize,
     stride: usize,
     /// The home's rows in memory ([`Home::memory`]): misses read there, dirty rows go back.
-    /// Null for a home whose rows are not in memory (a block home): every row a kernel
+    /// Null for a home whose rows are not in memory (a block or file home): every row a kernel
     /// touches is staged into a slot first ([`CachedRows::stage`]).
     home: *mut u8,
     /// Staging state, for a home whose rows are not in memory.
@@ -195,7 +195,7 @@ impl CachedRows {
         ((2usize << 20) / stride).min(cache_rows.div_ceil(8)).max(1)
     }
 
-    /// Build over `home` (base rows in memory, [`Home::memory`], or a block home, whose rows
+    /// Build over `home` (base rows in memory, [`Home::memory`], or a home whose rows
     /// are staged) and the reservation `cache` on device `cache_dev` (`frames * frame_rows`
     /// slots).
     ///
@@ -213,8 +213,8 @@ impl CachedRows {
         config: CacheConfig,
     ) -> Result<Self> {
         let staging = home
-            .block()
-            .map(|_| Mutex::new(stage::Staging::new(config.prefetch)));
+            .staged()
+            .then(|| Mutex::new(stage::Staging::new(config.prefetch)));
         let home_base = match home.memory() {
             Some(p) => p,
             None if staging.is_some() => std::ptr::null_mut(),
@@ -419,7 +419,7 @@ impl CachedRows {
     fn home_ptr(&self, row: usize) -> *mut u8 {
         assert!(
             !self.home.is_null(),
-            "row {row} of a block table was not staged into the cache before a kernel used it"
+            "row {row} of a table on a file was not staged into the cache before a kernel used it"
         );
         self.home.wrapping_add(row * self.stride)
     }
@@ -773,11 +773,13 @@ impl CachedRows {
     }
 
     /// Read through without caching misses (`true`) or cache them as the policy says.
-    /// A cache over a block home cannot bypass: its rows are read only through the cache.
+    /// A cache over a home whose rows are not in memory cannot bypass: its rows are read
+    /// only through the cache.
     pub fn set_bypass(&self, on: bool) -> Result<()> {
         ensure!(
             !(on && self.staged()),
-            "a block table's rows are read through its cache: it cannot bypass it"
+            "a {} table's rows are read through its cache: it cannot bypass it",
+            self.home_rows.kind()
         );
         self.bypass.store(on, Ordering::Relaxed);
         Ok(())

@@ -1,7 +1,8 @@
-//! Staging: how a cache works in front of a home whose rows are not in memory (a block
-//! home). Before a kernel runs, every row it will touch is made cached: the rows missing
-//! from the cache are read from the file in one batch (each block once, at the file's queue
-//! depth), room is made first by the second-chance reclaim (dirty rows leaving are written
+//! Staging: how a cache works in front of a home whose rows are not in memory (a block or
+//! a file home: any home whose [`crate::home::RowHome::memory`] is `None`). Before a kernel
+//! runs, every row it will touch is made cached: the rows missing from the cache are read
+//! from the home in one batch ([`crate::home::RowHome::read_rows`]: a block home reads each
+//! block once, at the file's queue depth), room is made first by the second-chance reclaim (dirty rows leaving are written
 //! back block by block), and the blocks' other rows are admitted as the [`Prefetch`] policy
 //! says (Bandana §4.3). The kernel then only hits. Staging and the kernel run under the
 //! table's exclusive lock, so nothing is evicted between them.
@@ -10,7 +11,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
 use super::{slot_of, CachedRows, Prefetch, CACHED, DIRTY, NONE, REF};
-use crate::blockfile::format::BLOCK;
 use crate::rows::Tally;
 use tiermem_core::{ensure, Result};
 
@@ -203,14 +203,13 @@ impl CachedRows {
                 self.stride
             );
         }
-        let Some(home) = self.home_rows.block() else {
-            unreachable!("a staged cache's home is a block home");
-        };
-        // Read the blocks; keep the rows asked for and the neighbours the policy admits.
+        let home = &self.home_rows;
+        // Read the rows (a block home brings their blocks' other rows along); keep the rows
+        // asked for and the neighbours the policy admits.
         let stride = self.stride;
         let (mut asked, mut extra): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
         let (mut asked_rows, mut extra_rows): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
-        let blocks = home.read_blocks_of(&missing, |row, bytes| {
+        let blocks = home.read_rows(&missing, |row, bytes| {
             if missing.binary_search(&row).is_ok() {
                 asked_rows.push(row);
                 asked.extend_from_slice(bytes);
@@ -277,7 +276,7 @@ impl CachedRows {
         }
         st.counters.blocks_read += blocks;
         st.counters.prefetched += prefetched;
-        t.home_read += blocks * BLOCK as u64;
+        t.home_read += blocks * home.read_unit() as u64;
         t.home_rows += missing.len() as u64;
         t.cache_written += t.cached * self.stride as u64;
         if room == Room::All {
@@ -308,9 +307,7 @@ impl CachedRows {
         k: u64,
         mut f: impl FnMut(u64, &[u8]),
     ) -> Result<()> {
-        let Some(home) = self.home_rows.block() else {
-            unreachable!("a staged cache's home is a block home");
-        };
+        let home = &self.home_rows;
         let mut missing = Vec::new();
         for r in first..first + k {
             let e = self.entry(r as usize).load(Ordering::Relaxed);
@@ -325,7 +322,7 @@ impl CachedRows {
             f(r, bytes);
         }
         if !missing.is_empty() {
-            home.read_blocks_of(&missing, |row, bytes| {
+            home.read_rows(&missing, |row, bytes| {
                 if missing.binary_search(&row).is_ok() {
                     f(row, bytes);
                 }
@@ -391,9 +388,10 @@ impl CachedRows {
         dtype: crate::DType,
     ) -> Result<()> {
         use crate::elem::{store_row, Bf16};
-        let Some(home) = self.home_rows.block() else {
+        if !self.staged() {
             return Ok(());
-        };
+        }
+        let home = &self.home_rows;
         let stride = self.stride;
         let mut rows = Vec::new();
         let mut bytes = vec![0u8; 0];
@@ -456,10 +454,13 @@ impl Drop for CachedRows {
     /// live. A failure is reported on stderr (a drop has no caller to return it to).
     fn drop(&mut self) {
         // A forked child's copy writes nothing back: the file is its parent's.
-        let forked = self.home().block().is_some_and(|b| b.file().forked());
+        let forked = self.home().forked();
         if self.staged() && !forked {
             if let Err(e) = self.write_back_dirty() {
-                eprintln!("tiermem: writing a block table's updated rows back on close: {e}");
+                eprintln!(
+                    "tiermem: writing a {} table's updated rows back on close: {e}",
+                    self.home().kind()
+                );
             }
         }
     }

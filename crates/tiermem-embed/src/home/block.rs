@@ -2,21 +2,18 @@
 //! cannot read a file in place, so a block home is only ever behind a cache, which stages a
 //! call's rows into its slots first ([`crate::cache::CachedRows::stage`]).
 //!
-//! Rows written back (a cache's dirty rows leaving it) are buffered here and written to the
-//! file together, each touched block read, changed and written once
-//! ([`BlockHome::write_back`]). A write that fails leaves the rows buffered, still read from
-//! the buffer, and tried again at the next write-back: no update is lost to a full disk or a
-//! failed request.
+//! Rows written back (a cache's dirty rows leaving it) are buffered ([`super::pending`]) and
+//! written to the file together, each touched block read, changed and written once
+//! ([`BlockHome::write_back`]).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{RwLock, RwLockReadGuard};
 
+use super::pending::Pending;
 use super::RowHome;
 use crate::blockfile::BlockFile;
-use crate::rows::{RowSource, Tally};
 use tiermem_core::device::Device;
 use tiermem_core::Result;
 
@@ -36,8 +33,8 @@ pub struct BlockHome {
     /// Boxed: the file's pool and ring are large beside the other homes. Replaced by a
     /// relayout (a leaf lock, taken under the table's lock).
     file: RwLock<Box<BlockFile>>,
-    /// Rows written back but not yet in the file (row → bytes).
-    pending: Mutex<BTreeMap<u64, Box<[u8]>>>,
+    /// Rows written back but not yet in the file.
+    pending: Pending,
     blocks_read: AtomicU64,
     rows_written: AtomicU64,
     blocks_written: AtomicU64,
@@ -49,7 +46,7 @@ impl BlockHome {
     pub fn new(file: BlockFile) -> Self {
         BlockHome {
             file: RwLock::new(Box::new(file)),
-            pending: Mutex::new(BTreeMap::new()),
+            pending: Pending::default(),
             blocks_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
@@ -77,6 +74,11 @@ impl BlockHome {
         Ok(())
     }
 
+    /// Bytes per row.
+    fn row_bytes(&self) -> usize {
+        self.file().stride()
+    }
+
     /// I/O counters.
     #[must_use]
     pub fn counters(&self) -> BlockCounters {
@@ -90,14 +92,14 @@ impl BlockHome {
     /// Rows written back but not yet in the file (a failed write leaves them here).
     #[must_use]
     pub fn pending_rows(&self) -> usize {
-        self.pending.lock().len()
+        self.pending.len()
     }
 
     /// Read the blocks holding `rows` and call `f(row, bytes)` once for every row in them
     /// (see [`BlockFile::read_blocks_of`]), with buffered write-backs taking precedence over
     /// the file's bytes. Returns the blocks read.
     pub fn read_blocks_of(&self, rows: &[u64], mut f: impl FnMut(u64, &[u8])) -> Result<u64> {
-        let pending = self.pending.lock();
+        let pending = self.pending.held();
         let n = self.file().read_blocks_of(rows, |r, bytes| {
             f(r, pending.get(&r).map_or(bytes, |p| p));
         })?;
@@ -112,12 +114,8 @@ impl BlockHome {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut pending = self.pending.lock();
-        for r in rows {
-            pending.remove(r);
-        }
-        let file = self.file();
-        file.write_rows(rows, src)?;
+        self.pending
+            .superseded_by(rows, || self.file().write_rows(rows, src))?;
         self.rows_written
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
         Ok(())
@@ -126,27 +124,19 @@ impl BlockHome {
     /// Write every buffered row to the file, each touched block once; on error the rows
     /// stay buffered. Returns the rows written.
     pub fn write_back(&self) -> Result<u64> {
-        let mut pending = self.pending.lock();
-        if pending.is_empty() {
-            return Ok(0);
-        }
         let file = self.file();
-        let stride = file.stride();
-        let rows: Vec<u64> = pending.keys().copied().collect();
-        let mut src = Vec::with_capacity(rows.len() * stride);
-        for v in pending.values() {
-            src.extend_from_slice(v);
-        }
-        file.write_rows(&rows, &src)?;
-        let mut blocks: Vec<u64> = rows.iter().map(|&r| file.block_of(r)).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        pending.clear();
-        self.rows_written
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        self.blocks_written
-            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
-        Ok(rows.len() as u64)
+        let mut blocks = 0;
+        let n = self.pending.flush(|rows, src| {
+            file.write_rows(rows, src)?;
+            let mut b: Vec<u64> = rows.iter().map(|&r| file.block_of(r)).collect();
+            b.sort_unstable();
+            b.dedup();
+            blocks = b.len() as u64;
+            Ok(())
+        })?;
+        self.rows_written.fetch_add(n, Ordering::Relaxed);
+        self.blocks_written.fetch_add(blocks, Ordering::Relaxed);
+        Ok(n)
     }
 
     /// Write back, then make the file durable (`fdatasync`).
@@ -157,6 +147,7 @@ impl BlockHome {
 }
 
 impl RowHome for BlockHome {
+    const STAGED: bool = true;
     const KIND: &'static str = "block";
 
     fn device_index(&self) -> Option<usize> {
@@ -192,33 +183,32 @@ impl RowHome for BlockHome {
         let stride = self.file().stride();
         // SAFETY: the caller's contract: `src` is readable for `stride` bytes.
         let row = unsafe { std::slice::from_raw_parts(src, stride) };
-        self.pending.lock().insert(i as u64, row.into());
+        self.pending.put(i as u64, row);
     }
 
     fn stores_done(&self) -> Result<()> {
         self.write_back().map(|_| ())
     }
+
+    fn read_unit(&self) -> usize {
+        crate::blockfile::format::BLOCK
+    }
+
+    fn read_rows(&self, rows: &[u64], f: impl FnMut(u64, &[u8])) -> Result<u64> {
+        self.read_blocks_of(rows, f)
+    }
+
+    fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+        BlockHome::write_rows(self, rows, src)
+    }
+
+    fn sync(&self) -> Result<()> {
+        BlockHome::sync(self)
+    }
+
+    fn forked(&self) -> bool {
+        self.file().forked()
+    }
 }
 
-// SAFETY: a block home hands kernels no pointers: a table never runs kernels on it directly
-// (`Table::over_home` refuses a home without memory), and a cache in front of it stages
-// every row a kernel touches into its slots first. These bodies are unreachable.
-unsafe impl RowSource for BlockHome {
-    fn stride(&self) -> usize {
-        self.file().stride()
-    }
-
-    fn read(&self, i: usize, _t: &mut Tally) -> *const u8 {
-        unreachable!("row {i} of a block table read in place: block rows are read through a cache")
-    }
-
-    fn write(&self, i: usize, _t: &mut Tally) -> *mut u8 {
-        unreachable!(
-            "row {i} of a block table written in place: block rows are written through a cache"
-        )
-    }
-
-    fn prefetch(&self, _i: usize) {}
-
-    fn charge(&self, _t: &Tally) {}
-}
+super::not_in_memory!(BlockHome, "a block table");

@@ -81,6 +81,27 @@ pub struct Table {
 
 pub use crate::MAX_WIDTH;
 
+/// A table's shape: `rows` rows of `width` elements stored as `dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Rows.
+    pub rows: usize,
+    /// Elements per row.
+    pub width: usize,
+    /// Storage type.
+    pub dtype: DType,
+}
+
+/// A cache in front of a table's home: pages on manager device `fast`, sized and run as
+/// `config` says.
+#[derive(Debug, Clone, Copy)]
+pub struct Cache {
+    /// Manager index of the device holding the cache pages.
+    pub fast: usize,
+    /// Sizes and policy.
+    pub config: CacheConfig,
+}
+
 /// Bytes per row; `width` is at most [`MAX_WIDTH`] (checked by `check_shape`), so no overflow.
 fn stride_of(width: usize, dtype: DType) -> usize {
     (width * dtype.size()).next_multiple_of(4)
@@ -144,8 +165,24 @@ impl Table {
         })
     }
 
+    /// The table constructor: rows of `shape` in the home `make` builds for the row stride
+    /// it is given (after the shape is checked), behind `cache` if given. A home whose rows
+    /// are not in memory (a file) needs a cache. Every other constructor is this one.
+    pub fn new(
+        manager: &Arc<Manager>,
+        shape: Shape,
+        make: impl FnOnce(usize) -> Result<Home>,
+        cache: Option<Cache>,
+    ) -> Result<Self> {
+        let Shape { rows, width, dtype } = shape;
+        match cache {
+            None => Self::over_home(rows, width, dtype, make),
+            Some(c) => Self::cached_over(manager, c.fast, rows, width, dtype, c.config, make),
+        }
+    }
+
     /// A direct table over the home `make` builds for rows of the stride it is given (after
-    /// the shape is checked): what every home's constructor below is made of.
+    /// the shape is checked).
     pub fn over_home(
         rows: usize,
         width: usize,
@@ -155,8 +192,9 @@ impl Table {
         Self::check_shape(rows, width)?;
         let home = make(stride_of(width, dtype))?;
         ensure!(
-            home.block().is_none(),
-            "a block table's rows are read through a cache: give it one (Table::block)"
+            !home.staged(),
+            "a {} table's rows are not in memory: they are read through a cache, so give it one",
+            home.kind()
         );
         Self::build(rows, width, dtype, Storage::Direct(home))
     }
@@ -775,19 +813,18 @@ impl Table {
         }
     }
 
-    /// Make a block table's file hold every row's newest value, durably: dirty cached rows
-    /// are written back (they stay cached) and the file is synced. No-op for other tables.
+    /// Make a file-backed table's file hold every row's newest value, durably: dirty cached
+    /// rows are written back (they stay cached) and the file is synced (a block table's
+    /// optimizer state too). No-op for tables in memory.
     pub fn sync(&self) -> Result<()> {
         let _x = self.exclusive()?;
         let Some(c) = self.cache().filter(|c| c.staged()) else {
             return Ok(());
         };
         c.write_back_dirty()?;
+        c.home().sync()?;
         match c.home().block() {
-            Some(b) => {
-                b.sync()?;
-                save_optimizer(&_x, &b.file())
-            }
+            Some(b) => save_optimizer(&_x, &b.file()),
             None => Ok(()),
         }
     }
@@ -796,6 +833,7 @@ impl Table {
     /// to the storage type. Cached copies are updated too.
     pub fn write_rows(&self, start: usize, src: &[f32]) -> Result<()> {
         self.span(start, src.len())?;
+        self.writable()?;
         if let Some(c) = self.cache().filter(|c| c.staged()) {
             let _x = self.exclusive()?;
             return c.write_through(start, src, self.width, self.dtype);
@@ -803,6 +841,15 @@ impl Table {
         let _x = self.exclusive()?;
         self.copy_rows(start, CopyDir::In(src));
         Ok(())
+    }
+
+    /// An error if the rows' home is opened read-only (a user's file): nothing may change
+    /// them, in the cache either.
+    pub fn writable(&self) -> Result<()> {
+        match self.cache() {
+            Some(c) => c.home().writable(),
+            None => Ok(()),
+        }
     }
 
     fn span(&self, start: usize, floats: usize) -> Result<usize> {

@@ -4,6 +4,7 @@
 mod block_table;
 mod blockfile;
 mod embedding;
+mod file_table;
 mod kernels;
 mod lock_order;
 

@@ -10,7 +10,8 @@ use pyo3::types::PyDict;
 use tiermem_core::Error;
 use tiermem_embed::blockfile::BlockFile;
 use tiermem_embed::cache::Prefetch;
-use tiermem_embed::{CacheConfig, DType, Table};
+use tiermem_embed::home::{FileHome, MemoryHome, ModelHome};
+use tiermem_embed::{Cache, CacheConfig, DType, Shape, Table};
 
 use crate::buffer::view;
 use crate::core::manager::PyManager;
@@ -28,114 +29,92 @@ pub struct PyTable {
 
 #[pymethods]
 impl PyTable {
-    /// Rows directly on manager device `device`.
+    /// The table constructor: rows of `shape` = (rows, width, dtype) in the home `home`
+    /// describes, behind the cache `cache` describes (None: a direct table). `home` is a
+    /// dict with `kind` and that kind's settings (`tiermem.embedding.config.Placement`
+    /// builds both): `memory` (`device`), `model` (`model`), `block` (`path`, `name`,
+    /// `attach`, `depth`: None for the calibrated depth) or `file` (`path`, `name`,
+    /// `attach`, `read_only`); `cache` has `fast`, `lower`, `slack` (bytes), `policy` and
+    /// `admission`.
     #[staticmethod]
-    fn direct(
+    #[pyo3(signature = (manager, shape, home, cache=None))]
+    fn new(
         py: Python<'_>,
         manager: &PyManager,
-        device: usize,
-        rows: usize,
-        width: usize,
-        dtype: &str,
+        shape: (usize, usize, String),
+        home: &Bound<'_, PyDict>,
+        cache: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let dt = DType::parse(dtype).map_err(to_py)?;
-        let m = Arc::clone(&manager.inner);
-        let t = run(py, || Table::direct(&m, device, rows, width, dt))?;
-        Ok(PyTable {
-            inner: Shared::new(t),
-            relayout_done: Arc::default(),
-        })
-    }
-
-    /// Rows on a 2LM model's slow device, every access through the model.
-    #[staticmethod]
-    fn behind_model(
-        py: Python<'_>,
-        manager: &PyManager,
-        model: &crate::core::model::PyTwoLm,
-        rows: usize,
-        width: usize,
-        dtype: &str,
-    ) -> PyResult<Self> {
-        let dt = DType::parse(dtype).map_err(to_py)?;
-        let (m, md) = (Arc::clone(&manager.inner), Arc::clone(&model.inner));
-        let t = run(py, || Table::behind_model(&m, &md, rows, width, dt))?;
-        Ok(PyTable {
-            inner: Shared::new(t),
-            relayout_done: Arc::default(),
-        })
-    }
-
-    /// Base rows on device `slow`, a cache of `lower + slack` bytes on device `fast`.
-    #[staticmethod]
-    #[allow(clippy::too_many_arguments)]
-    fn cached(
-        py: Python<'_>,
-        manager: &PyManager,
-        slow: usize,
-        fast: usize,
-        rows: usize,
-        width: usize,
-        dtype: &str,
-        lower: u64,
-        slack: u64,
-        policy: &str,
-    ) -> PyResult<Self> {
-        let dt = DType::parse(dtype).map_err(to_py)?;
-        let policy = tiermem_embed::cache::policy::by_name(policy).map_err(to_py)?;
-        let m = Arc::clone(&manager.inner);
-        let cfg = CacheConfig {
-            prefetch: Default::default(),
-            lower,
-            slack,
-            policy,
+        let (rows, width, dtype) = shape;
+        let shape = Shape {
+            rows,
+            width,
+            dtype: DType::parse(&dtype).map_err(to_py)?,
         };
-        let t = run(py, || Table::cached(&m, slow, fast, rows, width, dt, cfg))?;
-        Ok(PyTable {
-            inner: Shared::new(t),
-            relayout_done: Arc::default(),
-        })
-    }
-
-    /// Rows in the table file `path` of `shape` = (rows, width, dtype): created, or
-    /// re-attached when `attach` (its header must then hold that shape), a cache of `lower + slack` bytes on device `fast`,
-    /// `admission` that of a read block's other rows, `depth` reads in flight
-    /// (None: the calibrated depth).
-    #[staticmethod]
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (manager, fast, path, name, shape, attach, depth, lower, slack, admission))]
-    fn block(
-        py: Python<'_>,
-        manager: &PyManager,
-        fast: usize,
-        path: std::path::PathBuf,
-        name: &str,
-        shape: (u64, u32, String),
-        attach: bool,
-        depth: Option<usize>,
-        lower: u64,
-        slack: u64,
-        admission: &str,
-    ) -> PyResult<Self> {
-        let prefetch = Prefetch::parse(admission).map_err(to_py)?;
-        let (r, w, d) = shape;
-        let shape = (r, w, DType::parse(&d).map_err(to_py)?);
+        let cache = cache.map(cache_of).transpose()?;
         let m = Arc::clone(&manager.inner);
-        let cfg = CacheConfig {
-            prefetch,
-            lower,
-            slack,
-            policy: &tiermem_embed::cache::policy::Dynamic,
+        let kind: String = item(home, "kind")?;
+        let t = match kind.as_str() {
+            "memory" => {
+                let device: usize = item(home, "device")?;
+                run(py, || {
+                    let make = |s| Ok(MemoryHome::new(&m, device, rows, s)?.into());
+                    Table::new(&m, shape, make, cache)
+                })?
+            }
+            "model" => {
+                let model: PyRef<'_, crate::core::model::PyTwoLm> = item(home, "model")?;
+                let md = Arc::clone(&model.inner);
+                drop(model);
+                run(py, || {
+                    let make = |s| Ok(ModelHome::new(&m, &md, rows, s)?.into());
+                    Table::new(&m, shape, make, cache)
+                })?
+            }
+            "block" | "file" => {
+                let path: std::path::PathBuf = item(home, "path")?;
+                let name: String = item(home, "name")?;
+                let attach: bool = item(home, "attach")?;
+                let Some(cache) = cache else {
+                    return Err(to_py(Error::InvalidArgument(format!(
+                        "a {kind} table reads its rows through a cache: give it one ({})",
+                        path.display()
+                    ))));
+                };
+                if kind == "block" {
+                    let depth: Option<usize> = item(home, "depth")?;
+                    let depth = depth.unwrap_or_else(tiermem_core::calib::block_depth);
+                    let want = (rows as u64, width as u32, shape.dtype);
+                    run(py, || {
+                        let file = if attach {
+                            BlockFile::open(&path, &name, depth, Some(want), false)?
+                        } else {
+                            BlockFile::create(&path, &name, want.0, want.1, want.2, false, depth)?
+                        };
+                        Table::block(&m, cache.fast, file, cache.config)
+                    })?
+                } else {
+                    let read_only: bool = item(home, "read_only")?;
+                    run(py, || {
+                        let make = |s| {
+                            let h = if attach {
+                                FileHome::open(&path, &name, rows as u64, s, read_only)?
+                            } else {
+                                FileHome::create(&path, &name, rows as u64, s)?
+                            };
+                            Ok(h.into())
+                        };
+                        Table::new(&m, shape, make, Some(cache))
+                    })?
+                }
+            }
+            other => {
+                return Err(to_py(Error::InvalidArgument(format!(
+                    "home kind '{other}': known are {}",
+                    tiermem_embed::home::KINDS.join(", ")
+                ))))
+            }
         };
-        let depth = depth.unwrap_or_else(tiermem_core::calib::block_depth);
-        let t = run(py, || {
-            let file = if attach {
-                BlockFile::open(&path, name, depth, Some(shape), false)?
-            } else {
-                BlockFile::create(&path, name, shape.0, shape.1, shape.2, false, depth)?
-            };
-            Table::block(&m, fast, file, cfg)
-        })?;
         Ok(PyTable {
             inner: Shared::new(t),
             relayout_done: Arc::default(),
@@ -216,6 +195,31 @@ impl PyTable {
             ("rows_written", io.rows_written),
             ("blocks_written", io.blocks_written),
             ("pending_rows", b.pending_rows() as u64),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(Some(d))
+    }
+
+    /// A file table's path, whether read-only, and I/O counters; None for other tables.
+    fn file_info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(c) = self.inner.cache() else {
+            return Ok(None);
+        };
+        let (Some((_, st)), Some(f)) = (c.stage_info(), c.home().file()) else {
+            return Ok(None);
+        };
+        let io = f.counters();
+        let d = PyDict::new(py);
+        d.set_item("path", f.path())?;
+        d.set_item("read_only", f.read_only())?;
+        for (k, v) in [
+            ("accesses", st.accesses),
+            ("misses", st.misses),
+            ("rows_read", io.rows_read),
+            ("reads", io.reads),
+            ("rows_written", io.rows_written),
+            ("pending_rows", f.pending_rows() as u64),
         ] {
             d.set_item(k, v)?;
         }
@@ -409,6 +413,39 @@ impl PyTable {
             ))
         })
     }
+}
+
+/// `d[key]`, converted; a missing key or a value of the wrong type is an error naming it.
+fn item<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(
+    d: &Bound<'py, PyDict>,
+    key: &str,
+) -> PyResult<T> {
+    match d.get_item(key)? {
+        Some(v) => v.extract::<T>().map_err(|e| {
+            let e: PyErr = e.into();
+            to_py(Error::InvalidArgument(format!(
+                "placement setting '{key}': {e}"
+            )))
+        }),
+        None => Err(to_py(Error::InvalidArgument(format!(
+            "placement setting '{key}' is missing"
+        )))),
+    }
+}
+
+/// A cache as Python describes it (see `PyTable::new`).
+fn cache_of(d: &Bound<'_, PyDict>) -> PyResult<Cache> {
+    let policy: String = item(d, "policy")?;
+    let admission: String = item(d, "admission")?;
+    Ok(Cache {
+        fast: item(d, "fast")?,
+        config: CacheConfig {
+            lower: item(d, "lower")?,
+            slack: item(d, "slack")?,
+            policy: tiermem_embed::cache::policy::by_name(&policy).map_err(to_py)?,
+            prefetch: Prefetch::parse(&admission).map_err(to_py)?,
+        },
+    })
 }
 
 /// Fast memory a cache of `slots` rows takes beside its pages and pointer table (its
