@@ -67,7 +67,7 @@ def test_bad_block_tables_are_refused(disk_dir: Path) -> None:
         EmbeddingTable(ROWS, DIM, device=f"block:{path}")
     with pytest.raises(tiermem.InvalidArgumentError, match="names no file"):
         EmbeddingTable(ROWS, DIM, device="block:", cache=0.1)
-    with pytest.raises(tiermem.InvalidArgumentError, match="prefetch admission 'blocks'"):
+    with pytest.raises(tiermem.InvalidArgumentError, match="admission 'blocks': unknown kind"):
         EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.1, admission="blocks")
     with pytest.raises(tiermem.InvalidArgumentError, match="depth"):
         EmbeddingTable(ROWS, DIM, device=f"block:{path}", cache=0.1, depth=0)
@@ -314,7 +314,7 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
     # with every admission; no trained layout reads fewer blocks per query than it.
     groups = [c for c in res["cases"] if c["layout"] == "groups"]
     assert {c["trace"] for c in groups} == {"query"}
-    assert [c["admission"].split(":")[0] for c in groups] == ["row", "row", "block", "threshold"]
+    assert [c["admission"].split(":")[0] for c in groups] == ["row", "row", "block", "threshold", "tinylfu"]
     assert held[("query", "groups")] <= min(v for (t, k), v in held.items() if t == "query"), held
     assert {c["admission"].split(":")[0] for c in res["cases"]} >= {"row", "block", "threshold"}
     assert any(c["admission"].startswith("row:") for c in res["cases"]), "row:T, T as the miniature caches pick it"
@@ -408,7 +408,7 @@ def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuff
     trace = Trace(offsets, rows, n)
     counts = layout.query_counts(trace)
     lay = rng.permutation(n).astype(np.uint32) if shuffled else np.arange(n, dtype=np.uint32)
-    admissions = ["row", "row:1", "row:4", "block", "threshold:1"]
+    admissions = ["row", "row:1", "row:4", "block", "threshold:1", "tinylfu"]
     real = {}
     for adm in admissions:
         path = disk_dir / f"mini-{adm.replace(':', '_')}-{shuffled}-{batch}-{slack}.tmb"
@@ -449,7 +449,8 @@ def test_miniature_caches_simulate_the_table_cache_exactly(disk_dir: Path, shuff
         slack_rows=slack_rows,
     )
     assert best.results == sims and real[best.admission]["blocks_read"] == min(r["blocks_read"] for r in real.values())
-    lru = _tiermem.minicache_sweep(lay, rpb, offsets, rows, [cache_rows], admissions, counts, 1.0, None, batch)
+    model = {"counts": counts, "rate": 1.0, "row_bytes": None, "batch": batch, "slack_rows": 0}
+    lru = _tiermem.minicache_sweep(lay, rpb, (offsets, rows), [cache_rows], admissions, model)
     assert any(other["blocks_read"] != real[adm]["blocks_read"] for adm, [other] in zip(admissions, lru, strict=True))
 
 
@@ -469,7 +470,7 @@ def test_admission_simulation_refuses_bad_input_by_name() -> None:
         admission.simulate(trace, lay, slack_rows=17, **kw)
     with pytest.raises(InvalidArgumentError, match="no admissions to simulate"):
         admission.pick(trace, lay, admissions=[], **kw)
-    with pytest.raises(InvalidArgumentError, match="prefetch admission 'rows'"):
+    with pytest.raises(InvalidArgumentError, match="admission 'rows': unknown kind"):
         admission.simulate(trace, lay, admissions=["rows"], **kw)
     with pytest.raises(InvalidArgumentError, match="batch must be at least one"):
         admission.simulate(trace, lay, batch=0, **kw)

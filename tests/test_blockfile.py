@@ -18,7 +18,7 @@ from tiermem import _tiermem
 
 def test_rows_round_trip_and_reattach(disk_dir: Path) -> None:
     path = disk_dir / "t.tbl"
-    f = _tiermem.BlockFile.create(str(path), "emb", 500, 16, "float32", False, 4)
+    f = _tiermem.BlockFile.create(str(path), "emb", (500, 16, "float32"), False, 4)
     assert f.stride == 64 and f.read_engine in ("io_uring", "threads")
     rows = np.array([3, 499, 0, 3], np.uint64)
     src = np.arange(4 * 64, dtype=np.uint8)
@@ -37,7 +37,7 @@ def test_rows_round_trip_and_reattach(disk_dir: Path) -> None:
 
 def test_damage_is_a_corrupt_file_error(disk_dir: Path) -> None:
     path = disk_dir / "t.tbl"
-    del_me = _tiermem.BlockFile.create(str(path), "emb7", 100, 16, "float32", False, 2)
+    del_me = _tiermem.BlockFile.create(str(path), "emb7", (100, 16, "float32"), False, 2)
     del del_me
     with open(path, "r+b") as fh:  # a bit of the layout flipped
         fh.seek(4096 + 5)

@@ -219,7 +219,7 @@ def test_dynamic_mode_bypasses_the_caches_whose_curve_says_caching_loses(dist: s
     t.close()
 
 
-@pytest.mark.parametrize("policy", ["dynamic", "admit"])
+@pytest.mark.parametrize("policy", ["dynamic", "admit", "dynamic:tinylfu"])
 def test_the_lookup_simulation_predicts_a_real_tables_hits_and_inserts(policy: str) -> None:
     # minicache_lookups runs the table's own way of caching in lookups (second chance over
     # its pages, a reclaim when full, the admission); a real table over the same calls hits
@@ -229,7 +229,8 @@ def test_the_lookup_simulation_predicts_a_real_tables_hits_and_inserts(policy: s
 
     n, width = 20_000, 32
     m = tiermem.Manager([("dram", 16 << 20), ("emulated:cxl", 16 << 20)], policy="all_fast")
-    t = EmbeddingTable(n, width, manager=m, device=1, cache=0.1, cacheslack=0.02, policy=policy)
+    policy, _, admission = policy.partition(":")
+    t = EmbeddingTable(n, width, manager=m, device=1, cache=0.1, cacheslack=0.02, policy=policy, admission=admission or None)
     rng = np.random.default_rng(3)
     calls = [(rng.zipf(1.3, 4_000) - 1) % n for _ in range(30)]
     for c in calls:
@@ -238,9 +239,15 @@ def test_the_lookup_simulation_predicts_a_real_tables_hits_and_inserts(policy: s
     rb = width * 4
     trace = np.concatenate(calls).astype(np.int64)
     offsets = np.arange(0, trace.size + 1, 4_000, dtype=np.int64)
-    sim = _tiermem.minicache_lookups(
-        n, offsets, trace, (info["cachelower"] + info["cacheslack"]) // rb, rb, info["cacheslack"] // rb, policy, 1.0, 1
-    )
+    table = {
+        "rows": n,
+        "capacity": (info["cachelower"] + info["cacheslack"]) // rb,
+        "row_bytes": rb,
+        "slack_rows": info["cacheslack"] // rb,
+        "policy": policy,
+        "admission": admission or None,
+    }
+    sim = _tiermem.minicache_lookups((offsets, trace), table, 1.0, 1)
     assert sim["accesses"] == trace.size == s["hits"] + s["misses"]
     assert abs(sim["hits"] - s["hits"]) <= 0.01 * trace.size, (sim, s)
     # Parallel chunks can leave the cache full at the end of a call where the sequential

@@ -23,7 +23,7 @@ __all__ = [
     "PLACES",
     "POLICIES",
     "PREFETCH",
-    "PREFETCH_ADMISSIONS",
+    "ADMISSIONS",
     "REUSE_BUCKETS",
     "TRAIT_KEYS",
     "HPC_KERNELS",
@@ -87,7 +87,7 @@ TRAIT_KEYS: list[str]
 HPC_KERNELS: list[tuple[str, list[str], list[str]]]
 COMMIT_STRATEGIES: list[str]
 PREFETCH: int
-PREFETCH_ADMISSIONS: list[str]
+ADMISSIONS: list[str]
 DTYPES: list[str]
 HOME_KINDS: list[str]
 DISTRIBUTIONS: list[str]
@@ -227,7 +227,7 @@ class Table:
 @final
 class BlockFile:
     @staticmethod
-    def create(path: str | Any, name: str, rows: int, width: int, dtype: str, overwrite: bool, depth: int) -> BlockFile: ...
+    def create(path: str | Any, name: str, shape: tuple[int, int, str], overwrite: bool, depth: int) -> BlockFile: ...
     @staticmethod
     def open(path: str | Any, name: str, depth: int, read_only: bool = False) -> BlockFile: ...
     @property
@@ -277,30 +277,19 @@ class TwoLmModel:
 
 def lookup_into(
     tables: list[Table],
-    values: list[Any],
-    offsets: list[Any],
-    weights: list[Any | None],
+    bags: tuple[list[Any], list[Any], list[Any | None]],
     mode: str,
     out: Any,
-    row_stride: int,
-    cols: list[int],
+    columns: tuple[int, list[int]],
     prefetch: int,
 ) -> dict[str, int]: ...
 def update_from(
     tables: list[Table],
-    values: list[Any],
-    offsets: list[Any],
-    weights: list[Any | None],
+    bags: tuple[list[Any], list[Any], list[Any | None]],
     mode: str,
     grad: Any,
-    row_stride: int,
-    cols: list[int],
-    optimizer: str,
-    lr: float,
-    eps: float,
-    lr_decay: float,
-    initial_accumulator: float,
-    nt: bool,
+    columns: tuple[int, list[int]],
+    optimizer: tuple[str, float, float, float, float, bool],
 ) -> dict[str, int]: ...
 def sparse_grad(
     table: Table,
@@ -312,9 +301,7 @@ def sparse_grad(
 ) -> tuple[list[int], list[float]]: ...
 def gather(tables: list[Table], values: list[Any], offsets: list[Any], prefetch: int) -> int: ...
 def generate_into(
-    dist: str,
-    alpha: float,
-    histogram: list[float] | None,
+    dist: tuple[str, float, list[float] | None],
     tables: list[int],
     outs: list[Any],
     bag: int,
@@ -365,24 +352,14 @@ def query_counts_into(out: Any, offsets: Any, rows: Any) -> None: ...
 def minicache_sweep(
     layout: Any,
     rows_per_block: int,
-    offsets: Any,
-    rows: Any,
+    trace: tuple[Any, Any],
     capacities: list[int],
     admits: list[str],
-    counts: Any | None,
-    rate: float,
-    row_bytes: int | None = None,
-    batch: int | None = None,
-    slack_rows: int = 0,
+    model: dict[str, Any],
 ) -> list[list[dict[str, float]]]: ...
 def minicache_lookups(
-    rows_total: int,
-    offsets: Any,
-    rows: Any,
-    capacity: int,
-    row_bytes: int,
-    slack_rows: int,
-    policy: str,
+    trace: tuple[Any, Any],
+    table: dict[str, Any],
     rate: float,
     batch: int | None = None,
 ) -> dict[str, float]: ...

@@ -112,9 +112,8 @@ def simulate(
     if not admissions:
         raise InvalidArgumentError("no admissions to simulate: give at least one (e.g. 'row')")
     cnt = None if counts is None else access_counts(counts)
-    res = _tiermem.minicache_sweep(
-        lay, rows_per_block, trace.offsets, trace.rows, [cache_rows], list(admissions), cnt, rate, row_bytes, batch, slack_rows
-    )
+    model = {"counts": cnt, "rate": rate, "row_bytes": row_bytes, "batch": batch, "slack_rows": slack_rows}
+    res = _tiermem.minicache_sweep(lay, rows_per_block, (trace.offsets, trace.rows), [cache_rows], list(admissions), model)
     out = {}
     for a, [r] in zip(admissions, res, strict=True):
         out[a] = dict(r) | {"hit_rate": r["hits"] / r["accesses"] if r["accesses"] else 0.0}
@@ -256,9 +255,8 @@ def split(
         tr = traces[t]
         accesses = max(1, int(tr.offsets[-1]))
         rate = 1.0 if accesses <= SPLIT_ACCESSES else max(0.01, SPLIT_ACCESSES / accesses)
-        [res] = _tiermem.minicache_sweep(
-            lays[t], rows_per_block, tr.offsets, tr.rows, sizes, [admission], None, rate, row_bytes, batch, 0
-        )
+        model = {"counts": None, "rate": rate, "row_bytes": row_bytes, "batch": batch, "slack_rows": 0}
+        [res] = _tiermem.minicache_sweep(lays[t], rows_per_block, (tr.offsets, tr.rows), sizes, [admission], model)
         return [float(r["blocks_read"]) for r in res]
 
     sizes_all = []

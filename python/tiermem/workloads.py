@@ -83,7 +83,7 @@ def batch(
     if dist == "production":
         hist = list(META_REUSE[histogram]) if isinstance(histogram, str) else [float(x) for x in histogram]
     outs = [np.empty(batch_size * bag, np.int64) for _ in rows]
-    _tiermem.generate_into(dist, float(alpha), hist, [int(r) for r in rows], outs, int(bag), int(seed), int(step))
+    _tiermem.generate_into((dist, float(alpha), hist), [int(r) for r in rows], outs, int(bag), int(seed), int(step))
     return outs
 
 

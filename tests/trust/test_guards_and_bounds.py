@@ -66,7 +66,7 @@ def test_item5_output_columns_and_row_widths_are_bounded() -> None:
     offs = np.array([0, 1, 2], np.int64)
     for col in (2**64 - 4, 2**63, 1):
         with pytest.raises(tiermem.InvalidArgumentError, match="does not fit rows"):
-            _tiermem.lookup_into([t._native], [vals], [offs], [None], "sum", out, 8, [col], 0)
+            _tiermem.lookup_into([t._native], ([vals], [offs], [None]), "sum", out, (8, [col]), 0)
     assert not out.any()  # nothing written anywhere
     with pytest.raises((tiermem.InvalidArgumentError, OverflowError)):
         EmbeddingTable(3, 2**62 + 1)

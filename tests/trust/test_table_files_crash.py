@@ -55,7 +55,7 @@ while True:
 
 
 def _make(path: Path, width: int) -> None:
-    f = _tiermem.BlockFile.create(str(path), "t", ROWS, width, "float32", False, 4)
+    f = _tiermem.BlockFile.create(str(path), "t", (ROWS, width, "float32"), False, 4)
     v = np.zeros((ROWS, width), np.float32)
     v[:] = np.arange(ROWS)[:, None]
     f.write_rows(np.arange(ROWS, dtype=np.uint64), v.view(np.uint8).reshape(-1))

@@ -269,7 +269,7 @@ def test_a_sparse_file_claiming_2_31_rows_allocates_nothing_for_them(disk_dir: P
     from tiermem import _tiermem
 
     small = disk_dir / "small.tbl"
-    _tiermem.BlockFile.create(str(small), "s", 10, 1, "float32", False, 2)
+    _tiermem.BlockFile.create(str(small), "s", (10, 1, "float32"), False, 2)
     head = bytearray(small.read_bytes()[:4096])
     rows = 1 << 31
     geo = _tiermem.block_geometry(1)

@@ -68,10 +68,7 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "CACHE_POLICIES",
         tiermem_embed::cache::policy::NAMES.to_vec(),
     )?;
-    m.add(
-        "PREFETCH_ADMISSIONS",
-        tiermem_embed::cache::policy::prefetch::NAMES.to_vec(),
-    )?;
+    m.add("ADMISSIONS", tiermem_embed::cache::admit::NAMES.to_vec())?;
     m.add("MODES", tiermem_embed::lookup::Mode::NAMES.to_vec())?;
     m.add("PREFETCH", tiermem_embed::lookup::DEFAULT_PREFETCH)?;
     m.add("DTYPES", tiermem_embed::DType::NAMES.to_vec())?;

@@ -88,7 +88,7 @@ def run(size: int, quick: bool, directory: str | None = None, progress: bool | N
     paths = {w: tab_path.with_suffix(f".{w}.tbl") for w in widths}
     try:
         for w in widths:
-            _tiermem.BlockFile.create(paths[w], f"bench{w}", size // (w * 4), w, "float32", False, DEPTH)
+            _tiermem.BlockFile.create(paths[w], f"bench{w}", (size // (w * 4), w, "float32"), False, DEPTH)
         engines = list(dict.fromkeys([_open(paths[widths[0]], "probe", False).read_engine, "threads"]))
         per: dict[tuple[int, str], list[float]] = {(w, e): [] for w in widths for e in engines}
         with MachineLoad() as load, Progress(rounds * (1 + len(per)), "bench blockio", progress) as bar:

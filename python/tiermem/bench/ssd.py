@@ -389,7 +389,7 @@ def run(
                                 }  # fmt: skip
                             )
                         belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
-                        admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}"] + (["shadow:1.5"] if k == "shp" else [])
+                        admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}", "tinylfu"] + (["shadow:1.5"] if k == "shp" else [])
                         for adm in admits:
                             cases.append(
                                 _case(path, n, frac, adm, counts, train, test, depth, batch)

@@ -218,7 +218,15 @@ def lookup_policy(
     insert = costs.insert_ns + (costs.write_back_ns if dirty else 0.0)
     results: dict[str, dict[str, float]] = {}
     for policy in LOOKUP_POLICIES:
-        r = dict(_tiermem.minicache_lookups(rows, offsets, trace, cache_rows, row_bytes, slack_rows, policy, rate, 1))
+        table = {
+            "rows": rows,
+            "capacity": cache_rows,
+            "row_bytes": row_bytes,
+            "slack_rows": slack_rows,
+            "policy": policy,
+            "admission": None,
+        }
+        r = dict(_tiermem.minicache_lookups((offsets, trace), table, rate, 1))
         r["value_ns"] = row_bytes * (r["hits"] * costs.delta_ns - r["inserts"] * insert)
         results[policy] = r
     best = max(LOOKUP_POLICIES, key=lambda p: results[p]["value_ns"])

@@ -70,13 +70,10 @@ class EmbeddingCollection:
         cols = self.cols if mode != "none" else [0] * len(self.tables)
         _tiermem.lookup_into(
             [t._native for t in self.tables],
-            [v for v, _ in bs],
-            [o for _, o in bs],
-            self._weights(per_sample_weights, bs),
+            ([v for v, _ in bs], [o for _, o in bs], self._weights(per_sample_weights, bs)),
             mode,
             out,
-            stride,
-            cols,
+            (stride, cols),
             int(prefetch),
         )
         return out
@@ -107,18 +104,10 @@ class EmbeddingCollection:
         return dict(
             _tiermem.update_from(
                 [t._native for t in self.tables],
-                [v for v, _ in bs],
-                [o for _, o in bs],
-                self._weights(per_sample_weights, bs),
+                ([v for v, _ in bs], [o for _, o in bs], self._weights(per_sample_weights, bs)),
                 mode,
                 g,
-                stride,
-                cols,
-                opt.name,
-                opt.lr,
-                opt.effective_eps,
-                opt.lr_decay,
-                opt.initial_accumulator_value,
-                opt.nt_stores,
+                (stride, cols),
+                (opt.name, opt.lr, opt.effective_eps, opt.lr_decay, opt.initial_accumulator_value, opt.nt_stores),
             )
         )

@@ -19,6 +19,7 @@ __all__ = [
     "FILE_HOMES",
     "OPTIMIZERS",
     "CACHE_POLICIES",
+    "ADMISSIONS",
     "MODES",
     "DTYPES",
     "PREFETCH",
@@ -31,6 +32,9 @@ OPTIMIZERS: tuple[str, ...] = tuple(_tiermem.OPTIMIZERS)
 #: Cache policies of cached tables (``tiermem-embed``'s registry), plus ``simple``: no cache,
 #: every row on the slow device.
 CACHE_POLICIES: tuple[str, ...] = (*_tiermem.CACHE_POLICIES, "simple")
+#: Admissions: which rows a cache takes in (``tiermem-embed``'s registry; some take an
+#: argument after ``:``).
+ADMISSIONS: tuple[str, ...] = tuple(_tiermem.ADMISSIONS)
 #: Lookup modes.
 MODES: tuple[str, ...] = tuple(_tiermem.MODES)
 #: Storage types, with the short names also accepted.
@@ -147,9 +151,10 @@ class Placement:
         cacheslack: how far the cache may grow beyond ``cachelower`` (a fraction in [0, 1]).
         policy: one of :data:`CACHE_POLICIES`.
         dtype: storage type, one of :data:`DTYPES` (``torch.`` prefixes are accepted).
-        admission: what a cache over a table file does with the other rows of a block it
-            reads (``row``, ``row:T``, ``block``, ``threshold:T``, ``shadow:M``; see
-            :class:`~tiermem.embedding.EmbeddingTable`).
+        admission: which rows the cache takes in (one of :data:`ADMISSIONS`, some with an
+            argument: ``row``, ``row:T``, ``block``, ``threshold:T``, ``shadow:M``,
+            ``second``, ``tinylfu``; see :class:`~tiermem.embedding.EmbeddingTable`);
+            ``None``: the policy's (``second`` for ``admit``, else ``row``).
         depth: a table file's reads in flight (``None``: the calibrated depth).
         read_only: open an existing ``file:`` home for reading only (a file tiermem did not
             make is only ever opened so).
@@ -160,7 +165,7 @@ class Placement:
     cacheslack: float = 0.05
     policy: str = "dynamic"
     dtype: Any = "float32"
-    admission: str = "row"
+    admission: str | None = None
     depth: int | None = None
     read_only: bool = False
 

@@ -24,15 +24,17 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+pub mod admit;
 mod holes;
 pub mod policy;
 mod prefetch;
 mod present;
 mod stage;
 
-pub use policy::{Admission, CachePolicy, PolicyRef, Prefetch};
+pub use admit::{Admission, Admit};
+pub use policy::{CachePolicy, PolicyRef};
 pub use stage::{Room, StageCounters};
 
 use super::home::Home;
@@ -48,7 +50,7 @@ use tiermem_core::{ensure, Result};
 const CACHED: u32 = 1;
 const LOCKED: u32 = 2;
 const DIRTY: u32 = 1 << 31;
-/// On an entry that is not cached: the row missed once recently ([`Admission::SecondMiss`]).
+/// On an entry that is not cached: the row missed once recently ([`admit::SecondMiss`]).
 const SEEN: u32 = 4;
 /// On a cached entry: the row was hit since it was cached or last kept by a reclaim
 /// (dynamic policies' second chance).
@@ -77,13 +79,13 @@ pub const MAX_ROWS: usize = 1 << 29;
 /// Most rows a cache may hold (slot numbers share a `u32` entry with four flag bits).
 pub const MAX_SLOTS: usize = 1 << 28;
 
-/// Cache sizes in bytes (thesis `cachelower` / `cacheslack`) and the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Cache sizes in bytes (thesis `cachelower` / `cacheslack`), the policy and the admission.
+#[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// Flushes shrink the cache to at most this many bytes.
     pub lower: u64,
-    /// What a cache over a home that reads whole blocks does with a block's other rows.
-    pub prefetch: Prefetch,
+    /// Which rows go in ([`admit`]); `None`: the policy's ([`CachePolicy::admission`]).
+    pub admission: Option<Admission>,
     /// The cache may grow this far beyond `lower` before it is full.
     pub slack: u64,
     /// Policy.
@@ -157,6 +159,9 @@ pub struct CachedRows {
     /// Next row whose `SEEN` bit ages ([`CachedRows::age_seen`]).
     sweep: AtomicUsize,
     pub(crate) policy: PolicyRef,
+    /// Which rows go in. A leaf lock: read once per kernel view and per staged call,
+    /// written only by [`CachedRows::set_admission`].
+    admission: RwLock<Admission>,
     counters: Mutex<CacheCounters>,
     /// Where the rows live when not cached (owned: released with the table).
     home_rows: Home,
@@ -212,9 +217,7 @@ impl CachedRows {
         frames: usize,
         config: CacheConfig,
     ) -> Result<Self> {
-        let staging = home
-            .staged()
-            .then(|| Mutex::new(stage::Staging::new(config.prefetch)));
+        let staging = home.staged().then(|| Mutex::new(stage::Staging::default()));
         let home_base = match home.memory() {
             Some(p) => p,
             None if staging.is_some() => std::ptr::null_mut(),
@@ -230,6 +233,11 @@ impl CachedRows {
             "a cache of {slots} rows: caches hold at most {MAX_SLOTS} rows"
         );
         let entries = HugeSlice::<AtomicU32>::zeroed(rows)?;
+        let mut admission = match config.admission {
+            Some(a) => a,
+            None => Admission::parse(config.policy.admission())?,
+        };
+        admission.sized(slots);
         let c = CachedRows {
             rows,
             stride,
@@ -258,6 +266,7 @@ impl CachedRows {
             bypass: AtomicBool::new(false),
             sweep: AtomicUsize::new(0),
             policy: config.policy,
+            admission: RwLock::new(admission),
             counters: Mutex::new(CacheCounters::default()),
             home_rows: home,
             cache_dev: cache.1,
@@ -457,10 +466,27 @@ impl CachedRows {
         }
     }
 
-    /// Whether caching admits a row on its second miss only (the policy's admission).
+    /// Whether the admission decides which misses go in (else every miss does).
     #[must_use]
     pub fn admits(&self) -> bool {
-        self.policy.admission() == Admission::SecondMiss
+        self.admission.read_recursive().decides_misses()
+    }
+
+    /// The admission's name.
+    #[must_use]
+    pub fn admission_name(&self) -> String {
+        self.admission.read_recursive().name()
+    }
+
+    /// Change which rows go in (sized to this cache; what the old one remembered is gone).
+    pub fn set_admission(&self, mut admission: Admission) {
+        admission.sized(self.frames * self.frame_rows);
+        *self.admission.write() = admission;
+    }
+
+    /// The admission, read (a leaf lock).
+    pub(crate) fn admission(&self) -> RwLockReadGuard<'_, Admission> {
+        self.admission.read_recursive()
     }
 
     /// Whether lookups cache rows (the policy says).
@@ -471,10 +497,20 @@ impl CachedRows {
 
     /// `access_and_cache` (or `access` when `caching` is false): where row `i` is now.
     /// With `mark`, a hit sets its row's `REF` mark (decided once per call by
-    /// [`CachedRows::marking`]). With `admit` ([`Admission::SecondMiss`]), a row is cached
-    /// only if it missed before (its `SEEN` bit is set); otherwise the miss sets the bit.
+    /// [`CachedRows::marking`]). With an admission `adm` (one that decides misses, read once
+    /// per call), the access is counted and a miss is cached only if it says so.
     #[inline(always)]
-    fn locate(&self, i: usize, caching: bool, mark: bool, admit: bool, t: &mut Tally) -> *const u8 {
+    fn locate(
+        &self,
+        i: usize,
+        caching: bool,
+        mark: bool,
+        adm: Option<&Admission>,
+        t: &mut Tally,
+    ) -> *const u8 {
+        if let Some(a) = adm {
+            a.touch(i as u64);
+        }
         // The bitmap first: a miss that will not cache never reads its entry.
         let mut e = 0;
         if self.present.get(i) {
@@ -507,12 +543,7 @@ impl CachedRows {
             // the home copy is valid until the exclusive lock is taken.
             return home;
         }
-        if admit && e & SEEN == 0 {
-            // A compare-and-swap, not fetch_or: if another thread cached the row meanwhile,
-            // bit 2 is part of its slot number and must not be touched.
-            let _ =
-                self.entry(i)
-                    .compare_exchange(e, e | SEEN, Ordering::Relaxed, Ordering::Relaxed);
+        if adm.is_some_and(|a| !a.miss(i as u64, self)) {
             return home;
         }
         if self
@@ -550,7 +581,7 @@ impl CachedRows {
             if self.full.load(Ordering::Relaxed) {
                 break;
             }
-            self.locate(i, true, self.marking(true), false, &mut t);
+            self.locate(i, true, self.marking(true), None, &mut t);
         }
         charge(self.home_device(), Some(&self.cache_dev), &t);
         t
@@ -629,6 +660,7 @@ impl CachedRows {
         evicted: u64,
     ) -> Result<()> {
         self.policy.after_room_made(self);
+        self.admission.read_recursive().after_room_made(self);
         self.full.store(false, Ordering::Relaxed);
         charge(self.home_device(), Some(&self.cache_dev), t);
         let mut c = self.counters.lock();
@@ -715,6 +747,22 @@ impl CachedRows {
         self.sweep.store((start + n) % self.rows, Ordering::Relaxed);
     }
 
+    /// The `SEEN` mark of row `i`: whether it was set; sets it if not (an uncached row's).
+    fn seen_mark(&self, i: usize) -> bool {
+        let e = self.entry(i).load(Ordering::Relaxed);
+        if e & SEEN != 0 {
+            return true;
+        }
+        if e & (LOCKED | CACHED) == 0 {
+            // A compare-and-swap, not fetch_or: if another thread cached the row meanwhile,
+            // bit 2 is part of its slot number and must not be touched.
+            let _ =
+                self.entry(i)
+                    .compare_exchange(e, e | SEEN, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        false
+    }
+
     /// Check the pointer table and back-edges agree, and that every hole is a free slot of a
     /// live page (tests).
     pub fn check(&self) -> std::result::Result<(), String> {
@@ -799,7 +847,11 @@ impl CachedRows {
             rows: self,
             caching,
             mark: self.marking(caching),
-            admit: self.admits(),
+            // A staged cache's staging already counted and admitted the call's rows (the
+            // kernel only hits).
+            adm: (caching && self.staging.is_none())
+                .then(|| self.admission.read_recursive())
+                .filter(|a| a.decides_misses()),
         }
     }
 
@@ -888,8 +940,9 @@ pub struct CachedView<'a> {
     caching: bool,
     /// Whether hits mark their rows ([`CachedRows::marking`]), read once per view.
     mark: bool,
-    /// The policy's admission, read once per view (no virtual call per row).
-    admit: bool,
+    /// The admission, when it decides misses: read once per view (a match, no virtual
+    /// call, per row).
+    adm: Option<RwLockReadGuard<'a, Admission>>,
 }
 
 // SAFETY: slot and home pointers stay inside their pinned regions for every i < rows; rows
@@ -902,7 +955,8 @@ unsafe impl RowSource for CachedView<'_> {
 
     #[inline(always)]
     fn read(&self, i: usize, t: &mut Tally) -> *const u8 {
-        self.rows.locate(i, self.caching, self.mark, self.admit, t)
+        self.rows
+            .locate(i, self.caching, self.mark, self.adm.as_deref(), t)
     }
 
     #[inline(always)]
@@ -975,5 +1029,15 @@ unsafe impl RowSource for ResidentView<'_> {
 
     fn charge(&self, t: &Tally) {
         self.rows.charge_tally(t);
+    }
+}
+
+impl admit::Seen for CachedRows {
+    fn seen_or_mark(&self, row: usize) -> bool {
+        self.seen_mark(row)
+    }
+
+    fn age(&self) {
+        self.age_seen();
     }
 }

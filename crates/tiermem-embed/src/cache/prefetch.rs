@@ -52,7 +52,7 @@ impl CachedRows {
         }
         let mut located = Tally::default();
         for &i in &missing {
-            self.locate(i, true, false, false, &mut located);
+            self.locate(i, true, false, None, &mut located);
             let e = self.entry(i).load(Ordering::Relaxed);
             if mark && e & CACHED != 0 {
                 self.entry(i).store(e | REF, Ordering::Relaxed);

@@ -3,14 +3,14 @@
 //! runs, every row it will touch is made cached: the rows missing from the cache are read
 //! from the home in one batch ([`crate::home::RowHome::read_rows`]: a block home reads each
 //! block once, at the file's queue depth), room is made first by the second-chance reclaim (dirty rows leaving are written
-//! back block by block), and the blocks' other rows are admitted as the [`Prefetch`] policy
-//! says (Bandana §4.3). The kernel then only hits. Staging and the kernel run under the
+//! back block by block), and the blocks' other rows are admitted as the table's admission
+//! says ([`super::admit`], Bandana §4.3). The kernel then only hits. Staging and the kernel run under the
 //! table's exclusive lock, so nothing is evicted between them.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
-use super::{slot_of, CachedRows, Prefetch, CACHED, DIRTY, NONE, REF};
+use super::admit::Known;
+use super::{slot_of, CachedRows, CACHED, DIRTY, NONE, REF};
 use crate::rows::Tally;
 use tiermem_core::{ensure, Result};
 
@@ -41,81 +41,14 @@ pub enum Room {
     All,
 }
 
-/// A least-recently-used list of row ids (no contents): Bandana's shadow cache.
-#[derive(Default)]
-struct Shadow {
-    capacity: usize,
-    clock: u64,
-    at: HashMap<u64, u64>,
-    order: BTreeMap<u64, u64>,
-}
-
-impl Shadow {
-    fn touch(&mut self, row: u64) {
-        self.clock += 1;
-        if let Some(old) = self.at.insert(row, self.clock) {
-            self.order.remove(&old);
-        }
-        self.order.insert(self.clock, row);
-        while self.at.len() > self.capacity {
-            let Some((_, r)) = self.order.pop_first() else {
-                break;
-            };
-            self.at.remove(&r);
-        }
-    }
-
-    fn contains(&self, row: u64) -> bool {
-        self.at.contains_key(&row)
-    }
-}
-
-/// A staged cache's admission state. Held through a call's staging (under the table's
-/// exclusive lock), with the page list, the home's write-back buffer and its file taken
+/// A staged cache's state. Held through a call's staging (under the table's exclusive
+/// lock), with the admission, the page list, the home's write-back buffer and its file taken
 /// inside it in that order (ARCHITECTURE.md, the lock order); elsewhere taken alone.
+#[derive(Default)]
 pub(crate) struct Staging {
-    prefetch: Prefetch,
-    /// Per row, how many queries of the layout's training trace held it (for `Threshold`).
+    /// Per row, how many queries of the layout's training trace held it (thresholds).
     counts: Option<Vec<u32>>,
-    shadow: Shadow,
     counters: StageCounters,
-}
-
-impl Staging {
-    pub(crate) fn new(prefetch: Prefetch) -> Self {
-        Staging {
-            prefetch,
-            counts: None,
-            shadow: Shadow::default(),
-            counters: StageCounters::default(),
-        }
-    }
-
-    /// Whether a row asked for goes in without the reference mark (it leaves at the next
-    /// reclaim unless hit again): under `Threshold(t)` and `ColdRow(t)`, a row the training
-    /// trace held in at most `t` queries, as its neighbours would not be admitted at all.
-    /// On `bench ssd`'s query trace at a 5 % cache, `row:4` (the miniature caches' pick)
-    /// raised the table's hit rate from 0.741 to 0.754.
-    fn cold(&self, row: u64) -> bool {
-        match (self.prefetch, &self.counts) {
-            (Prefetch::Threshold(t) | Prefetch::ColdRow(t), Some(c)) => {
-                c.get(row as usize).is_none_or(|&n| n <= t)
-            }
-            _ => false,
-        }
-    }
-
-    fn admits(&self, row: u64) -> bool {
-        match self.prefetch {
-            Prefetch::Row | Prefetch::ColdRow(_) => false,
-            Prefetch::Block => true,
-            Prefetch::Threshold(t) => self
-                .counts
-                .as_ref()
-                .is_some_and(|c| c.get(row as usize).is_some_and(|&n| n > t)),
-            Prefetch::Shadow(_) => self.shadow.contains(row),
-        }
-    }
 }
 
 impl CachedRows {
@@ -160,6 +93,11 @@ impl CachedRows {
             return Ok(t);
         };
         let accesses = rows.len() as u64;
+        let st = staging.lock();
+        let adm = self.admission();
+        for &r in rows.iter() {
+            adm.touch(r);
+        }
         rows.sort_unstable();
         rows.dedup();
         // The rows to read, and the hits marked (the kernel after staging leaves marks to
@@ -178,13 +116,8 @@ impl CachedRows {
                 false
             })
             .collect();
-        let mut st = staging.lock();
-        if let Prefetch::Shadow(m) = st.prefetch {
-            st.shadow.capacity = (self.frames * self.frame_rows * m as usize / 100).max(1);
-            for &r in rows.iter() {
-                st.shadow.touch(r);
-            }
-        }
+        let mut st = st;
+        adm.asked(rows, self.frames * self.frame_rows);
         st.counters.accesses += accesses;
         st.counters.misses += missing.len() as u64;
         t.hits = accesses - missing.len() as u64;
@@ -209,12 +142,15 @@ impl CachedRows {
         let stride = self.stride;
         let (mut asked, mut extra): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
         let (mut asked_rows, mut extra_rows): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+        let known = Known {
+            counts: st.counts.as_deref(),
+        };
         let blocks = home.read_rows(&missing, |row, bytes| {
             if missing.binary_search(&row).is_ok() {
                 asked_rows.push(row);
                 asked.extend_from_slice(bytes);
             } else if self.entry(row as usize).load(Ordering::Relaxed) & CACHED == 0
-                && st.admits(row)
+                && adm.neighbour(row, known)
             {
                 extra_rows.push(row);
                 extra.extend_from_slice(bytes);
@@ -258,7 +194,7 @@ impl CachedRows {
         };
         for (row, bytes) in asked_rows.iter().zip(asked.chunks_exact(stride)) {
             // Safe unmarked: no reclaim runs between this insertion and the call's kernel.
-            let mark = if room != Room::Once && st.cold(*row) {
+            let mark = if room != Room::Once && adm.cold(*row, known) {
                 0
             } else {
                 REF
@@ -432,20 +368,12 @@ impl CachedRows {
         Ok(())
     }
 
-    /// Change the prefetch admission (a block table's).
-    pub fn set_prefetch(&self, prefetch: Prefetch) {
-        if let Some(s) = &self.staging {
-            s.lock().prefetch = prefetch;
-        }
-    }
-
-    /// The prefetch admission and staging counters, for a staged cache.
+    /// The admission's name and the staging counters, for a staged cache.
     #[must_use]
-    pub fn stage_info(&self) -> Option<(Prefetch, StageCounters)> {
-        self.staging.as_ref().map(|s| {
-            let s = s.lock();
-            (s.prefetch, s.counters)
-        })
+    pub fn stage_info(&self) -> Option<(String, StageCounters)> {
+        self.staging
+            .as_ref()
+            .map(|s| (self.admission_name(), s.lock().counters))
     }
 }
 

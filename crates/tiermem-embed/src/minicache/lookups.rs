@@ -7,12 +7,17 @@
 //! `admit` forgets the first misses of a quarter of the table, as
 //! [`crate::cache::CachedRows::age_seen`] does). Then each access in order: a cached row is
 //! hit and marked; a missing row is inserted unmarked while a slot is free, under
-//! [`Admission::SecondMiss`] only if it missed before (its first miss only notes it); once
-//! no slot is free the call's remaining misses read through. Rows are sampled by hash at
-//! `rate` (the cache's pages scaled, as [`super::simulate`] does); the counts are scaled back.
+//! [`"second"`] only if it missed before (its first miss only notes it); once
+//! no slot is free the call's remaining misses read through. The admission is the table's
+//! own object ([`crate::cache::admit`]), asked the same questions at the same points: every
+//! access counted, each miss asked, marks aged after each reclaim. Rows are sampled by hash
+//! at `rate` (the cache's pages scaled, as [`super::simulate`] does); the counts are scaled
+//! back.
+
+use std::cell::Cell;
 
 use super::{clock::Clock, SimCache, SimResult};
-use crate::cache::Admission;
+use crate::cache::admit::{Admission, Seen};
 use crate::layout::Queries;
 use crate::mrc::mix;
 use tiermem_core::{ensure, Result};
@@ -20,7 +25,7 @@ use tiermem_core::{ensure, Result};
 /// The cache simulated: a table of `rows` rows of `row_bytes` bytes whose cache holds
 /// `capacity` rows, reclaims at least `slack_rows` at a time, and admits misses by
 /// `admission`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LookupCache {
     /// Rows of the table.
     pub rows: usize,
@@ -30,8 +35,30 @@ pub struct LookupCache {
     pub row_bytes: usize,
     /// Slots a reclaim frees at least.
     pub slack_rows: usize,
-    /// Which misses are cached.
-    pub admission: Admission,
+    /// Which misses are cached (the admission's name, [`Admission::parse`]).
+    pub admission: String,
+}
+
+/// The `SEEN` marks of a simulated table: one per row, aged a quarter at a time.
+struct Marks {
+    seen: Vec<Cell<bool>>,
+    sweep: Cell<usize>,
+}
+
+impl Seen for Marks {
+    fn seen_or_mark(&self, row: usize) -> bool {
+        self.seen[row].replace(true)
+    }
+
+    fn age(&self) {
+        let n = self.seen.len();
+        let quarter = n.div_ceil(4);
+        let start = self.sweep.get();
+        for k in 0..quarter {
+            self.seen[(start + k) % n].set(false);
+        }
+        self.sweep.set((start + quarter) % n.max(1));
+    }
 }
 
 /// Simulate `cache` over `trace` in lookup calls of `batch` queries (`None`: one access
@@ -49,13 +76,16 @@ pub fn simulate_lookups(
         "sampling rate {rate} must be in (0, 1]"
     );
     ensure!(batch != Some(0), "a lookup call holds at least one query");
-    let admission = cache.admission;
+    let mut adm = Admission::parse(&cache.admission)?;
     let mut cache = Clock::for_table(n, cache.capacity, cache.row_bytes, cache.slack_rows, rate)?;
+    adm.sized(cache.capacity());
     let cut = (rate * u64::MAX as f64) as u64;
     let sampled = |r: u64| rate >= 1.0 || mix(r) <= cut;
-    let second = admission == Admission::SecondMiss;
-    let mut seen = vec![false; if second { n } else { 0 }];
-    let mut sweep = 0usize;
+    let decides = adm.decides_misses();
+    let marks = Marks {
+        seen: (0..n).map(|_| Cell::new(false)).collect(),
+        sweep: Cell::new(0),
+    };
     let (rows, off) = (trace.rows, trace.offsets);
     let queries = off.len().saturating_sub(1);
     let calls: Vec<std::ops::Range<usize>> = match batch {
@@ -71,18 +101,15 @@ pub fn simulate_lookups(
         if full || cache.is_full() {
             cache.reclaim_once();
             full = false;
-            if second {
-                let quarter = n.div_ceil(4);
-                for k in 0..quarter {
-                    seen[(sweep + k) % n] = false;
-                }
-                sweep = (sweep + quarter) % n.max(1);
-            }
+            adm.after_room_made(&marks);
         }
         for &v in &rows[range] {
             let r = v as u64;
             if !sampled(r) {
                 continue;
+            }
+            if decides {
+                adm.touch(r);
             }
             let r = r as u32;
             s.accesses += 1.0;
@@ -94,14 +121,12 @@ pub fn simulate_lookups(
             if full {
                 continue;
             }
-            if second && !std::mem::replace(&mut seen[r as usize], true) {
+            if decides && !adm.miss(u64::from(r), &marks) {
                 continue;
             }
             if cache.insert(r, true, false) {
                 s.inserts += 1.0;
-                if second {
-                    seen[r as usize] = false;
-                }
+                marks.seen[r as usize].set(false); // a cached row's entry holds no mark
             } else {
                 full = true;
             }
@@ -124,14 +149,14 @@ mod tests {
         capacity: usize,
         row_bytes: usize,
         slack_rows: usize,
-        admission: Admission,
+        admission: &str,
     ) -> LookupCache {
         LookupCache {
             rows,
             capacity,
             row_bytes,
             slack_rows,
-            admission,
+            admission: admission.to_owned(),
         }
     }
 
@@ -150,8 +175,7 @@ mod tests {
             rows: &r,
         };
         let distinct = rows.iter().collect::<std::collections::HashSet<_>>().len() as f64;
-        let d =
-            simulate_lookups(&cache(500, 500, 64, 0, Admission::EveryMiss), t, 1.0, None).unwrap();
+        let d = simulate_lookups(&cache(500, 500, 64, 0, "row"), t, 1.0, None).unwrap();
         assert_eq!(d.accesses, 3_000.0);
         assert_eq!(d.accesses - d.hits, distinct);
         assert_eq!(d.inserts, distinct);
@@ -160,8 +184,7 @@ mod tests {
             *uses.entry(x).or_insert(0) += 1;
         }
         let twice = uses.values().filter(|&&u| u >= 2).count() as f64;
-        let a =
-            simulate_lookups(&cache(500, 500, 64, 0, Admission::SecondMiss), t, 1.0, None).unwrap();
+        let a = simulate_lookups(&cache(500, 500, 64, 0, "second"), t, 1.0, None).unwrap();
         assert_eq!(a.inserts, twice);
         assert_eq!(a.accesses - a.hits, distinct + twice);
     }
@@ -181,20 +204,8 @@ mod tests {
             rows: &rows,
         };
         let n = 41_000;
-        let d = simulate_lookups(
-            &cache(n, 400, 64, 40, Admission::EveryMiss),
-            t,
-            1.0,
-            Some(1),
-        )
-        .unwrap();
-        let a = simulate_lookups(
-            &cache(n, 400, 64, 40, Admission::SecondMiss),
-            t,
-            1.0,
-            Some(1),
-        )
-        .unwrap();
+        let d = simulate_lookups(&cache(n, 400, 64, 40, "row"), t, 1.0, Some(1)).unwrap();
+        let a = simulate_lookups(&cache(n, 400, 64, 40, "second"), t, 1.0, Some(1)).unwrap();
         assert!(a.hit_rate() > 0.45, "{a:?}");
         assert!(a.hit_rate() > d.hit_rate(), "{a:?} vs {d:?}");
         assert!(
@@ -211,7 +222,7 @@ mod tests {
             offsets: &off,
             rows: &rows,
         };
-        for adm in [Admission::EveryMiss, Admission::SecondMiss] {
+        for adm in ["row", "second"] {
             let exact =
                 simulate_lookups(&cache(50_000, 5_000, 128, 500, adm), t, 1.0, Some(10)).unwrap();
             let sampled =
@@ -221,16 +232,9 @@ mod tests {
                 "{adm:?}: {exact:?} vs {sampled:?}"
             );
         }
-        let e = simulate_lookups(&cache(100, 10, 64, 0, Admission::EveryMiss), t, 1.0, None)
-            .unwrap_err();
+        let e = simulate_lookups(&cache(100, 10, 64, 0, "row"), t, 1.0, None).unwrap_err();
         assert!(e.to_string().contains("100"), "{e}");
-        let e = simulate_lookups(
-            &cache(50_000, 10, 64, 0, Admission::EveryMiss),
-            t,
-            0.0,
-            None,
-        )
-        .unwrap_err();
+        let e = simulate_lookups(&cache(50_000, 10, 64, 0, "row"), t, 0.0, None).unwrap_err();
         assert!(e.to_string().contains("rate"), "{e}");
     }
 }

@@ -1,11 +1,13 @@
 //! Miniature caches (Bandana §4.3.3, after Waldspurger et al.'s miniature simulations):
 //! simulated caches of a block table, run on a spatially sampled trace, that say which
-//! admission ([`Prefetch`]) reads the fewest blocks at a given cache size and what hit rate
+//! admission ([`Admission`]) reads the fewest blocks at a given cache size and what hit rate
 //! each gets.
 //!
 //! A miss reads the row's block, caches the row, and caches each other row of the block
-//! that is not cached and whose query count in the layout's training trace is above `t`
-//! (none for `row` and `row:T`, all for `block`; shadow caches are not simulated). Two
+//! that is not cached and that the admission takes (the table's own admission object,
+//! asked the same questions: none for `row` and `row:T`, all for `block`, a query count in
+//! the layout's training trace above `t` for `threshold:T`, a recent count for `tinylfu`;
+//! shadow caches are not simulated). Two
 //! caches are simulated ([`Evict`]): Bandana's LRU list of rows, and the table cache's own
 //! second chance over pages, which is what a table runs and so what picks its admission (on
 //! the query trace at a 5 % cache the LRU, which drops a cold row at the next miss, picked
@@ -24,7 +26,7 @@ mod lru;
 
 pub use lookups::{simulate_lookups, LookupCache};
 
-use crate::cache::Prefetch;
+use crate::cache::admit::{Admission, Known};
 use crate::layout::Queries;
 use crate::mrc::mix;
 use tiermem_core::{ensure, Result};
@@ -104,14 +106,14 @@ pub(crate) trait SimCache {
 }
 
 /// Simulate a cache of `capacity` rows over the trace as `model` says, blocks of
-/// `rows_per_block` by `layout` (row → position), admitting prefetches by `admit`
+/// `rows_per_block` by `layout` (row → position), admitting rows by `admit`
 /// (`counts`: per-row query counts, for thresholds).
 pub fn simulate(
     layout: &[u32],
     rows_per_block: usize,
     trace: Queries<'_>,
     capacity: usize,
-    admit: Prefetch,
+    admit: &str,
     counts: Option<&[u32]>,
     model: &Model,
 ) -> Result<SimResult> {
@@ -130,19 +132,21 @@ pub fn simulate(
         model.batch != Some(0),
         "a lookup call holds at least one query"
     );
-    match admit {
-        Prefetch::Threshold(_) | Prefetch::ColdRow(_) => ensure!(
-            counts.is_some_and(|c| c.len() == n),
-            "admission {} needs a query count for each of the table's {n} rows",
-            admit.name()
-        ),
-        Prefetch::Shadow(_) => tiermem_core::bail!(
+    let admit = Admission::parse(admit)?;
+    ensure!(
+        !admit.needs_counts() || counts.is_some_and(|c| c.len() == n),
+        "admission {} needs a query count for each of the table's {n} rows",
+        admit.name()
+    );
+    if matches!(admit, Admission::Shadow(_)) {
+        tiermem_core::bail!(
             "admission '{}': shadow caches are not simulated by the miniature caches",
             admit.name()
-        ),
-        Prefetch::Row | Prefetch::Block => {}
+        );
     }
-    let run = Replay {
+    let lru_cold = !matches!(admit, Admission::Threshold(_));
+    let evict = model.evict;
+    let mut run = Replay {
         layout,
         rows_per_block: rows_per_block as u32,
         trace,
@@ -150,25 +154,19 @@ pub fn simulate(
         counts,
         model,
     };
-    match model.evict {
+    match evict {
         Evict::Lru => {
             let scaled = ((capacity as f64 * rate).round() as usize).max(1);
-            let cold = match admit {
-                Prefetch::ColdRow(t) => Some(t),
-                _ => None,
-            };
-            Ok(run.through(&mut lru::Lru::new(n, scaled), cold))
+            run.admit.sized(scaled);
+            Ok(run.through(&mut lru::Lru::new(n, scaled), lru_cold))
         }
         Evict::Clock {
             row_bytes,
             slack_rows,
         } => {
             let mut clock = clock::Clock::for_table(n, capacity, row_bytes, slack_rows, rate)?;
-            let cold = match admit {
-                Prefetch::ColdRow(t) | Prefetch::Threshold(t) => Some(t),
-                _ => None,
-            };
-            Ok(run.through(&mut clock, cold))
+            run.admit.sized(clock.capacity());
+            Ok(run.through(&mut clock, true))
         }
     }
 }
@@ -178,22 +176,24 @@ struct Replay<'a> {
     layout: &'a [u32],
     rows_per_block: u32,
     trace: Queries<'a>,
-    admit: Prefetch,
+    admit: Admission,
     counts: Option<&'a [u32]>,
     model: &'a Model,
 }
 
 impl Replay<'_> {
-    /// Run the sampled trace through `cache`, call by call; a row asked for whose count is
-    /// at most `cold` goes in cold.
-    fn through(&self, cache: &mut impl SimCache, cold: Option<u32>) -> SimResult {
+    /// Run the sampled trace through `cache`, call by call; a row asked for goes in cold
+    /// when the admission says so and `colds` (Bandana's LRU does not for thresholds).
+    fn through(&self, cache: &mut impl SimCache, colds: bool) -> SimResult {
         let (layout, rpb, rate) = (self.layout, self.rows_per_block, self.model.rate);
         let n = layout.len();
         let mut at = vec![0u32; n];
         for (r, &p) in layout.iter().enumerate() {
             at[p as usize] = r as u32;
         }
-        let count = |r: u32| self.counts.map_or(0, |c| c[r as usize]);
+        let known = Known {
+            counts: self.counts,
+        };
         let cut = (rate * u64::MAX as f64) as u64;
         let sampled = |r: u32| rate >= 1.0 || mix(u64::from(layout[r as usize] / rpb)) <= cut;
         // Each call's rows, as a range of access indices: one access, or `q` queries.
@@ -221,6 +221,9 @@ impl Replay<'_> {
             );
             if call.is_empty() {
                 continue;
+            }
+            for &r in &call {
+                self.admit.touch(u64::from(r));
             }
             s.accesses += call.len() as f64;
             let accesses = call.len();
@@ -253,13 +256,7 @@ impl Replay<'_> {
                     let o = at[p as usize];
                     if missing.binary_search(&o).is_ok() {
                         asked.push(o);
-                    } else if !cache.cached(o)
-                        && match self.admit {
-                            Prefetch::Block => true,
-                            Prefetch::Threshold(t) => count(o) > t,
-                            Prefetch::Row | Prefetch::ColdRow(_) | Prefetch::Shadow(_) => false,
-                        }
-                    {
+                    } else if !cache.cached(o) && self.admit.neighbour(u64::from(o), known) {
                         extra.push(o);
                     }
                 }
@@ -267,7 +264,7 @@ impl Replay<'_> {
             let room = cache.capacity().saturating_sub(call.len());
             cache.make_room(missing.len() + extra.len().min(room), &call);
             for &r in &asked {
-                if !cache.insert(r, cold.is_some_and(|t| count(r) <= t), false) {
+                if !cache.insert(r, colds && self.admit.cold(u64::from(r), known), false) {
                     break;
                 }
                 s.inserts += 1.0;
@@ -295,7 +292,7 @@ pub fn sweep(
     rows_per_block: usize,
     trace: Queries<'_>,
     capacities: &[usize],
-    admits: &[Prefetch],
+    admits: &[String],
     counts: Option<&[u32]>,
     model: &Model,
 ) -> Result<Vec<Vec<SimResult>>> {
@@ -310,7 +307,7 @@ pub fn sweep(
                     rows_per_block,
                     trace,
                     capacities[c],
-                    admits[a],
+                    &admits[a],
                     counts,
                     model,
                 )
@@ -351,17 +348,8 @@ mod tests {
         let layout: Vec<u32> = (0..n as u32).collect();
         let mut counts = vec![0u32; n];
         counts[..50].fill(5);
-        let lru = simulate(&layout, 8, t, 60, Prefetch::Row, None, &EXACT_LRU).unwrap();
-        let cold = simulate(
-            &layout,
-            8,
-            t,
-            60,
-            Prefetch::ColdRow(0),
-            Some(&counts),
-            &EXACT_LRU,
-        )
-        .unwrap();
+        let lru = simulate(&layout, 8, t, 60, "row", None, &EXACT_LRU).unwrap();
+        let cold = simulate(&layout, 8, t, 60, "row:0", Some(&counts), &EXACT_LRU).unwrap();
         assert!(
             lru.hits < 1.0,
             "plain LRU keeps none of the hot set: {}",
@@ -373,18 +361,9 @@ mod tests {
             cold.hits
         );
         let all_hot = vec![9u32; n];
-        let same = simulate(
-            &layout,
-            8,
-            t,
-            60,
-            Prefetch::ColdRow(3),
-            Some(&all_hot),
-            &EXACT_LRU,
-        )
-        .unwrap();
+        let same = simulate(&layout, 8, t, 60, "row:3", Some(&all_hot), &EXACT_LRU).unwrap();
         assert_eq!(same, lru);
-        let e = simulate(&layout, 8, t, 60, Prefetch::ColdRow(3), None, &EXACT_LRU).unwrap_err();
+        let e = simulate(&layout, 8, t, 60, "row:3", None, &EXACT_LRU).unwrap_err();
         assert!(e.to_string().contains("query count"), "{e}");
     }
 
@@ -404,7 +383,7 @@ mod tests {
         let layout: Vec<u32> = (0..1000).collect();
         let u: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
         for cap in [10usize, 100, 400] {
-            let s = simulate(&layout, 8, t, cap, Prefetch::Row, None, &EXACT_LRU).unwrap();
+            let s = simulate(&layout, 8, t, cap, "row", None, &EXACT_LRU).unwrap();
             let exact = crate::mrc::lru_curve(&u, &[cap as u64])[0];
             assert!(
                 (s.hit_rate() - exact).abs() < 1e-12,
@@ -412,13 +391,13 @@ mod tests {
                 s.hit_rate()
             );
             assert!((s.blocks_read - (s.accesses - s.hits)).abs() < 1e-9);
-            let all = simulate(&layout, 8, t, cap, Prefetch::Block, None, &EXACT_LRU).unwrap();
+            let all = simulate(&layout, 8, t, cap, "block", None, &EXACT_LRU).unwrap();
             let none = simulate(
                 &layout,
                 8,
                 t,
                 cap,
-                Prefetch::Threshold(u32::MAX),
+                &format!("threshold:{}", u32::MAX),
                 Some(&[0; 1000]),
                 &EXACT_LRU,
             )
@@ -470,12 +449,11 @@ mod tests {
         };
         let sampled_clock = Model { rate: 0.1, ..clock };
         let distinct = rows.iter().collect::<std::collections::HashSet<_>>().len();
-        let all = simulate(&layout, 8, t, n, Prefetch::Row, None, &clock).unwrap();
+        let all = simulate(&layout, 8, t, n, "row", None, &clock).unwrap();
         assert_eq!(all.accesses - all.hits, distinct as f64);
         for cap in [1_000usize, 3_000] {
-            let exact = simulate(&layout, 8, t, cap, Prefetch::Row, None, &clock).unwrap();
-            let sampled =
-                simulate(&layout, 8, t, cap, Prefetch::Row, None, &sampled_clock).unwrap();
+            let exact = simulate(&layout, 8, t, cap, "row", None, &clock).unwrap();
+            let sampled = simulate(&layout, 8, t, cap, "row", None, &sampled_clock).unwrap();
             assert!(
                 exact.hit_rate() > 0.3 && exact.hit_rate() < 0.95,
                 "{exact:?}"

@@ -94,7 +94,7 @@ pub struct Shape {
 
 /// A cache in front of a table's home: pages on manager device `fast`, sized and run as
 /// `config` says.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Cache {
     /// Manager index of the device holding the cache pages.
     pub fast: usize,

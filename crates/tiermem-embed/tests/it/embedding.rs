@@ -34,7 +34,7 @@ fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -
         (20, &Admit),
     ] {
         let cfg = CacheConfig {
-            prefetch: Default::default(),
+            admission: None,
             lower: bytes(pct) * 3 / 4,
             slack: bytes(pct) / 4,
             policy,
@@ -201,7 +201,7 @@ fn flush_stress(policy: PolicyRef) {
             width,
             DType::F32,
             CacheConfig {
-                prefetch: Default::default(),
+                admission: None,
                 lower: stride_bytes / 8,
                 slack: stride_bytes / 8,
                 policy,
@@ -413,7 +413,7 @@ fn bad_input_is_refused_before_anything_changes() {
         64,
         DType::F32,
         CacheConfig {
-            prefetch: Default::default(),
+            admission: None,
             lower: 200 << 20,
             slack: 0,
             policy: &Dynamic,
@@ -429,7 +429,7 @@ fn bad_input_is_refused_before_anything_changes() {
         16,
         DType::F32,
         CacheConfig {
-            prefetch: Default::default(),
+            admission: None,
             lower: 0,
             slack: 640,
             policy: &Dynamic,
@@ -474,7 +474,7 @@ fn reclaim_keeps_rows_hit_since_cached_and_matches_direct() {
     let m = manager();
     let width = 16;
     let cfg = CacheConfig {
-        prefetch: Default::default(),
+        admission: None,
         lower: 100 * 64,
         slack: 20 * 64,
         policy: &Dynamic,
@@ -565,7 +565,7 @@ fn a_cache_filled_with_every_row_in_row_order_reads_like_a_direct_table() {
     let (rows, width) = (3000, 16);
     let bytes = (rows * width * 4) as u64;
     let cfg = |lower: u64, policy: PolicyRef| CacheConfig {
-        prefetch: Default::default(),
+        admission: None,
         lower,
         slack: bytes / 8,
         policy,

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use tiermem_core::manager::Manager;
 use tiermem_embed::bags::Bags;
 use tiermem_embed::cache::policy::Dynamic;
-use tiermem_embed::cache::Prefetch;
 use tiermem_embed::home::FileHome;
 use tiermem_embed::optim::Sgd;
 use tiermem_embed::update::{update, GradIn};
@@ -26,7 +25,7 @@ fn cache(stride: usize) -> Cache {
     Cache {
         fast: 0,
         config: CacheConfig {
-            prefetch: Prefetch::Row,
+            admission: None,
             lower: bytes / 5,
             slack: bytes / 20,
             policy: &Dynamic,

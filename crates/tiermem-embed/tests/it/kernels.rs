@@ -33,7 +33,7 @@ fn table(m: &Arc<Manager>, cached: bool, width: usize, dtype: DType, rng: &mut R
     let t = if cached {
         let bytes = (ROWS * width * 4 / 3) as u64;
         let cfg = CacheConfig {
-            prefetch: Default::default(),
+            admission: None,
             lower: bytes,
             slack: bytes / 4,
             policy: &Dynamic,

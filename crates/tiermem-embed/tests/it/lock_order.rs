@@ -44,7 +44,7 @@ fn watched(f: impl FnOnce()) {
 fn cached(m: &Arc<Manager>, rows: usize, policy: PolicyRef, frac: u64) -> Table {
     let bytes = (rows * 16 * 4) as u64 * frac / 100;
     let cfg = CacheConfig {
-        prefetch: Default::default(),
+        admission: None,
         lower: bytes,
         slack: bytes / 2,
         policy,

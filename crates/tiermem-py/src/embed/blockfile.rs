@@ -20,20 +20,19 @@ pub struct PyBlockFile {
 
 #[pymethods]
 impl PyBlockFile {
-    /// Create the file for `rows` zeroed rows of `width` elements of `dtype`.
+    /// Create the file for `shape` = (rows, width, dtype): zeroed rows of `width` elements
+    /// of `dtype`.
     #[staticmethod]
-    #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
         path: PathBuf,
         name: &str,
-        rows: u64,
-        width: u32,
-        dtype: &str,
+        shape: (u64, u32, String),
         overwrite: bool,
         depth: usize,
     ) -> PyResult<Self> {
-        let dt = DType::parse(dtype).map_err(to_py)?;
+        let (rows, width, dtype) = shape;
+        let dt = DType::parse(&dtype).map_err(to_py)?;
         let f = run(py, || {
             BlockFile::create(&path, name, rows, width, dt, overwrite, depth)
         })?;

@@ -102,21 +102,27 @@ impl Inputs {
     }
 }
 
-/// Ensemble lookup into `out` (float32, rows of `row_stride`, table t at column cols[t]).
+/// Each table's bags: (indices, offsets, per-sample weights or None), a list per table.
+type BagLists<'py> = (
+    Vec<Bound<'py, PyAny>>,
+    Vec<Bound<'py, PyAny>>,
+    Vec<Option<Bound<'py, PyAny>>>,
+);
+
+/// Ensemble lookup into `out` (float32, rows of `row_stride`, table t at column cols[t]:
+/// `columns` = (row_stride, cols)).
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub fn lookup_into(
     py: Python<'_>,
     tables: Vec<PyRef<'_, PyTable>>,
-    values: Vec<Bound<'_, PyAny>>,
-    offsets: Vec<Bound<'_, PyAny>>,
-    weights: Vec<Option<Bound<'_, PyAny>>>,
+    bags: BagLists<'_>,
     mode: &str,
     out: &Bound<'_, PyAny>,
-    row_stride: usize,
-    cols: Vec<usize>,
+    columns: (usize, Vec<usize>),
     prefetch: usize,
 ) -> PyResult<HashMap<&'static str, u64>> {
+    let (values, offsets, weights) = bags;
+    let (row_stride, cols) = columns;
     let mode = Mode::parse(mode).map_err(to_py)?;
     let inp = inputs(tables.len(), &values, &offsets, &weights)?;
     let out = view::<f32>(out, "out (float32)", true)?;
@@ -143,29 +149,28 @@ pub fn lookup_into(
     .map(|t| tally_dict(&t))
 }
 
-/// Backward of an ensemble lookup with the optimizer fused in.
+/// The fused optimizer as Python hands it over: (name, lr, eps, lr_decay,
+/// initial_accumulator, non-temporal stores).
+type OptimizerArgs = (String, f32, f32, f32, f32, bool);
+
+/// Backward of an ensemble lookup with the optimizer fused in (`columns` as for
+/// `lookup_into`).
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub fn update_from(
     py: Python<'_>,
     tables: Vec<PyRef<'_, PyTable>>,
-    values: Vec<Bound<'_, PyAny>>,
-    offsets: Vec<Bound<'_, PyAny>>,
-    weights: Vec<Option<Bound<'_, PyAny>>>,
+    bags: BagLists<'_>,
     mode: &str,
     grad: &Bound<'_, PyAny>,
-    row_stride: usize,
-    cols: Vec<usize>,
-    optimizer: &str,
-    lr: f32,
-    eps: f32,
-    lr_decay: f32,
-    initial_accumulator: f32,
-    nt: bool,
+    columns: (usize, Vec<usize>),
+    optimizer: OptimizerArgs,
 ) -> PyResult<HashMap<&'static str, u64>> {
+    let (values, offsets, weights) = bags;
+    let (row_stride, cols) = columns;
+    let (optimizer, lr, eps, lr_decay, initial_accumulator, nt) = optimizer;
     let mode = Mode::parse(mode).map_err(to_py)?;
     let opt = Optimizer::new(
-        optimizer,
+        &optimizer,
         &OptimizerConfig {
             lr,
             eps,

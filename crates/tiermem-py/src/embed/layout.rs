@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tiermem_embed::cache::Prefetch;
+use tiermem_embed::cache::Admission;
 use tiermem_embed::layout::{self, Queries};
 use tiermem_embed::minicache::{self, Evict, Model};
 use tiermem_embed::mrc;
@@ -12,7 +12,10 @@ use tiermem_embed::mrc;
 use crate::buffer::{view, View};
 use crate::error::{run, to_py};
 
-fn trace(offsets: &Bound<'_, PyAny>, rows: &Bound<'_, PyAny>) -> PyResult<(View<i64>, View<i64>)> {
+fn trace_views(
+    offsets: &Bound<'_, PyAny>,
+    rows: &Bound<'_, PyAny>,
+) -> PyResult<(View<i64>, View<i64>)> {
     Ok((
         view::<i64>(offsets, "offsets (int64)", false)?,
         view::<i64>(rows, "rows (int64)", false)?,
@@ -33,7 +36,7 @@ pub fn layout_shp(
     start: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let o = view::<u32>(out, "out (uint32)", true)?;
-    let (off, r) = trace(offsets, rows)?;
+    let (off, r) = trace_views(offsets, rows)?;
     let st = start
         .map(|s| view::<u32>(s, "start (uint32)", false))
         .transpose()?;
@@ -62,7 +65,7 @@ pub fn layout_fanout(
     rows: &Bound<'_, PyAny>,
 ) -> PyResult<f64> {
     let l = view::<u32>(layout, "layout (uint32)", false)?;
-    let (off, r) = trace(offsets, rows)?;
+    let (off, r) = trace_views(offsets, rows)?;
     run(py, || {
         // SAFETY: the views keep their buffers exported for the call; only read.
         let (l, off, r) = unsafe { (l.slice(), off.slice(), r.slice()) };
@@ -86,7 +89,7 @@ pub fn query_counts_into(
     rows: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let o = view::<u32>(out, "out (uint32)", true)?;
-    let (off, r) = trace(offsets, rows)?;
+    let (off, r) = trace_views(offsets, rows)?;
     run(py, || {
         // SAFETY: as in `layout_shp`.
         let (o, off, r) = unsafe { (o.slice_mut(), off.slice(), r.slice()) };
@@ -102,28 +105,45 @@ pub fn query_counts_into(
     })
 }
 
-/// Miniature caches: for each admission (`row`, `row:T`, `block`, `threshold:T`) and cache size
-/// (rows), the simulated accesses, hits and blocks read, on blocks sampled at `rate`; the
-/// table cache's second chance for rows of `row_bytes` bytes (reclaims freeing at least
-/// `slack_rows`), or Bandana's LRU without; in lookup calls of `batch` queries, or each access
-/// alone without.
+/// How a miniature cache runs, as Python hands it over: a dict of these keys.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct SimModel<'py> {
+    /// Per-row query counts of the layout's training trace (uint32), for thresholds.
+    counts: Option<Bound<'py, PyAny>>,
+    /// Share of blocks sampled.
+    rate: f64,
+    /// Bytes per row: the table cache's second chance; None: Bandana's LRU.
+    row_bytes: Option<usize>,
+    /// Queries per lookup call; None: each access alone.
+    batch: Option<usize>,
+    /// Slots a reclaim frees at least.
+    slack_rows: usize,
+}
+
+/// Miniature caches: for each admission of `admits` (`row`, `row:T`, `block`,
+/// `threshold:T`, `tinylfu`, ...) and cache size (rows), the simulated accesses, hits and
+/// blocks read of the trace `(offsets, rows)`, run as `model` says (`tiermem.admission`
+/// builds it: counts, rate, row_bytes, batch, slack_rows).
 #[pyfunction]
-#[pyo3(signature = (layout, rows_per_block, offsets, rows, capacities, admits, counts, rate, row_bytes=None, batch=None, slack_rows=0))]
-#[allow(clippy::too_many_arguments)]
 pub fn minicache_sweep<'py>(
     py: Python<'py>,
     layout: &Bound<'_, PyAny>,
     rows_per_block: usize,
-    offsets: &Bound<'_, PyAny>,
-    rows: &Bound<'_, PyAny>,
+    trace: (Bound<'_, PyAny>, Bound<'_, PyAny>),
     capacities: Vec<usize>,
     admits: Vec<String>,
-    counts: Option<&Bound<'_, PyAny>>,
-    rate: f64,
-    row_bytes: Option<usize>,
-    batch: Option<usize>,
-    slack_rows: usize,
+    model: SimModel<'_>,
 ) -> PyResult<Vec<Vec<Bound<'py, PyDict>>>> {
+    let (offsets, rows) = (&trace.0, &trace.1);
+    let SimModel {
+        counts,
+        rate,
+        row_bytes,
+        batch,
+        slack_rows,
+    } = model;
+    let counts = counts.as_ref();
     let model = Model {
         evict: row_bytes.map_or(Evict::Lru, |row_bytes| Evict::Clock {
             row_bytes,
@@ -132,12 +152,11 @@ pub fn minicache_sweep<'py>(
         rate,
         batch,
     };
-    let admits: Vec<Prefetch> = admits
-        .iter()
-        .map(|a| Prefetch::parse(a).map_err(to_py))
-        .collect::<PyResult<_>>()?;
+    for a in &admits {
+        Admission::parse(a).map_err(to_py)?;
+    }
     let l = view::<u32>(layout, "layout (uint32)", false)?;
-    let (off, r) = trace(offsets, rows)?;
+    let (off, r) = trace_views(offsets, rows)?;
     let c = counts
         .map(|c| view::<u32>(c, "counts (uint32)", false))
         .transpose()?;
@@ -157,33 +176,54 @@ pub fn minicache_sweep<'py>(
         .collect()
 }
 
-/// Miniature caches of a memory-backed table that caches in its lookups under cache
-/// policy `policy` (`dynamic`, `admit`): the simulated accesses, hits, rows read from the
-/// home (`blocks_read`) and rows inserted, for a cache of `capacity` rows of `row_bytes`
-/// bytes reclaiming at least `slack_rows`, in lookup calls of `batch` queries, on rows
-/// sampled at `rate`.
+/// A memory-backed cache as Python hands it over: a dict of these keys.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct SimTable {
+    /// Rows of the table.
+    rows: usize,
+    /// Rows the cache holds.
+    capacity: usize,
+    /// Bytes per row.
+    row_bytes: usize,
+    /// Slots a reclaim frees at least.
+    slack_rows: usize,
+    /// Cache policy (`dynamic`, `admit`).
+    policy: String,
+    /// Admission; None: the policy's.
+    admission: Option<String>,
+}
+
+/// Miniature caches of a memory-backed table that caches in its lookups (`table`: rows,
+/// capacity, row_bytes, slack_rows, policy, admission): the simulated accesses, hits, rows
+/// read from the home (`blocks_read`) and rows inserted, for the trace `(offsets, rows)` in
+/// lookup calls of `batch` queries, on rows sampled at `rate`.
 #[pyfunction]
-#[pyo3(signature = (rows_total, offsets, rows, capacity, row_bytes, slack_rows, policy, rate, batch=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (trace, table, rate, batch=None))]
 pub fn minicache_lookups<'py>(
     py: Python<'py>,
-    rows_total: usize,
-    offsets: &Bound<'_, PyAny>,
-    rows: &Bound<'_, PyAny>,
-    capacity: usize,
-    row_bytes: usize,
-    slack_rows: usize,
-    policy: &str,
+    trace: (Bound<'_, PyAny>, Bound<'_, PyAny>),
+    table: SimTable,
     rate: f64,
     batch: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let (offsets, rows) = (&trace.0, &trace.1);
+    let SimTable {
+        rows: rows_total,
+        capacity,
+        row_bytes,
+        slack_rows,
+        policy,
+        admission,
+    } = table;
+    let policy = policy.as_str();
     let p = tiermem_embed::cache::policy::by_name(policy).map_err(to_py)?;
     if !p.caches_on_lookup() {
         return Err(to_py(tiermem_core::Error::InvalidArgument(format!(
             "cache policy '{policy}' does not cache in its lookups; simulate 'dynamic' or 'admit'"
         ))));
     }
-    let (off, r) = trace(offsets, rows)?;
+    let (off, r) = trace_views(offsets, rows)?;
     let s = run(py, || {
         // SAFETY: the views keep their buffers exported for the call; only read.
         let (off, r) = unsafe { (off.slice(), r.slice()) };
@@ -196,7 +236,7 @@ pub fn minicache_lookups<'py>(
             capacity,
             row_bytes,
             slack_rows,
-            admission: p.admission(),
+            admission: admission.unwrap_or_else(|| p.admission().to_owned()),
         };
         minicache::simulate_lookups(&cache, q, rate, batch)
     })?;

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tiermem_core::Error;
 use tiermem_embed::blockfile::BlockFile;
-use tiermem_embed::cache::Prefetch;
+use tiermem_embed::cache::Admission;
 use tiermem_embed::home::{FileHome, MemoryHome, ModelHome};
 use tiermem_embed::{Cache, CacheConfig, DType, Shape, Table};
 
@@ -182,7 +182,7 @@ impl PyTable {
         let d = PyDict::new(py);
         d.set_item("path", f.path())?;
         d.set_item("generation", h.generation)?;
-        d.set_item("admission", prefetch.name())?;
+        d.set_item("admission", prefetch)?;
         d.set_item("depth", f.depth())?;
         d.set_item("read_engine", f.read_engine())?;
         d.set_item("rows_per_block", h.rows_per_block)?;
@@ -238,8 +238,8 @@ impl PyTable {
     /// Change a block table's admission of a read block's other rows (`row`, `row:T`,
     /// `block`, `threshold:T`, `shadow:M`).
     fn set_admission(&self, admission: &str) -> PyResult<()> {
-        let p = Prefetch::parse(admission).map_err(to_py)?;
-        self.cache()?.set_prefetch(p);
+        let a = Admission::parse(admission).map_err(to_py)?;
+        self.cache()?.set_admission(a);
         Ok(())
     }
 
@@ -436,14 +436,17 @@ fn item<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(
 /// A cache as Python describes it (see `PyTable::new`).
 fn cache_of(d: &Bound<'_, PyDict>) -> PyResult<Cache> {
     let policy: String = item(d, "policy")?;
-    let admission: String = item(d, "admission")?;
+    let admission: Option<String> = item(d, "admission")?;
     Ok(Cache {
         fast: item(d, "fast")?,
         config: CacheConfig {
             lower: item(d, "lower")?,
             slack: item(d, "slack")?,
             policy: tiermem_embed::cache::policy::by_name(&policy).map_err(to_py)?,
-            prefetch: Prefetch::parse(&admission).map_err(to_py)?,
+            admission: admission
+                .map(|a| Admission::parse(&a))
+                .transpose()
+                .map_err(to_py)?,
         },
     })
 }

@@ -28,19 +28,17 @@ pub fn uniform_into(
 /// Fill each `outs[t]` (int64, `batch * bag` long) with a batch of indices for a table of
 /// `tables[t]` rows. `dist`: uniform, zipf (exponent `alpha`) or production (`histogram`).
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub fn generate_into(
     py: Python<'_>,
-    dist: &str,
-    alpha: f64,
-    histogram: Option<Vec<f64>>,
+    dist: (String, f64, Option<Vec<f64>>),
     tables: Vec<usize>,
     outs: Vec<Bound<'_, PyAny>>,
     bag: usize,
     seed: u64,
     step: u64,
 ) -> PyResult<()> {
-    let d = Dist::parse(dist, alpha, histogram).map_err(to_py)?;
+    let (dist, alpha, histogram) = dist;
+    let d = Dist::parse(&dist, alpha, histogram).map_err(to_py)?;
     let vs = outs
         .iter()
         .map(|o| view::<i64>(o, "indices out (int64)", true))

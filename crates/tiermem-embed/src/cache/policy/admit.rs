@@ -1,9 +1,7 @@
-//! `admit`: `dynamic` with admission control. A row is cached on its second miss within a
-//! window (a "seen" mark in its entry, cleared for a quarter of the table after every flush
-//! or reclaim), so rows used once do not push out rows that are reused.
+//! `admit`: `dynamic` with admission control: the `second` admission
+//! ([`crate::cache::admit::SecondMiss`]), a row cached on its second miss within a window.
 
-use super::{Admission, CachePolicy};
-use crate::cache::CachedRows;
+use super::CachePolicy;
 
 /// The admit policy.
 #[derive(Debug, Clone, Copy)]
@@ -23,15 +21,11 @@ impl CachePolicy for Admit {
         true
     }
 
-    fn admission(&self) -> Admission {
-        Admission::SecondMiss
+    fn admission(&self) -> &'static str {
+        "second"
     }
 
     fn reclaims_when_full(&self) -> bool {
         true
-    }
-
-    fn after_room_made(&self, cache: &CachedRows) {
-        cache.age_seen();
     }
 }

@@ -5,29 +5,18 @@
 //!
 //! A policy decides; the mechanism acts. The decisions are read once per kernel call (what
 //! a lookup does with a miss) or once per flush, never per row through a virtual call.
+//! Which rows go in is an admission's to say ([`super::admit`]); a policy names its default.
 
 mod admit;
 mod dynamic;
-pub mod prefetch;
 mod static_fill;
 
 pub use admit::Admit;
 pub use dynamic::Dynamic;
-pub use prefetch::Prefetch;
 pub use static_fill::Static;
 
 use super::CachedRows;
 use tiermem_core::{bail, Result};
-
-/// Which misses a caching lookup copies into the cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Every miss (while there is room).
-    EveryMiss,
-    /// A row's second miss within a window: the first sets a "seen" mark in its pointer-table
-    /// entry, which [`CachedRows::age_seen`] clears for part of the table after each flush.
-    SecondMiss,
-}
 
 /// A cached table's policy.
 pub trait CachePolicy: Send + Sync + 'static {
@@ -37,9 +26,10 @@ pub trait CachePolicy: Send + Sync + 'static {
     /// Whether lookups copy the rows they miss into the cache (else they read through it).
     fn caches_on_lookup(&self) -> bool;
 
-    /// Which misses a caching lookup admits.
-    fn admission(&self) -> Admission {
-        Admission::EveryMiss
+    /// The admission its caches use unless a table's placement names another
+    /// ([`super::admit::Admission::parse`] reads it).
+    fn admission(&self) -> &'static str {
+        "row"
     }
 
     /// Whether the cache is filled once, before the first lookup, with rows in a scrambled
