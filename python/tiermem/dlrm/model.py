@@ -52,14 +52,15 @@ __all__ = [
 #: Placement modes of the embedding tables: ``reference`` (torch.nn.EmbeddingBag, every
 #: row in DRAM), ``all-fast`` (tiermem's kernels, every row in DRAM: the upper bound),
 #: ``fbgemm`` (FBGEMM's CPU table-batched embeddings, every row in DRAM), ``all-slow``
-#: (every row on the slow device), ``static`` and ``dynamic`` (cached, rows on the slow
-#: device), ``auto`` (each table's cache size and policy, or no cache, planned from hit-rate
+#: (every row on the slow device), ``static``, ``dynamic`` and ``tinylfu`` (cached, rows on
+#: the slow device; ``tinylfu`` caches a miss once a sketch of recent accesses has seen the
+#: row before), ``auto`` (each table's cache size and policy, or no cache, planned from hit-rate
 #: curves of a profile: :mod:`tiermem.embedding.cacheplan`), ``2lm-model`` (behind the
 #: model of the hardware DRAM cache) and ``block`` (block tables on the real disk behind a
 #: DRAM cache, with the prefetch pipeline).
-MODES = ("reference", "all-fast", "fbgemm", "all-slow", "static", "dynamic", "auto", "2lm-model", "block")
+MODES = ("reference", "all-fast", "fbgemm", "all-slow", "static", "dynamic", "tinylfu", "auto", "2lm-model", "block")
 #: Modes whose rows live on a byte-addressable slow device (``--slow``).
-SLOW_MODES = ("all-slow", "static", "dynamic", "auto", "2lm-model")
+SLOW_MODES = ("all-slow", "static", "dynamic", "tinylfu", "auto", "2lm-model")
 #: Modes that plan from a profile of the input (its first batches): ``static`` fills its
 #: cache with the rows used most, ``dynamic`` gives each table the way with misses its
 #: simulated cache says pays (cache every miss, cache on a second miss, or read through:

@@ -10,10 +10,12 @@
 mod admit;
 mod dynamic;
 mod static_fill;
+mod tinylfu;
 
 pub use admit::Admit;
 pub use dynamic::Dynamic;
 pub use static_fill::Static;
+pub use tinylfu::TinyLfuPolicy;
 
 use super::CachedRows;
 use tiermem_core::{bail, Result};
@@ -69,7 +71,7 @@ macro_rules! cache_policies {
     };
 }
 
-cache_policies!(Static, Dynamic, Admit);
+cache_policies!(Static, Dynamic, Admit, TinyLfuPolicy);
 
 impl std::fmt::Debug for dyn CachePolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
