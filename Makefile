@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "maturin>=1.7,<2" "numpy>=1.26" "rich>=13" "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist==3.8.*" "hypothesis>=6.100" "matplotlib>=3.8" \
-		"ruff==0.17.*" "mypy==2.4.*" "import-linter==2.16.*" "highspy==1.15.1"
+		"ruff==0.17.*" "mypy==2.4.*" "import-linter==2.16.*" "highspy==1.15.1" "pdoc==16.0.*"
 	# KaHyPar: the reference partitioner `bench ssd` compares SHP's layouts with, when it installs.
 	$(PIP) install -q "kahypar==1.3.7" || echo "kahypar did not install: bench ssd reports no reference partition"
 	touch $@
@@ -46,6 +46,10 @@ build: $(STAMP) ## build the extension in release mode into .venv
 .PHONY: build-dev
 build-dev: $(STAMP) ## build the extension in debug mode into .venv
 	$(VENV)/bin/maturin develop -q
+
+.PHONY: docs
+docs: build $(TORCH_STAMP) ## the API reference from the docstrings into docs/api/ (pdoc; any warning or broken reference fails it)
+	$(PY) scripts/docs.py
 
 .PHONY: test-rs
 test-rs: ## Rust tests of the core and the embedding crate (unit, property, stress, bad input, kernels against references on every ISA, doc)
@@ -76,10 +80,11 @@ wheel-check: build $(TORCH_STAMP) ## build the abi3 wheel, install it in a fresh
 # The Rust tests' build (the cores) runs beside the Python environment's install (mostly the
 # disk), and the Python lints, the wheel's check and the minute of stress run together: none
 # needs another's output (the stress runs with the cores busy, as it should pass).
-test: ## everything CI runs: lint, Rust tests, the wheel, a minute of stress, Python tests (pytest closes the run)
+test: ## everything CI runs: lint, Rust tests, the wheel, a minute of stress, the API reference, Python tests (pytest closes the run)
 	$(MAKE) lint-rs
 	$(MAKE) -j2 --output-sync=target test-rs $(TORCH_STAMP)
 	$(MAKE) -j3 --output-sync=target lint-py wheel-check stress-ci
+	$(MAKE) docs
 	$(MAKE) test-py
 
 .PHONY: demo

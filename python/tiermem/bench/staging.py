@@ -31,8 +31,9 @@ import gc
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from statistics import median
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import kernels, matrices, staging
 from .._sizes import available_memory, format_bytes, parse_size
@@ -46,7 +47,8 @@ SLOW = "emulated:optane-pmem"
 VARIANTS = ("slow_only", "first_touch", "2lm_model", "always_stage", "pattern_aware")
 
 
-class Case(NamedTuple):
+@dataclass(frozen=True)
+class Case:
     """One kernel of the benchmark: its size parameter for a chunk of so many bytes (the
     target's size, about), its target's bytes at that size, and how to build it on a manager
     (``make(manager, where, size)``)."""

@@ -35,5 +35,7 @@ _LAZY = {"ShardedEmbeddings": "embeddings", "DistOptions": "train", "launch": "t
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # loaded once: later lookups find it directly
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
