@@ -183,8 +183,7 @@ def check_core() -> list[str]:
             if u not in floor_of:
                 continue  # reported above as a module without a floor
             if floor_of[u] > floor_of[mod]:
-                errors.append(f"tiermem-core: '{mod}' (floor {floor_of[mod]}) uses '{u}' (floor {floor_of[u]}), "
-                              "a floor above it")
+                errors.append(f"tiermem-core: '{mod}' (floor {floor_of[mod]}) uses '{u}' (floor {floor_of[u]}), a floor above it")
             elif floor_of[u] == floor_of[mod] and mod in graph.get(u, ()):
                 errors.append(f"tiermem-core: '{mod}' and '{u}' use each other")
     return errors
@@ -200,7 +199,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if seen.get(m) == 1:
-                found.append(stack[stack.index(m):] + [m])
+                found.append(stack[stack.index(m) :] + [m])
             elif m not in seen:
                 visit(m)
         stack.pop()
@@ -222,8 +221,9 @@ def check_crates() -> list[str]:
     workspace = {p.name for p in CRATES.iterdir() if (p / "Cargo.toml").exists()}
     embed = _deps("tiermem-embed")
     if embed & workspace != {"tiermem-core"}:
-        errors.append(f"tiermem-embed must depend on tiermem-core alone among the workspace's crates, "
-                      f"not {sorted(embed & workspace)}")
+        errors.append(
+            f"tiermem-embed must depend on tiermem-core alone among the workspace's crates, not {sorted(embed & workspace)}"
+        )
     for crate in sorted(workspace - {"tiermem-py"}):
         if "pyo3" in _deps(crate):
             errors.append(f"{crate} depends on pyo3; only the binding (tiermem-py) may")

@@ -118,7 +118,9 @@ def test_one_placement_builds_every_kind_of_table(disk_dir: Path) -> None:
         t.load(w)
         np.testing.assert_array_equal(t.to_numpy(), w, err_msg=what)
         del t
-        loose = EmbeddingTable(ROWS, DIM, manager=m, **{k: v for k, v in vars(place).items() if k != "read_only" and v is not None})
+        loose = EmbeddingTable(
+            ROWS, DIM, manager=m, **{k: v for k, v in vars(place).items() if k != "read_only" and v is not None}
+        )
         assert loose.settings == place, what
         if place.home != "memory":  # re-attached: the rows are the file's
             np.testing.assert_array_equal(loose.to_numpy(), w, err_msg=what)
@@ -157,7 +159,9 @@ def test_a_kill_during_write_backs_leaves_every_row_wholly_old_or_new(disk_dir: 
     del t
     rng = random.Random(width)
     for _ in range(3):
-        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(path), str(rows), str(width)], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(CHILD), str(path), str(rows), str(width)], stdout=subprocess.PIPE, text=True
+        )
         assert p.stdout is not None and "ready" in p.stdout.readline()
         time.sleep(rng.uniform(0.0, 0.3))
         p.send_signal(signal.SIGKILL)

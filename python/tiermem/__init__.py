@@ -16,6 +16,7 @@ Importing tiermem never imports torch, rich or matplotlib.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from . import _tiermem
@@ -43,6 +44,10 @@ from .manager import Manager
 from .traits import COMMIT_STRATEGIES, TRAIT_KEYS, Traits
 
 __version__: str = _tiermem.__version__
+
+# The library logs through loggers under "tiermem" and leaves their output to the
+# application (the `tiermem` command configures it).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 #: The built-in policies' names (the core's registry; ``2lm_model:LINE`` is also accepted).
 BUILTIN_POLICIES: tuple[str, ...] = tuple(_tiermem.POLICIES)

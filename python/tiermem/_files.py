@@ -9,12 +9,15 @@ import atexit
 import contextlib
 import glob
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
 from .exceptions import InvalidArgumentError
+
+log = logging.getLogger(__name__)
 
 _TMP = ".tmp-"
 
@@ -132,7 +135,7 @@ _AT_EXIT: dict[str, int] = {}
 _AT_EXIT_LOCK = threading.Lock()
 #: What a table file brings with it: its optimizer companion, a relayout's or a snapshot's
 #: temporary.
-COMPANIONS = (".optim", ".optim.tmp", ".relayout", ".partial")
+COMPANIONS = (".optim", ".optim.tmp", ".relayout", ".partial", ".journal")
 
 
 def remove_at_exit(path: str) -> None:
@@ -159,8 +162,10 @@ def _remove_at_exit() -> None:
     with _AT_EXIT_LOCK:
         paths = sorted(p for p, pid in _AT_EXIT.items() if pid == me)
     for p in paths:
-        with contextlib.suppress(OSError):
+        try:
             remove_now(p)
+        except OSError as e:
+            log.warning("could not remove the scratch table file %s at exit: %s", p, e)
     from . import _tiermem  # the device files the core created and still holds
 
     _tiermem.remove_device_files()

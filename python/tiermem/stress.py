@@ -42,6 +42,7 @@ from .exceptions import (
     PinnedError,
 )
 from .manager import Manager
+from .report.output import show
 
 #: Errors a race may legitimately produce.
 EXPECTED = (GuardError, PinnedError, AllPinnedError, DeviceFullError)
@@ -342,16 +343,16 @@ def main_cli(args: Any) -> int:
 
         rep = run(args.seconds, args.threads, args.seed, tick)
     out = rep.to_json()
-    print(f"tiermem stress: {out['total_ops']} operations in {rep.seconds:.1f} s on {rep.threads} threads")
+    show(f"tiermem stress: {out['total_ops']} operations in {rep.seconds:.1f} s on {rep.threads} threads")
     for name, n in sorted(rep.ops.items()):
-        print(f"  {name:22s} {n}")
+        show(f"  {name:22s} {n}")
     if rep.expected_errors:
-        print("  refused as the races allow: " + ", ".join(f"{k} x{v}" for k, v in sorted(rep.expected_errors.items())))
+        show("  refused as the races allow: " + ", ".join(f"{k} x{v}" for k, v in sorted(rep.expected_errors.items())))
     if args.json:
         write_json_atomic(args.json, out)
-        print(f"wrote {args.json}")
+        show(f"wrote {args.json}")
     if rep.failures:
-        print("FAILED:\n  " + "\n  ".join(rep.failures), file=sys.stderr)
+        show("FAILED:\n  " + "\n  ".join(rep.failures), err=True)
         return 1
-    print("clean: no hang, no panic, check() passed, every array and table equals its shadow")
+    show("clean: no hang, no panic, check() passed, every array and table equals its shadow")
     return 0

@@ -24,7 +24,7 @@ from .._sizes import format_bytes, parse_size
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..report.load import MachineLoad
-from ..report.output import write_json
+from ..report.output import show, write_json
 from ..report.progress import Progress
 from ..report.scratch import scratch_dir
 from ..report.table import print_table
@@ -150,7 +150,7 @@ def run_cli(args: Any) -> int:
         ],
         title=f"random rows of a {format_bytes(size)} table file on {res['dir']} (real disk)",
     )
-    print(res["load_line"])
+    show(res["load_line"])
     if args.json:
         write_json({k: v for k, v in res.items() if k != "load_line"}, args.json)
     return 0

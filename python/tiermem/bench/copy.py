@@ -13,7 +13,7 @@ from .. import _tiermem, dram_figures
 from .._sizes import format_bytes, parse_size
 from ..manager import Manager
 from ..report.load import MachineLoad
-from ..report.output import write_outputs
+from ..report.output import show, write_outputs
 from ..report.progress import Progress
 from ..report.scratch import scratch_dir
 from ..report.table import table
@@ -180,9 +180,9 @@ def run_cli(args: Any) -> int:
                 except OSError:
                     pass
     res["wall_seconds"] = time.perf_counter() - t0
-    print(report(res))
-    print(load.line())
-    print(f"\n{len(res['rows'])} measurements in {res['wall_seconds']:.1f}s")
+    show(report(res))
+    show(load.line())
+    show(f"\n{len(res['rows'])} measurements in {res['wall_seconds']:.1f}s")
     from ..report.plot import plot_copy
 
     write_outputs(res, args, plot_copy)

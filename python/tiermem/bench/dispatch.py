@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..report.load import MachineLoad
-from ..report.output import write_json
+from ..report.output import show, write_json
 
 __all__ = ["OPS", "run", "run_cli"]
 
@@ -155,7 +155,7 @@ def print_report(res: dict[str, Any]) -> None:
         ],
         title="per-op cost of a 16x16 float32 op, one thread",
     )
-    print(res["load_line"])
+    show(res["load_line"])
 
 
 def run_cli(args: Any) -> int:

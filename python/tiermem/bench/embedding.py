@@ -27,7 +27,7 @@ from ..dlrm.peers import fbgemm_modules
 from ..embedding import EmbeddingCollection, EmbeddingTable
 from ..manager import Manager
 from ..report.load import MachineLoad
-from ..report.output import write_outputs
+from ..report.output import show, write_outputs
 from ..report.progress import Progress
 from ..report.table import table
 from .timing import best, best_pair
@@ -428,9 +428,9 @@ def run_cli(args: Any) -> int:
         res = run(args.quick)
     res["load"] = load.summary()
     res["wall_seconds"] = time.perf_counter() - t0
-    print(report(res))
-    print(load.line())
-    print(f"\n{len(res['cases'])} cases in {res['wall_seconds']:.1f}s")
+    show(report(res))
+    show(load.line())
+    show(f"\n{len(res['cases'])} cases in {res['wall_seconds']:.1f}s")
     from ..report.plot import plot_embedding
 
     write_outputs(res, args, plot_embedding)

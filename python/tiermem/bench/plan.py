@@ -40,7 +40,7 @@ from ..plan import (
     tensor_residency,
 )
 from ..report.load import MachineLoad
-from ..report.output import write_json
+from ..report.output import show, write_json
 from ..report.progress import Progress
 from ..report.table import print_table
 from ..torch.tensors.contention import copy_contention
@@ -594,7 +594,7 @@ def run_cli(args: Any) -> int:
     if res["paired"]:
         _print_paired(res)
     _print_scaling(res["scaling"])
-    print(res["load_line"])
+    show(res["load_line"])
     if args.json:
         write_json(res, args.json)
     return 0
@@ -619,17 +619,17 @@ def run_plan_cli(args: Any) -> int:
         t0 = time.perf_counter()
         cache = None if args.no_profile_cache else (args.profile_cache or default_profiles_path())
         g, facts = capture(w, args.ratio, args.slow, profiles=cache)
-        print(
+        show(
             f"recorded {len(g.kernels)} kernels, {len(g.tensors)} tensors in {time.perf_counter() - t0:.1f} s; "
             f"footprint {format_bytes(facts['footprint_bytes'])}, fast budget {format_bytes(facts['budget_bytes'])} ({args.ratio})"
         )
         where = f"{facts['profile_signatures_cached']} signatures already in {cache}" if cache else "no profile cache"
-        print(f"kernel profiles: {facts['profile_signatures']} distinct kernel signatures pooled ({where})")
+        show(f"kernel profiles: {facts['profile_signatures']} distinct kernel signatures pooled ({where})")
     if args.formulation == "async":
-        print(f"copy contention: a copy overlapping a kernel costs it {g.copy_contention:.0%} of the copy's time")
+        show(f"copy contention: a copy overlapping a kernel costs it {g.copy_contention:.0%} of the copy's time")
     if args.save_graph:
         g.save(args.save_graph)
-        print(f"wrote {args.save_graph}")
+        show(f"wrote {args.save_graph}")
     policies: list[tuple[str, Plan, Cost]] = []
     for v in against:
         assert w is not None
@@ -653,7 +653,7 @@ def run_plan_cli(args: Any) -> int:
     facts["fit_tries"] = tries
     for t in tries:
         fits = "fits" if t["height_bytes"] <= (g.devices[0].capacity or 0) else "does not fit"
-        print(
+        show(
             f"fit: limit {format_bytes(t['capacity_bytes'])}: heap height {format_bytes(t['height_bytes'])} ({fits}), "
             f"{t['predicted_seconds'] * 1e3:.2f} ms predicted"
         )
@@ -678,7 +678,7 @@ def run_plan_cli(args: Any) -> int:
         title=f"{g.name}: {p.formulation} plan, gap {'n/a' if p.gap is None else f'{p.gap:.2%}'}, "
         f"first plan {p.first_plan_seconds * 1e3:.0f} ms, solved in {p.solve_seconds:.1f} s",
     )
-    print(
+    show(
         f"moves per step: {format_bytes(c.prefetched_bytes)} prefetched, {format_bytes(c.written_home_bytes)} written home; "
         f"fast peak {format_bytes(c.peak[0])} of {format_bytes(g.devices[0].capacity or 0)}"
     )
@@ -686,10 +686,10 @@ def run_plan_cli(args: Any) -> int:
     kinds = residency_by_kind(rows)
     _print_residency(rows, kinds)
     for note in p.notes:
-        print(f"note: {note}")
+        show(f"note: {note}")
     out = args.save_plan or f"plan-{g.name}.json"
     p.save(out)
-    print(f"wrote {out}")
+    show(f"wrote {out}")
     res: dict[str, Any] = {
         "graph": g.name,
         "plan": p.to_json() | {"tensors": len(p.keys)},
@@ -707,17 +707,17 @@ def run_plan_cli(args: Any) -> int:
         counts = r["tiering"].get("plan") or {}
         stall = counts.get("move_seconds", 0.0) / max(1, counts.get("planned_iterations", 0))
         res["run"]["stall_seconds_per_iter"] = stall
-        print(
+        show(
             f"planned run: {r['seconds_per_iter'] * 1e3:.1f} ms per step measured, {p.predicted_seconds * 1e3:.1f} ms "
             f"predicted ({p.predicted_seconds / r['seconds_per_iter']:.2f}); stall on moves {stall * 1e3:.1f} ms per step "
             f"({c.move_seconds * 1e3:.1f} ms predicted); executor {counts}"
         )
-        print(load.line())
+        show(load.line())
         if args.plot and r["kernel_measured"]:
             from ..report.plot import plot_kernels
 
             plot_kernels(r["kernel_predicted"], r["kernel_measured"], args.plot, g.name)
-            print(f"wrote {args.plot}")
+            show(f"wrote {args.plot}")
     if args.json:
         write_json(res, args.json)
     return 0

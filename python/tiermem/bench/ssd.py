@@ -57,7 +57,7 @@ from ..admission import SPLITS
 from ..embedding import EmbeddingTable
 from ..exceptions import InvalidArgumentError
 from ..report.load import MachineLoad
-from ..report.output import write_outputs
+from ..report.output import show, write_outputs
 from ..report.progress import Progress
 from ..report.scratch import scratch_dir
 from ..report.table import print_table
@@ -389,7 +389,9 @@ def run(
                                 }  # fmt: skip
                             )
                         belady = _tiermem.belady_hits(test.rows, cap) / max(1, len(test.rows))
-                        admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}", "tinylfu"] + (["shadow:1.5"] if k == "shp" else [])
+                        admits = ["row", f"row:{t_row}", "block", f"threshold:{t_mini}", "tinylfu"] + (
+                            ["shadow:1.5"] if k == "shp" else []
+                        )
                         for adm in admits:
                             cases.append(
                                 _case(path, n, frac, adm, counts, train, test, depth, batch)
@@ -548,7 +550,7 @@ def run_cli(args: Any) -> int:
     )
     ref = res["reference_layouts"]
     kh = "not installed" if ref["kahypar"] is None else f"{ref['kahypar']:.2f} ({ref['kahypar_seconds']:.0f} s)"
-    print(
+    show(
         f"reference ({ref['rows']} rows): original {ref['original']:.2f}, SHP {ref['shp']:.2f}, "
         f"K-means {ref['kmeans']:.2f}, SHP+K-means {ref['shp+kmeans']:.2f}, KaHyPar {kh}"
     )
@@ -571,7 +573,7 @@ def run_cli(args: Any) -> int:
         title="block tables on the real disk: held-out queries (effective bandwidth over original + row)",
     )
     if any(c["layout"] == GROUPS for c in res["cases"]):
-        print(
+        show(
             f"'{GROUPS}' lays out the generated trace's own co-access groups, which no trained layout is told: "
             "the reference for how much of a layout's possible gain the trained ones reach."
         )
@@ -603,14 +605,14 @@ def run_cli(args: Any) -> int:
     fio = (
         "not installed" if m["fio_reads_per_s"] is None else f"{m['fio_reads_per_s']:,.0f} (table {m['ratio_to_fio']:.2f} of it)"
     )
-    print(
+    show(
         f"miss path at depth {m['depth']} ({m['engine']}): table {m['table_blocks_per_s']:,.0f} blocks/s, disk "
         f"{m['device_reads_per_s']:,.0f} reads/s, ratio {m['ratio']:.2f}; calibrated {m['calibrated_reads_per_s']:,.0f} "
         f"({m['calibrated_source']}); fio {fio}"
     )
     for model in dict.fromkeys((r["model"], r["rows"]) for r in res["dlrm"]):  # a preset at two scales: two tables
         _print_dlrm([r for r in res["dlrm"] if (r["model"], r["rows"]) == model])
-    print(res["load_line"])
+    show(res["load_line"])
     write_outputs({k: v for k, v in res.items() if k != "load_line"}, args, plot_ssd)
     return 0
 
@@ -639,7 +641,7 @@ def _print_dlrm(runs: list[dict[str, Any]]) -> None:
     split = {r["placement"]: r for r in runs}
     if "block" in split and "block-even" in split:
         a, b = split["block"], split["block-even"]
-        print(
+        show(
             f"block's split by curves over the even split: {a['seconds_per_iter'] / b['seconds_per_iter']:.2f}x the "
             f"step time, {a['blocks_read_per_iter'] / max(1.0, b['blocks_read_per_iter']):.2f}x the blocks read, "
             f"{a['blocks_written_per_iter'] / max(1.0, b['blocks_written_per_iter']):.2f}x the blocks written"

@@ -24,7 +24,7 @@ import torch
 from .._sizes import format_bytes
 from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
 from ..report.load import MachineLoad
-from ..report.output import write_json
+from ..report.output import show, write_json
 from ..torch.tensors import VARIANTS, Tiering
 from .models import WORKLOADS, Workload, build
 
@@ -418,8 +418,8 @@ def run_cli(args: Any) -> int:
             stat=args.stat,
         )
     res["load"] = load.summary()
-    print(report(res))
-    print(load.line())
+    show(report(res))
+    show(load.line())
     if args.json:
         write_json(res, args.json)
     if args.out:  # the CLI made the folder before the run
@@ -427,5 +427,5 @@ def run_cli(args: Any) -> int:
 
         write_json(res, os.path.join(args.out, "train.json"))
         for path in plot_train(res, args.out):
-            print(f"wrote {path}")
+            show(f"wrote {path}")
     return 0

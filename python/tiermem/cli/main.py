@@ -275,8 +275,22 @@ def _exit_on_signals() -> None:
             signal.signal(sig, stop)
 
 
+def _configure_logging() -> None:
+    """The library logs through ``logging`` (a logger per module under ``tiermem``); the
+    command shows warnings and worse on stderr, or the level ``TIERMEM_LOG`` names."""
+    import logging
+    import os
+
+    name = os.environ.get("TIERMEM_LOG", "WARNING").upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise InvalidArgumentError(f"TIERMEM_LOG={name!r}: a logging level (DEBUG, INFO, WARNING, ERROR)")
+    logging.basicConfig(level=level, format="tiermem: %(name)s: %(message)s", stream=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _configure_logging()
     _exit_on_signals()
     if args.command in _MEASURING:
         import os

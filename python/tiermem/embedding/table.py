@@ -133,7 +133,7 @@ class EmbeddingTable:
         for name, v in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
-        loose = {
+        loose: dict[str, Any] = {
             "dtype": dtype,
             "device": device,
             "cache": cache,
