@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .._files import write_json_atomic
-from ..embedding import EmbeddingTable
-from ..embedding.cacheplan import Costs, cache_fast_bytes, hot_rows, meta_bytes
+from ..embedding import EmbeddingTable, Placement
+from ..embedding.cacheplan import Costs, TablePlan, cache_fast_bytes, hot_rows, meta_bytes
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..dlrm.data.batch import Batch
@@ -145,19 +145,15 @@ def _table_maker(o: DistOptions, rank: int, plan: ShardPlan) -> Any:
             m = Manager([("dram", fast), (SLOW, s.rows * rb + (2 << 20))], policy="all_fast")
             if planned is None:
                 return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=cache, policy="dynamic")
-            if planned.policy is None:
-                return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=1)
-            total = planned.rows / s.rows
-            lower = total / (1.0 + SLACK_SHARE) if planned.policy == "dynamic" else total
-            return EmbeddingTable(
-                s.rows, dim, dtype=c.dtype, manager=m, device=1, cache=lower, cacheslack=total - lower, policy=planned.policy
-            )
+            share = TablePlan(s.rows, rb, planned.rows if planned.policy else 0, planned.policy, 0.0, 0.0)
+            return EmbeddingTable(s.rows, dim, manager=m, placement=share.placement(1, c.dtype, SLACK_SHARE))
         d = os.path.join(o.directory, f"rank{rank}")
         os.makedirs(d, exist_ok=True)
         m = Manager([("dram", fast)], policy="all_fast")
         cols = f"-c{s.c0}-{s.c1}" if s.c1 else ""
         path = os.path.join(d, f"t{s.table}-r{s.lo}-{s.hi}{cols}.tmb")
-        return EmbeddingTable(s.rows, dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=cache, cacheslack=0.0)
+        place = Placement(device=f"table:{path}", cache=cache, cacheslack=0.0, dtype=c.dtype)
+        return EmbeddingTable(s.rows, dim, manager=m, placement=place)
 
     return make
 

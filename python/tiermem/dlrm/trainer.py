@@ -34,7 +34,7 @@ import torch
 from .. import _tiermem, admission, checkpoint
 from .._files import remove_at_exit, remove_now
 from .._sizes import available_memory, format_bytes
-from ..embedding import EmbeddingTable
+from ..embedding import EmbeddingTable, Placement
 from ..embedding.cacheplan import (
     LOOKUP_POLICIES,
     SLOT_OVERHEAD,
@@ -340,7 +340,12 @@ class Trainer:
             self.files.append(path)
             remove_at_exit(path)  # scratch: gone at exit on every path (Ctrl-C, an error, --checkpoint)
             tables.append(
-                EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=f"block:{path}", cache=fracs[t], cacheslack=0.0)
+                EmbeddingTable(
+                    r,
+                    c.dim,
+                    manager=m,
+                    placement=Placement(device=f"table:{path}", cache=fracs[t], cacheslack=0.0, dtype=c.dtype),
+                )
             )
         return tables
 
@@ -427,7 +432,9 @@ class Trainer:
             self._choose_lookup_policies(frac, slack)
             policies = [ch.policy or "dynamic" for ch in self.lookup_choices]
         tables = [
-            EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1, cache=frac, cacheslack=slack, policy=p)
+            EmbeddingTable(
+                r, c.dim, manager=m, placement=Placement(device=1, cache=frac, cacheslack=slack, policy=p, dtype=c.dtype)
+            )
             for r, p in zip(rows, policies)
         ]
         for t, ch in zip(tables, self.lookup_choices):
@@ -444,19 +451,9 @@ class Trainer:
         traces = profile_traces(prof, c.num_tables)
         plans = plan_within(traces, c.rows, [c.row_bytes] * c.num_tables, self.fast_budget, Costs.of(m, 0, 1))
         self.cache_plan = plans
-        tables = []
-        for r, p in zip(c.rows, plans):
-            if p.policy is None:
-                tables.append(EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1))
-                continue
-            total = p.cache_rows / r
-            lower = total / (1.0 + SLACK_SHARE) if p.policy == "dynamic" else total
-            tables.append(
-                EmbeddingTable(
-                    r, c.dim, dtype=c.dtype, manager=m, device=1, cache=lower, cacheslack=total - lower, policy=p.policy
-                )
-            )
-        return tables
+        return [
+            EmbeddingTable(r, c.dim, manager=m, placement=p.placement(1, c.dtype, SLACK_SHARE)) for r, p in zip(c.rows, plans)
+        ]
 
     def _choose_lookup_policies(self, frac: float, slack: float) -> None:
         """Mode ``dynamic``: each table's way with misses (cache every one, cache a row on

@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import _tiermem
 from ..exceptions import InvalidArgumentError, TiermemError
+from .config import Placement
 
 __all__ = [
     "Costs",
@@ -141,6 +142,16 @@ class TablePlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def placement(self, device: str | int, dtype: str = "float32", slack_share: float = 0.15) -> Placement:
+        """The table's :class:`~tiermem.embedding.config.Placement`: base rows on ``device``
+        and the planned cache (a ``dynamic`` one keeps ``slack_share`` of it as slack), or
+        no cache when the plan gives none."""
+        if self.policy is None or self.cache_rows == 0:
+            return Placement(device=device, dtype=dtype)
+        total = self.cache_rows / self.rows
+        lower = total / (1.0 + slack_share) if self.policy == "dynamic" else total
+        return Placement(device=device, cache=lower, cacheslack=total - lower, policy=self.policy, dtype=dtype)
 
 
 def curves(trace: np.ndarray, rows: int, sizes: Sequence[int]) -> tuple[list[float], list[float]]:

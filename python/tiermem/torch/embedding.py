@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -20,7 +21,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from ..embedding import EmbeddingCollection, EmbeddingTable, OptimizerConfig, as_bags
+from ..embedding import EmbeddingCollection, EmbeddingTable, OptimizerConfig, Placement, as_bags
 from ..exceptions import InvalidArgumentError, TiermemError
 from ..manager import Manager
 
@@ -43,11 +44,30 @@ def _bags(input: Any, offsets: Any, include_last_offset: bool) -> tuple[np.ndarr
 
 
 def _table_where(where: str | int | None, k: int, n: int) -> str | int | None:
-    """Table ``k``'s ``where`` of ``n``: ``"block:PATH"`` for several tables names a directory
-    (table ``k`` in ``PATH/table{k}.tmb``); anything else is every table's."""
-    if n > 1 and isinstance(where, str) and where.startswith("block:"):
-        return f"block:{os.path.join(where[len('block:') :], f'table{k}.tmb')}"
+    """Table ``k``'s ``where`` of ``n``: ``"table:PATH"`` (or ``"block:PATH"``) for several
+    tables names a directory (table ``k`` in ``PATH/table{k}.tmb``), ``"file:PATH"`` likewise
+    (``PATH/table{k}.rows``); anything else is every table's."""
+    if n > 1 and isinstance(where, str):
+        for prefix, ext in (("table:", "tmb"), ("block:", "tmb"), ("file:", "rows")):
+            if where.startswith(prefix):
+                return f"{prefix}{os.path.join(where[len(prefix) :], f'table{k}.{ext}')}"
     return where
+
+
+def _placement(placement: Placement | None, dtype: str | None, **loose: Any) -> Placement:
+    """The modules' placement: the one given, or one built from the loose keywords (those
+    not ``None``); both at once is an error, as is a dtype that contradicts the placement's."""
+    given: dict[str, Any] = {k: v for k, v in loose.items() if v is not None}
+    if placement is None:
+        if dtype is not None:
+            given["dtype"] = dtype
+        return Placement(**given).validate()
+    given.pop("dtype", None)
+    if given:
+        raise InvalidArgumentError(f"pass the placement's settings in placement=, not also as {sorted(given)}")
+    if dtype is not None and dtype != placement.storage_dtype:
+        raise InvalidArgumentError(f"dtype {dtype} contradicts the placement's {placement.storage_dtype}")
+    return placement.validate()
 
 
 def _storage(dtype: torch.dtype | None) -> str:
@@ -311,9 +331,12 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     gradients never materialise), plus:
 
     Args:
-        manager, where, cache, cacheslack, policy, admission: where the rows live, as for
-            :class:`tiermem.embedding.EmbeddingTable` (``where`` is its ``device``;
-            ``"block:PATH"`` keeps the rows in a table file on the disk).
+        manager, placement: where the rows live: a
+            :class:`~tiermem.embedding.config.Placement` (home, cache, policy, admission),
+            as :class:`tiermem.embedding.EmbeddingTable` takes it.
+        where, cache, cacheslack, policy, admission: the placement's settings as keywords
+            instead (``where`` is its ``device``; ``"table:PATH"`` keeps the rows in a table
+            file on the disk, ``"file:PATH"`` in a plain file).
         optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward, or
             an :class:`~tiermem.embedding.OptimizerConfig` (then leave the settings below at
             their defaults).
@@ -343,10 +366,11 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         dtype: torch.dtype | None = None,
         *,
         manager: Manager | None = None,
+        placement: Placement | None = None,
         where: str | int | None = None,
         cache: float | None = None,
-        cacheslack: float = 0.05,
-        policy: str = "dynamic",
+        cacheslack: float | None = None,
+        policy: str | None = None,
         optimizer: str | OptimizerConfig = "sgd",
         lr: float = 0.01,
         eps: float | None = None,
@@ -354,7 +378,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         initial_accumulator_value: float = 0.0,
         nt_stores: bool = False,
         seed: int | None = None,
-        admission: str = "row",
+        admission: str | None = None,
         init: str = "auto",
     ) -> None:
         torch.nn.Module.__init__(self)
@@ -366,7 +390,15 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum' and 'mean'")
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
-        dt = _storage(dtype)
+        place = _placement(
+            placement,
+            None if dtype is None else _storage(dtype),
+            device=where,
+            cache=cache,
+            cacheslack=cacheslack,
+            policy=policy,
+            admission=admission,
+        )
         if padding_idx is not None and not -int(num_embeddings) <= padding_idx < int(num_embeddings):
             raise _torch_like(
                 InvalidArgumentError(f"padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"),
@@ -374,18 +406,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             )
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
-        self.table = EmbeddingTable(
-            num_embeddings,
-            embedding_dim,
-            dtype=dt,
-            manager=manager,
-            device=where,
-            cache=cache,
-            cacheslack=cacheslack,
-            policy=policy,
-            padding_idx=padding_idx,
-            admission=admission,
-        )
+        self.table = EmbeddingTable(num_embeddings, embedding_dim, placement=place, manager=manager, padding_idx=padding_idx)
         self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
         self._init_optimizer(optimizer, **_settings(lr, eps, lr_decay, initial_accumulator_value, nt_stores))
@@ -508,10 +529,11 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         *,
         dtype: torch.dtype | None = None,
         manager: Manager | None = None,
+        placement: Placement | None = None,
         where: str | int | None = None,
         cache: float | None = None,
-        cacheslack: float = 0.05,
-        policy: str = "dynamic",
+        cacheslack: float | None = None,
+        policy: str | None = None,
         optimizer: str | OptimizerConfig = "sgd",
         lr: float = 0.01,
         eps: float | None = None,
@@ -519,7 +541,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         initial_accumulator_value: float = 0.0,
         nt_stores: bool = False,
         seed: int | None = None,
-        admission: str = "row",
+        admission: str | None = None,
         init: str = "auto",
     ) -> None:
         torch.nn.Module.__init__(self)
@@ -528,7 +550,15 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"mode {mode!r}: supported are 'sum' and 'mean'")
         if not tables:
             raise InvalidArgumentError("a collection needs at least one table")
-        dt = _storage(dtype)
+        place = _placement(
+            placement,
+            None if dtype is None else _storage(dtype),
+            device=where,
+            cache=cache,
+            cacheslack=cacheslack,
+            policy=policy,
+            admission=admission,
+        )
         self.mode = mode
         made: list[EmbeddingTable] = []
         fresh: list[bool] = []
@@ -540,17 +570,8 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
                 fresh.append(False)
                 continue
             rows, dim = spec
-            t = EmbeddingTable(
-                rows,
-                dim,
-                dtype=dt,
-                manager=manager,
-                device=_table_where(where, k, len(tables)),
-                cache=cache,
-                cacheslack=cacheslack,
-                policy=policy,
-                admission=admission,
-            )
+            own = dataclasses.replace(place, device=_table_where(place.device, k, len(tables)))
+            t = EmbeddingTable(rows, dim, placement=own, manager=manager)
             made.append(t)
             fresh.append(_rows_to_initialise(t, self.optim, init, given=False))
         for t, f in zip(made, fresh):
