@@ -52,8 +52,8 @@ docs: build $(TORCH_STAMP) ## the API reference from the docstrings into docs/ap
 	$(PY) scripts/docs.py
 
 .PHONY: test-rs
-test-rs: ## Rust tests of the core and the embedding crate (unit, property, stress, bad input, kernels against references on every ISA, doc)
-	cargo test --profile rtest -p tiermem-core -p tiermem-embed
+test-rs: ## Rust tests of the core, the embedding and the HPC crates (unit, property, stress, bad input, kernels against references on every ISA, doc)
+	cargo test --profile rtest -p tiermem-core -p tiermem-embed -p tiermem-hpc
 
 .PHONY: test-py
 # Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take

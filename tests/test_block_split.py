@@ -1,5 +1,5 @@
 """A fast budget split over block tables' caches by their miniature caches
-(``tiermem.admission.split``), and DLRM's mode ``block`` built on it."""
+(``tiermem.embedding.block.admission.split``), and DLRM's mode ``block`` built on it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import tiermem
-from tiermem import admission
+from tiermem.embedding.block import admission
+from tiermem.embedding.block.traces import Trace
 from tiermem.embedding.cacheplan import SLOT_OVERHEAD, split_greedy
-from tiermem.traces import Trace
 
 RPB, RB = 15, 256  # rows per 4 KiB block and bytes per row of a 64-wide float32 table
 

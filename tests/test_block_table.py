@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import tiermem
-from tiermem import _tiermem, admission, layout
+from tiermem import _tiermem
 from tiermem.embedding import EmbeddingTable
+from tiermem.embedding.block import admission, layout
+from tiermem.embedding.block.traces import Trace
 from tiermem.exceptions import InvalidArgumentError
-from tiermem.traces import Trace
 
 ROWS, DIM = 2000, 16
 

@@ -1,4 +1,4 @@
-"""The HPC kernels over tiered arrays (tiermem.kernels): each against NumPy, the same results
+"""The HPC kernels over tiered arrays (tiermem.hpc.kernels): each against NumPy, the same results
 whatever staging does, the staging executor's moves and fallbacks, the calibration's shape,
 and bad input."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tiermem
-from tiermem import kernels, matrices, staging
 from tiermem.exceptions import InvalidArgumentError
+from tiermem.hpc import kernels, matrices, staging
 
 SLOW = "emulated:optane-pmem"
 

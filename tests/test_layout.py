@@ -1,4 +1,4 @@
-"""Layouts of block tables (``tiermem.layout``): recursive K-means keeps rows of similar
+"""Layouts of block tables (``tiermem.embedding.block.layout``): recursive K-means keeps rows of similar
 values together, SHP started from it generalises to a held-out trace, and bad input is
 refused by name."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tiermem import layout, traces
+from tiermem.embedding.block import layout, traces
+from tiermem.embedding.block.traces import QueryTraceConfig
 from tiermem.exceptions import InvalidArgumentError
-from tiermem.traces import QueryTraceConfig
 
 RPB = 31
 

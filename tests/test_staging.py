@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tiermem.exceptions import InvalidArgumentError
-from tiermem.staging import BreakEven, analyse
+from tiermem.hpc.staging import BreakEven, analyse
 
 
 def test_calibration_patterns() -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tiermem
-from tiermem import layout
-from tiermem.traces import QueryTraceConfig, Trace, groups_layout, query_trace
+from tiermem.embedding.block import layout
+from tiermem.embedding.block.traces import QueryTraceConfig, Trace, groups_layout, query_trace
 
 SMALL = {"rows": 20_000, "queries": 3000, "group_size": 32, "seed": 3}
 

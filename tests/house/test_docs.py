@@ -22,7 +22,7 @@ def _docs():  # type: ignore[no-untyped-def]
 def test_broken_references_are_named_and_good_ones_pass(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "tiermemdocfake.py").write_text(
         '"""Refers to :class:`~tiermem.embedding.EmbeddingTable`, :meth:`tiermem.embedding.EmbeddingTable.lookup`,\n'
-        ":mod:`tiermem.admission`, :attr:`tiermem.embedding.config.Placement.admission` and\n"
+        ":mod:`tiermem.embedding.block.admission`, :attr:`tiermem.embedding.config.Placement.admission` and\n"
         ':func:`tiermem.embedding.no_such_function`."""\n'
         "def f():\n"
         '    """And :class:`~tiermem.NoSuchClass`."""\n'

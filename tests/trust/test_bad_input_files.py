@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tiermem.cli.main import main
-from tiermem.traces import Trace
+from tiermem.embedding.block.traces import Trace
 
 
 def _traces(d: Path) -> dict[str, tuple[Path, str]]:

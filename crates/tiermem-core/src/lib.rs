@@ -1,6 +1,7 @@
 //! tiermem core: devices, heaps, the data manager, policies, the copy engine, counters, and
-//! a model of the hardware DRAM cache tiermem is measured against. No Python here; the
-//! `tiermem-py` crate binds it, and `tiermem-embed` builds embedding tables on it.
+//! a model of the hardware DRAM cache tiermem is measured against: memory management only.
+//! No Python here; the `tiermem-py` crate binds it, `tiermem-embed` builds embedding tables
+//! on it and `tiermem-hpc` HPC kernels and pattern-aware staging.
 //!
 //! Modules are floors; each uses only floors below it (checked by `make lint`,
 //! `scripts/check_layers.py`), bottom first:
@@ -10,7 +11,7 @@
 //! | base | [`error`](Error), [`lock_order`] |
 //! | hardware | [`arch`] (ISA, copy kernels, hints), [`sys`] (maps, files, NUMA) |
 //! | counting | [`counters`] |
-//! | figures | [`calib`] (DRAM figures and probes), [`pattern`] (access-pattern analysis for staging), [`criteo`] (the Criteo TSV reader) |
+//! | figures | [`calib`] (DRAM figures and probes) |
 //! | devices | [`device`] (kinds, traits, emulation, discovery) |
 //! | copies | [`copy`] (the copy engine) |
 //! | heaps | [`heap`] |
@@ -20,7 +21,6 @@
 //! | facade | [`manager`] (one lock, guards, reservations, batched ops) |
 //! | traits | [`traits`] (allocation by H2M traits: spaces over devices, commit strategies, migration) |
 //! | measurement | [`measure`] (device figures for calibrate and info) |
-//! | kernels | [`hpc`] (HPC kernels over tiered arrays, the staging executor) |
 //!
 //! ```
 //! use tiermem_core::{device::Device, mechanism::Place, policy, manager::Manager};
@@ -39,17 +39,14 @@ pub mod arch;
 pub mod calib;
 pub mod copy;
 pub mod counters;
-pub mod criteo;
 pub mod device;
 mod error;
 pub mod heap;
-pub mod hpc;
 pub mod lock_order;
 pub mod manager;
 pub mod measure;
 pub mod mechanism;
 pub mod model;
-pub mod pattern;
 pub mod policy;
 pub mod process;
 pub mod sys;

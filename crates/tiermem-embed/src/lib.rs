@@ -14,6 +14,7 @@ pub const MAX_WIDTH: usize = 1 << 24;
 pub mod bags;
 pub mod blockfile;
 pub mod cache;
+pub mod criteo;
 pub(crate) mod elem;
 pub mod home;
 pub mod layout;

@@ -8,6 +8,7 @@ mod convert;
 mod core;
 mod embed;
 mod error;
+mod hpc;
 mod shared;
 mod vocab;
 
@@ -25,10 +26,10 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<core::policy::DataApi>()?;
     m.add_class::<core::model::PyTwoLm>()?;
     m.add_class::<core::traits::PyTraited>()?;
-    m.add_class::<core::hpc::PyKernel>()?;
-    m.add_function(wrap_pyfunction!(core::hpc::calibrate_staging, m)?)?;
-    m.add_class::<core::criteo::PyCriteoParser>()?;
-    m.add_function(wrap_pyfunction!(core::criteo::criteo_ranges, m)?)?;
+    m.add_class::<hpc::kernels::PyKernel>()?;
+    m.add_function(wrap_pyfunction!(hpc::kernels::calibrate_staging, m)?)?;
+    m.add_class::<embed::criteo::PyCriteoParser>()?;
+    m.add_function(wrap_pyfunction!(embed::criteo::criteo_ranges, m)?)?;
     m.add_class::<embed::table::PyTable>()?;
     m.add_function(wrap_pyfunction!(
         embed::table::cache_slot_metadata_bytes,
@@ -59,8 +60,8 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add_function(wrap_pyfunction!(core::calib::topology, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::memory_spaces, m)?)?;
-    m.add_function(wrap_pyfunction!(core::pattern::analyse_pattern, m)?)?;
-    m.add_function(wrap_pyfunction!(core::pattern::staging_decision, m)?)?;
+    m.add_function(wrap_pyfunction!(hpc::pattern::analyse_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(hpc::pattern::staging_decision, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::profiles, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::dram_figures, m)?)?;
     m.add_function(wrap_pyfunction!(core::calib::measure_dram, m)?)?;

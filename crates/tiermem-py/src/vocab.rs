@@ -21,13 +21,13 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TRAIT_KEYS", tiermem_core::traits::KEYS.to_vec())?;
     m.add(
         "HPC_KERNELS",
-        tiermem_core::hpc::KERNELS
+        tiermem_hpc::KERNELS
             .iter()
             .map(|(k, o, p)| (*k, o.to_vec(), p.to_vec()))
             .collect::<Vec<_>>(),
     )?;
     {
-        use tiermem_core::criteo as c;
+        use tiermem_embed::criteo as c;
         m.add(
             "CRITEO",
             [

@@ -5,7 +5,7 @@ memory. For each trace (the query-structured one, Zipf and uniform queries, or a
 file), layouts (original order, SHP and, where rows carry meaning, K-means and SHP started
 from it) are trained on the first part of the queries and everything is measured on the
 rest. On the generated query trace, ``groups`` (the generator's own co-access groups, which
-no trained layout is told: :func:`tiermem.traces.groups_layout`) runs beside them as the
+no trained layout is told: :func:`tiermem.embedding.block.traces.groups_layout`) runs beside them as the
 reference for what a layout could gain there:
 
 * **layouts**: the held-out fan-out of each (and of ``shp+kmeans``, SHP started from the
@@ -51,17 +51,18 @@ from typing import Any
 
 import numpy as np
 
-from .. import _tiermem, admission, layout, traces
+from .. import _tiermem
 from .._sizes import format_bytes
-from ..admission import SPLITS
 from ..embedding import EmbeddingTable
+from ..embedding.block import admission, layout, traces
+from ..embedding.block.admission import SPLITS
+from ..embedding.block.traces import QueryTraceConfig, Trace
 from ..exceptions import InvalidArgumentError
 from ..report.load import MachineLoad
 from ..report.output import show, write_outputs
 from ..report.progress import Progress
 from ..report.scratch import scratch_dir
 from ..report.table import print_table
-from ..traces import QueryTraceConfig, Trace
 
 __all__ = ["run", "run_cli", "QUERY_TRACE"]
 
@@ -93,7 +94,7 @@ def _uniform_trace(rows: int, queries: int, per_query: int, seed: int) -> Trace:
     )
 
 
-#: The layout of a generated query trace's own groups (:func:`tiermem.traces.groups_layout`),
+#: The layout of a generated query trace's own groups (:func:`tiermem.embedding.block.traces.groups_layout`),
 #: run beside the trained layouts as the reference for what a layout could gain there.
 GROUPS = "groups"
 

@@ -13,7 +13,7 @@ Then the chunked executor (the paper's §2.2): CG's SpMV over several source vec
 chunk, together several times fast memory; each mode runs the chunks in turn.
 
 Part 2, the decision suite (the paper's §5.3): SpMV with the structures of the paper's Table 2
-(:mod:`tiermem.matrices`), rows scaled 1, 1/8 and 1/32, ``x`` on the slow device and the
+(:mod:`tiermem.hpc.matrices`), rows scaled 1, 1/8 and 1/32, ``x`` on the slow device and the
 matrix in fast memory; a decision is correct when its sign agrees with the measured one
 (staging faster than not). Our rule and the paper's are scored on the same runs.
 
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from .. import kernels, matrices, staging
 from .._sizes import available_memory, format_bytes, parse_size
 from ..exceptions import InvalidArgumentError
+from ..hpc import kernels, matrices, staging
 from ..manager import Manager
 from ..report.output import measured_cli
 from ..report.progress import Progress
@@ -256,7 +256,7 @@ def _suite_row(name: str, scale: float, ncols: int, reps: int, line: Any, big: i
 def _chunked_row(quick: bool, reps: int, line: Any, big: int) -> dict[str, Any]:
     """CG's SpMV over several source vectors, each a chunk (the paper's CG and suite): the
     chunks together are several times fast memory, which holds the matrix, the results and
-    one chunk; each mode runs every chunk in turn (:func:`tiermem.kernels.run_chunks`)."""
+    one chunk; each mode runs every chunk in turn (:func:`tiermem.hpc.kernels.run_chunks`)."""
     chunks, ncols = CHUNKED[0 if quick else 1]
     rowptr, cols, n = matrices.generate("uniform", ncols, row_scale=1 / 8)
     rows = len(rowptr) - 1

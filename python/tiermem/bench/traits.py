@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import kernels
 from .._sizes import format_bytes
+from ..hpc import kernels
 from ..manager import Manager
 from ..report.output import measured_cli
 from ..report.progress import Progress

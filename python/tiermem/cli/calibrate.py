@@ -7,9 +7,10 @@ import datetime as _dt
 import os
 from typing import Any
 
-from .. import _tiermem, calibration_path, profiles, staging
+from .. import _tiermem, calibration_path, profiles
 from .._files import write_json_atomic
 from .._sizes import format_bytes, parse_size
+from ..hpc import staging
 from ..manager import Manager
 from ..report.progress import Progress
 from ..report.scratch import scratch_dir

@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(ssd)
     ssd.add_argument("--plot", metavar="PNG", help="write effective bandwidth and hit rates per case (needs matplotlib)")
     ssd.add_argument("--dir", help="directory on the disk for the table files (default: a disk-backed temp dir)")
-    ssd.add_argument("--trace", metavar="FILE", help="a trace file (.npz, tiermem.traces) instead of the generated traces")
+    ssd.add_argument(
+        "--trace", metavar="FILE", help="a trace file (.npz, tiermem.embedding.block.traces) instead of the generated traces"
+    )
     ssd.add_argument(
         "--train-fraction", type=float, default=0.5, help="share of the queries layouts and admission train on (default 0.5)"
     )

@@ -8,8 +8,8 @@ import os
 from typing import Any
 
 from .._sizes import format_bytes, parse_size
-from ..admission import SPLITS
 from ..dist.plan import PLACEMENTS, SHARDINGS
+from ..embedding.block.admission import SPLITS
 from ..exceptions import InvalidArgumentError
 from ._args import int_list, integer, number
 

@@ -31,10 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _tiermem, admission, checkpoint
+from .. import _tiermem, checkpoint
 from .._files import remove_at_exit, remove_now
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable, Placement
+from ..embedding.block import admission
+from ..embedding.block.traces import Trace
 from ..embedding.cacheplan import (
     LOOKUP_POLICIES,
     SLOT_OVERHEAD,
@@ -50,7 +52,6 @@ from ..embedding.cacheplan import (
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
-from ..traces import Trace
 from ..twolm import TwoLmModel
 from .data.batch import Batch
 from .model import DLRM, DRAM_MODES, MODES, SLOW_MODES, DLRMConfig, ReferenceEmbeddings, TieredEmbeddings
@@ -282,7 +283,7 @@ class Trainer:
         whose even share could not hold one batch's rows (the most a ``profile`` batch
         touched, with 5 % to spare; else ``batch_size * bag``) stays in DRAM whole, its bytes
         taken from the budget first. With a profile, the rest is split over the block
-        tables' caches by their miniature caches' curves (:func:`tiermem.admission.split`,
+        tables' caches by their miniature caches' curves (:func:`tiermem.embedding.block.admission.split`,
         each at least a batch's rows; ``block_split="even"``: the same fraction of each)."""
         c, m = self.config, self.manager
         assert m is not None
@@ -351,7 +352,7 @@ class Trainer:
 
     def _split_block_caches(self, profile: list[Batch], on_disk: list[int], need: list[int], left: int) -> dict[int, float]:
         """Cache fractions of the block tables ``on_disk`` from their miniature caches over
-        the profile (:func:`tiermem.admission.split`, lookup calls of a batch each, floors
+        the profile (:func:`tiermem.embedding.block.admission.split`, lookup calls of a batch each, floors
         ``need``), shrunk until their pages (whole frames) and slots fit ``left`` bytes."""
         c = self.config
         rb = c.row_bytes

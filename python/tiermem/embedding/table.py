@@ -298,7 +298,7 @@ class EmbeddingTable:
 
     def relayout(self, layout: Any, budget: int = 256 << 20, on_progress: Callable[[int, int], None] | None = None) -> None:
         """Put a block table's rows in ``layout``'s order (row -> position, a permutation,
-        e.g. from :mod:`tiermem.layout`): updated rows are written back, the file is
+        e.g. from :mod:`tiermem.embedding.block.layout`): updated rows are written back, the file is
         rewritten aside in chunks of at most ``budget`` bytes and switched in atomically
         (a kill at any moment leaves the old file or the new one, whole). Cached rows stay
         cached. ``on_progress(blocks_written, blocks)``, if given, is called from this

@@ -3,7 +3,6 @@
 mod bad_input;
 mod devices;
 mod heap_props;
-mod hpc_props;
 mod lock_order;
 mod manager_props;
 mod model;

@@ -162,6 +162,8 @@ impl RowHome for BlockHome {
         None
     }
 
+    #[cold]
+    #[inline(never)]
     unsafe fn load_row(&self, i: usize, dst: *mut u8) {
         let stride = self.file().stride();
         // SAFETY: the caller's contract: `dst` is valid for `stride` bytes of writes.

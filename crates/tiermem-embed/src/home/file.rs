@@ -397,6 +397,8 @@ impl RowHome for FileHome {
         None
     }
 
+    #[cold]
+    #[inline(never)]
     unsafe fn load_row(&self, i: usize, dst: *mut u8) {
         // SAFETY: the caller's contract: `dst` is valid for `stride` bytes of writes.
         let out = unsafe { std::slice::from_raw_parts_mut(dst, self.stride) };

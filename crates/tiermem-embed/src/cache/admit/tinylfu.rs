@@ -135,11 +135,12 @@ impl Admit for TinyLfu {
         true
     }
 
-    #[inline(always)]
+    #[inline(never)]
     fn touch(&self, row: u64) {
         self.0.add(row);
     }
 
+    #[inline(never)]
     fn miss(&self, row: u64, _seen: &impl Seen) -> bool {
         self.frequent(row)
     }

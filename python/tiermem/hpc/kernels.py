@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _tiermem
-from .exceptions import InvalidArgumentError
+from .. import _tiermem
+from ..exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .array import TieredArray
-    from .manager import Manager
+    from ..array import TieredArray
+    from ..manager import Manager
     from .staging import BreakEven
 
 __all__ = ["Kernel", "random_access", "ptrans", "jacobi", "spmv", "spmv_chunks", "run_chunks", "fft", "dgemm", "probe", "KERNELS"]

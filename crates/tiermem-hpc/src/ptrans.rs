@@ -4,9 +4,9 @@
 
 use super::traffic::Traffic;
 use super::{matrix_rows, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 /// PTRANS over three `n x n` matrices.
 #[derive(Debug, Clone)]

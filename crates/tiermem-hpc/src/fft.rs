@@ -6,9 +6,9 @@ use rayon::prelude::*;
 
 use super::traffic::{Stream, Traffic};
 use super::{charge, threads, view_mut, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 /// An FFT of one array of `n` complex numbers.
 #[derive(Debug, Clone)]
@@ -23,7 +23,7 @@ impl Fft {
     /// # Errors
     /// When `n` is not a power of two of at least 2.
     pub fn new(data: ObjectId, n: u64) -> Result<Self> {
-        crate::ensure!(
+        tiermem_core::ensure!(
             n >= 2 && n.is_power_of_two(),
             "FFT: the length ({n}) must be a power of two of at least 2"
         );

@@ -13,7 +13,7 @@ block table as it is (its rows per block, cache and slack) and gives the table t
 
 or, before the table exists::
 
-    from tiermem import admission, layout
+    from tiermem.embedding.block import admission, layout
     counts = layout.query_counts(train)                 # the layout's training trace
     best = admission.pick(recent, lay, rows_per_block=rpb, cache_rows=50_000,
                           row_bytes=128, counts=counts, batch=256)
@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _tiermem
-from .embedding import EmbeddingTable
-from .embedding.cacheplan import SLOT_OVERHEAD, split_greedy
-from .embedding.config import access_counts
-from .exceptions import InvalidArgumentError
+from ... import _tiermem
+from ...embedding import EmbeddingTable
+from ...embedding.cacheplan import SLOT_OVERHEAD, split_greedy
+from ...embedding.config import access_counts
+from ...exceptions import InvalidArgumentError
 from .traces import Trace
 
 __all__ = ["THRESHOLDS", "CANDIDATES", "Pick", "simulate", "pick", "tune", "SPLITS", "Split", "split"]

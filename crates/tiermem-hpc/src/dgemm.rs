@@ -5,9 +5,9 @@
 
 use super::traffic::{Traffic, LINE, PAGE};
 use super::{matrix_rows, share, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 /// One DGEMM.
 #[derive(Debug, Clone)]

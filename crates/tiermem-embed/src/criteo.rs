@@ -17,7 +17,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
-use crate::{Error, Result};
+use tiermem_core::{Error, Result};
 
 /// Integer features per line.
 pub const INT_FEATURES: usize = 13;
@@ -281,7 +281,7 @@ impl Reader {
             what: what.into(),
             source,
         };
-        crate::ensure!(
+        tiermem_core::ensure!(
             (256..=1 << 30).contains(&max_line),
             "max_line must be from 256 to 2**30 bytes, got {max_line}"
         );
@@ -291,7 +291,7 @@ impl Reader {
                 rows.len()
             ))
         })?;
-        crate::ensure!(
+        tiermem_core::ensure!(
             rows.iter().all(|&r| r > 0),
             "every table needs at least one row"
         );
@@ -301,7 +301,7 @@ impl Reader {
             .map_err(|e| io("reading its size", e))?
             .len();
         let end = end.unwrap_or(size).min(size);
-        crate::ensure!(
+        tiermem_core::ensure!(
             start <= size && start <= end,
             "byte range [{start}, {end}) is outside the file's {size} bytes"
         );
@@ -418,7 +418,7 @@ impl Reader {
     /// Outputs of the wrong lengths; a read error.
     pub fn fill(&mut self, out: &mut Out<'_>) -> Result<usize> {
         let cap = out.labels.len();
-        crate::ensure!(
+        tiermem_core::ensure!(
             out.dense.len() == cap * INT_FEATURES && out.cats.len() == cap * CAT_FEATURES,
             "a batch of {cap} needs {} dense and {} categorical slots, got {} and {}",
             cap * INT_FEATURES,
@@ -473,7 +473,7 @@ impl Reader {
 /// # Errors
 /// Zero parts, or a file that cannot be read.
 pub fn line_aligned_ranges(path: &str, parts: u64) -> Result<Vec<(u64, u64)>> {
-    crate::ensure!(
+    tiermem_core::ensure!(
         parts > 0,
         "a file splits into at least one range, got {parts}"
     );

@@ -1,5 +1,5 @@
 //! The traffic a kernel puts on the device an operand lives on, as an emulated device
-//! charges it ([`crate::manager::Manager::charge_steps`]): bytes read and written at cache-line
+//! charges it ([`tiermem_core::manager::Manager::charge_steps`]): bytes read and written at cache-line
 //! granularity, and the read misses whose latency the core cannot hide.
 //!
 //! The model is a core with a stride prefetcher: a line is fetched once while the stream

@@ -1,9 +1,9 @@
-//! `tiermem_core::criteo`: the Criteo reader in the core, for `tiermem.dlrm.data.criteo`.
+//! `tiermem_embed::criteo`: the Criteo reader in the core, for `tiermem.dlrm.data.criteo`.
 
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
-use tiermem_core::criteo::{self, Out, Reader};
+use tiermem_embed::criteo::{self, Out, Reader};
 
 use crate::buffer::view;
 use crate::error::run;

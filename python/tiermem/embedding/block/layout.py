@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _tiermem
-from .exceptions import InvalidArgumentError
+from ... import _tiermem
+from ...exceptions import InvalidArgumentError
 from .traces import Trace
 
 __all__ = ["original", "shp", "kmeans", "kahypar_layout", "fanout", "query_counts", "make", "make_many", "KINDS"]
@@ -144,7 +144,7 @@ def kahypar_layout(trace: Trace, rows_per_block: int) -> np.ndarray | None:
     pins = np.concatenate(edges).astype(np.uint64) if edges else np.zeros(0, np.uint64)
     h = kahypar.Hypergraph(len(used), len(edges), idx.tolist(), pins.tolist(), k, [1] * len(edges), [1] * len(used))
     ctx = kahypar.Context()
-    ctx.loadINIconfiguration(str(Path(__file__).parent / "data" / "kahypar_km1_recursive.ini"))
+    ctx.loadINIconfiguration(str(Path(__file__).resolve().parents[2] / "data" / "kahypar_km1_recursive.ini"))
     ctx.setK(k)
     ctx.setEpsilon(0.0)  # parts of at most ceil(used / k) <= rows_per_block rows
     ctx.suppressOutput(True)

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use tiermem_core::hpc::random_access::{next, starts};
-use tiermem_core::hpc::staging::{run, Mode};
-use tiermem_core::hpc::traffic::{Stream, LINE};
-use tiermem_core::hpc::{build, share};
 use tiermem_core::mechanism::Place;
-use tiermem_core::pattern::{Boosts, BreakEven};
+use tiermem_hpc::pattern::{Boosts, BreakEven};
+use tiermem_hpc::random_access::{next, starts};
+use tiermem_hpc::staging::{run, Mode};
+use tiermem_hpc::traffic::{Stream, LINE};
+use tiermem_hpc::{build, share};
 
 use crate::two_tier;
 

@@ -7,9 +7,9 @@ use rayon::prelude::*;
 
 use super::traffic::Traffic;
 use super::{charge, share, view_mut, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 /// Jacobi over two grids of `dims` (`[ny, nx]` or `[nz, ny, nx]`).
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ impl Jacobi {
     /// # Errors
     /// For dimensions other than 2 or 3 of at least 3 points, or no sweeps.
     pub fn new(u: ObjectId, v: ObjectId, dims: Vec<u64>, sweeps: u64) -> Result<Self> {
-        crate::ensure!(
+        tiermem_core::ensure!(
             matches!(dims.len(), 2 | 3) && dims.iter().all(|&d| d >= 3) && sweeps >= 1,
             "Jacobi: dims must be [ny, nx] or [nz, ny, nx] of at least 3 points each and sweeps \
              at least 1 (got {dims:?}, {sweeps})"

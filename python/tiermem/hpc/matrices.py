@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError
 
 __all__ = ["TABLE2", "STRUCTURES", "generate"]
 

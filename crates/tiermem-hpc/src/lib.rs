@@ -1,5 +1,5 @@
-//! Bandwidth-critical HPC kernels over tiered arrays, for pattern-aware staging (Arima &
-//! Schulz §6: HPCC RandomAccess, PTRANS, Jacobi 2D and 3D, CG's sparse matrix-vector
+//! tiermem-hpc: bandwidth-critical HPC kernels over tiered arrays and pattern-aware staging,
+//! on `tiermem-core` alone (Arima & Schulz §6: HPCC RandomAccess, PTRANS, Jacobi 2D and 3D, CG's sparse matrix-vector
 //! product, FFT) and the H2M slides' multi-buffer DGEMM application.
 //!
 //! A kernel reaches its operands (manager objects) only through guards, computes with the
@@ -11,6 +11,7 @@
 pub mod dgemm;
 pub mod fft;
 pub mod jacobi;
+pub mod pattern;
 pub mod probe;
 pub mod ptrans;
 pub mod random_access;
@@ -20,9 +21,9 @@ pub mod traffic;
 
 use rayon::prelude::*;
 
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 use traffic::Traffic;
 
 /// One array a kernel uses, and how.
@@ -155,11 +156,11 @@ impl Plain for u32 {}
 
 fn check_view<T: Plain>(what: &str, bytes: usize, align: usize, want: u64) -> Result<usize> {
     let size = std::mem::size_of::<T>();
-    crate::ensure!(
+    tiermem_core::ensure!(
         align.is_multiple_of(std::mem::align_of::<T>()) && bytes.is_multiple_of(size),
         "{what}: its {bytes} bytes at alignment {align} cannot be viewed as {size}-byte elements"
     );
-    crate::ensure!(
+    tiermem_core::ensure!(
         (bytes / size) as u64 == want,
         "{what}: has {} elements, the kernel needs {want}",
         bytes / size
@@ -226,7 +227,7 @@ pub fn build(
 ) -> Result<Box<dyn Kernel>> {
     let Some(&(_, objs, pars)) = KERNELS.iter().find(|k| k.0 == kind) else {
         let names: Vec<_> = KERNELS.iter().map(|k| k.0).collect();
-        crate::bail!("unknown kernel '{kind}' (known: {})", names.join(", "));
+        tiermem_core::bail!("unknown kernel '{kind}' (known: {})", names.join(", "));
     };
     let mut extra: Vec<_> = objects
         .keys()
@@ -235,18 +236,18 @@ pub fn build(
         .cloned()
         .collect();
     extra.sort();
-    crate::ensure!(
+    tiermem_core::ensure!(
         extra.is_empty(),
         "kernel '{kind}' takes objects {objs:?} and parameters {pars:?}; unexpected: {extra:?}"
     );
     let o = |k: &str| {
         objects.get(k).copied().ok_or_else(|| {
-            crate::Error::InvalidArgument(format!("kernel '{kind}' needs object '{k}'"))
+            tiermem_core::Error::InvalidArgument(format!("kernel '{kind}' needs object '{k}'"))
         })
     };
     let p = |k: &str| {
         params.get(k).copied().ok_or_else(|| {
-            crate::Error::InvalidArgument(format!("kernel '{kind}' needs parameter '{k}'"))
+            tiermem_core::Error::InvalidArgument(format!("kernel '{kind}' needs parameter '{k}'"))
         })
     };
     Ok(match kind {
@@ -296,7 +297,7 @@ pub fn build(
                 0 => probe::Order::Random,
                 1 => probe::Order::Strided,
                 2 => probe::Order::Sequential,
-                x => crate::bail!(
+                x => tiermem_core::bail!(
                     "probe: order {x} is not 0 (random), 1 (strided) or 2 (sequential)"
                 ),
             };

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _tiermem
-from .exceptions import InvalidArgumentError
+from .. import _tiermem
+from ..exceptions import InvalidArgumentError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .manager import Manager
+    from ..manager import Manager
 
 __all__ = ["analyse", "BreakEven", "calibrate", "stored_line"]
 
@@ -140,7 +140,7 @@ def calibrate(manager: Manager, length: int = 1 << 23, reps: int = 3) -> BreakEv
 def stored_line(device: str) -> BreakEven | None:
     """The break-even line between ``dram`` and ``device`` (a device spec such as
     ``emulated:optane-pmem`` or ``numa:1``) that ``tiermem calibrate`` kept, or None."""
-    from . import _read_calibration
+    from .. import _read_calibration
 
     doc = (_read_calibration() or {}).get("staging", {})
     return BreakEven.from_dict(doc[device]) if isinstance(doc, dict) and device in doc else None

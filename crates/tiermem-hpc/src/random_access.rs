@@ -12,9 +12,9 @@ use rayon::prelude::*;
 
 use super::traffic::{Traffic, LINE};
 use super::{charge, share, threads, view_mut, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 const POLY: u64 = 7;
 /// Streams the update sequence is cut into (HPCC's 128).
@@ -79,7 +79,7 @@ impl RandomAccess {
     /// # Errors
     /// When the length is not a power of two.
     pub fn new(table: ObjectId, len: u64, updates: u64) -> Result<Self> {
-        crate::ensure!(
+        tiermem_core::ensure!(
             len.is_power_of_two() && updates.is_multiple_of(STREAMS),
             "RandomAccess: the table length ({len}) must be a power of two and the updates \
              ({updates}) a multiple of {STREAMS}"

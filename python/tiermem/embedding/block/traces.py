@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ._files import atomic_write
-from .exceptions import InvalidArgumentError
+from ..._files import atomic_write
+from ...exceptions import InvalidArgumentError
 
 __all__ = ["Trace", "QueryTraceConfig", "query_trace", "group_embeddings", "groups_layout"]
 

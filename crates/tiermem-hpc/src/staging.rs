@@ -18,9 +18,9 @@ use serde::Serialize;
 
 use super::probe::{Order, Probe};
 use super::{threads, Kernel};
-use crate::manager::Manager;
 use crate::pattern::{rates, with_samplers, Boosts, BreakEven, Decision, Rates, Use, WANTED};
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::Result;
 
 /// How [`run`] treats the target.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -213,12 +213,12 @@ fn median_secs(reps: usize, mut f: impl FnMut() -> Result<f64>) -> Result<f64> {
 /// When the array cannot be allocated or staged, or a probe fails.
 pub fn calibrate(m: &Manager, len: u64, reps: usize) -> Result<BreakEven> {
     let slow = m.devices().len() - 1;
-    crate::ensure!(
+    tiermem_core::ensure!(
         slow > 0,
         "staging calibration needs a fast and a slow device"
     );
     let bytes = len * 8;
-    let id = m.alloc(bytes, crate::mechanism::Place::Device(slow))?;
+    let id = m.alloc(bytes, tiermem_core::mechanism::Place::Device(slow))?;
     let out = calibrate_on(m, id, len, reps);
     let freed = m.free(id);
     let line = out?;
@@ -228,7 +228,7 @@ pub fn calibrate(m: &Manager, len: u64, reps: usize) -> Result<BreakEven> {
 
 fn calibrate_on(
     m: &Manager,
-    id: crate::mechanism::ObjectId,
+    id: tiermem_core::mechanism::ObjectId,
     len: u64,
     reps: usize,
 ) -> Result<BreakEven> {
@@ -264,7 +264,7 @@ fn calibrate_on(
         m.prefetch(id, true)?;
         Ok(t.elapsed().as_secs_f64())
     })?;
-    crate::ensure!(
+    tiermem_core::ensure!(
         m.in_fast(id)?,
         "staging calibration: the probe array did not move to fast memory"
     );

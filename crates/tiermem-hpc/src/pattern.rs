@@ -27,7 +27,7 @@ use std::cell::RefCell;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use tiermem_core::{Error, Result};
 
 /// log2 of a filter's bits (256 bytes).
 pub const FILTER_BITS_LOG2: u32 = 11;
@@ -555,10 +555,10 @@ fn ws_exponent(at_quarter: u64, at_end: u64, full: bool) -> f64 {
 /// negative sampled index (naming its position).
 pub fn analyse_indices(indices: &[i64], elem_bytes: u64, threads: usize) -> Result<Rates> {
     if indices.is_empty() {
-        crate::bail!("pattern analysis: the index stream is empty");
+        tiermem_core::bail!("pattern analysis: the index stream is empty");
     }
     if threads == 0 || elem_bytes == 0 {
-        crate::bail!("pattern analysis: threads ({threads}) and element bytes ({elem_bytes}) must be positive");
+        tiermem_core::bail!("pattern analysis: threads ({threads}) and element bytes ({elem_bytes}) must be positive");
     }
     let share = indices.len().div_ceil(threads);
     let parts = indices.len().div_ceil(share);
@@ -704,7 +704,7 @@ impl BreakEven {
     /// non-finite `u`.
     pub fn decide(&self, r: &Rates, u: &Use, t_th: f64) -> Result<Decision> {
         if !(u.u >= 0.0 && u.u.is_finite()) {
-            crate::bail!(
+            tiermem_core::bail!(
                 "staging: accesses per element U must be a finite number >= 0, got {}",
                 u.u
             );
@@ -714,7 +714,9 @@ impl BreakEven {
             (false, true) => &self.write,
             (true, true) => &self.read_write,
             (false, false) => {
-                crate::bail!("staging: a chunk the loop neither reads nor writes needs no staging")
+                tiermem_core::bail!(
+                    "staging: a chunk the loop neither reads nor writes needs no staging"
+                )
             }
         };
         let t_boost_paper = u.u * b.at(r.r_sf, r.r_paf);

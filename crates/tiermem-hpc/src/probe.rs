@@ -6,9 +6,9 @@ use rayon::prelude::*;
 
 use super::traffic::Stream;
 use super::{charge, share, threads, view_mut, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 /// Which order a probe touches its elements in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl Probe {
     /// For a length that is not a power of two of at least 2^12, or a probe that neither
     /// reads nor writes.
     pub fn new(data: ObjectId, len: u64, order: Order, read: bool, write: bool) -> Result<Self> {
-        crate::ensure!(
+        tiermem_core::ensure!(
             len.is_power_of_two() && len >= 1 << 12 && (read || write),
             "probe: the length ({len}) must be a power of two of at least 4096, and a probe \
              must read or write"

@@ -1,17 +1,17 @@
 //! `tiermem._tiermem.Kernel`: the HPC kernels over a manager's objects
-//! (`tiermem_core::hpc`), their staged runs and the staging calibration.
+//! (`tiermem_hpc`), their staged runs and the staging calibration.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use tiermem_core::hpc::{self, staging, Kernel};
 use tiermem_core::manager::Manager;
-use tiermem_core::pattern::BreakEven;
 use tiermem_core::Error;
+use tiermem_hpc::pattern::BreakEven;
+use tiermem_hpc::{staging, Kernel};
 
-use super::manager::PyManager;
 use crate::convert::to_object;
+use crate::core::manager::PyManager;
 use crate::error::{run, to_py};
 
 /// A kernel bound to a manager's objects.
@@ -39,7 +39,7 @@ impl PyKernel {
         objects: HashMap<String, u64>,
         params: HashMap<String, u64>,
     ) -> PyResult<Self> {
-        let kernel = hpc::build(kind, &objects, &params).map_err(to_py)?;
+        let kernel = tiermem_hpc::build(kind, &objects, &params).map_err(to_py)?;
         Ok(PyKernel {
             manager: Arc::clone(&manager.inner),
             kernel,

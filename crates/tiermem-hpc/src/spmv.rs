@@ -7,9 +7,9 @@ use rayon::prelude::*;
 
 use super::traffic::{Stream, Traffic};
 use super::{charge, share, threads, view, view_mut, Kernel, Operand};
-use crate::manager::Manager;
-use crate::mechanism::ObjectId;
-use crate::Result;
+use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::ObjectId;
+use tiermem_core::Result;
 
 /// SpMV over a CRS matrix.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ pub struct Spmv {
 
 impl Spmv {
     fn check_structure(rowptr: &[u64], cols: &[u32], ncols: u64) -> Result<()> {
-        crate::ensure!(
+        tiermem_core::ensure!(
             rowptr.first() == Some(&0)
                 && rowptr.windows(2).all(|w| w[0] <= w[1])
                 && rowptr.last() == Some(&(cols.len() as u64)),
@@ -44,7 +44,7 @@ impl Spmv {
             cols.len()
         );
         if let Some(k) = cols.iter().position(|&c| u64::from(c) >= ncols) {
-            crate::bail!(
+            tiermem_core::bail!(
                 "SpMV: column index {} at entry {k} is outside the {ncols} columns",
                 cols[k]
             );

@@ -1,8 +1,8 @@
-//! `tiermem_core::pattern`: access-pattern analysis and the staging decision, for
+//! `tiermem_hpc::pattern`: access-pattern analysis and the staging decision, for
 //! `tiermem.staging`.
 
 use pyo3::prelude::*;
-use tiermem_core::pattern::{self, BreakEven, Rates, Use};
+use tiermem_hpc::pattern::{self, BreakEven, Rates, Use};
 
 use crate::buffer::view;
 use crate::convert::to_object;
