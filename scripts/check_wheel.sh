@@ -29,8 +29,8 @@ if env -i PATH="$clean_path" HOME="$HOME" sh -c 'command -v cargo || command -v 
   echo "a Rust toolchain is on the clean PATH; the check would prove nothing"; exit 1
 fi
 # From a directory without the sources, so `import tiermem` can only find the wheel.
-cp tests/test_readme.py "$out/"
-sed -i "s|parents\[1\] / \"README.md\"|parents[0] / \"README.md\"|" "$out/test_readme.py"
+cp tests/cli/test_readme.py "$out/"
+sed -i "s|parents\[2\] / \"README.md\"|parents[0] / \"README.md\"|" "$out/test_readme.py"
 cp README.md "$out/"
 printf "[pytest]\n" > "$out/pytest.ini"  # not the repository's configuration
 cd "$out"

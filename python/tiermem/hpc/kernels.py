@@ -8,7 +8,7 @@ Each factory allocates the kernel's arrays on a manager (``where``: any place
     m = tiermem.Manager({"dram": "256 MiB", "emulated:optane-pmem": "2 GiB"}, "lru_in_place")
     k = kernels.jacobi(m, (2048, 2048), sweeps=1, where="slow")
     k.run()                                  # one run, at the slow device's speed
-    report = k.staged("pattern_aware", line)  # sample, decide, maybe stage (tiermem.staging)
+    report = k.staged("pattern_aware", line)  # sample, decide, maybe stage (tiermem.hpc.staging)
 
 A kernel reaches its arrays only through guards, and charges each array's traffic (lines
 read and written, misses its prefetcher model cannot hide) to the device the array lives on,
@@ -239,7 +239,7 @@ def _crs(matrix: Any) -> tuple[np.ndarray, np.ndarray, int]:
 
 def spmv(m: Manager, matrix: Any, reps: int = 1, where: str | int | dict[str, str | int] = "slow", seed: int = 0) -> Kernel:
     """``y = A x``, ``reps`` times, for a CRS ``matrix``: a ``(rowptr, cols, ncols)`` triple
-    (as :func:`tiermem.matrices.generate` makes) or anything with ``indptr``, ``indices`` and
+    (as :func:`tiermem.hpc.matrices.generate` makes) or anything with ``indptr``, ``indices`` and
     ``shape`` (a SciPy CSR matrix). Values and ``x`` are random; ``where`` may give each of
     ``rowptr``, ``cols``, ``vals``, ``x``, ``y`` its own place."""
     return spmv_chunks(m, matrix, 1, reps, where, seed)[0]

@@ -116,7 +116,7 @@ def generate(
     elif name in STRUCTURES:
         structure, per_row = name, 8.0
     else:
-        raise InvalidArgumentError(f"unknown matrix {name!r}: use a name of tiermem.matrices.TABLE2 or one of {STRUCTURES}")
+        raise InvalidArgumentError(f"unknown matrix {name!r}: use a name of tiermem.hpc.matrices.TABLE2 or one of {STRUCTURES}")
     if ncols < 64:
         raise InvalidArgumentError(f"a matrix needs at least 64 columns, got {ncols}")
     if not 0 < row_scale <= 1:

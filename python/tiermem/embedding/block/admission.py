@@ -9,7 +9,7 @@ trace in the table's lookup calls, on the blocks whose hash falls in a ``rate`` 
 :func:`pick` returns the admission that read the fewest blocks; :func:`tune` does it for a
 block table as it is (its rows per block, cache and slack) and gives the table the pick::
 
-    tiermem.admission.tune(t, recent, lay, counts=counts, batch=256)   # -> Pick("row:4", ...)
+    tiermem.embedding.block.admission.tune(t, recent, lay, counts=counts, batch=256)   # -> Pick("row:4", ...)
 
 or, before the table exists::
 
@@ -25,7 +25,7 @@ A table with a slack (``cacheslack``, 0.05 of the table by default) holds ``cach
 cacheslack`` rows and frees at least the slack at each reclaim: give both (``cache_rows``,
 ``slack_rows``; :func:`tune` reads them from the table). Unsampled (``rate=1``), with the
 table's calls, the simulation predicts a block table's misses and blocks read exactly
-(``tests/test_block_table.py``); ``bench ssd`` reports how the 1 % pick compares with the
+(``tests/embedding/test_block_table.py``); ``bench ssd`` reports how the 1 % pick compares with the
 exact one on its traces.
 """
 
@@ -80,7 +80,7 @@ def simulate(
     ``trace`` for each admission (default :data:`CANDIDATES`, those with a ``T`` only when
     ``counts`` is given): ``batch`` queries per lookup call (``None``: every access alone),
     on the blocks sampled at ``rate``; ``counts`` (per-row query counts of the layout's
-    training trace, :func:`tiermem.layout.query_counts`) for ``row:T`` and ``threshold:T``.
+    training trace, :func:`tiermem.embedding.block.layout.query_counts`) for ``row:T`` and ``threshold:T``.
     ``cache_rows`` is the table's ``cachelower`` and ``cacheslack`` together, in rows, and
     ``slack_rows`` its ``cacheslack`` (a reclaim frees at least that many).
 
@@ -91,7 +91,7 @@ def simulate(
             threshold.
     """
     if not isinstance(trace, Trace):
-        raise InvalidArgumentError(f"trace must be a tiermem.traces.Trace, got {type(trace).__name__}")
+        raise InvalidArgumentError(f"trace must be a tiermem.embedding.block.traces.Trace, got {type(trace).__name__}")
     if cache_rows < 1 or row_bytes < 1 or rows_per_block < 1:
         raise InvalidArgumentError(
             f"cache_rows, row_bytes and rows_per_block must be at least 1, got {cache_rows}, {row_bytes}, {rows_per_block}"
@@ -222,7 +222,7 @@ def split(
     if n == 0:
         raise InvalidArgumentError("split needs at least one table's trace")
     if not all(isinstance(t, Trace) for t in traces):
-        raise InvalidArgumentError("traces must be tiermem.traces.Trace objects, one per table")
+        raise InvalidArgumentError("traces must be tiermem.embedding.block.traces.Trace objects, one per table")
     rows = [int(t.rows_total) for t in traces]
     floors = [1] * n if floors is None else [int(f) for f in floors]
     if len(floors) != n or (layouts is not None and len(layouts) != n):

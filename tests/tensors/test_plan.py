@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from plan_graphs import MiB, small, spaced
+
 from tiermem.cli.main import main
 from tiermem.plan import (
     Graph,

@@ -52,7 +52,7 @@ def tiered(variant: str, fast: str = "3 MiB", slow: str = "64 MiB") -> Tiering:
     return Tiering({"dram": fast if variant != "all-fast" else "64 MiB", SLOW: slow}, variant)
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "planned"])  # planned: tests/test_planned.py
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "planned"])  # planned: tests/tensors/test_planned.py
 def test_every_variant_trains_like_pytorch(variant: str) -> None:
     data = batches(3)
     ref = small_cnn()

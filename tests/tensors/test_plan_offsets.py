@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from plan_graphs import spaced
+
 from tiermem.plan import (
     Device,
     Graph,

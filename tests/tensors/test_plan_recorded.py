@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from plan_graphs import MiB, small
+
 from tiermem.plan import GraphError, Plan, at_home, autotm_graph, evaluate, recorded, solve
 from tiermem.plan.plan import gaps
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from plan_graphs import spaced
+
 from tiermem import Manager
 from tiermem.plan import gains, recommend_traits
 

@@ -14,7 +14,7 @@ from tiermem import MEMORY_SPACE_ENV, MEMORY_SPACES, memory_spaces
 from tiermem.cli.main import main
 from tiermem.exceptions import InvalidArgumentError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 
 # The Ice Lake + Optane log of the slides ("H2M: Mapping to Memory Kinds / 3"), verbatim
 # after the timestamps.

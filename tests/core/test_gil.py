@@ -33,5 +33,5 @@ def test_python_runs_while_a_copy_is_in_flight() -> None:
     # Had the copy held the GIL, the main thread could not have counted during it at all.
     # (Whether it counted much depends on the scheduler, so only "at all" is asserted; that
     # no binding call waits for a lock while holding the GIL is enforced by the core itself,
-    # which refuses such a lock with LockOrderError: see tests/trust/test_locks.py.)
+    # which refuses such a lock with LockOrderError: see tests/core/test_locks.py.)
     assert seen["spins"] > 0, seen

@@ -9,7 +9,7 @@ from tiermem import _tiermem
 
 
 def _stub_names() -> dict[str, set[str]]:
-    path = Path(__file__).resolve().parents[1] / "python" / "tiermem" / "_tiermem.pyi"
+    path = Path(__file__).resolve().parents[2] / "python" / "tiermem" / "_tiermem.pyi"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out: dict[str, set[str]] = {"": set()}
     for node in tree.body:
