@@ -54,15 +54,24 @@ def _table_where(where: str | int | None, k: int, n: int) -> str | int | None:
     return where
 
 
-def _placement(placement: Placement | None, dtype: str | None, **loose: Any) -> Placement:
+def _placement(
+    placement: Placement | None,
+    torch_dtype: torch.dtype | None,
+    where: str | int | None,
+    cache: float | None,
+    cacheslack: float | None,
+    policy: str | None,
+    admission: str | None,
+) -> Placement:
     """The modules' placement: the one given, or one built from the loose keywords (those
     not ``None``); both at once is an error, as is a dtype that contradicts the placement's."""
+    dtype = None if torch_dtype is None else _storage(torch_dtype)
+    loose = {"device": where, "cache": cache, "cacheslack": cacheslack, "policy": policy, "admission": admission}
     given: dict[str, Any] = {k: v for k, v in loose.items() if v is not None}
     if placement is None:
         if dtype is not None:
             given["dtype"] = dtype
         return Placement(**given).validate()
-    given.pop("dtype", None)
     if given:
         raise InvalidArgumentError(f"pass the placement's settings in placement=, not also as {sorted(given)}")
     if dtype is not None and dtype != placement.storage_dtype:
@@ -390,15 +399,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum' and 'mean'")
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
-        place = _placement(
-            placement,
-            None if dtype is None else _storage(dtype),
-            device=where,
-            cache=cache,
-            cacheslack=cacheslack,
-            policy=policy,
-            admission=admission,
-        )
+        place = _placement(placement, dtype, where, cache, cacheslack, policy, admission)
         if padding_idx is not None and not -int(num_embeddings) <= padding_idx < int(num_embeddings):
             raise _torch_like(
                 InvalidArgumentError(f"padding_idx {padding_idx} must be within num_embeddings ({num_embeddings})"),
@@ -550,15 +551,7 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
             raise InvalidArgumentError(f"mode {mode!r}: supported are 'sum' and 'mean'")
         if not tables:
             raise InvalidArgumentError("a collection needs at least one table")
-        place = _placement(
-            placement,
-            None if dtype is None else _storage(dtype),
-            device=where,
-            cache=cache,
-            cacheslack=cacheslack,
-            policy=policy,
-            admission=admission,
-        )
+        place = _placement(placement, dtype, where, cache, cacheslack, policy, admission)
         self.mode = mode
         made: list[EmbeddingTable] = []
         fresh: list[bool] = []

@@ -2,10 +2,11 @@
 //! a file home: any home whose [`crate::home::RowHome::memory`] is `None`). Before a kernel
 //! runs, every row it will touch is made cached: the rows missing from the cache are read
 //! from the home in one batch ([`crate::home::RowHome::read_rows`]: a block home reads each
-//! block once, at the file's queue depth), room is made first by the second-chance reclaim (dirty rows leaving are written
-//! back block by block), and the blocks' other rows are admitted as the table's admission
-//! says ([`super::admit`], Bandana §4.3). The kernel then only hits. Staging and the kernel run under the
-//! table's exclusive lock, so nothing is evicted between them.
+//! block once, at the file's queue depth), room is made first by the second-chance reclaim
+//! (dirty rows leaving are written back block by block), and the blocks' other rows are
+//! admitted as the table's admission says ([`super::admit`], Bandana §4.3). The kernel then
+//! only hits. Staging and the kernel run under the table's exclusive lock, so nothing is
+//! evicted between them.
 
 use std::sync::atomic::Ordering;
 
@@ -95,8 +96,11 @@ impl CachedRows {
         let accesses = rows.len() as u64;
         let st = staging.lock();
         let adm = self.admission();
-        for &r in rows.iter() {
-            adm.touch(r);
+        if adm.decides_misses() {
+            // An admission that watches accesses counts each one (repeats included).
+            for &r in rows.iter() {
+                adm.touch(r);
+            }
         }
         rows.sort_unstable();
         rows.dedup();

@@ -162,30 +162,14 @@ impl RowHome for BlockHome {
         None
     }
 
-    #[cold]
-    #[inline(never)]
     unsafe fn load_row(&self, i: usize, dst: *mut u8) {
-        let stride = self.file().stride();
-        // SAFETY: the caller's contract: `dst` is valid for `stride` bytes of writes.
-        let out = unsafe { std::slice::from_raw_parts_mut(dst, stride) };
-        let r = i as u64;
-        let res = self.read_blocks_of(&[r], |row, bytes| {
-            if row == r {
-                out.copy_from_slice(bytes);
-            }
-        });
-        if let Err(e) = res {
-            // Callers that can fail stage rows through `read_blocks_of`; this path serves
-            // only whole-cache fills, which have no error to return.
-            panic!("{e}");
-        }
+        // SAFETY: the caller's contract.
+        unsafe { super::load_staged(self, i, dst) }
     }
 
     unsafe fn store_row(&self, i: usize, src: *const u8) {
-        let stride = self.file().stride();
-        // SAFETY: the caller's contract: `src` is readable for `stride` bytes.
-        let row = unsafe { std::slice::from_raw_parts(src, stride) };
-        self.pending.put(i as u64, row);
+        // SAFETY: the caller's contract: `src` is readable for a row's bytes.
+        unsafe { self.pending.put_raw(i, src, self.row_bytes()) }
     }
 
     fn stores_done(&self) -> Result<()> {

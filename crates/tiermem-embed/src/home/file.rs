@@ -397,21 +397,14 @@ impl RowHome for FileHome {
         None
     }
 
-    #[cold]
-    #[inline(never)]
     unsafe fn load_row(&self, i: usize, dst: *mut u8) {
-        // SAFETY: the caller's contract: `dst` is valid for `stride` bytes of writes.
-        let out = unsafe { std::slice::from_raw_parts_mut(dst, self.stride) };
-        if let Err(e) = self.read_rows(&[i as u64], |_, bytes| out.copy_from_slice(bytes)) {
-            // As the block home's: only whole-cache fills come here, with no error to return.
-            panic!("{e}");
-        }
+        // SAFETY: the caller's contract.
+        unsafe { super::load_staged(self, i, dst) }
     }
 
     unsafe fn store_row(&self, i: usize, src: *const u8) {
-        // SAFETY: the caller's contract: `src` is readable for `stride` bytes.
-        let row = unsafe { std::slice::from_raw_parts(src, self.stride) };
-        self.pending.put(i as u64, row);
+        // SAFETY: the caller's contract: `src` is readable for a row's bytes.
+        unsafe { self.pending.put_raw(i, src, self.stride) }
     }
 
     fn stores_done(&self) -> Result<()> {

@@ -120,6 +120,28 @@ pub trait RowHome: RowSource + Send + Sync {
     }
 }
 
+/// [`RowHome::load_row`] of a home in a file: row `i` read through [`RowHome::read_rows`]
+/// (neighbours the read brings are ignored). Only whole-cache fills come here, with no error
+/// to return, so a failed read stops loudly; callers that can fail stage rows instead. Kept
+/// out of line: the lookup's miss path inlines the other homes' copies.
+///
+/// # Safety
+/// As [`RowHome::load_row`].
+#[cold]
+#[inline(never)]
+pub(super) unsafe fn load_staged<H: RowHome>(home: &H, i: usize, dst: *mut u8) {
+    // SAFETY: the caller's contract: `dst` is valid for a row's bytes of writes.
+    let out = unsafe { std::slice::from_raw_parts_mut(dst, home.stride()) };
+    let r = i as u64;
+    if let Err(e) = home.read_rows(&[r], |row, bytes| {
+        if row == r {
+            out.copy_from_slice(bytes);
+        }
+    }) {
+        panic!("{e}");
+    }
+}
+
 /// The [`RowSource`] of a home whose rows are not in memory: kernels never read it in place
 /// (`Table::over_home` refuses such a home without a cache, and a cache stages every row a
 /// kernel touches into its slots first), so reading or writing a row here is a broken

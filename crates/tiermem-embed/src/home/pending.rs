@@ -18,6 +18,16 @@ impl Pending {
         self.0.lock().insert(row, bytes.into());
     }
 
+    /// Buffer the `stride` bytes at `src` as row `row`'s new bytes.
+    ///
+    /// # Safety
+    /// `src` is readable for `stride` bytes.
+    pub(super) unsafe fn put_raw(&self, row: usize, src: *const u8, stride: usize) {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { std::slice::from_raw_parts(src, stride) };
+        self.put(row as u64, bytes);
+    }
+
     /// Rows waiting.
     pub(super) fn len(&self) -> usize {
         self.0.lock().len()

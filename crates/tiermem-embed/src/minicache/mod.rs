@@ -222,8 +222,10 @@ impl Replay<'_> {
             if call.is_empty() {
                 continue;
             }
-            for &r in &call {
-                self.admit.touch(u64::from(r));
+            if self.admit.decides_misses() {
+                for &r in &call {
+                    self.admit.touch(u64::from(r));
+                }
             }
             s.accesses += call.len() as f64;
             let accesses = call.len();

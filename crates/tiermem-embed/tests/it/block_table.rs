@@ -16,7 +16,7 @@ use tiermem_embed::update::{update, GradIn};
 use tiermem_embed::workload::Rng;
 use tiermem_embed::{lookup, CacheConfig, DType, LookupOut, Mode, Optimizer, Table};
 
-use super::{scratch, two_tier};
+use super::{look, scratch, two_tier};
 
 const ROWS: usize = 600;
 const BAGS: usize = 24;
@@ -61,17 +61,6 @@ fn batch(rng: &mut Rng) -> (Vec<i64>, Vec<i64>) {
         offsets.push(values.len() as i64);
     }
     (values, offsets)
-}
-
-fn look(t: &Table, bags: Bags<'_>, width: usize) -> Vec<f32> {
-    let mut out = vec![0f32; BAGS * width];
-    let o = LookupOut {
-        data: &mut out,
-        row_stride: width,
-        cols: &[0],
-    };
-    lookup(&[t], &[bags], Mode::Sum, o, 8).unwrap();
-    out
 }
 
 fn step(t: &Table, bags: Bags<'_>, grad: &[f32], width: usize, opt: Optimizer) {
@@ -130,8 +119,8 @@ fn block_tables_match_direct_tables_bit_for_bit() {
                 let (values, offsets) = batch(&mut rng);
                 let bags = Bags::new(0, &values, &offsets, None).unwrap();
                 assert_eq!(
-                    look(&direct, bags, width),
-                    look(&block, bags, width),
+                    look(&direct, bags, width, BAGS),
+                    look(&block, bags, width, BAGS),
                     "{what} step {s}"
                 );
                 let grad: Vec<f32> = (0..BAGS * width).map(|_| rng.f64() as f32 - 0.5).collect();

@@ -13,9 +13,9 @@ use tiermem_embed::home::FileHome;
 use tiermem_embed::optim::Sgd;
 use tiermem_embed::update::{update, GradIn};
 use tiermem_embed::workload::Rng;
-use tiermem_embed::{lookup, Cache, CacheConfig, DType, LookupOut, Mode, Optimizer, Shape, Table};
+use tiermem_embed::{Cache, CacheConfig, DType, Mode, Optimizer, Shape, Table};
 
-use super::{scratch, two_tier};
+use super::{look, scratch, two_tier};
 
 const ROWS: usize = 500;
 const BAGS: usize = 20;
@@ -51,17 +51,6 @@ fn file_table(m: &Arc<Manager>, path: &Path, width: usize, dtype: DType, create:
     Table::new(m, shape, home, Some(cache(stride))).unwrap()
 }
 
-fn look(t: &Table, bags: Bags<'_>, width: usize) -> Vec<f32> {
-    let mut out = vec![0f32; BAGS * width];
-    let o = LookupOut {
-        data: &mut out,
-        row_stride: width,
-        cols: &[0],
-    };
-    lookup(&[t], &[bags], Mode::Sum, o, 8).unwrap();
-    out
-}
-
 fn all_rows(t: &Table) -> Vec<f32> {
     let mut v = vec![0f32; t.rows() * t.featuresize()];
     t.read_rows(0, &mut v).unwrap();
@@ -91,8 +80,8 @@ fn file_tables_match_direct_tables_bit_for_bit() {
             }
             let bags = Bags::new(0, &values, &offsets, None).unwrap();
             assert_eq!(
-                look(&direct, bags, width),
-                look(&t, bags, width),
+                look(&direct, bags, width, BAGS),
+                look(&t, bags, width, BAGS),
                 "width {width} step {s}"
             );
             let grad: Vec<f32> = (0..BAGS * width).map(|_| rng.f64() as f32 - 0.5).collect();

@@ -74,8 +74,8 @@ pub trait Admit: Sized + Send + Sync {
     }
 
     /// Whether it watches every access ([`Admit::touch`]) or decides misses
-    /// ([`Admit::miss`]): a cache over memory asks it only then, so that admitting every
-    /// miss costs its lookups nothing.
+    /// ([`Admit::miss`]): caches call `touch` and `miss` only then, so that admitting every
+    /// miss costs their lookups and staging nothing.
     fn decides_misses(&self) -> bool {
         false
     }
