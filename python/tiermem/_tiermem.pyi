@@ -18,6 +18,7 @@ __all__ = [
     "MEMORY_SPACES",
     "MEMORY_SPACE_ENV",
     "Manager",
+    "Mover",
     "OPTIMIZERS",
     "DRAM_SOURCES",
     "PLACES",
@@ -113,11 +114,10 @@ class Manager:
     def op_open(
         self,
         inputs: list[tuple[int, bool]],
-        outputs: list[int],
-        place_code: int | list[int],
+        outputs: tuple[list[int], int | list[int], list[int | None]],
         outputs_first: bool,
-        offsets: list[int | None] = ...,
-    ) -> tuple[list[int], list[int], list[int]]: ...
+        moves: tuple[list[tuple[int, int | None]], list[int]] | None = ...,
+    ) -> tuple[list[int], list[int], list[int], tuple[int, int]]: ...
     def plan_moves(self, prefetch: list[tuple[int, int | None]], evict: list[int]) -> int: ...
     def op_close(
         self,
@@ -125,7 +125,8 @@ class Manager:
         charges: list[tuple[int, int, int]],
         threads: int,
         softevict: list[int],
-    ) -> None: ...
+        evict: list[int] = ...,
+    ) -> int: ...
     def charge(self, operands: list[tuple[int, int, int]], threads: int) -> None: ...
     def copy_objects(self, dst: int, src: int, reps: int = 1) -> float: ...
     def set_pair_threads(self, src: str, dst: str, threads: int) -> None: ...
@@ -145,6 +146,14 @@ class Manager:
 @final
 class Recorder:
     def finish(self) -> list[dict[str, Any]]: ...
+
+@final
+class Mover:
+    def __new__(cls, manager: Manager) -> Mover: ...
+    def prefetch(self, id: int) -> None: ...
+    def writeback(self, id: int) -> None: ...
+    def counts(self) -> tuple[int, int, int]: ...
+    def stop(self) -> tuple[int, int, int]: ...
 
 @final
 class DataApi:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tiermem.exceptions import InvalidArgumentError, UnknownDeviceError
-from tiermem.torch.tensors.contention import copy_contention
+from tiermem.plan.torch import copy_contention
 
 
 def test_the_probe_measures_a_share() -> None:

@@ -94,11 +94,11 @@ def test_op_open_is_all_or_nothing_and_op_close_closes_every_ticket() -> None:
     # The second output does not fit: nothing stays open or allocated.
     before = native.object_count()
     with pytest.raises(tiermem.DeviceFullError):
-        native.op_open([(a, False)], [4096, 1 << 20], -1, False)
+        native.op_open([(a, False)], ([4096, 1 << 20], -1, []), False)
     assert native.object_count() == before
     native.check()
-    tickets, addrs, outs = native.op_open([(a, True)], [4096, 8192], -1, True)
-    assert len(tickets) == len(addrs) == 3 and len(outs) == 2 and all(addrs)
+    tickets, addrs, outs, moves = native.op_open([(a, True)], ([4096, 8192], -1, []), True)
+    assert len(tickets) == len(addrs) == 3 and len(outs) == 2 and all(addrs) and moves == (0, 0)
     assert native.placement(a)[3] == 1  # pinned while the op runs
     native.op_close(tickets, [(a, 4096, 4096), (outs[0], 0, 4096)], 1, [a])
     assert native.placement(a)[3] == 0 and native.placement(a)[2]  # closed, written: dirty

@@ -10,9 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tiermem.plan import GraphError  # noqa: E402
-from tiermem.torch.tensors.kernel_profiles import PROFILES_FORMAT, KernelProfiles, setup_key  # noqa: E402
-from tiermem.torch.tensors.planned import Recorder  # noqa: E402
-from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
+from tiermem.plan.torch import Recorder, graph_from_recordings  # noqa: E402
+from tiermem.plan.torch.kernel_profiles import PROFILES_FORMAT, KernelProfiles, setup_key  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
 DEVICES = [("dram", 1 << 20, False), (SLOW, None, False)]

@@ -15,9 +15,8 @@ from tiermem.bench.plan import capture, record_policy, run_planned  # noqa: E402
 from tiermem.bench.tensors import _reference  # noqa: E402
 from tiermem.exceptions import InvalidArgumentError  # noqa: E402
 from tiermem.plan import FORMULATIONS, Graph, GraphError, evaluate, solve  # noqa: E402
+from tiermem.plan.torch import Executor, PlanMismatchWarning, Recorder, graph_from_recordings, planned  # noqa: E402
 from tiermem.torch.tensors import Tiering  # noqa: E402
-from tiermem.torch.tensors.planned import PlanMismatchWarning, Recorder  # noqa: E402
-from tiermem.torch.tensors.profile import graph_from_recordings  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
 
@@ -85,7 +84,7 @@ def test_planned_training_gives_pytorchs_losses_exactly(captured, formulation: s
 def test_a_model_whose_ops_change_is_warned_about_and_still_trains(captured) -> None:
     g, facts = captured
     p = solve(g, "sync", time_limit=5)
-    t = Tiering({"dram": facts["budget_bytes"], SLOW: facts["slow_bytes"]}, "planned", plan=p, graph=g)
+    t = planned({"dram": facts["budget_bytes"], SLOW: facts["slow_bytes"]}, g, p)
     torch.manual_seed(0)
     model = t.module(cnn())
     opt = t.optimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
@@ -117,10 +116,16 @@ def test_a_model_whose_ops_change_is_warned_about_and_still_trains(captured) -> 
 def test_plans_and_recordings_are_checked(captured) -> None:
     g, facts = captured
     p = solve(g, "static", time_limit=0)
-    with pytest.raises(InvalidArgumentError, match="needs plan= and graph="):
+    with pytest.raises(InvalidArgumentError, match="the planned variant follows a plan"):
         Tiering({"dram": "8 MiB", SLOW: "64 MiB"}, "planned")
-    with pytest.raises(InvalidArgumentError, match="for the planned variant"):
-        Tiering({"dram": "8 MiB", SLOW: "64 MiB"}, "LM", plan=p, graph=g)
+    with pytest.raises(InvalidArgumentError, match="needs the planned variant, not 'LM'"):
+        Tiering({"dram": "8 MiB", SLOW: "64 MiB"}, "LM", observers=[Executor(g, p)])
+    t = planned({"dram": "8 MiB", SLOW: "64 MiB"}, g, p)
+    with pytest.raises(InvalidArgumentError, match="already does"):
+        t.watch(Executor(g, p))
+    with pytest.raises(InvalidArgumentError, match="must subclass"):
+        t.watch(object())  # type: ignore[arg-type]
+    t.close()
     empty = Recorder()
     with pytest.raises(GraphError, match="saw no kernels"):
         graph_from_recordings(

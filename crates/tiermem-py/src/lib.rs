@@ -22,6 +22,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     vocab::add(m)?;
     m.add_class::<core::manager::PyManager>()?;
     m.add_class::<core::manager::PyRecorder>()?;
+    m.add_class::<core::manager::PyMover>()?;
     m.add_function(wrap_pyfunction!(core::manager::remove_device_files, m)?)?;
     m.add_class::<core::policy::DataApi>()?;
     m.add_class::<core::model::PyTwoLm>()?;

@@ -6,11 +6,14 @@ Three ways to run the same small op, side by side in one run, alternating:
 * **floor**: a trivial ``__torch_dispatch__`` wrapper subclass that unwraps its operands,
   calls the op and wraps the results: the least any Python-level tensor subclass pays;
 * **tiered**: :class:`~tiermem.torch.tensors.TieredTensor` operands of a
-  :class:`~tiermem.torch.tensors.Tiering` (variant ``LM``, everything in fast memory), so the
-  figure is dispatch overhead, never a slow device's time.
+  :class:`~tiermem.torch.tensors.Tiering`, once per variant (:data:`VARIANTS`, ``planned``
+  following a plan made from a recording of the benchmark's own round of ops). Both devices
+  are plain DRAM (``dram`` and ``numa:0``), so no variant is charged a slow device's time:
+  the figure is dispatch overhead alone.
 
 The ratio to the floor is the figure of merit: it is what tiering adds to the least a
-subclass costs.
+subclass costs. ``tiered_us`` and ``ratio_to_floor`` are ``LM``'s; ``variants`` has every
+variant's.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from typing import Any
 from ..report.load import MachineLoad
 from ..report.output import show, write_json
 
-__all__ = ["OPS", "run", "run_cli"]
+__all__ = ["OPS", "DEVICES", "run", "run_cli"]
 
 #: The ops measured, each on 16x16 float32 operands (``add`` is ``a + a``).
 OPS = ("add", "mul_add", "relu", "linear", "sum")
+#: Two plain DRAM devices: every variant's placements cost the same memory.
+DEVICES = {"dram": "64 MiB", "numa:0": "64 MiB"}
 
 
 def _floor_class() -> type:
@@ -87,40 +92,87 @@ def _per_call_us(fn: Callable[[], Any], calls: int) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+def _round(cases: dict[str, Callable[[], Any]], calls: int) -> None:
+    """One round of the benchmark's ops, as the measurement runs them (for a recording)."""
+    for op in OPS:
+        _per_call_us(cases[op], calls)
+
+
+def _planned(calls: int) -> tuple[Any, dict[str, Callable[[], Any]]]:
+    """A planned tiering following the plan that keeps everything at home, made from a
+    recording of one round of the ops (iteration 0 copies the operands in; each round is
+    one iteration), and the ops over its tensors."""
+    from ..plan import at_home
+    from ..plan.torch import Recorder, graph_from_recordings, planned
+    from ..torch.tensors import Tiering
+
+    rec = Recorder(1, 1)
+    t = Tiering(DEVICES, "all-fast", observers=[rec])
+    try:
+        cases = _cases(t.tensor)  # the copy-ins are iteration 0's, not recorded
+        t.end_iteration()
+        _round(cases, calls)
+        t.end_iteration()
+        native = t.manager._native
+        traits = [d["traits"] for d in native.devices()]
+        copy = [[None, native.expected_copy_gbps(0, 1)], [native.expected_copy_gbps(1, 0), None]]
+        devices: list[tuple[str, int | None, bool]] = [("dram", 64 << 20, False), ("numa:0", None, False)]
+        g = graph_from_recordings("dispatch", rec, rec, devices, traits, copy)
+    finally:
+        t.close()
+    p = planned(DEVICES, g, at_home(g))
+    return p, _cases(p.tensor)
+
+
 def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
     """Measure every op in every form; the median over rounds of the mean time per call."""
     import torch
 
     from ..report.progress import Progress
-    from ..torch.tensors import Tiering
+    from ..torch.tensors import VARIANTS, Tiering
 
     rounds, calls = (5, 200) if quick else (15, 1000)
     torch.set_num_threads(1)
-    tiering = Tiering({"dram": "64 MiB", "emulated:optane-pmem": "64 MiB"}, variant="LM")
     floor_cls = _floor_class()
-    forms = {"plain": _cases(lambda t: t), "floor": _cases(floor_cls), "tiered": _cases(tiering.tensor)}
+    forms: dict[str, dict[str, Callable[[], Any]]] = {"plain": _cases(lambda t: t), "floor": _cases(floor_cls)}
+    tierings: dict[str, Any] = {}
+    for v in VARIANTS:
+        if v == "planned":
+            tierings[v], forms[v] = _planned(calls)
+        else:
+            tierings[v] = Tiering(DEVICES, v)
+            forms[v] = _cases(tierings[v].tensor)
+    variants = list(tierings)
     times: dict[str, dict[str, list[float]]] = {op: {f: [] for f in forms} for op in OPS}
-    with MachineLoad() as load, Progress(rounds * len(OPS), "bench dispatch", progress) as bar:
-        for fs in forms.values():  # warm up: plans, caches, allocator
-            for fn in fs.values():
-                _per_call_us(fn, 20)
-        for _ in range(rounds):
-            for op in OPS:
-                for f, fs in forms.items():
-                    times[op][f].append(_per_call_us(fs[op], calls))
-                bar.step(op)
-    tiering.close()
-    ops = []
+    try:
+        with MachineLoad() as load, Progress(rounds * len(OPS), "bench dispatch", progress) as bar:
+            for f, fs in forms.items():  # warm up: plans, caches, allocator; a whole round each
+                _round(fs, calls)
+                if f in tierings:
+                    tierings[f].end_iteration()
+            for _ in range(rounds):
+                for op in OPS:
+                    for f, fs in forms.items():
+                        times[op][f].append(_per_call_us(fs[op], calls))
+                    bar.step(op)
+                for t in tierings.values():  # a round is an iteration (the plan's)
+                    t.end_iteration()
+    finally:
+        unplanned = tierings["planned"].stats()["plan"]["unplanned_kernels"]
+        for t in tierings.values():
+            t.close()
+    ops: list[dict[str, Any]] = []
     for op in OPS:
         med = {f: statistics.median(ts) for f, ts in times[op].items()}
         ops.append(
             {
                 "op": op,
-                "tiered_us": round(med["tiered"], 2),
+                "tiered_us": round(med["LM"], 2),
                 "plain_us": round(med["plain"], 2),
                 "floor_us": round(med["floor"], 2),
-                "ratio_to_floor": round(med["tiered"] / med["floor"], 3),
-                "ratio_to_plain": round(med["tiered"] / med["plain"], 2),
+                "ratio_to_floor": round(med["LM"] / med["floor"], 3),
+                "ratio_to_plain": round(med["LM"] / med["plain"], 2),
+                "variants": {v: {"us": round(med[v], 2), "ratio_to_floor": round(med[v] / med["floor"], 3)} for v in variants},
             }
         )
     return {
@@ -130,7 +182,10 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
         "rounds": rounds,
         "calls_per_round": calls,
         "statistic": "median over rounds of the mean per call",
-        "variant": "LM, all in fast memory",
+        "variant": "LM (tiered_us); every variant under variants",
+        "devices": DEVICES,
+        "worst_ratio_to_floor": {v: max(o["variants"][v]["ratio_to_floor"] for o in ops) for v in variants},
+        "planned_unplanned_kernels": unplanned,
         "load": load.summary(),
         "load_line": load.line(),
         "ops": ops,
@@ -153,8 +208,17 @@ def print_report(res: dict[str, Any]) -> None:
             ]
             for o in res["ops"]
         ],
-        title="per-op cost of a 16x16 float32 op, one thread",
+        title="per-op cost of a 16x16 float32 op, one thread (tiered: LM)",
     )
+    variants = list(res["worst_ratio_to_floor"])
+    print_table(
+        ["op", *variants],
+        [[o["op"], *(f"{o['variants'][v]['ratio_to_floor']:.2f}x" for v in variants)] for o in res["ops"]],
+        title="every variant's cost over the floor (both devices plain DRAM: dispatch alone)",
+    )
+    show(f"worst over the ops: {', '.join(f'{v} {r:.2f}x' for v, r in res['worst_ratio_to_floor'].items())}")
+    if res["planned_unplanned_kernels"]:
+        show(f"planned ran {res['planned_unplanned_kernels']} kernels off its plan: its figure is not the planned path's")
     show(res["load_line"])
 
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import InvalidArgumentError
+from ..torch.tensors import Observer, Tiering
+from ..torch.tensors.train import Session
 from .models import Workload
-from .tensors import Trainer
+from .tensors import train_step
 
 __all__ = ["Side", "paired", "median_interval", "PAIRS", "INTERVAL_LEVEL"]
 
@@ -53,13 +56,22 @@ def median_interval(xs: list[float], level: float = INTERVAL_LEVEL) -> tuple[flo
 
 @dataclass
 class Side:
-    """One side of a pair: a variant with its fast and slow device sizes and any more
-    :class:`~tiermem.torch.tensors.Tiering` arguments (a plan and its graph)."""
+    """One side of a pair: a variant with its fast and slow device sizes and what makes its
+    observers (a plan's executor), called once for the side's
+    :class:`~tiermem.torch.tensors.Tiering`."""
 
     variant: str
     fast: int
     slow: int
-    tiering: dict[str, Any] = field(default_factory=dict)
+    observers: Callable[[], Sequence[Observer]] = tuple
+
+    def start(self, w: Workload, slow_spec: str, seed: int) -> Session:
+        t = Tiering({"dram": self.fast, slow_spec: self.slow}, self.variant, observers=self.observers())
+        try:
+            return train_step(w, seed).start(t)
+        except BaseException:
+            t.close()
+            raise
 
 
 def paired(w: Workload, a: Side, b: Side, slow_spec: str, pairs: int = PAIRS, warmup: int = 2, seed: int = 0) -> dict[str, Any]:
@@ -69,9 +81,9 @@ def paired(w: Workload, a: Side, b: Side, slow_spec: str, pairs: int = PAIRS, wa
     ``coverage``."""
     if pairs < 1 or warmup < 0:
         raise InvalidArgumentError(f"paired: pairs must be at least 1 and warmup at least 0, got {pairs}, {warmup}")
-    ta = Trainer(w, a.variant, a.fast, a.slow, slow_spec, seed, **a.tiering)
+    ta = a.start(w, slow_spec, seed)
     try:
-        tb = Trainer(w, b.variant, b.fast, b.slow, slow_spec, seed, **b.tiering)
+        tb = b.start(w, slow_spec, seed)
         try:
             losses: tuple[list[float], list[float]] = ([], [])
             times: tuple[list[float], list[float]] = ([], [])

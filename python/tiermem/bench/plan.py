@@ -1,7 +1,7 @@
 """``tiermem plan`` and ``tiermem bench plan``: AutoTM's planner on the training workloads.
 
 ``plan``: record one training step of a model twice (all tensors fast, all slow) into a
-graph (:mod:`tiermem.torch.tensors.profile`), or read one (``--graph``); solve it at a
+graph (:mod:`tiermem.plan.torch`), or read one (``--graph``); solve it at a
 slow:fast ratio with heap offsets that fit (:func:`tiermem.plan.fit`, each try printed); save
 the plan; with ``--run``, train under the plan and report predicted
 against measured step and kernel times.
@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import dram_figures
 from .._sizes import format_bytes
 from ..exceptions import InvalidArgumentError, TiermemError
 from ..plan import (
@@ -28,28 +27,23 @@ from ..plan import (
     FORMULATIONS,
     Cost,
     Graph,
-    GraphError,
     Plan,
-    at_home,
     autotm_graph,
     evaluate,
     fit,
-    recorded,
     residency_by_kind,
     solve,
     tensor_residency,
 )
+from ..plan import torch as plan_torch
+from ..plan.torch import DEFAULT_SLOW, Executor, default_profiles_path
 from ..report.load import MachineLoad
 from ..report.output import show, write_json
 from ..report.progress import Progress
 from ..report.table import print_table
-from ..torch.tensors.contention import copy_contention
-from ..torch.tensors.kernel_profiles import KernelProfiles, default_profiles_path, setup_key
-from ..torch.tensors.planned import Recorder
-from ..torch.tensors.profile import graph_from_recordings
 from .models import Workload, build
 from .paired import PAIRS, Side, paired
-from .tensors import QUICK_BATCH, _run_variant, all_fast, budget_for, parse_ratio, slow_capacity
+from .tensors import QUICK_BATCH, parse_ratio, train_step
 
 __all__ = [
     "capture",
@@ -82,80 +76,21 @@ RECORDED_POLICIES = ("first-touch", "LM", "async")
 #: none); two warm-up iterations timed that third iteration, 15-25 % over the steady step.
 PAIRED_WARMUP = 4
 SEED = 0
-#: Iterations a capture records per run (each kernel keeps its best time).
-RECORDED = 3
 
 
 def capture(
-    w: Workload, ratio: str, slow_spec: str = "emulated:optane-pmem", seed: int = SEED, profiles: str | Path | None = None
+    w: Workload, ratio: str, slow_spec: str = DEFAULT_SLOW, seed: int = SEED, profiles: str | Path | None = None
 ) -> tuple[Graph, dict[str, Any]]:
-    """One training step of ``w`` recorded all-fast and all-slow, as a graph whose fast
-    device holds ``FAST/(SLOW+FAST)`` of the all-fast run's peak. Returns the graph and the
-    two runs' facts (footprint, budget, step times). ``profiles``: a kernel profile cache
-    file (:mod:`~tiermem.torch.tensors.kernel_profiles`) to pool kernels' slow-downs with and
-    add this capture's to; without one, kernels are pooled within this capture only.
-
-    The all-slow run goes through the plan executor, with a plan that keeps everything at
-    home: its time outside the kernels (the graph's overhead) then includes the executor's
-    own work per kernel, as every planned run's does."""
-    parsed = parse_ratio(ratio)
-    # Read (and a damaged file refused) before minutes of recording, not after.
-    cache = KernelProfiles(setup_key(["dram", slow_spec]), profiles)
-    n_params = sum(p.numel() * p.element_size() for p in w.make().parameters())
-    # Recorded from the third iteration on (the first makes the optimizer's state, the
-    # second still warms the allocator and caches), each kernel's best of RECORDED.
-    slow_rec = Recorder(2, RECORDED)
-    room, big = all_fast(w, max(1 << 30, 8 * n_params), slow_spec, 2, RECORDED, seed, lambda: Recorder(2, RECORDED))
-    fast_rec = big["recorder"]
-    footprint = big["fast_bytes_peak"]
-    slow_cap = slow_capacity(footprint)
-    budget = budget_for(footprint, parsed)
-    name = f"{w.name}-{ratio}"
-    traits = big["device_traits"]
-    devices = [("dram", budget, bool(traits[0]["duplex"])), (slow_spec, None, bool(traits[1]["duplex"]))]
-    c01, c10 = big["copy_gbps"]
-    copy = [[None, c01], [c10, None]]
-    # The step's kernels and tensors, without operand costs yet: enough to run at home.
-    g0 = graph_from_recordings(name, fast_rec, fast_rec, devices, traits, copy)
-    small = _run_variant(
-        w, "planned", 1 << 20, slow_cap, slow_spec, 2, RECORDED, seed, recorder=slow_rec, plan=at_home(g0), graph=g0
-    )
-    contention = copy_contention(slow_spec)
-    g = graph_from_recordings(name, fast_rec, slow_rec, devices, traits, copy, min(small["timed"]), cache, contention)
-    cache.save()
-    facts = {
-        "footprint_bytes": footprint,
-        "budget_bytes": budget,
-        "slow_bytes": slow_cap,
-        "all_fast_seconds": big["seconds_per_iter"],
-        "all_slow_seconds": small["seconds_per_iter"],
-        "all_fast_room_bytes": room,
-        "profile_signatures": len(set(fast_rec.signatures)),
-        "profile_signatures_cached": cache.known,
-        "copy_contention": contention,
-        # The emulated device's figures are ratios of these (a calibration file's, or measured
-        # by this process: on a shared machine they differ from process to process).
-        "dram_figures": dram_figures(),
-        "device_traits": traits,
-    }
-    return g, facts
+    """Workload ``w`` captured (:func:`tiermem.plan.torch.capture` of its
+    :func:`~tiermem.bench.tensors.train_step`)."""
+    return plan_torch.capture(train_step(w, seed), ratio, slow_spec, profiles)
 
 
 def record_policy(
     w: Workload, g: Graph, facts: dict[str, Any], variant: str, slow_spec: str, seed: int = SEED
 ) -> tuple[Plan, Cost]:
-    """Train ``w`` under a runtime variant for three iterations and return the placements
-    it chose in the third (each operand's device as its kernel closed) as a plan, priced by
-    ``g``'s model (:func:`tiermem.plan.recorded`): what the variant did, in the terms the
-    solver's plans are judged by. Refuses a run whose kernels or tensors are not ``g``'s."""
-    rec = Recorder(2, 1, places=True)
-    _run_variant(w, variant, facts["budget_bytes"], facts["slow_bytes"], slow_spec, 2, 1, seed, recorder=rec)
-    if rec.mismatch:
-        raise GraphError(f"{variant}: the model's ops are not the same every iteration ({rec.mismatch})")
-    ops = [(k.name, [(g.tensors[o.tensor].key, o.use) for o in k.operands]) for k in g.kernels]
-    if [(n, o) for n, _, o in rec.kernels] != ops:
-        raise GraphError(f"{variant}: the step ran other kernels or tensors than graph {g.name!r} holds")
-    return recorded(g, rec.places, f"{variant} as recorded")
+    """What ``variant`` did on ``w``, as a plan priced by ``g`` (:func:`tiermem.plan.torch.record_policy`)."""
+    return plan_torch.record_policy(train_step(w, seed), g, facts, variant, slow_spec)
 
 
 def _policy_row(variant: str, c: Cost) -> dict[str, Any]:
@@ -172,20 +107,8 @@ def _policy_row(variant: str, c: Cost) -> dict[str, Any]:
 def run_planned(
     w: Workload, g: Graph, p: Plan, facts: dict[str, Any], slow_spec: str, iters: int, seed: int = SEED
 ) -> dict[str, Any]:
-    """Train under the plan; the step time, the losses, the executor's counts and each
-    kernel's measured time (recorded in the second timed iteration) beside its prediction."""
-    rec = Recorder(2, max(1, iters))
-    r = _run_variant(
-        w, "planned", facts["budget_bytes"], facts["slow_bytes"], slow_spec, 2, max(1, iters), seed, recorder=rec, plan=p, graph=g
-    )
-    use_index = [{k: j for j, (k, _) in enumerate(us)} for us in g.uses]
-    predicted = [
-        g.kernel_seconds(k, [p.at_use[o.tensor][use_index[o.tensor][k]] for o in ker.operands]) for k, ker in enumerate(g.kernels)
-    ]
-    measured = [s for _, s, _ in rec.kernels]
-    r["kernel_predicted"] = predicted
-    r["kernel_measured"] = measured if len(measured) == len(predicted) else []
-    return r
+    """``w`` trained under the plan (:func:`tiermem.plan.torch.run_planned`)."""
+    return plan_torch.run_planned(train_step(w, seed), g, p, facts, slow_spec, iters)
 
 
 def scaling(
@@ -382,7 +305,7 @@ def _pairs(
     untimed iterations each."""
     out = []
     budget, slow = facts["budget_bytes"], facts["slow_bytes"]
-    planned = Side("planned", budget, slow, {"graph": g, "plan": p})
+    planned = Side("planned", budget, slow, lambda: [Executor(g, p)])
     for v in PAIRED:
         other = Side(v, facts["all_fast_room_bytes"], 64 << 20) if v == "all-fast" else Side(v, budget, slow)
         try:

@@ -16,20 +16,22 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from .._sizes import format_bytes
-from ..exceptions import DeviceFullError, InvalidArgumentError, TiermemError
+from ..exceptions import InvalidArgumentError, TiermemError
+from ..plan.torch import Executor
 from ..report.load import MachineLoad
 from ..report.output import show, write_json
-from ..torch.tensors import VARIANTS, Tiering
+from ..torch.tensors import VARIANTS, Observer, TrainStep
+from ..torch.tensors.train import budget_for, measure, measure_all_fast, parse_ratio, slow_capacity
 from .models import WORKLOADS, Workload, build
 
 __all__ = [
-    "Trainer",
+    "train_step",
     "run",
     "run_cli",
     "parse_ratio",
@@ -46,89 +48,26 @@ RATIOS = ("1:1", "4:1", "8:1")
 TIERED = ("first-touch", "2lm-model", "L", "LM", "LMP", "async")
 QUICK_BATCH = {"resnet": 8, "densenet": 8, "vgg": 8, "gpt": 2}
 LR, MOMENTUM = 0.01, 0.9
-_MIB2 = 2 << 20  # budgets are whole 2 MiB pages, so the fast device's capacity is the budget
 
 
-def budget_for(footprint: int, ratio: tuple[int, int]) -> int:
-    """The fast budget at ``SLOW:FAST``: ``footprint * FAST / (SLOW + FAST)`` in whole 2 MiB
-    pages (thesis §3.6)."""
-    a, b = ratio
-    return max(footprint * b // (a + b) // _MIB2 * _MIB2, _MIB2)
+def train_step(w: Workload, seed: int) -> TrainStep:
+    """``w`` as a :class:`~tiermem.torch.tensors.TrainStep`: SGD with momentum, iteration
+    *i* on ``w``'s inputs for ``seed + i`` (the same sequence every variant and plain
+    PyTorch see)."""
 
+    def loss(model: torch.nn.Module, i: int) -> torch.Tensor:
+        x, y = w.inputs(seed + i)
+        return w.loss(model(x), y)
 
-def slow_capacity(footprint: int) -> int:
-    """The slow device's size for a model of this footprint (room for every tensor and its
-    clean copies)."""
-    return int(footprint * 1.4) + (256 << 20)
-
-
-def parse_ratio(text: str) -> tuple[int, int]:
-    try:
-        a, b = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise InvalidArgumentError(f"ratio {text!r}: write it SLOW:FAST, e.g. 8:1") from None
-    if a < 0 or b <= 0:
-        raise InvalidArgumentError(f"ratio {text!r}: SLOW must be >= 0 and FAST > 0")
-    return a, b
-
-
-def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, w: Workload, x: torch.Tensor, y: torch.Tensor) -> float:
-    loss = w.loss(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return float(loss.item())
+    return TrainStep(w.make, lambda ps: torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM), loss, seed=seed, name=w.name)
 
 
 def _reference(w: Workload, iters: int, seed: int) -> dict[str, Any]:
     """Plain PyTorch: losses and seconds per iteration."""
     gc.collect()
-    torch.manual_seed(seed)
-    model = w.make()
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    losses, times = [], []
-    for i in range(iters):
-        x, y = w.inputs(seed + i)
-        t = time.perf_counter()
-        losses.append(_step(model, opt, w, x, y))
-        times.append(time.perf_counter() - t)
-    return {"losses": losses, "times": times}
-
-
-class Trainer:
-    """One variant's model, optimizer and :class:`Tiering`, trained one iteration at a time
-    on ``w``'s inputs for ``seed`` (the same sequence every variant and plain PyTorch see).
-    ``tiering``: more :class:`Tiering` arguments (a plan); ``recorder``: a
-    :class:`~tiermem.torch.tensors.planned.Recorder` to attach."""
-
-    def __init__(
-        self, w: Workload, variant: str, fast: int, slow: int, slow_spec: str, seed: int, recorder: Any = None, **tiering: Any
-    ) -> None:
-        self.w, self.seed, self.i = w, seed, 0
-        self.t = Tiering({"dram": fast, slow_spec: slow}, variant, **tiering)
-        self.t.recorder = recorder
-        self.model: Any = None
-        self.opt: Any = None
-        try:
-            torch.manual_seed(seed)
-            self.model = self.t.module(w.make())
-            self.opt = self.t.optimizer(torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM))
-        except BaseException:
-            self.close()
-            raise
-
-    def step(self) -> tuple[float, float]:
-        """Train one iteration: its loss and seconds."""
-        x, y = self.w.inputs(self.seed + self.i)
-        self.i += 1
-        t0 = time.perf_counter()
-        loss = _step(self.model, self.opt, self.w, x, y)
-        return loss, time.perf_counter() - t0
-
-    def close(self) -> None:
-        self.t.close()
-        self.model = self.opt = None
-        gc.collect()
+    s = train_step(w, seed).start()
+    runs = [s.step() for _ in range(iters)]
+    return {"losses": [loss for loss, _ in runs], "times": [t for _, t in runs]}
 
 
 def _run_variant(
@@ -140,63 +79,24 @@ def _run_variant(
     warmup: int,
     iters: int,
     seed: int,
-    recorder: Any = None,
-    **tiering: Any,
+    observers: Sequence[Observer] = (),
 ) -> dict[str, Any]:
-    """Train ``w`` under one variant (see :class:`Trainer`) for ``warmup`` and then
-    ``iters`` timed iterations."""
-    tr = Trainer(w, variant, fast, slow, slow_spec, seed, recorder, **tiering)
-    t, m = tr.t, tr.t.manager
-    try:
-        losses, times = [], []
-        peak = 0
-        for i in range(warmup + iters):
-            if i == warmup:
-                peak = max(peak, m.usage()["dram"]["peak"])
-                m.reset_stats()
-            loss, sec = tr.step()
-            losses.append(loss)
-            times.append(sec)
-        stats = m.stats()
-        peak = max(peak, m.usage()["dram"]["peak"])
-        per_iter = {
-            d: {"read": stats[d]["bytes_read"] // iters, "written": stats[d]["bytes_written"] // iters}
-            for d in ("dram", slow_spec)
-        }
-        return {
-            "losses": losses,
-            "seconds_per_iter": min(times[warmup:]),
-            "times": times,
-            "timed": times[warmup:],
-            "budget_bytes": t.budget,
-            "fast_bytes_peak": peak,
-            "bytes": per_iter,
-            "tiering": t.stats(),
-            "device_traits": [d["traits"] for d in m._native.devices()],
-            "copy_gbps": [m._native.expected_copy_gbps(0, 1), m._native.expected_copy_gbps(1, 0)],
-        }
-    finally:
-        tr.close()
+    """Train ``w`` under one variant for ``warmup`` and then ``iters`` timed iterations
+    (:func:`~tiermem.torch.tensors.train.measure`)."""
+    return measure(train_step(w, seed), variant, {"dram": fast, slow_spec: slow}, warmup, iters, observers)
 
 
 def all_fast(
-    w: Workload, room: int, slow_spec: str, warmup: int, iters: int, seed: int, make_recorder: Any = None
+    w: Workload,
+    room: int,
+    slow_spec: str,
+    warmup: int,
+    iters: int,
+    seed: int,
+    make_observers: Callable[[], Sequence[Observer]] = tuple,
 ) -> tuple[int, dict[str, Any]]:
-    """The ``all-fast`` run, which measures the footprint: its fast device starts at
-    ``room`` bytes and doubles (up to 16 GiB) until one training run fits. Returns the
-    room that fitted and the run (with ``make_recorder``: a fresh recorder per attempt, the
-    last in the run's ``recorder``)."""
-    while True:
-        rec = make_recorder() if make_recorder else None
-        try:
-            r = _run_variant(w, "all-fast", room, 64 << 20, slow_spec, warmup, iters, seed, recorder=rec)
-            r["recorder"] = rec
-            return room, r
-        except DeviceFullError:
-            if room >= 16 << 30:
-                raise
-            room *= 2
-            gc.collect()
+    """The ``all-fast`` run of ``w`` (:func:`~tiermem.torch.tensors.train.measure_all_fast`)."""
+    return measure_all_fast(train_step(w, seed), room, slow_spec, warmup, iters, make_observers)
 
 
 def run(
@@ -280,11 +180,11 @@ def run(
             for v, rname, fast, slow in plan:
                 if rnd == 0 and v == "all-fast":
                     continue
-                kw = {}
+                obs: list[Observer] = []
                 if v == "planned" and plans and rname is not None:
-                    kw = dict(zip(("graph", "plan"), plans[(name, rname)]))
+                    obs = [Executor(*plans[(name, rname)])]
                 try:
-                    r = _run_variant(w, v, fast, slow, slow_spec, warmup, iters, seed, **kw)
+                    r = _run_variant(w, v, fast, slow, slow_spec, warmup, iters, seed, obs)
                 except TiermemError as e:  # reported in its row; the other runs go on
                     r = {"error": f"{type(e).__name__}: {e}"}
                 old = measured.get((v, rname))

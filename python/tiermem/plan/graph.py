@@ -42,7 +42,7 @@ for a ``read``. ``use`` is ``make`` (the kernel creates the tensor: its first us
 ``copy_contention`` (0 when absent) is what an asynchronous copy costs the kernel it
 overlaps, as a share of the copy's time: 0 where the copy threads have cores of their own
 (or a DMA engine copies), more where they take cores from the kernel's threads (measured by
-:func:`tiermem.torch.tensors.contention.copy_contention`; on two cores, about one half).
+:func:`tiermem.plan.torch.contention.copy_contention`; on two cores, about one half).
 ``persistent`` tensors (parameters, optimizer state) exist before the step and after it;
 the others are made by a kernel of the step and die after their last use, or after kernel
 ``free_after`` when given (a gradient that ``zero_grad`` frees after the optimizer's step).

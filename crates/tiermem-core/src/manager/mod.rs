@@ -8,6 +8,7 @@
 //! it is open, only a pin that keeps its object from being moved, evicted or freed.
 
 mod guard;
+mod mover;
 mod moving;
 mod ops;
 mod reservation;
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use parking_lot::{FairMutex, FairMutexGuard};
 
 pub use guard::{ReadGuard, WriteGuard};
-pub use ops::OpenOp;
+pub use mover::{Move, Mover, MoverCounts};
+pub use ops::{Moves, MovesDone, OpRequest, OpenOp};
 pub use reservation::{reserve_model, Reservation};
 
 use crate::copy::CopyEngine;

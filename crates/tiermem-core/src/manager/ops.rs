@@ -1,11 +1,52 @@
 //! Batched entry points for one kernel run outside tiermem (a tiered-tensor op): one call
 //! opens every guard and allocates every output, one call charges, closes and soft-evicts.
 //! Each takes the manager lock once, so an op crosses into the core twice, whatever its
-//! operand count.
+//! operand count, and a plan's moves around the op ride on the same two calls.
 
 use super::{GuardTicket, Manager, Use};
-use crate::mechanism::{GuardUse, ObjectId, Place};
+use crate::mechanism::{DataManager, GuardUse, ObjectId, Place};
+use crate::policy::Policy;
 use crate::{Error, Result};
+
+/// What one op asks of [`Manager::op_open`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpRequest<'a> {
+    /// Each input and how the op uses it.
+    pub inputs: &'a [(ObjectId, GuardUse)],
+    /// Each output's length in bytes.
+    pub outputs: &'a [u64],
+    /// Where the outputs go: one place for all, or one per output.
+    pub places: &'a [Place],
+    /// Heap offsets, one per output (a policy that follows a plan's offsets), or none.
+    pub offsets: &'a [Option<u64>],
+    /// Make the outputs before the inputs' guards open (a policy that brings inputs into
+    /// fast memory then cannot evict the outputs to make room), else after (making room for
+    /// outputs cannot evict this op's pinned inputs).
+    pub outputs_first: bool,
+    /// A plan's moves done first, before any guard opens.
+    pub moves: Moves<'a>,
+}
+
+/// A plan's moves around one kernel: each of `evict` leaves fast memory, then each of
+/// `prefetch` (`(object, heap offset or None)`) is offered to the policy's planned prefetch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Moves<'a> {
+    /// Objects to bring into fast memory, each at a heap offset or anywhere it fits.
+    pub prefetch: &'a [(ObjectId, Option<u64>)],
+    /// Objects to move out of fast memory.
+    pub evict: &'a [ObjectId],
+}
+
+/// How a batch of [`Moves`] inside an op went: objects of `prefetch` not in fast memory
+/// afterwards (no room), and moves refused (an object pinned or freed meanwhile; the rest
+/// still run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MovesDone {
+    /// Prefetched objects that are not in fast memory afterwards.
+    pub missed: usize,
+    /// Moves refused, each counted once.
+    pub refused: usize,
+}
 
 /// What [`Manager::op_open`] opened: guards on the inputs, in the order given, then on the
 /// new outputs. Pair with [`Manager::op_close`] (every ticket).
@@ -17,26 +58,57 @@ pub struct OpenOp {
     pub addrs: Vec<usize>,
     /// The new outputs' object ids.
     pub outputs: Vec<ObjectId>,
+    /// How the request's moves went.
+    pub moves: MovesDone,
+}
+
+fn evict_one(m: &mut DataManager, p: &mut dyn Policy, id: ObjectId) -> Result<()> {
+    m.ensure_unpinned(id, "evict")?;
+    p.evict(m, id)
+}
+
+/// Prefetch one object; whether it is in fast memory afterwards.
+fn prefetch_one(
+    m: &mut DataManager,
+    p: &mut dyn Policy,
+    id: ObjectId,
+    at: Option<u64>,
+) -> Result<bool> {
+    m.object(id)?;
+    p.prefetch_at(m, id, at)?;
+    Ok(m.device_of(m.primary(id)?)? == 0)
+}
+
+/// Every move of `moves`, each refusal counted and the rest still run.
+fn apply_moves(m: &mut DataManager, p: &mut dyn Policy, moves: Moves<'_>) -> MovesDone {
+    let mut done = MovesDone::default();
+    for &id in moves.evict {
+        done.refused += usize::from(evict_one(m, p, id).is_err());
+    }
+    for &(id, at) in moves.prefetch {
+        match prefetch_one(m, p, id, at) {
+            Ok(landed) => done.missed += usize::from(!landed),
+            Err(_) => done.refused += 1,
+        }
+    }
+    done
 }
 
 impl Manager {
-    /// Open a guard on every input (`(object, how the op uses it)`) and allocate every
-    /// output (`bytes` each, where `places` says: one place for all, or one per output; at
-    /// the heap offsets `offsets` gives, when not empty, one per output, for a policy that
-    /// follows a plan's offsets) and open an overwrite guard on it. With
-    /// `outputs_first` the outputs are made before the inputs' guards open (a policy that
-    /// brings inputs into fast memory then cannot evict the outputs to make room), else after
-    /// (making room for outputs cannot evict this op's pinned inputs). All or nothing: on
-    /// failure every guard opened here is closed and every output freed, and the error is
-    /// returned.
-    pub fn op_open(
-        &self,
-        inputs: &[(ObjectId, GuardUse)],
-        outputs: &[u64],
-        places: &[Place],
-        offsets: &[Option<u64>],
-        outputs_first: bool,
-    ) -> Result<OpenOp> {
+    /// Run the request's [`Moves`] (each refusal counted, the rest still run), then open a
+    /// guard on every input and allocate every output where the request says and open an
+    /// overwrite guard on it (see [`OpRequest`]). All or nothing for the guards and outputs:
+    /// on failure every guard opened here is closed and every output freed, and the error
+    /// is returned (the moves stay done: each is a whole move).
+    pub fn op_open(&self, req: &OpRequest<'_>) -> Result<OpenOp> {
+        let OpRequest {
+            inputs,
+            outputs,
+            places,
+            offsets,
+            outputs_first,
+            moves,
+        } = *req;
         if let Some(&b) = outputs.iter().find(|&&b| b == 0) {
             crate::bail!("cannot allocate an op output of {b} bytes");
         }
@@ -58,6 +130,7 @@ impl Manager {
                 tickets: Vec::with_capacity(inputs.len() + outputs.len()),
                 addrs: Vec::with_capacity(inputs.len() + outputs.len()),
                 outputs: Vec::with_capacity(outputs.len()),
+                moves: apply_moves(&mut i.data, i.policy.as_mut(), moves),
             };
             let mut in_open = Vec::with_capacity(inputs.len());
             let mut out_open = Vec::with_capacity(outputs.len());
@@ -104,16 +177,11 @@ impl Manager {
     ) -> Result<usize> {
         self.with(|m, p| {
             for &id in evict {
-                m.ensure_unpinned(id, "evict")?;
-                p.evict(m, id)?;
+                evict_one(m, p, id)?;
             }
             let mut missed = 0;
             for &(id, at) in prefetch {
-                m.object(id)?;
-                p.prefetch_at(m, id, at)?;
-                if m.device_of(m.primary(id)?)? != 0 {
-                    missed += 1;
-                }
+                missed += usize::from(!prefetch_one(m, p, id, at)?);
             }
             Ok(missed)
         })
@@ -137,16 +205,19 @@ impl Manager {
     }
 
     /// Charge the op's operands (as [`Manager::charge`]), close every ticket (as
-    /// [`Manager::close`]) and soft-evict `softevict` (as [`Manager::softevict`]), under one
-    /// lock. Every ticket is closed even if an earlier one fails; the first error is
-    /// returned. The emulated time charged is waited out after the lock is released.
+    /// [`Manager::close`]), soft-evict `softevict` (as [`Manager::softevict`]) and evict
+    /// `evict` (a plan's evictions after the op; a refused one is counted, the rest still
+    /// run), under one lock. Every ticket is closed even if an earlier one fails; the first
+    /// error is returned. Returns the evictions refused. The emulated time charged is waited
+    /// out after the lock is released.
     pub fn op_close(
         &self,
         tickets: &[GuardTicket],
         charges: &[(ObjectId, u64, u64)],
         threads: usize,
         softevict: &[ObjectId],
-    ) -> Result<()> {
+        evict: &[ObjectId],
+    ) -> Result<usize> {
         let mut per_device = vec![(0u64, 0u64, 0u64); self.devices.len()];
         let (charges_operands, result) = self.with_inner(|i| {
             let mut first: Option<Error> = None;
@@ -169,14 +240,20 @@ impl Manager {
                     first.get_or_insert(e);
                 }
             }
+            let mut refused = 0;
             if first.is_none() {
                 for &id in softevict {
                     if let Err(e) = i.policy.softevict(&mut i.data, id) {
                         first.get_or_insert(e);
                     }
                 }
+                let moves = Moves {
+                    prefetch: &[],
+                    evict,
+                };
+                refused = apply_moves(&mut i.data, i.policy.as_mut(), moves).refused;
             }
-            Ok((charges_operands, first.map_or(Ok(()), Err)))
+            Ok((charges_operands, first.map_or(Ok(refused), Err)))
         })?;
         if charges_operands {
             self.charge_devices(&per_device, threads);

@@ -271,28 +271,26 @@ fn planned_places_as_asked_and_moves_only_when_told() {
 
 #[test]
 fn op_open_places_each_output_where_asked() {
+    use tiermem_core::manager::OpRequest;
     use tiermem_core::mechanism::GuardUse;
     let m = two_tier(1 << 20, 8 << 20, "planned");
     let x = m.alloc(4096, Place::Fast).unwrap();
     let o = m
-        .op_open(
-            &[(x, GuardUse::Read)],
-            &[4096, 8192],
-            &[Place::Slow, Place::Fast],
-            &[],
-            false,
-        )
+        .op_open(&OpRequest {
+            inputs: &[(x, GuardUse::Read)],
+            outputs: &[4096, 8192],
+            places: &[Place::Slow, Place::Fast],
+            ..OpRequest::default()
+        })
         .unwrap();
-    m.op_close(&o.tickets, &[], 1, &[]).unwrap();
+    m.op_close(&o.tickets, &[], 1, &[], &[]).unwrap();
     assert!(!m.in_fast(o.outputs[0]).unwrap() && m.in_fast(o.outputs[1]).unwrap());
     let err = m
-        .op_open(
-            &[],
-            &[4096, 4096],
-            &[Place::Fast, Place::Fast, Place::Slow],
-            &[],
-            false,
-        )
+        .op_open(&OpRequest {
+            outputs: &[4096, 4096],
+            places: &[Place::Fast, Place::Fast, Place::Slow],
+            ..OpRequest::default()
+        })
         .unwrap_err();
     assert!(err.to_string().contains("3 places for 2 outputs"), "{err}");
     m.check().unwrap();
@@ -300,19 +298,19 @@ fn op_open_places_each_output_where_asked() {
 
 #[test]
 fn planned_follows_offsets_and_counts_misses() {
+    use tiermem_core::manager::OpRequest;
     use tiermem_core::mechanism::GuardUse;
     let m = two_tier(1 << 20, 8 << 20, "planned");
     // Outputs made at the offsets asked for, in reverse address order.
     let o = m
-        .op_open(
-            &[],
-            &[4096, 4096],
-            &[Place::Fast],
-            &[Some(65536), Some(0)],
-            false,
-        )
+        .op_open(&OpRequest {
+            outputs: &[4096, 4096],
+            places: &[Place::Fast],
+            offsets: &[Some(65536), Some(0)],
+            ..OpRequest::default()
+        })
         .unwrap();
-    m.op_close(&o.tickets, &[], 1, &[]).unwrap();
+    m.op_close(&o.tickets, &[], 1, &[], &[]).unwrap();
     let (a, b) = (o.outputs[0], o.outputs[1]);
     let addr = |id| m.read(id).unwrap().as_slice().as_ptr() as usize;
     assert_eq!(addr(a) - addr(b), 65536);
@@ -329,9 +327,14 @@ fn planned_follows_offsets_and_counts_misses() {
     assert_eq!(misses(&m), 0);
     // A taken span: made elsewhere in fast memory, and counted.
     let c = m
-        .op_open(&[], &[4096], &[Place::Fast], &[Some(2048)], false)
+        .op_open(&OpRequest {
+            outputs: &[4096],
+            places: &[Place::Fast],
+            offsets: &[Some(2048)],
+            ..OpRequest::default()
+        })
         .unwrap();
-    m.op_close(&c.tickets, &[], 1, &[]).unwrap();
+    m.op_close(&c.tickets, &[], 1, &[], &[]).unwrap();
     assert!(m.in_fast(c.outputs[0]).unwrap());
     assert_eq!(misses(&m), 1);
     // A planned prefetch lands at its offset; one into a taken span goes elsewhere.
@@ -345,10 +348,94 @@ fn planned_follows_offsets_and_counts_misses() {
     assert_eq!(misses(&m), 2);
     // An unaligned offset is a miss, not an error.
     let u = m
-        .op_open(&[], &[64], &[Place::Fast], &[Some(7)], false)
+        .op_open(&OpRequest {
+            outputs: &[64],
+            places: &[Place::Fast],
+            offsets: &[Some(7)],
+            ..OpRequest::default()
+        })
         .unwrap();
-    m.op_close(&u.tickets, &[], 1, &[]).unwrap();
+    m.op_close(&u.tickets, &[], 1, &[], &[]).unwrap();
     assert_eq!(misses(&m), 3);
     let _ = GuardUse::Read;
+    m.check().unwrap();
+}
+
+#[test]
+fn a_plans_moves_ride_on_the_ops_two_calls() {
+    use tiermem_core::manager::{Moves, MovesDone, OpRequest};
+    use tiermem_core::mechanism::GuardUse;
+    let m = two_tier(1 << 20, 8 << 20, "planned");
+    let (a, b) = (
+        m.alloc(4096, Place::Fast).unwrap(),
+        m.alloc(4096, Place::Slow).unwrap(),
+    );
+    m.write(b).unwrap().as_mut_slice().fill(5);
+    let gone = m.alloc(64, Place::Slow).unwrap();
+    m.free(gone).unwrap();
+    // Before the op: `a` leaves fast memory, `b` comes in at offset 0; a freed object is
+    // one refusal, and the rest still run.
+    let o = m
+        .op_open(&OpRequest {
+            inputs: &[(b, GuardUse::Read)],
+            outputs: &[4096],
+            places: &[Place::Fast],
+            moves: Moves {
+                prefetch: &[(b, Some(0)), (gone, None)],
+                evict: &[a],
+            },
+            ..OpRequest::default()
+        })
+        .unwrap();
+    assert_eq!(
+        o.moves,
+        MovesDone {
+            missed: 0,
+            refused: 1
+        }
+    );
+    assert!(!m.in_fast(a).unwrap() && m.in_fast(b).unwrap());
+    assert_eq!(o.addrs[0], m.read(b).unwrap().as_slice().as_ptr() as usize);
+    // After it, in the closing call: `b` and the output leave (once unpinned); evicting
+    // the freed object is refused and counted.
+    let out = o.outputs[0];
+    let refused = m
+        .op_close(&o.tickets, &[], 1, &[], &[b, gone, out])
+        .unwrap();
+    assert_eq!(refused, 1);
+    assert!(!m.in_fast(b).unwrap() && !m.in_fast(out).unwrap());
+    assert!(m.read(b).unwrap().as_slice().iter().all(|&x| x == 5));
+    m.check().unwrap();
+}
+
+#[test]
+fn the_mover_prefetches_and_writes_back_without_the_caller_waiting() {
+    use std::sync::Arc;
+    use tiermem_core::manager::{Move, Mover, MoverCounts};
+    let m = Arc::new(two_tier(1 << 20, 8 << 20, "lru_in_place"));
+    let s = m.alloc(4096, Place::Slow).unwrap();
+    m.write(s).unwrap().as_mut_slice().fill(9);
+    let f = m.alloc(4096, Place::Fast).unwrap();
+    m.write(f).unwrap().as_mut_slice().fill(4); // dirty in fast memory
+    let gone = m.alloc(64, Place::Slow).unwrap();
+    m.free(gone).unwrap();
+    let mut mover = Mover::start(m.clone()).unwrap();
+    mover.push(Move::Prefetch(s));
+    mover.push(Move::Writeback(f));
+    mover.push(Move::Prefetch(gone));
+    mover.stop(); // after the queued requests
+    assert_eq!(
+        mover.counts(),
+        MoverCounts {
+            prefetched: 1,
+            written_back: 1,
+            skipped: 1
+        }
+    );
+    assert!(m.in_fast(s).unwrap());
+    assert!(m.read(s).unwrap().as_slice().iter().all(|&x| x == 9));
+    mover.push(Move::Prefetch(f)); // ignored once stopped
+    assert_eq!(mover.counts().prefetched, 1);
+    drop(mover);
     m.check().unwrap();
 }

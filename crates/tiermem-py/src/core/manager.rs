@@ -1,13 +1,13 @@
 //! `tiermem._tiermem.Manager`: the core manager behind an `Arc`, every call made with the GIL
 //! released.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use tiermem_core::counters::Recorder;
 use tiermem_core::device;
-use tiermem_core::manager::Manager;
+use tiermem_core::manager::{Manager, Move, Mover, Moves, OpRequest};
 use tiermem_core::mechanism::{self, GuardUse, Place};
 use tiermem_core::policy;
 
@@ -27,6 +27,15 @@ enum PlaceCodes {
     One(i64),
     Each(Vec<i64>),
 }
+
+/// A plan's moves for an op: `(prefetch as (id, heap offset or None), evict)`.
+type PlanMoves = (Vec<(u64, Option<u64>)>, Vec<u64>);
+
+/// An op's outputs for `op_open`: `(sizes, place codes, heap offsets)`.
+type OpOutputs = (Vec<u64>, PlaceCodes, Vec<Option<u64>>);
+
+/// What `op_open` returns: tickets, addresses, output ids, `(moves missed, moves refused)`.
+type OpOpened = (Vec<u64>, Vec<usize>, Vec<u64>, (usize, usize));
 
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
 #[pyclass(name = "Manager", module = "tiermem._tiermem", frozen)]
@@ -135,21 +144,23 @@ impl PyManager {
         run(py, || self.inner.close(ticket))
     }
 
-    /// Open one op: a guard per input `(id, write)`, then (or first, with `outputs_first`)
-    /// a new object of each `outputs` size at `place_code` (one code for all, or a list with
-    /// one per output; at the heap offsets `offsets` gives, one per output or none, for the
-    /// `planned` policy) with an overwrite guard. Returns `(tickets, addresses, output ids)`,
-    /// inputs' tickets first. All or nothing.
-    #[pyo3(signature = (inputs, outputs, place_code, outputs_first, offsets = Vec::new()))]
+    /// Open one op: first a plan's `moves` (`(prefetch, evict)`, as `plan_moves`, each
+    /// refusal counted), then a guard per input `(id, write)`, then (or first, with
+    /// `outputs_first`) the `outputs`: `(sizes, place_code, offsets)`, a new object of each
+    /// size at `place_code` (one code for all, or a list with one per output; at the heap
+    /// offsets `offsets` gives, one per output or none, for the `planned` policy) with an
+    /// overwrite guard. Returns `(tickets, addresses, output ids, (moves missed, moves
+    /// refused))`, inputs' tickets first. All or nothing for the guards and outputs.
+    #[pyo3(signature = (inputs, outputs, outputs_first, moves = None))]
     fn op_open(
         &self,
         py: Python<'_>,
         inputs: Vec<(u64, bool)>,
-        outputs: Vec<u64>,
-        place_code: PlaceCodes,
+        outputs: OpOutputs,
         outputs_first: bool,
-        offsets: Vec<Option<u64>>,
-    ) -> PyResult<(Vec<u64>, Vec<usize>, Vec<u64>)> {
+        moves: Option<PlanMoves>,
+    ) -> PyResult<OpOpened> {
+        let (outputs, place_code, offsets) = outputs;
         let p: Vec<Place> = match place_code {
             PlaceCodes::One(c) => vec![place(c)?],
             PlaceCodes::Each(cs) => cs.into_iter().map(place).collect::<PyResult<_>>()?,
@@ -158,15 +169,31 @@ impl PyManager {
             .into_iter()
             .map(|(id, w)| (id, if w { GuardUse::Write } else { GuardUse::Read }))
             .collect();
-        let o = run(py, || {
-            self.inner
-                .op_open(&inputs, &outputs, &p, &offsets, outputs_first)
-        })?;
-        Ok((o.tickets, o.addrs, o.outputs))
+        let (prefetch, evict) = moves.unwrap_or_default();
+        let req = OpRequest {
+            inputs: &inputs,
+            outputs: &outputs,
+            places: &p,
+            offsets: &offsets,
+            outputs_first,
+            moves: Moves {
+                prefetch: &prefetch,
+                evict: &evict,
+            },
+        };
+        let o = run(py, || self.inner.op_open(&req))?;
+        Ok((
+            o.tickets,
+            o.addrs,
+            o.outputs,
+            (o.moves.missed, o.moves.refused),
+        ))
     }
 
     /// Close one op: charge `(id, bytes read, bytes written)` per operand on `threads`
-    /// threads, close every ticket, soft-evict `softevict`. Every ticket closes.
+    /// threads, close every ticket, soft-evict `softevict`, evict `evict` (a plan's
+    /// evictions after the op). Every ticket closes. Returns the evictions refused.
+    #[pyo3(signature = (tickets, charges, threads, softevict, evict = Vec::new()))]
     fn op_close(
         &self,
         py: Python<'_>,
@@ -174,9 +201,11 @@ impl PyManager {
         charges: Vec<(u64, u64, u64)>,
         threads: usize,
         softevict: Vec<u64>,
-    ) -> PyResult<()> {
+        evict: Vec<u64>,
+    ) -> PyResult<usize> {
         run(py, || {
-            self.inner.op_close(&tickets, &charges, threads, &softevict)
+            self.inner
+                .op_close(&tickets, &charges, threads, &softevict, &evict)
         })
     }
 
@@ -381,4 +410,88 @@ impl PyRecorder {
 #[pyfunction]
 pub fn remove_device_files() -> usize {
     tiermem_core::sys::devfile::remove_created()
+}
+
+/// A background mover over a manager (see `tiermem_core::manager::Mover`): requests are
+/// queued without waiting or releasing the GIL; its thread never takes the GIL.
+#[pyclass(name = "Mover", module = "tiermem._tiermem", frozen)]
+pub struct PyMover {
+    mover: Mutex<Option<Mover>>,
+}
+
+impl PyMover {
+    fn push(&self, m: Move) {
+        if let Some(mv) = self
+            .mover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            mv.push(m);
+        }
+    }
+}
+
+#[pymethods]
+impl PyMover {
+    #[new]
+    fn new(manager: &PyManager) -> PyResult<Self> {
+        let mover = Mover::start(Arc::clone(&manager.inner)).map_err(to_py)?;
+        Ok(PyMover {
+            mover: Mutex::new(Some(mover)),
+        })
+    }
+
+    /// Queue a forced prefetch of object `id` into fast memory.
+    fn prefetch(&self, id: u64) {
+        self.push(Move::Prefetch(id));
+    }
+
+    /// Queue a write-back of object `id` (left clean where it is).
+    fn writeback(&self, id: u64) {
+        self.push(Move::Writeback(id));
+    }
+
+    /// `(prefetched, written back, skipped)` so far.
+    fn counts(&self) -> (u64, u64, u64) {
+        let guard = self
+            .mover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let c = guard.as_ref().map(Mover::counts).unwrap_or_default();
+        (c.prefetched, c.written_back, c.skipped)
+    }
+
+    /// Stop after the requests already queued and wait for the thread (GIL released);
+    /// later requests are ignored. Returns the final `(prefetched, written back, skipped)`.
+    fn stop(&self, py: Python<'_>) -> (u64, u64, u64) {
+        let taken = self
+            .mover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(mut mover) = taken else {
+            return (0, 0, 0);
+        };
+        let c = py.detach(move || {
+            mover.stop();
+            mover.counts()
+        });
+        (c.prefetched, c.written_back, c.skipped)
+    }
+}
+
+impl Drop for PyMover {
+    fn drop(&mut self) {
+        // Stopping joins the thread, which may wait for the manager lock while a Python
+        // policy under it needs the GIL: done with the GIL released (as `Shared` drops).
+        let taken = self
+            .mover
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(m) = taken {
+            Python::try_attach(|py| py.detach(move || drop(m)));
+        }
+    }
 }

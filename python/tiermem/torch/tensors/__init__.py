@@ -1,7 +1,9 @@
 """Tiered tensors: train unmodified ``torch.nn`` models whose tensors live in tiered memory
 (see :mod:`tiermem.torch.tensors.tiering`)."""
 
-from .tensor import TieredTensor
+from .observer import Moves, Observer, OpEnd
+from .tensor import TensorObject, TieredTensor
 from .tiering import VARIANTS, Tiering, Variant
+from .train import TrainStep
 
-__all__ = ["Tiering", "TieredTensor", "Variant", "VARIANTS"]
+__all__ = ["Tiering", "TieredTensor", "Variant", "VARIANTS", "Observer", "OpEnd", "Moves", "TrainStep", "TensorObject"]

@@ -1,6 +1,7 @@
 """Look-ahead prefetch and write-behind for tiered tensors (the ``async`` variant).
 
-A copy thread does two things while ops compute. **Write-behind**: a forward op's inputs,
+A mover thread (the core's ``Mover``: a Rust thread fed by a queue, which never takes the
+GIL, so queueing costs the step no hand-off) does two things while ops compute. **Write-behind**: a forward op's inputs,
 soft-evicted after it (Listing 4.6), are the next eviction victims, oldest first; once
 :data:`BEHIND_LAG` of the budget has been soft-evicted after one that is still alive (so it
 is saved for backward, not a temporary, and will be evicted), the thread writes it to the
@@ -23,11 +24,12 @@ object (a stale id is simply not found).
 
 from __future__ import annotations
 
-import queue
-import threading
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
+
+from ..._tiermem import Mover
+from .observer import Moves, Observer, OpEnd
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tensor import TensorObject
@@ -44,29 +46,39 @@ WINDOW = 16
 BEHIND_LAG = 0.5
 
 
-class Lookahead:
-    """Per-iteration op traces and the copy thread that acts on them."""
+class Lookahead(Observer):
+    """Per-iteration op traces and the copy thread that acts on them (an observer of the
+    tiering it is attached to)."""
 
-    def __init__(self, tiering: Tiering, depth: int) -> None:
-        self.tiering = tiering
+    name = "lookahead"
+
+    def __init__(self, depth: int) -> None:
         self.depth = depth
         self.prev: list[tuple[str, tuple[Key, ...]]] = []
         self.cur: list[tuple[str, tuple[Key, ...]]] = []
-        self.made: dict[tuple[int, int], int] = {}
+        self.made_ids: dict[tuple[int, int], int] = {}
         self.issued: set[int] = set()
+        self._fetched: dict[int, int] = {}  # object id -> the op position that queued it
         self.pmap: dict[int, int] = {}  # previous trace position -> this iteration's
         self.cursor = 0
-        self._queue: queue.SimpleQueue[tuple[str, int] | None] = queue.SimpleQueue()
+        self._mover: Mover | None = None
+        self._final: tuple[int, int, int] | None = None
         self._behind: deque[tuple[int, weakref.ref]] = deque()
         self._marked = 0  # bytes soft-evicted this iteration
-        self._lag = int(tiering.budget * BEHIND_LAG)
-        self._counts = {"queued": 0, "prefetched": 0, "skipped": 0, "mismatches": 0, "resyncs": 0, "written_behind": 0}
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._work, name="tiermem-prefetch", daemon=True)
-        self._thread.start()
+        self._lag = 0
+        self._counts = {"queued": 0, "behind_queued": 0, "kept": 0, "mismatches": 0, "resyncs": 0}
 
-    def note_made(self, pos: int, k: int, oid: int) -> None:
-        self.made[(pos, k)] = oid
+    def attach(self, tiering: Tiering) -> None:
+        self.tiering = tiering
+        self._lag = int(tiering.budget * BEHIND_LAG)
+        self._mover = Mover(tiering._native)
+
+    def made(self, pos: int, k: int, obj: TensorObject) -> None:
+        self.made_ids[(pos, k)] = obj.id
+
+    def op_end(self, event: OpEnd) -> None:
+        for obj in event.softevicted:
+            self.behind(obj)
 
     def _key(self, obj: TensorObject) -> Key:
         b = obj.born
@@ -80,18 +92,19 @@ class Lookahead:
         self._behind.append((self._marked, weakref.ref(obj)))
         while self._behind and self._marked - self._behind[0][0] > self._lag:
             alive = self._behind.popleft()[1]()
-            if alive is not None:
-                self._queue.put(("w", alive.id))
+            if alive is not None and self._mover is not None:
+                self._counts["behind_queued"] += 1
+                self._mover.writeback(alive.id)
 
-    def before_op(self, name: str, pos: int, operands: dict[int, Any]) -> None:
+    def op_start(self, pos: int, name: str, objs: list[TensorObject]) -> Moves | None:
         """Record op ``pos``, find it in the previous iteration's trace (allowing a few
         inserted or missing ops), and queue the inputs of the ops after it."""
-        self.cur.append((name, tuple(self._key(op.obj) for op in operands.values())))
+        self.cur.append((name, tuple(self._key(obj) for obj in objs)))
         if not self.prev:
-            return
+            return None
         c = self._find(name)
         if c is None:
-            return
+            return None
         self.pmap[c] = pos
         self.cursor = c + 1
         for j in range(c + 1, min(c + 1 + self.depth, len(self.prev))):
@@ -101,12 +114,24 @@ class Lookahead:
             for kind, a, b in self.prev[j][1]:
                 if kind == "o":
                     now = self.pmap.get(a)
-                    oid = None if now is None else self.made.get((now, b))
+                    oid = None if now is None else self.made_ids.get((now, b))
                 else:
                     oid = a
-                if oid is not None:
-                    self._counts["queued"] += 1
-                    self._queue.put(("p", oid))
+                if oid is None:
+                    continue
+                if self._fetched.get(oid, -self.depth - 1) >= pos - self.depth or (
+                    any(o.id == oid for o in objs) and not self.tiering.soft_evicts_now()
+                ):
+                    # Asked for within the last `depth` ops (in flight or landed; a
+                    # soft-eviction since moves nothing), or an operand of this op, which
+                    # stays where it is for the next (pinned now, and not soft-evicted after).
+                    self._counts["kept"] += 1
+                    continue
+                self._fetched[oid] = pos
+                self._counts["queued"] += 1
+                if self._mover is not None:
+                    self._mover.prefetch(oid)
+        return None
 
     def _find(self, name: str) -> int | None:
         """Position of this op in the previous trace: the cursor, or the first match within
@@ -119,38 +144,29 @@ class Lookahead:
         self._counts["mismatches"] += 1
         return None
 
-    def end_iteration(self) -> None:
+    def iteration(self, iteration: int) -> None:
         if self.cur:
             self.prev = self.cur
         self.cur = []
-        self.made = {}
+        self.made_ids = {}
         self.pmap = {}
         self.issued = set()
+        self._fetched = {}
         self.cursor = 0
         self._behind.clear()
         self._marked = 0
 
-    def _work(self) -> None:
-        native = self.tiering._native
-        while True:
-            task = self._queue.get()
-            if task is None:
-                return
-            kind, oid = task
-            try:
-                if kind == "w":
-                    self._counts["written_behind"] += bool(native.writeback(oid))
-                else:
-                    native.prefetch(oid, True)
-                    self._counts["prefetched"] += 1
-            except Exception:
-                self._counts["skipped"] += 1
+    def close(self) -> None:
+        if self._mover is not None:
+            self._final = self._mover.stop()
+            self._mover = None
 
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=10)
-
-    def stats(self) -> dict[str, int]:
-        """Operands queued, prefetched, skipped (freed or no room), written behind, ops
+    def stats(self) -> dict[str, Any]:
+        """Operands queued for prefetch and for write-behind, prefetched, written behind,
+        skipped (freed, pinned, no room, or nothing to write), kept (not queued: asked
+        for within the last ``depth`` ops, or an operand of the op running then, which stays
+        where it is for the next), ops
         matched after a skip (resyncs) and ops not found in the previous trace (mismatches)."""
-        return dict(self._counts)
+        done = self._final if self._mover is None else self._mover.counts()
+        prefetched, written, skipped = done or (0, 0, 0)
+        return dict(self._counts) | {"prefetched": prefetched, "written_behind": written, "skipped": skipped}

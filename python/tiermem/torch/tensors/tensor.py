@@ -24,7 +24,7 @@ from ...exceptions import InvalidArgumentError
 if TYPE_CHECKING:  # pragma: no cover
     from .tiering import Tiering
 
-__all__ = ["TieredTensor", "TensorObject", "plain_over", "itemsize", "flat_args", "rebuild_args"]
+__all__ = ["TieredTensor", "TensorObject", "plain_over", "itemsize", "flat_args", "rebuild_args", "signature"]
 
 
 class TensorObject:
@@ -96,6 +96,22 @@ def rebuild_args(args: tuple, kwargs: dict, leaves: list[Any]) -> tuple[tuple, d
 
     new_args = tuple(take(a) for a in args)
     return new_args, {k: take(v) for k, v in kwargs.items()}
+
+
+def signature(name: str, flat: list[Any], lens: tuple[int, ...], kwargs: dict[str, Any]) -> str:
+    """A kernel's signature, as AutoTM keys its profile cache: the op, and each argument's
+    shape, strides, dtype and offset (tensors; tiered ones with their object's size) or value
+    (anything else)."""
+    parts = [name, repr(lens), ",".join(kwargs)]
+    for x in flat:
+        if isinstance(x, TieredTensor):
+            size, stride, dtype, off = x._key
+            parts.append(f"T{x._obj.nbytes}:{list(size)}:{list(stride)}:{dtype}:{off}")
+        elif isinstance(x, torch.Tensor):
+            parts.append(f"P{list(x.shape)}:{list(x.stride())}:{x.dtype}")
+        else:
+            parts.append(repr(x)[:64])
+    return "|".join(parts)
 
 
 def span_bytes(size: Any, stride: Any, itemsize: int) -> int:

@@ -26,8 +26,11 @@ Design (thesis §4.4-4.5, Listing 4.6, brought to eager PyTorch)::
   nothing, and prefetches the inputs of the next ops, found in the previous iteration's op
   trace; see :mod:`tiermem.torch.tensors.lookahead`).
   Baselines: ``all-fast``, ``all-slow``, ``first-touch``, ``2lm-model``. ``planned`` follows a
-  plan from :mod:`tiermem.plan` (``Tiering(..., variant="planned", plan=..., graph=...)``;
-  see :mod:`tiermem.torch.tensors.planned`).
+  plan from :mod:`tiermem.plan` (``tiermem.plan.torch.planned(devices, graph, plan)``, a tiering
+  watched by the plan's :class:`~tiermem.plan.torch.Executor`).
+* What watches the step (the ``async`` variant's copy thread, a planner's recorder, a plan's
+  executor, a user's own) is an :class:`~tiermem.torch.tensors.observer.Observer`
+  (``Tiering(..., observers=[...])`` or :meth:`Tiering.watch`), told of every op and tensor.
 * The fast device's capacity is the budget; nothing tiered exceeds it. An op whose outputs
   alone exceed it raises :class:`~tiermem.BudgetError`; :meth:`Tiering.check` finds such ops
   before training by tracing one step on the meta device.
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,16 +48,25 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..._tiermem import MEMORY_ALIGN
-from ...exceptions import BudgetError, DeviceFullError, InvalidArgumentError
+from ...exceptions import BudgetError, DeviceFullError, InvalidArgumentError, TiermemError
 from ...manager import DeviceList, Manager
-from ...plan import Graph, Plan
 from ...policies import FAST as _FAST
 from ...policies import SLOW as _SLOW
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
+from .observer import HOOKS, Moves, Observer, OpEnd, overridden
 from .ops import OpInfo, meta_like, op_info
-from .planned import Executor, Recorder, signature
-from .tensor import TensorObject, TieredTensor, check_supported, flat_args, itemsize, plain_over, rebuild_args, span_bytes
+from .tensor import (
+    TensorObject,
+    TieredTensor,
+    check_supported,
+    flat_args,
+    itemsize,
+    plain_over,
+    rebuild_args,
+    signature,
+    span_bytes,
+)
 
 __all__ = ["Tiering", "Variant", "VARIANTS", "TieredTensor"]
 
@@ -93,6 +105,8 @@ VARIANTS: dict[str, Variant] = {
     # as the model is wrapped, the first iteration) starts at home, out of the plan's heap.
     "planned": Variant("planned", local=False, budget=False),
 }
+
+_NO_MOVES = (0, 0)
 
 
 def _round(n: int) -> int:
@@ -163,8 +177,9 @@ class Tiering:
         manager: an existing :class:`~tiermem.Manager` (its policy must be the variant's).
         threads: threads ATen kernels write with (for the emulated write cost; default
             ``torch.get_num_threads()``).
-        plan, graph: for the ``planned`` variant, the :class:`~tiermem.plan.Plan` to follow and
-            the :class:`~tiermem.plan.Graph` it was made for.
+        observers: what watches the step (:class:`~tiermem.torch.tensors.observer.Observer`;
+            more with :meth:`watch`). The ``planned`` variant needs one that places tensors:
+            a plan's :class:`~tiermem.plan.torch.Executor`.
     """
 
     def __init__(
@@ -174,8 +189,7 @@ class Tiering:
         *,
         manager: Manager | None = None,
         threads: int | None = None,
-        plan: Plan | None = None,
-        graph: Graph | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         if isinstance(variant, str):
             if variant not in VARIANTS:
@@ -213,19 +227,49 @@ class Tiering:
             "inplace_ops": 0,
             "freed_at_once": 0,
             "freed_late": 0,
+            "observer_evictions_refused": 0,
         }
         self.fallbacks: dict[str, int] = {}
-        self._lookahead = Lookahead(self, v.lookahead) if v.lookahead else None
-        #: Watches iterations to make a graph (see :func:`tiermem.bench.plan.capture`).
-        self.recorder: Recorder | None = None
-        self._executor: Executor | None = None
-        if v.policy == "planned":
-            if plan is None or graph is None:
-                raise InvalidArgumentError("the planned variant needs plan= and graph= (from tiermem.plan)")
-            self._executor = Executor(self, graph, plan)
-            self._executor.start_iteration(0)
-        elif plan is not None or graph is not None:
-            raise InvalidArgumentError(f"plan= and graph= are for the planned variant, not {self.variant_name!r}")
+        #: What watches the step, in the order attached.
+        self.observers: list[Observer] = []
+        self._hooks: dict[str, list[Callable[..., Any]]] = {h: [] for h in HOOKS}
+        self._placer: Observer | None = None
+        self._timed = False
+        for o in observers:
+            self.watch(o)
+        if v.lookahead:
+            self.watch(Lookahead(v.lookahead))
+        if v.policy == "planned" and self._placer is None:
+            raise InvalidArgumentError(
+                "the planned variant follows a plan: build it with tiermem.plan.torch.planned(devices, graph, plan) "
+                "(or pass observers=[tiermem.plan.torch.Executor(graph, plan)])"
+            )
+
+    def watch(self, observer: Observer) -> Observer:
+        """Let ``observer`` watch this tiering's ops from now on (it is told the current
+        iteration first). At most one observer places tensors. Returns ``observer``."""
+        if not isinstance(observer, Observer):
+            raise InvalidArgumentError(f"an observer must subclass tiermem.torch.tensors.Observer, got {type(observer).__name__}")
+        if self._closed:
+            raise InvalidArgumentError("this Tiering is closed")
+        if overridden(observer, "place"):
+            if self._placer is not None:
+                raise InvalidArgumentError(
+                    f"{type(observer).__name__} places tensors, and {type(self._placer).__name__} already does"
+                )
+            if self.variant.policy != "planned":
+                raise InvalidArgumentError(
+                    f"{type(observer).__name__} places tensors by a plan: it needs the planned variant, not {self.variant_name!r}"
+                )
+            self._placer = observer
+        observer.attach(self)
+        self.observers.append(observer)
+        for h in HOOKS:
+            if overridden(observer, h):
+                self._hooks[h].append(getattr(observer, h))
+        self._timed = self._timed or observer.timed
+        observer.iteration(self.iteration)
+        return observer
 
     # ------------------------------------------------------------------ objects
 
@@ -233,8 +277,9 @@ class Tiering:
         n = _round(nbytes)
         where = _FAST if self.variant.local else _SLOW
         offset = None
-        if self._executor is not None and born is not None:
-            where, offset = self._executor.place_of(born[1], born[2], n)
+        if self._placer is not None and born is not None:
+            codes, offsets = self._placer.place(born[1], born[2], [n])
+            where, offset = codes[0], offsets[0]
         try:
             oid = int(self._native.alloc(n, where, offset))
         except DeviceFullError:
@@ -244,15 +289,17 @@ class Tiering:
             if not self._collect():
                 raise
             oid = int(self._native.alloc(n, where, offset))
-        if born is not None and self._lookahead is not None:
-            self._lookahead.note_made(born[1], born[2], oid)
-        return TensorObject(self, oid, n, born)
+        obj = TensorObject(self, oid, n, born)
+        if born is not None:
+            for h in self._hooks["made"]:
+                h(born[1], born[2], obj)
+        return obj
 
     def _release(self, oid: int) -> None:
         if self._closed:
             return
-        if self.recorder is not None:
-            self.recorder.freed(oid)
+        for h in self._hooks["freed"]:
+            h(oid)
         if self.variant.prompt_free:
             self._free(oid)
             self._stats["freed_at_once"] += 1
@@ -279,14 +326,18 @@ class Tiering:
         check_supported(x, "tensor")
         x = x.detach()
         born = None
-        watched = kernel and (self.recorder is not None or self._executor is not None)
+        hooks = self._hooks
+        # A copy-in is a kernel of the step ("input") for observers that follow ops.
+        watched = kernel and bool(hooks["op_start"] or hooks["op_end"])
+        pos, start = 0, 0.0
         if watched:
             pos = self._pos
             self._pos += 1
             born = (self.iteration, pos, 0)
-            if self._executor is not None:
-                self._executor.before(pos, "input", [])
-                self._executor.during(pos)
+            for h in hooks["op_start"]:
+                h(pos, "input", [])  # no operands: nothing to move
+            for h in hooks["op_open"]:
+                h(pos, _NO_MOVES)
             start = time.perf_counter()
         obj = self._alloc(x.numel() * x.element_size(), born)
         stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
@@ -297,11 +348,20 @@ class Tiering:
         finally:
             self._native.close(ticket)
         if watched:
-            if self.recorder is not None:
-                sig = f"input|{x.dtype}|{list(x.shape)}"
-                self.recorder.kernel(pos, "input", [(obj, "make")], time.perf_counter() - start, sig)
-            if self._executor is not None:
-                self._executor.made(pos, 0, obj)
+            after: list[int] = []
+            for h in hooks["op_closing"]:
+                after += h(pos) or ()
+            refused = 0
+            if after:  # the copy-in is not one op_open/op_close pair: its evictions cross on their own
+                try:
+                    self._native.plan_moves([], after)
+                except TiermemError:
+                    refused = len(after)
+                    self._stats["observer_evictions_refused"] += refused
+            sig = f"input|{x.dtype}|{list(x.shape)}"
+            event = OpEnd(pos, "input", [(obj, "make")], time.perf_counter() - start, [], lambda: sig, refused)
+            for h in hooks["op_end"]:
+                h(event)
         rg = x.requires_grad if requires_grad is None else requires_grad
         return TieredTensor(obj, x.shape, stride, 0, x.dtype, requires_grad=rg)
 
@@ -363,35 +423,33 @@ class Tiering:
 
     def end_iteration(self) -> None:
         """Free what waited for the end of the iteration (variant ``L``) and start the next
-        iteration's op trace."""
+        iteration (every observer is told)."""
         self._collect()
-        if self._lookahead is not None:
-            self._lookahead.end_iteration()
         self.iteration += 1
         self._pos = 0
-        if self.recorder is not None:
-            self.recorder.start_iteration(self.iteration)
-        if self._executor is not None:
-            self._executor.start_iteration(self.iteration)
+        for h in self._hooks["iteration"]:
+            h(self.iteration)
 
     def close(self) -> None:
-        """Stop the copy thread and free every pending object; later frees are ignored."""
-        if self._lookahead is not None:
-            self._lookahead.stop()
-        if self._executor is not None:
-            self._executor.close()
+        """Close every observer (copy threads stop) and free every pending object; later
+        frees are ignored."""
+        if self._closed:
+            return
+        for h in self._hooks["close"]:
+            h()
         self.end_iteration()
         self._closed = True
 
     def stats(self) -> dict[str, Any]:
-        """Op counts (``.out`` ops, fallbacks and their bytes, views, in-place), frees, and the
-        copy thread's prefetches."""
+        """Op counts (``.out`` ops, fallbacks and their bytes, views, in-place), frees, and
+        each observer's counts under its name (the copy thread's ``lookahead``, a plan's
+        ``plan``)."""
         s: dict[str, Any] = dict(self._stats)
         s["fallbacks"] = dict(self.fallbacks)
-        if self._lookahead is not None:
-            s["lookahead"] = self._lookahead.stats()
-        if self._executor is not None:
-            s["plan"] = dict(self._executor.counts) | (self.manager.policy_stats() or {})
+        for o in self.observers:
+            st = o.stats()
+            if st is not None:
+                s[o.name] = st
         return s
 
     # ------------------------------------------------------------------ dispatch
@@ -506,17 +564,22 @@ class Tiering:
         self._stats["ops"] += 1
         if plan is not None and self.variant.budget:
             self._check_budget(info, plan, operands)
-        if self._lookahead is not None:
-            self._lookahead.before_op(info.name, pos, operands)
-        if self._executor is not None:
-            self._executor.before(pos, info.name, [op.obj for op in operands.values()])
-        start = time.perf_counter() if self.recorder is not None else 0.0
-        # One crossing opens the op: every operand's guard and every planned output (made
-        # first when guards bring inputs into fast memory (P), so outputs take fast memory
-        # first; else after, so making room for them cannot evict this op's own inputs).
-        tickets, outs, pouts = self._open_op(operands, plan, pos)
-        if self._executor is not None:
-            self._executor.during(pos)
+        hooks = self._hooks
+        moves = None
+        if hooks["op_start"]:
+            objs = [op.obj for op in operands.values()]
+            for h in hooks["op_start"]:
+                m = h(pos, info.name, objs)
+                if m is not None:
+                    moves = m if moves is None else Moves(moves.prefetch + m.prefetch, moves.evict + m.evict)
+        start = time.perf_counter() if self._timed else 0.0
+        # One crossing opens the op: an observer's moves, every operand's guard and every
+        # planned output (made first when guards bring inputs into fast memory (P), so outputs
+        # take fast memory first; else after, so making room for them cannot evict this op's
+        # own inputs).
+        tickets, outs, pouts, done = self._open_op(operands, plan, pos, moves)
+        for h in hooks["op_open"]:
+            h(pos, done)
         try:
             plains: dict[int, Any] = {}
             views = self._views
@@ -553,25 +616,29 @@ class Tiering:
             raise
         charges = [(op.obj.id, op.read_bytes, op.written_bytes) for op in operands.values()]
         charges += [(o.id, 0, o.nbytes) for o in outs]
-        evict: list[int] = []
-        if self.variant.softevict and torch.is_grad_enabled() and torch._C._current_autograd_node() is None:
-            evict = [op.obj.id for op in operands.values() if not op.write]
-        # One crossing closes it: charges, every guard, soft-evictions.
-        self._native.op_close(tickets, charges, self.threads, evict)
-        if self.recorder is not None:
+        soft: list[TensorObject] = []
+        if self.soft_evicts_now():
+            soft = [op.obj for op in operands.values() if not op.write]
+        after: list[int] = []
+        for h in hooks["op_closing"]:
+            after += h(pos) or ()
+        # One crossing closes it: charges, every guard, soft-evictions, an observer's evictions.
+        refused = self._native.op_close(tickets, charges, self.threads, [o.id for o in soft], after)
+        if refused:
+            self._stats["observer_evictions_refused"] += refused
+        if hooks["op_end"]:
             uses = [(op.obj, "write" if op.write else "read") for op in operands.values()]
-            elapsed = time.perf_counter() - start
-            sig = signature(info.name, flat, lens, kwargs) if self.recorder.wants_signatures else None
-            self.recorder.kernel(pos, info.name, uses + [(o, "make") for o in outs], elapsed, sig)
-        if self._executor is not None:
-            for n_out, o in enumerate(outs):
-                self._executor.made(pos, n_out, o)
-            self._executor.after_kernel(pos)
-        if evict and self._lookahead is not None:
-            for op in operands.values():
-                if not op.write:
-                    self._lookahead.behind(op.obj)
+            uses += [(o, "make") for o in outs]
+            elapsed = time.perf_counter() - start if self._timed else 0.0
+            event = OpEnd(pos, info.name, uses, elapsed, soft, lambda: signature(info.name, flat, lens, kwargs), refused)
+            for h in hooks["op_end"]:
+                h(event)
         return result
+
+    def soft_evicts_now(self) -> bool:
+        """Whether the op now running soft-evicts its read inputs after it: a forward op
+        (grad enabled, outside backward) under a variant that soft-evicts (Listing 4.6)."""
+        return self.variant.softevict and torch.is_grad_enabled() and torch._C._current_autograd_node() is None
 
     @staticmethod
     def _written(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> set[int]:
@@ -586,40 +653,42 @@ class Tiering:
         return written
 
     def _open_op(
-        self, operands: dict[int, _Operand], plan: Any, pos: int
-    ) -> tuple[list[int], list[TensorObject], list[torch.Tensor]]:
-        """Open every operand's guard and make and open the planned outputs, in one call.
-        Returns the tickets, the outputs' objects and plain tensors over them."""
+        self, operands: dict[int, _Operand], plan: Any, pos: int, moves: Moves | None
+    ) -> tuple[list[int], list[TensorObject], list[torch.Tensor], tuple[int, int]]:
+        """Make an observer's ``moves``, open every operand's guard and make and open the
+        planned outputs, in one call. Returns the tickets, the outputs' objects, plain
+        tensors over them and how the moves went (``(missed, refused)``)."""
         inputs = [(op.obj.id, op.write) for op in operands.values()]
         sizes = [nb for _, _, _, nb in plan or ()]
         where: int | list[int] = _FAST if self.variant.local else _SLOW
         offsets: list[int | None] = []
-        if self._executor is not None and sizes:
-            planned = [self._executor.place_of(pos, k, nb) for k, nb in enumerate(sizes)]
-            where = [w for w, _ in planned]
-            offsets = [o for _, o in planned]
+        if self._placer is not None and sizes:
+            where, offsets = self._placer.place(pos, 0, sizes)
         try:
-            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch, offsets)
+            tickets, addrs, ids, done = self._native.op_open(inputs, (sizes, where, offsets), self.variant.prefetch, moves)
         except DeviceFullError:
             # Without prompt freeing, dead tensors wait for the end of the iteration, like
             # garbage waiting for a collector; when memory runs out, collect now (as the
-            # thesis's runtime ran the GC when its heap filled).
+            # thesis's runtime ran the GC when its heap filled). The moves were made.
             if not self._collect():
                 raise
-            tickets, addrs, ids = self._native.op_open(inputs, sizes, where, self.variant.prefetch, offsets)
+            tickets, addrs, ids, _ = self._native.op_open(inputs, (sizes, where, offsets), self.variant.prefetch)
+            done = _NO_MOVES
         for op, addr in zip(operands.values(), addrs):
             op.addr = addr
         outs, pouts = [], []
         views = self._views
         n_in = len(inputs)
+        made = self._hooks["made"]
         for k, (oid, (shape, stride, dtype, nb)) in enumerate(zip(ids, plan or ())):
-            if self._lookahead is not None:
-                self._lookahead.note_made(pos, k, oid)
-            outs.append(TensorObject(self, oid, nb, (self.iteration, pos, k)))
+            o = TensorObject(self, oid, nb, (self.iteration, pos, k))
+            outs.append(o)
+            for h in made:
+                h(pos, k, o)
             key = (addrs[n_in + k], nb, (shape, stride, dtype, 0))
             p = views.get(key)
             pouts.append(p if p is not None else _view_over(views, key))
-        return tickets, outs, pouts
+        return tickets, outs, pouts, done
 
     def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
         need = sum(span_bytes(s, st, itemsize(d)) for s, st, d, _ in plan)

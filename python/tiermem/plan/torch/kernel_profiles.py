@@ -6,7 +6,7 @@ A capture measures each kernel's extra time with its operands on the slow device
 all-slow time less its all-fast time, each the best of a few iterations). That difference is
 noisy on a shared machine: a 100 ms convolution varies by several milliseconds from run to
 run, as much as the slow device adds to it. Kernels with the same signature
-(:func:`~tiermem.torch.tensors.planned.signature`: the op and every argument's shape, strides,
+(:func:`~tiermem.torch.tensors.tensor.signature`: the op and every argument's shape, strides,
 dtype or value) do the same work, so their differences are pooled: within one capture (the
 repeated layers of a network) and, through this file, across captures on the same machine
 and devices. The mean of the unclipped differences is used (clipping each first would bias it
@@ -30,8 +30,7 @@ from typing import Any
 import torch
 
 from ..._files import check_writable, write_json_atomic
-from ...plan import GraphError
-from ...plan.graph import read_json
+from ..graph import GraphError, read_json
 
 __all__ = ["PROFILES_FORMAT", "KernelProfiles", "default_profiles_path", "setup_key"]
 

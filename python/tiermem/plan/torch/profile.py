@@ -1,7 +1,7 @@
 """A training step's graph from two recorded iterations (thesis §3.4: kernel profiles).
 
 The same iteration is recorded with every tensor in fast memory and with every tensor on
-the slow device (:class:`~tiermem.torch.tensors.planned.Recorder` on ``all-fast`` and
+the slow device (:class:`~tiermem.plan.torch.record.Recorder` on ``all-fast`` and
 ``all-slow`` runs of the same model and inputs). A kernel's time with all operands fast is its
 base time; the extra time the all-slow run measured is split over its operands in proportion
 to each operand's extra cost per byte on the slow device for that use (reads at the read
@@ -15,18 +15,22 @@ measured times, kernel by kernel, so the apportioning is checked, not assumed.
 
 The all-slow less all-fast difference of one kernel is noisy on a shared machine; kernels
 with the same signature are pooled, within the recording and across captures through a
-:class:`~tiermem.torch.tensors.kernel_profiles.KernelProfiles` cache on disk.
+:class:`~tiermem.plan.torch.kernel_profiles.KernelProfiles` cache on disk.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from ...plan import Device, Graph, GraphError, Kernel, Operand, Tensor
+from ... import dram_figures
+from ..graph import Device, Graph, GraphError, Kernel, Operand, Tensor
 from .kernel_profiles import KernelProfiles
-from .planned import Recorder
+from .record import Recorder
 
 __all__ = ["graph_from_recordings"]
+
+log = logging.getLogger(__name__)
 
 
 def graph_from_recordings(
@@ -44,11 +48,11 @@ def graph_from_recordings(
     run), operand extra times from ``slow`` (an all-slow run of the same step). ``devices``:
     ``(name, capacity, duplex)`` fastest first; ``traits``: each device's ``read_gbps`` and
     ``write_gbps``; ``step_seconds``: the all-slow run's measured step, whose time outside
-    its kernels becomes the graph's overhead (:func:`tiermem.bench.plan.capture` runs it
+    its kernels becomes the graph's overhead (:func:`tiermem.plan.torch.capture` runs it
     under the plan executor, so that the overhead includes the executor's work). A kernel's
     extra time is the mean over the kernels that share its signature, in this recording and
     in ``profiles`` (which gains this recording's samples; the caller saves it).
-    ``copy_contention``: the graph's (:func:`~tiermem.torch.tensors.contention.copy_contention`
+    ``copy_contention``: the graph's (:func:`~tiermem.plan.torch.contention.copy_contention`
     measures it)."""
     for rec in (fast, slow):
         if rec.mismatch:
@@ -86,7 +90,7 @@ def graph_from_recordings(
     nd = len(devices)
     extras = _pooled_extras(fast, slow, profiles)
     kernels = []
-    per_byte = [(1.0 / float(traits[d]["read_gbps"]), 1.0 / float(traits[d]["write_gbps"])) for d in range(nd)]
+    per_byte = [_per_byte(traits[d], devices[d][0]) for d in range(nd)]
     slowest = devices[-1][2]
     for (kname, t_fast, ops), extra in zip(fast.kernels, extras, strict=True):
         # Per operand and device, the model's (read, write) extra cost over the fastest
@@ -109,7 +113,23 @@ def graph_from_recordings(
         kernels.append(Kernel(kname, t_fast, tuple(operands)))
     overhead = max(0.0, step_seconds - sum(t for _, t, _ in slow.kernels))
     devs = [Device(dn, cap, duplex) for dn, cap, duplex in devices]
-    return Graph(name, devs, copy_gbps, tensors, kernels, overhead, copy_contention)
+    # A pair of devices without an expected copy rate (plain NUMA nodes) copies at DRAM's.
+    copy = [
+        [c if c is not None or i == j else float(dram_figures()["copy_gbps"]) for j, c in enumerate(row)]
+        for i, row in enumerate(copy_gbps)
+    ]
+    return Graph(name, devs, copy, tensors, kernels, overhead, copy_contention)
+
+
+def _per_byte(trait: dict[str, Any], name: str) -> tuple[float, float]:
+    """Seconds per byte read and written on a device; one that states no figures (a NUMA
+    node of plain DRAM) has the machine's DRAM figures (:func:`tiermem.dram_figures`)."""
+    read, write = trait.get("read_gbps"), trait.get("write_gbps")
+    if read is None or write is None:
+        figures = dram_figures()
+        log.info("device %s states no bandwidth: the graph uses DRAM's (%s)", name, figures["source"])
+        read, write = read or figures["read_gbps"], write or figures["write_gbps"]
+    return 1.0 / float(read), 1.0 / float(write)
 
 
 def _pooled_extras(fast: Recorder, slow: Recorder, profiles: KernelProfiles | None) -> list[float]:
