@@ -27,6 +27,11 @@ def test_block_round_trip_under_every_policy(disk_dir: Path, policy: str, rng: n
     np.testing.assert_array_equal(a.to_numpy(), ref)
     m.check()
     assert m.devices[1]["byte_addressable"] is False
+    # The block device is reached by direct I/O, not by loads: its own reach, routes and
+    # alignment (the copy engine's routes table; the guard stages it into memory).
+    fast, slow = (d["traits"] for d in m.devices)
+    assert (fast["reach"], fast["host_accessible"], fast["alignment"]) == ("host", True, 64)
+    assert (slow["reach"], slow["host_accessible"], slow["alignment"]) == ("block", False, 4096)
 
 
 def test_all_slow_stages_and_writes_back_only_dirty_data(disk_dir: Path) -> None:

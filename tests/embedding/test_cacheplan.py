@@ -219,7 +219,9 @@ def test_dynamic_mode_bypasses_the_caches_whose_curve_says_caching_loses(dist: s
     t.close()
 
 
-@pytest.mark.parametrize("policy", ["dynamic", "admit", "dynamic:tinylfu"])
+@pytest.mark.parametrize(
+    "policy", ["dynamic", "admit", "tinylfu", "dynamic:tinylfu", "dynamic:second", "dynamic:threshold", "dynamic:shadow"]
+)
 def test_the_lookup_simulation_predicts_a_real_tables_hits_and_inserts(policy: str) -> None:
     # minicache_lookups runs the table's own way of caching in lookups (second chance over
     # its pages, a reclaim when full, the admission); a real table over the same calls hits

@@ -1,9 +1,12 @@
-//! The copy engine: moves bytes between regions of any two devices. Memory-to-memory copies
+//! The copy engine: moves bytes between regions of any two devices, by the route its
+//! [`routes`] table gives for the pair of devices' reaches. Memory-to-memory copies
 //! are split into per-thread chunks and use non-temporal stores above a size threshold;
 //! transfers touching a `block` device are batched aligned direct-I/O reads and writes
 //! issued from several threads (a queue depth). Threads per (source, destination) pair are
 //! configurable. Every copy is charged to the devices' counters and, for `emulated`
 //! devices, to their throttles.
+
+mod routes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -119,6 +122,12 @@ impl CopyEngine {
         }
     }
 
+    /// The name of the route a copy from `src` to `dst` takes (`memory copy`,
+    /// `direct-I/O read`, ...), from the routes table.
+    pub fn route(&self, src: &Device, dst: &Device) -> Result<&'static str> {
+        routes::find(src.reach(), dst.reach()).map(|r| r.name)
+    }
+
     /// Bandwidth in GB/s an emulated profile allows a large copy between these devices; `None`
     /// when no emulated device takes part, or a block device bounds the copy instead.
     #[must_use]
@@ -169,18 +178,24 @@ impl CopyEngine {
             return Ok(());
         }
         let plan = Self::plan(&self.cfg(), src, dst);
-        let (threads, writers) = (plan.threads, plan.writers);
+        let writers = plan.writers;
         // Reserve the emulated devices' time before the transfer, wait after it.
         let read_deadline = src.throttle.as_ref().map(|t| t.reserve_read(len, 1));
         let write_deadline = dst.throttle.as_ref().map(|t| t.reserve_write(len, writers));
         let n =
             usize::try_from(len).map_err(|_| Error::InvalidArgument("copy too large".into()))?;
-        match (src.addr(src_off), dst.addr(dst_off)) {
-            (Some(s), Some(d)) => self.copy_memory(d, s, n, threads, n >= plan.nt_threshold),
-            (None, Some(d)) => self.read_block(src, src_off, d, n, threads)?,
-            (Some(s), None) => self.write_block(dst, dst_off, s, n, threads)?,
-            (None, None) => self.block_to_block(src, src_off, dst, dst_off, n, threads)?,
-        }
+        let route = routes::find(src.reach(), dst.reach())?;
+        let (from, to) = (
+            routes::End {
+                dev: src,
+                off: src_off,
+            },
+            routes::End {
+                dev: dst,
+                off: dst_off,
+            },
+        );
+        (route.run)(self, from, to, n, &plan)?;
         // The data has moved; the emulated time is served now, or after the manager lock is
         // released when the caller runs inside a `DeferScope`.
         for d in [read_deadline, write_deadline].into_iter().flatten() {

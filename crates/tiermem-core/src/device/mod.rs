@@ -93,6 +93,38 @@ impl DeviceKind {
     }
 }
 
+/// How the CPU reaches a device's bytes: what copies are routed by
+/// (`copy::routes`, one entry per pair) and what a guard needs before it hands out an
+/// address (a host address only for [`Reach::Host`]; anything else is staged into memory
+/// first). A kind of memory the CPU cannot load (an accelerator's) is a new variant, a
+/// `Storage` of its own and its routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// Loads and stores reach it: DRAM, NUMA nodes, maps, emulated devices.
+    Host,
+    /// Reached by aligned direct I/O: a `block` device.
+    Block,
+}
+
+impl Reach {
+    /// Whether the CPU loads and stores the device's bytes.
+    #[must_use]
+    pub fn host_accessible(self) -> bool {
+        matches!(self, Reach::Host)
+    }
+
+    /// Allocation alignment on a device of this reach: [`MEMORY_ALIGN`] for host memory,
+    /// the direct-I/O block for block devices.
+    #[must_use]
+    pub fn alignment(self) -> u64 {
+        match self {
+            Reach::Host => MEMORY_ALIGN,
+            Reach::Block => direct_io::ALIGN as u64,
+        }
+    }
+}
+
 /// Where a device's bytes are.
 #[derive(Debug)]
 enum Storage {
@@ -252,23 +284,28 @@ impl Device {
         })
     }
 
-    /// Whether loads and stores reach the device directly (everything but `block`).
+    /// How the CPU reaches the device's bytes ([`Reach`]).
     #[must_use]
-    pub fn byte_addressable(&self) -> bool {
-        matches!(self.storage, Storage::Memory(_))
-    }
-
-    /// Allocation alignment: [`MEMORY_ALIGN`] for memory, 4 KiB for block devices.
-    #[must_use]
-    pub fn alignment(&self) -> u64 {
-        if self.byte_addressable() {
-            MEMORY_ALIGN
-        } else {
-            direct_io::ALIGN as u64
+    pub fn reach(&self) -> Reach {
+        match self.storage {
+            Storage::Memory(_) => Reach::Host,
+            Storage::Block(_) => Reach::Block,
         }
     }
 
-    /// Address of `offset` on a byte-addressable device.
+    /// Whether loads and stores reach the device directly (everything but `block`).
+    #[must_use]
+    pub fn byte_addressable(&self) -> bool {
+        self.reach().host_accessible()
+    }
+
+    /// Allocation alignment ([`Reach::alignment`]).
+    #[must_use]
+    pub fn alignment(&self) -> u64 {
+        self.reach().alignment()
+    }
+
+    /// Host address of `offset` on a host-reached device; `None` on any other.
     #[must_use]
     pub fn addr(&self, offset: u64) -> Option<*mut u8> {
         match &self.storage {
@@ -334,7 +371,10 @@ impl Device {
             _ => None,
         };
         DeviceTraits {
+            reach: self.reach(),
+            host_accessible: self.reach().host_accessible(),
             byte_addressable: self.byte_addressable(),
+            alignment: self.alignment(),
             capacity: self.capacity,
             persistent: matches!(self.kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)),
             emulated: self.throttle.is_some(),

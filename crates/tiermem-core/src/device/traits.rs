@@ -3,11 +3,20 @@
 
 use serde::Serialize;
 
+use super::Reach;
+
 /// A device's traits.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeviceTraits {
-    /// Whether loads and stores reach it (else data is staged through memory).
+    /// How the CPU reaches its bytes (what copies to and from it are routed by).
+    pub reach: Reach,
+    /// Whether the CPU loads and stores its bytes (else data is staged through memory).
+    pub host_accessible: bool,
+    /// Whether it is addressed in bytes (loads and stores, or an accelerator's own), not in
+    /// blocks.
     pub byte_addressable: bool,
+    /// Allocation alignment in bytes.
+    pub alignment: u64,
     /// Usable bytes.
     pub capacity: u64,
     /// Whether its data outlives the process (a `mapped:` or `block:` file).

@@ -149,6 +149,9 @@ mod tests {
 
     fn dev(capacity: u64, gbps: f64, ns: f64) -> DeviceTraits {
         DeviceTraits {
+            reach: crate::device::Reach::Host,
+            host_accessible: true,
+            alignment: crate::device::MEMORY_ALIGN,
             byte_addressable: true,
             capacity,
             persistent: false,

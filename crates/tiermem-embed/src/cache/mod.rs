@@ -27,6 +27,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 pub mod admit;
+pub mod evict;
+pub mod fill;
 mod holes;
 pub mod policy;
 mod prefetch;
@@ -34,6 +36,8 @@ mod present;
 mod stage;
 
 pub use admit::{Admission, Admit};
+pub use evict::{Evict, Eviction};
+pub use fill::{Fill, Filling};
 pub use policy::{CachePolicy, PolicyRef};
 pub use stage::{Room, StageCounters};
 
@@ -699,8 +703,36 @@ impl CachedRows {
         self.reclaim_for((self.cacheslack() / self.stride as u64).max(1) as usize)
     }
 
-    /// [`CachedRows::reclaim`], stopping once `want` slots are free.
+    /// [`CachedRows::reclaim`], stopping once `want` slots are free, by the policy's
+    /// eviction (one dispatch per pass; the per-row decision is inlined).
     fn reclaim_for(&self, want: usize) -> Result<u64> {
+        self.reclaim_by(self.policy.eviction(), want)
+    }
+
+    /// A reclaim pass by `eviction`.
+    fn reclaim_by(&self, eviction: Eviction, want: usize) -> Result<u64> {
+        match eviction {
+            Eviction::SecondChance => self.reclaim_with::<evict::SecondChance>(want),
+            Eviction::Never => self.reclaim_with::<evict::Never>(want),
+        }
+    }
+
+    /// A reclaim pass of a staged cache, which must make room for the rows it stages
+    /// whatever its policy (a row not in memory cannot be read through): a policy that
+    /// never evicts gets second chance here.
+    fn reclaim_staged(&self, want: usize) -> Result<u64> {
+        let eviction = match self.policy.eviction() {
+            Eviction::Never => Eviction::SecondChance,
+            e => e,
+        };
+        self.reclaim_by(eviction, want)
+    }
+
+    /// One reclaim pass deciding each row by `E` ([`Evict::keeps`]).
+    fn reclaim_with<E: Evict>(&self, want: usize) -> Result<u64> {
+        if !E::RECLAIMS {
+            return Ok(0);
+        }
         let mut p = self.pages.lock();
         let fr = self.frame_rows;
         let mut t = Tally::default();
@@ -716,8 +748,10 @@ impl CachedRows {
                     continue; // a hole already chained
                 };
                 let e = self.entry(row).load(Ordering::Relaxed);
-                if e & REF != 0 {
-                    self.entry(row).store(e & !REF, Ordering::Release);
+                if E::keeps(e & REF != 0) {
+                    if e & REF != 0 {
+                        self.entry(row).store(e & !REF, Ordering::Release);
+                    }
                 } else {
                     written += u64::from(self.uncache(s, row, e & DIRTY != 0, &mut t));
                     self.back[s].store(HOLE, Ordering::Relaxed);

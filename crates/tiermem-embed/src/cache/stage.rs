@@ -174,7 +174,7 @@ impl CachedRows {
                 if self.free_slots() >= want {
                     break;
                 }
-                self.reclaim_for(want.max(slack))?;
+                self.reclaim_staged(want.max(slack))?;
                 self.mark(rows);
             }
         }

@@ -1,5 +1,6 @@
-//! The table cache's own eviction, simulated: second chance over pages of slots
-//! ([`crate::cache::CachedRows`]'s reclaim). Slots are bumped page by page up to the page
+//! The table cache's own eviction, simulated: pages of slots walked as
+//! [`crate::cache::CachedRows`]'s reclaim walks them, each row decided by the same
+//! [`Evict::keeps`] (second chance: [`crate::cache::evict::SecondChance`]). Slots are bumped page by page up to the page
 //! limit; a full cache's reclaim walks whole pages, oldest first, where a row used since
 //! the last pass keeps its slot (its mark cleared) and the others leave, their slots becoming
 //! holes that new rows fill (lowest slot first) before any page is bumped; walked
@@ -10,12 +11,14 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use std::marker::PhantomData;
+
 use super::{SimCache, NIL};
-use crate::cache::CachedRows;
+use crate::cache::{CachedRows, Evict};
 use tiermem_core::{ensure, Result};
 
-/// The simulated cache of `pages` pages of `page_rows` slots.
-pub(super) struct Clock {
+/// The simulated cache of `pages` pages of `page_rows` slots, evicting by `E`.
+pub(super) struct Clock<E: Evict> {
     slot_of: Vec<u32>,
     marked: Vec<bool>,
     row_at: Vec<u32>,
@@ -29,9 +32,10 @@ pub(super) struct Clock {
     holes: BinaryHeap<Reverse<u32>>,
     /// Slots a reclaim frees at least.
     slack: usize,
+    evict: PhantomData<E>,
 }
 
-impl Clock {
+impl<E: Evict> Clock<E> {
     /// For a table of `n` rows, reclaims freeing at least `slack` slots.
     pub(super) fn new(n: usize, pages: usize, page_rows: usize, slack: usize) -> Self {
         Clock {
@@ -44,6 +48,7 @@ impl Clock {
             current: None,
             holes: BinaryHeap::new(),
             slack: slack.max(1),
+            evict: PhantomData,
         }
     }
 
@@ -66,7 +71,7 @@ impl Clock {
         let page_rows = CachedRows::frame_rows(capacity.max(1), row_bytes);
         let pages = capacity.max(1).div_ceil(page_rows);
         let scaled_rows = ((page_rows as f64 * rate).round() as usize).max(1);
-        Ok(Clock::new(n, pages, scaled_rows, slack))
+        Ok(Self::new(n, pages, scaled_rows, slack))
     }
 
     /// Whether no slot is free ([`CachedRows::isfull`]).
@@ -122,7 +127,7 @@ impl Clock {
                 if r == NIL {
                     continue;
                 }
-                if self.marked[r as usize] {
+                if E::keeps(self.marked[r as usize]) {
                     self.marked[r as usize] = false;
                 } else {
                     self.slot_of[r as usize] = NIL;
@@ -145,7 +150,7 @@ impl Clock {
     }
 }
 
-impl SimCache for Clock {
+impl<E: Evict> SimCache for Clock<E> {
     fn cached(&self, r: u32) -> bool {
         self.slot_of[r as usize] != NIL
     }

@@ -18,6 +18,7 @@ use std::cell::Cell;
 
 use super::{clock::Clock, SimCache, SimResult};
 use crate::cache::admit::{Admission, Seen};
+use crate::cache::evict::{Eviction, SecondChance};
 use crate::layout::Queries;
 use crate::mrc::mix;
 use tiermem_core::{ensure, Result};
@@ -37,6 +38,8 @@ pub struct LookupCache {
     pub slack_rows: usize,
     /// Which misses are cached (the admission's name, [`Admission::parse`]).
     pub admission: String,
+    /// Which rows leave a full cache (the policy's).
+    pub eviction: Eviction,
 }
 
 /// The `SEEN` marks of a simulated table: one per row, aged a quarter at a time.
@@ -77,7 +80,13 @@ pub fn simulate_lookups(
     );
     ensure!(batch != Some(0), "a lookup call holds at least one query");
     let mut adm = Admission::parse(&cache.admission)?;
-    let mut cache = Clock::for_table(n, cache.capacity, cache.row_bytes, cache.slack_rows, rate)?;
+    let (capacity, row_bytes, slack) = (cache.capacity, cache.row_bytes, cache.slack_rows);
+    let mut cache = match cache.eviction {
+        Eviction::SecondChance => Clock::<SecondChance>::for_table(n, capacity, row_bytes, slack, rate)?,
+        Eviction::Never => tiermem_core::bail!(
+            "a cache that never evicts is filled once and read through: its lookups have nothing to simulate"
+        ),
+    };
     adm.sized(cache.capacity());
     let cut = (rate * u64::MAX as f64) as u64;
     let sampled = |r: u64| rate >= 1.0 || mix(r) <= cut;
@@ -157,6 +166,7 @@ mod tests {
             row_bytes,
             slack_rows,
             admission: admission.to_owned(),
+            eviction: Eviction::SecondChance,
         }
     }
 

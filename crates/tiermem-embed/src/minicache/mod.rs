@@ -27,6 +27,7 @@ mod lru;
 pub use lookups::{simulate_lookups, LookupCache};
 
 use crate::cache::admit::{Admission, Known};
+use crate::cache::evict::SecondChance;
 use crate::layout::Queries;
 use crate::mrc::mix;
 use tiermem_core::{ensure, Result};
@@ -58,9 +59,9 @@ impl SimResult {
 
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// Which cache is simulated.
+/// Which cache is simulated (its eviction: a list, or the table's own pages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Evict {
+pub enum Simulated {
     /// Bandana's: an LRU list of rows. A hit moves the row to the head; a row asked for goes
     /// in at the head, or at the tail if cold (`ColdRow` only); prefetches go just behind
     /// the head.
@@ -81,7 +82,7 @@ pub enum Evict {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Model {
     /// The cache simulated.
-    pub evict: Evict,
+    pub cache: Simulated,
     /// The share of blocks sampled, in (0, 1] (1: exact).
     pub rate: f64,
     /// Queries per lookup call, as a table stages them (each call's distinct rows: hits
@@ -145,7 +146,7 @@ pub fn simulate(
         );
     }
     let lru_cold = !matches!(admit, Admission::Threshold(_));
-    let evict = model.evict;
+    let simulated = model.cache;
     let mut run = Replay {
         layout,
         rows_per_block: rows_per_block as u32,
@@ -154,17 +155,18 @@ pub fn simulate(
         counts,
         model,
     };
-    match evict {
-        Evict::Lru => {
+    match simulated {
+        Simulated::Lru => {
             let scaled = ((capacity as f64 * rate).round() as usize).max(1);
             run.admit.sized(scaled);
             Ok(run.through(&mut lru::Lru::new(n, scaled), lru_cold))
         }
-        Evict::Clock {
+        Simulated::Clock {
             row_bytes,
             slack_rows,
         } => {
-            let mut clock = clock::Clock::for_table(n, capacity, row_bytes, slack_rows, rate)?;
+            let mut clock =
+                clock::Clock::<SecondChance>::for_table(n, capacity, row_bytes, slack_rows, rate)?;
             run.admit.sized(clock.capacity());
             Ok(run.through(&mut clock, true))
         }
@@ -327,7 +329,7 @@ mod tests {
     use super::*;
 
     const EXACT_LRU: Model = Model {
-        evict: Evict::Lru,
+        cache: Simulated::Lru,
         rate: 1.0,
         batch: None,
     };
@@ -442,7 +444,7 @@ mod tests {
         };
         let layout: Vec<u32> = (0..n as u32).collect();
         let clock = Model {
-            evict: Evict::Clock {
+            cache: Simulated::Clock {
                 row_bytes: 128,
                 slack_rows: 0,
             },

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tiermem_embed::cache::Admission;
 use tiermem_embed::layout::{self, Queries};
-use tiermem_embed::minicache::{self, Evict, Model};
+use tiermem_embed::minicache::{self, Model, Simulated};
 use tiermem_embed::mrc;
 
 use crate::buffer::{view, View};
@@ -145,7 +145,7 @@ pub fn minicache_sweep<'py>(
     } = model;
     let counts = counts.as_ref();
     let model = Model {
-        evict: row_bytes.map_or(Evict::Lru, |row_bytes| Evict::Clock {
+        cache: row_bytes.map_or(Simulated::Lru, |row_bytes| Simulated::Clock {
             row_bytes,
             slack_rows,
         }),
@@ -237,6 +237,7 @@ pub fn minicache_lookups<'py>(
             row_bytes,
             slack_rows,
             admission: admission.unwrap_or_else(|| p.admission().to_owned()),
+            eviction: p.eviction(),
         };
         minicache::simulate_lookups(&cache, q, rate, batch)
     })?;

@@ -2,6 +2,7 @@
 //! ([`crate::cache::admit::SecondMiss`]), a row cached on its second miss within a window.
 
 use super::CachePolicy;
+use crate::cache::{Eviction, Filling};
 
 /// The admit policy.
 #[derive(Debug, Clone, Copy)]
@@ -17,15 +18,15 @@ impl CachePolicy for Admit {
         Self::NAME
     }
 
-    fn caches_on_lookup(&self) -> bool {
-        true
+    fn filling(&self) -> Filling {
+        Filling::OnMiss
+    }
+
+    fn eviction(&self) -> Eviction {
+        Eviction::SecondChance
     }
 
     fn admission(&self) -> &'static str {
         "second"
-    }
-
-    fn reclaims_when_full(&self) -> bool {
-        true
     }
 }

@@ -3,6 +3,7 @@
 //! they were cached (second chance).
 
 use super::CachePolicy;
+use crate::cache::{Eviction, Filling};
 
 /// The dynamic policy.
 #[derive(Debug, Clone, Copy)]
@@ -18,11 +19,11 @@ impl CachePolicy for Dynamic {
         Self::NAME
     }
 
-    fn caches_on_lookup(&self) -> bool {
-        true
+    fn filling(&self) -> Filling {
+        Filling::OnMiss
     }
 
-    fn reclaims_when_full(&self) -> bool {
-        true
+    fn eviction(&self) -> Eviction {
+        Eviction::SecondChance
     }
 }

@@ -2,6 +2,7 @@
 //! scrambled order; lookups then only read through it.
 
 use super::CachePolicy;
+use crate::cache::{Eviction, Filling};
 
 /// The static policy.
 #[derive(Debug, Clone, Copy)]
@@ -17,15 +18,11 @@ impl CachePolicy for Static {
         Self::NAME
     }
 
-    fn caches_on_lookup(&self) -> bool {
-        false
+    fn filling(&self) -> Filling {
+        Filling::Prefill
     }
 
-    fn fills_on_first_use(&self) -> bool {
-        true
-    }
-
-    fn reclaims_when_full(&self) -> bool {
-        false
+    fn eviction(&self) -> Eviction {
+        Eviction::Never
     }
 }

@@ -2,6 +2,7 @@
 //! miss is cached once a count-min sketch of recent accesses says the row was used before.
 
 use super::CachePolicy;
+use crate::cache::{Eviction, Filling};
 
 /// The tinylfu policy.
 #[derive(Debug, Clone, Copy)]
@@ -17,15 +18,15 @@ impl CachePolicy for TinyLfuPolicy {
         Self::NAME
     }
 
-    fn caches_on_lookup(&self) -> bool {
-        true
+    fn filling(&self) -> Filling {
+        Filling::OnMiss
+    }
+
+    fn eviction(&self) -> Eviction {
+        Eviction::SecondChance
     }
 
     fn admission(&self) -> &'static str {
         "tinylfu"
-    }
-
-    fn reclaims_when_full(&self) -> bool {
-        true
     }
 }
