@@ -102,6 +102,25 @@ def test_block_tables_too_small_to_cache_a_batch_and_too_large_for_the_budget_ar
     assert not list(disk_dir.glob("dlrm-*.tmb"))
 
 
+def test_a_folder_of_table_files_is_spelt_table_and_block_its_older_name(disk_dir: Path) -> None:
+    """``--slow table:DIR`` (the table-file word) and ``block:DIR`` (its older spelling)
+    train the same; a slow device spec is not a folder, and a missing folder is named."""
+    d = SyntheticData(SMALL.rows, 13, SMALL.batch_size, SMALL.bag, dist="zipf", seed=2)
+    losses = []
+    for word in ("table", "block"):
+        (disk_dir / word).mkdir()
+        t = Trainer(SMALL, "block", slow=f"{word}:{disk_dir / word}", fast_budget=SMALL.table_bytes // 2, seed=1)
+        t.train((d.batch(i) for i in range(4)), 4)
+        assert list((disk_dir / word).glob("dlrm-*.tmb"))
+        losses.append(t.losses)
+        t.close()
+    assert losses[0] == losses[1]
+    with pytest.raises(tiermem.InvalidArgumentError, match="mode 'block' keeps its tables in files"):
+        Trainer(SMALL, "block", slow="emulated:optane-pmem")
+    with pytest.raises(tiermem.InvalidArgumentError, match=r"--slow table:.*nowhere: no such directory"):
+        Trainer(SMALL, "block", slow=f"table:{disk_dir / 'nowhere'}", fast_budget=SMALL.table_bytes // 2)
+
+
 @pytest.mark.parametrize("mode", ["dynamic", "dynamic+prefetch", "block"])
 def test_checkpoint_resume_continues_the_same_curve(tmp_path, disk_dir: Path, mode: str) -> None:
     """Interrupted at batch 12 and resumed from the checkpoint: the same loss curve as a

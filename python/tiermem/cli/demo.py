@@ -1,6 +1,6 @@
 """``tiermem demo``: train a DLRM whose embedding tables are four times the fast-memory
 budget the demo sets itself, on uniform and Zipf(1) inputs, in every mode but ``block``
-(whose tables live on the disk: ``tiermem train dlrm --slow block:DIR``), and compare,
+(whose tables live on the disk: ``tiermem train dlrm --slow table:DIR``), and compare,
 beside ``all-fast`` (the upper bound) and FBGEMM in DRAM (what a user would pick)."""
 
 from __future__ import annotations

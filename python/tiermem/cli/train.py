@@ -10,6 +10,7 @@ from typing import Any
 from .._sizes import format_bytes, parse_size
 from ..dist.plan import PLACEMENTS, SHARDINGS
 from ..embedding.block.admission import SPLITS
+from ..embedding.config import table_dir
 from ..exceptions import InvalidArgumentError
 from ._args import int_list, integer, number
 
@@ -37,7 +38,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--modes",
         help="comma-separated modes (tiermem.dlrm.model.MODES; default reference,all-slow,static,dynamic,2lm-model, "
-        "or all-fast,fbgemm,block with --slow block:DIR)",
+        "or all-fast,fbgemm,block with --slow table:DIR)",
     )
     p.add_argument("--dist", default="zipf", help="uniform, zipf or both comma-separated (synthetic data)")
     p.add_argument("--alpha", type=number(0, 100, low_open=True), default=1.0, help="Zipf exponent")
@@ -53,7 +54,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--slow",
         default="emulated:optane-pmem",
-        help="slow device spec, or block:DIR: mode 'block' keeps the tables in files in DIR on the disk",
+        help="slow device spec, or table:DIR (older: block:DIR): mode 'block' keeps the tables in files in DIR on the disk",
     )
     p.add_argument(
         "--block-split",
@@ -79,7 +80,7 @@ def add_parser(sub: Any) -> None:
         "--placement",
         choices=PLACEMENTS,
         default="cached",
-        help="each rank's shards: in DRAM, cached over --slow, or in files under --slow block:DIR/rank<r>",
+        help="each rank's shards: in DRAM, cached over --slow, or in files under --slow table:DIR/rank<r>",
     )
     d.add_argument("--cache", type=number(0, 1, low_open=True), default=0.25, help="share of a shard's rows its cache holds")
     d.add_argument("--timeout", type=number(0, 86400, low_open=True), default=60.0, help="seconds a collective may wait")
@@ -112,7 +113,7 @@ def run_train(args: Any) -> int:
     config = _config(args)
     if args.nproc:
         return _distributed(args, config)
-    on_disk = args.slow.startswith("block:")
+    on_disk = table_dir(args.slow) is not None
     default = "all-fast,fbgemm,block" if on_disk else "reference,all-slow,static,dynamic,2lm-model"
     modes = [m.strip() for m in (args.modes or default).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -120,11 +121,11 @@ def run_train(args: Any) -> int:
         raise InvalidArgumentError(f"modes {unknown}: known are {', '.join(MODES)}")
     if on_disk and (bad := [m for m in modes if m in SLOW_MODES]):
         raise InvalidArgumentError(
-            f"--slow {args.slow} is a directory for block tables; modes {bad} need a byte-addressable slow device "
+            f"--slow {args.slow} is a directory for table files; modes {bad} need a byte-addressable slow device "
             "(e.g. --slow emulated:optane-pmem): run them separately"
         )
     if not on_disk and "block" in modes:
-        raise InvalidArgumentError("mode 'block' keeps its tables on the disk: pass --slow block:DIR (a directory on it)")
+        raise InvalidArgumentError("mode 'block' keeps its tables on the disk: pass --slow table:DIR (a directory on it)")
     dists = [d.strip() for d in args.dist.split(",") if d.strip()]
     budget = parse_size(args.fast_budget, "--fast-budget") if args.fast_budget else config.table_bytes // 4
     iters, warmup = (min(args.iters, 10), min(args.warmup, 3)) if args.quick else (args.iters, args.warmup)
@@ -187,11 +188,12 @@ def _distributed(args: Any, config: Any) -> int:
         raise InvalidArgumentError("--nproc trains one run: drop --modes, --checkpoint, --inference")
     directory = ""
     if args.placement == "block":
-        if not args.slow.startswith("block:"):
-            raise InvalidArgumentError("--placement block keeps each rank's shards in files: pass --slow block:DIR")
-        directory = args.slow[len("block:") :]
+        found = table_dir(args.slow)
+        if found is None:
+            raise InvalidArgumentError("--placement block keeps each rank's shards in files: pass --slow table:DIR")
+        directory = found
         if not os.path.isdir(directory):
-            raise InvalidArgumentError(f"--slow block:{directory}: no such directory")
+            raise InvalidArgumentError(f"--slow table:{directory}: no such directory")
     dist = args.dist.split(",")[0].strip()
     o = DistOptions(
         config,

@@ -12,7 +12,7 @@ tables; the budget covers what the tables keep in fast memory (cache pages, the 
 cache and every table's DRAM metadata). Dense weights and activations are ordinary PyTorch
 memory in every mode and are not modelled (the 2LM model sees embedding traffic only).
 
-``block`` keeps the tables in files on the real disk (``--slow block:DIR``) behind DRAM
+``block`` keeps the tables in files on the real disk (``--slow table:DIR``) behind DRAM
 caches of the fast budget; a table too small for a cache that holds one batch's rows stays
 in DRAM whole. It runs the prefetch pipeline (as do the dynamic caches of ``dynamic`` and
 ``auto`` with ``prefetch_memory``): while a step's dense part computes, a background thread
@@ -36,6 +36,7 @@ from .._files import remove_at_exit, remove_now
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable, Placement
 from ..embedding.block import admission
+from ..embedding.config import table_dir
 from ..embedding.block.traces import Trace
 from ..embedding.cacheplan import (
     LOOKUP_POLICIES,
@@ -142,6 +143,7 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
     return total / (1.0 + SLACK_SHARE), total * SLACK_SHARE / (1.0 + SLACK_SHARE)
 
 
+
 class Trainer:
     """A DLRM in one mode, its optimizers and its data.
 
@@ -151,7 +153,7 @@ class Trainer:
         fast_budget: bytes of fast memory the tables may use (cache pages, the 2LM model's
             cache, DRAM metadata); default a quarter of the tables.
         slow: the slow device spec (default ``emulated:optane-pmem``); for ``block``,
-            ``block:DIR``, a directory on the disk for the table files (removed by
+            ``table:DIR`` (or ``block:DIR``), a directory on the disk for the table files (removed by
             :meth:`close`).
         lr: SGD learning rate of the dense layers and the tables (0.01, the DLRM reference's).
         seed: initial weights.
@@ -206,10 +208,11 @@ class Trainer:
         self.fast_budget = int(fast_budget if fast_budget is not None else config.table_bytes // 4)
         slow_cap = config.table_bytes + (2 << 20) * (config.num_tables + 1)  # room for alignment
         on_disk = mode == "block"
-        if (on_disk and not slow.startswith("block:")) or (mode in SLOW_MODES and slow.startswith("block:")):
+        directory = table_dir(slow)
+        if (on_disk and directory is None) or (mode in SLOW_MODES and directory is not None):
             raise InvalidArgumentError(
                 f"mode {mode!r} with --slow {slow!r}: mode 'block' keeps its tables in files on the disk "
-                "(--slow block:DIR); the modes with a slow tier need a byte-addressable device (emulated:, numa:)"
+                "(--slow table:DIR); the modes with a slow tier need a byte-addressable device (emulated:, numa:)"
             )
         fit_check(config, 0 if mode in ("all-slow", *DRAM_MODES) else self.fast_budget)
         self.manager: Manager | None = None
@@ -239,7 +242,7 @@ class Trainer:
             emb = TieredEmbeddings(self.tables, lr)
         elif on_disk:
             self.manager = Manager([("dram", self.fast_budget + (2 << 20) * (config.num_tables + 1))], policy="all_fast")
-            self.tables = self._block_tables(slow[len("block:") :], profile)
+            self.tables = self._block_tables(directory or "", profile)
             emb = TieredEmbeddings(self.tables, lr)
         else:
             self.manager = self._manager(slow, slow_cap)
@@ -288,7 +291,7 @@ class Trainer:
         c, m = self.config, self.manager
         assert m is not None
         if not os.path.isdir(directory):
-            raise InvalidArgumentError(f"--slow block:{directory}: no such directory (block tables need one on the disk)")
+            raise InvalidArgumentError(f"--slow table:{directory}: no such directory (table files need one on the disk)")
         need = [c.batch_size * c.bag] * c.num_tables
         profile = list(profile) if profile is not None else None
         if profile is not None:

@@ -17,6 +17,8 @@ __all__ = [
     "OptimizerConfig",
     "Placement",
     "FILE_HOMES",
+    "TABLE_DIR_WORDS",
+    "table_dir",
     "OPTIMIZERS",
     "CACHE_POLICIES",
     "ADMISSIONS",
@@ -132,6 +134,18 @@ class OptimizerConfig:
 #: with direct I/O (``block:PATH`` is its older name), ``file:PATH`` a plain file of rows
 #: read with buffered I/O.
 FILE_HOMES: dict[str, str] = {"table:": "table", "block:": "table", "file:": "file"}
+
+#: The words of ``--slow`` that name a folder of table files (mode ``block``): ``table:DIR``,
+#: and ``block:DIR``, its older spelling (``block:PATH`` is otherwise the core's SSD device).
+TABLE_DIR_WORDS = ("table:", "block:")
+
+
+def table_dir(slow: str) -> str | None:
+    """The folder of table files ``slow`` names (``table:DIR`` or ``block:DIR``), or None."""
+    for w in TABLE_DIR_WORDS:
+        if slow.startswith(w):
+            return slow[len(w) :]
+    return None
 
 
 @dataclass(frozen=True)

@@ -49,15 +49,10 @@ def as_bags(indices: Any, offsets: Any = None, include_last_offset: bool = False
 
 
 def _private_devices(spec: str, table_bytes: int, place: Placement) -> list[tuple[str, int]]:
-    """The devices of a table's private manager: DRAM for the rows (a direct DRAM table) or
-    for the cache, and the spec's device for the base rows."""
-    devs: list[tuple[str, int]] = []
-    if place.cache is not None or spec == "dram":
-        need = table_bytes if spec == "dram" else int(table_bytes * min(1.0, (place.cache or 0.0) + place.cacheslack)) + (4 << 20)
-        devs.append(("dram", max(need, 1 << 20)))
-    if spec != "dram":
-        devs.append((spec, table_bytes + (1 << 20)))
-    return devs
+    """The devices of a table's private manager (sized in the core:
+    ``tiermem_embed::table::private_devices``)."""
+    cache = None if place.cache is None else (float(place.cache), float(place.cacheslack))
+    return _tiermem.table_private_devices(spec, table_bytes, cache)
 
 
 def _f32(a: Any, what: str) -> np.ndarray:

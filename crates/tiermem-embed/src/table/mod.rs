@@ -9,6 +9,9 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(crate) mod locks;
+mod private;
+
+pub use private::private_devices;
 
 use super::blockfile::{optstate, BlockFile};
 use super::cache::{CacheConfig, CachedRows, Room, MAX_ROWS};

@@ -465,3 +465,16 @@ pub fn cache_slot_metadata_bytes(slots: usize) -> u64 {
 pub fn table_row_metadata_bytes(rows: usize, cached: bool) -> u64 {
     tiermem_embed::table::row_metadata_bytes(rows, cached)
 }
+
+/// The devices `[(spec, bytes)]` of a private manager for a table of `table_bytes` whose
+/// rows live on `spec`, cached (`cache`: its size and slack as fractions of the table) or
+/// not (`tiermem_embed::table::private_devices`).
+#[pyfunction]
+#[pyo3(signature = (spec, table_bytes, cache=None))]
+pub fn table_private_devices(
+    spec: &str,
+    table_bytes: u64,
+    cache: Option<(f64, f64)>,
+) -> Vec<(String, u64)> {
+    tiermem_embed::table::private_devices(spec, table_bytes, cache)
+}
