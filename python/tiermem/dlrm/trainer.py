@@ -36,7 +36,6 @@ from .._files import remove_at_exit, remove_now
 from .._sizes import available_memory, format_bytes
 from ..embedding import EmbeddingTable, Placement
 from ..embedding.block import admission
-from ..embedding.config import table_dir
 from ..embedding.block.traces import Trace
 from ..embedding.cacheplan import (
     LOOKUP_POLICIES,
@@ -50,6 +49,7 @@ from ..embedding.cacheplan import (
     meta_bytes,
     plan_within,
 )
+from ..embedding.config import table_dir
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import tables_aside, tiered_tables
@@ -141,7 +141,6 @@ def _tier_caches(config: DLRMConfig, budget: int) -> tuple[float, float]:
             break
         total *= 0.995
     return total / (1.0 + SLACK_SHARE), total * SLACK_SHARE / (1.0 + SLACK_SHARE)
-
 
 
 class Trainer:
