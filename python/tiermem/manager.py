@@ -233,7 +233,7 @@ class Manager:
         self._native.check()
 
     def policy_stats(self) -> dict[str, Any] | None:
-        """What the policy counts itself, or None: for ``2lm_model``, the model's Table 2.2
+        """What the policy counts itself, or None: for ``2lm_model``, the model's thesis Table 2.2
         events (``read_hit``, ..., ``write_hit``, ``write_miss_clean``, ``ddo``), traffic and
         hit rate."""
         s = self._native.policy_stats()

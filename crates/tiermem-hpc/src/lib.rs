@@ -71,7 +71,7 @@ pub trait Kernel: Send + Sync {
     fn name(&self) -> String;
     /// Every array it uses.
     fn operands(&self) -> Vec<Operand>;
-    /// The operand whose staging is decided (the paper's Table 6 target) and the accesses
+    /// The operand whose staging is decided (Arima & Schulz Table 6 target) and the accesses
     /// per element `U` one run makes to it (the paper counts the loop's references).
     fn target(&self) -> (usize, f64);
     /// Byte offsets, in access order, of the first `n` accesses thread `t` of `threads`

@@ -2,17 +2,17 @@
 suite of SpMV access patterns, against slow-only, preferred-fast (``first_touch``), the 2LM
 model and always-stage, measured side by side in one run.
 
-Part 1, the kernels (the paper's Table 6): each kernel's arrays live on the slow device; its
+Part 1, the kernels (Arima & Schulz Table 6): each kernel's arrays live on the slow device; its
 target array is left there (slow-only), copied to fast memory before the kernel and back after
 it (always-stage), or copied when the sampled pattern says so (pattern-aware). The same kernel
 also runs under ``first_touch`` (arrays in fast memory while it has room, in allocation order)
 and under the ``2lm_model`` policy (fast memory as a hardware cache). Fast memory holds 1.25
 times the target. Each figure is the median of ``reps`` interleaved runs.
 
-Then the chunked executor (the paper's §2.2): CG's SpMV over several source vectors, each a
+Then the chunked executor (Arima & Schulz §2.2): CG's SpMV over several source vectors, each a
 chunk, together several times fast memory; each mode runs the chunks in turn.
 
-Part 2, the decision suite (the paper's §5.3): SpMV with the structures of the paper's Table 2
+Part 2, the decision suite (Arima & Schulz §5.3): SpMV with the structures of Arima & Schulz Table 2
 (:mod:`tiermem.hpc.matrices`), rows scaled 1, 1/8 and 1/32, ``x`` on the slow device and the
 matrix in fast memory; a decision is correct when its sign agrees with the measured one
 (staging faster than not). Our rule and the paper's are scored on the same runs.
@@ -66,7 +66,7 @@ def _side(chunk: int, dims: int) -> int:
     return side
 
 
-#: The kernels, in the paper's Table 6 order, each with a target of about the chunk's bytes
+#: The kernels, in Arima & Schulz Table 6 order, each with a target of about the chunk's bytes
 #: (:data:`CHUNK`, or ``--chunk``): large enough that a copy takes long enough to compare the
 #: sampling with it as the paper does (its chunks: 2-16 GB).
 KERNELS: dict[str, Case] = {
@@ -85,7 +85,7 @@ KERNELS: dict[str, Case] = {
 #: The chunk by default, with ``--quick`` and without.
 CHUNK = (8 << 20, 512 << 20)
 
-#: Matrices of the decision suite with ``--quick`` (every Table 2 matrix otherwise).
+#: Matrices of the decision suite with ``--quick`` (every Arima & Schulz Table 2 matrix otherwise).
 QUICK_MATRICES = (
     "audikw_1",
     "europe_osm",
@@ -223,7 +223,7 @@ def _kernel_row(name: str, case: Case, chunk: int, reps: int, line: Any, big: in
     }
 
 
-#: The analysis's budget: this share of the chunk's copy time (the paper's §5.4).
+#: The analysis's budget: this share of the chunk's copy time (Arima & Schulz §5.4).
 ANALYSIS_BUDGET = 0.001
 
 

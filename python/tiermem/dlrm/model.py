@@ -250,7 +250,7 @@ class DLRMConfig:
 
 #: The thesis's models. ``small``: the DLRM reference's Kaggle model (Table 5.5, left);
 #: ``mlperf``: the MLPerf 2019 training model (Table 5.5, right); ``large``: the
-#: benchmarking model of Table 5.6 (64 tables of 6 million rows, 256 wide, 100 lookups per
+#: benchmarking model of thesis Table 5.6 (64 tables of 6 million rows, 256 wide, 100 lookups per
 #: output); ``demo``: Table 5.6's shape cut to 8 tables of 250 000 rows (2 GB) and small MLPs,
 #: what ``tiermem demo`` trains.
 PRESETS: dict[str, DLRMConfig] = {

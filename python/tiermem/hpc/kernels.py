@@ -147,7 +147,7 @@ class Kernel:
 
 
 def run_chunks(tasks: Sequence[Kernel], mode: str, line: BreakEven | None = None, t_th: float = 0.0) -> dict[str, Any]:
-    """The chunked staging executor (the paper's §2.2 and Fig. 10-11): data divided into
+    """The chunked staging executor (Arima & Schulz §2.2 and Fig. 10-11): data divided into
     chunks, each the target of its own task (a :class:`Kernel`, such as :func:`spmv_chunks`
     makes), run in turn. For each chunk: decide (in
     ``pattern_aware`` mode, by sampling that chunk's own accesses), copy it in (not for a

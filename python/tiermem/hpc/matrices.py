@@ -1,5 +1,5 @@
 """Sparse matrices in CRS with the structures of the matrices Arima & Schulz sample
-(their Table 2, from the SuiteSparse collection), generated so that no download is needed.
+(Arima & Schulz Table 2, from the SuiteSparse collection), generated so that no download is needed.
 
 Each named matrix gets the structure class of the real one (a 2D or 3D stencil, a 3D finite-
 element mesh, a band, a road network, a power-law graph, a circuit, a uniform random graph)
@@ -26,7 +26,7 @@ __all__ = ["TABLE2", "STRUCTURES", "generate"]
 #: Structure classes.
 STRUCTURES = ("stencil2d", "stencil3d", "mesh3d", "banded", "road", "powerlaw", "circuit", "uniform")
 
-#: The paper's Table 2: each matrix's structure class and (approximate) nonzeros per row.
+#: Arima & Schulz Table 2: each matrix's structure class and (approximate) nonzeros per row.
 TABLE2: dict[str, tuple[str, float]] = {
     "2cubes_sphere": ("mesh3d", 16.2),
     "audikw_1": ("mesh3d", 82.3),

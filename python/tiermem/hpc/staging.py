@@ -3,7 +3,7 @@ before a loop pays for itself, from a sample of the loop's accesses.
 
 :func:`analyse` samples an index stream as ``threads`` threads would (each its contiguous
 share, 2048 addresses into a page-address Bloom filter and 1024 strides into a stride
-filter, 2^11 bits each, the paper's Table 3) and returns the hit rates ``r_paf`` (near 1:
+filter, 2^11 bits each, Arima & Schulz Table 3) and returns the hit rates ``r_paf`` (near 1:
 dense, pages reused; near 0: sparse) and ``r_sf`` (near 1: regular strides; near 0:
 irregular). :class:`BreakEven` holds a device pair's calibrated gains (s/GB, slow less fast)
 on random, long-stride and sequential accesses for reads, writes and both, and the copy

@@ -7,7 +7,7 @@
 //! device that is DRAM). What it does is classify every line tiermem touches through it —
 //! read hit, clean or dirty read miss, write hit, clean or dirty write miss, and the "dirty
 //! data optimisation" write that follows a read of the same line — and charge each event the
-//! memory accesses of Table 2.2 on the devices they hit: counted as bytes on both devices
+//! memory accesses of thesis Table 2.2 on the devices they hit: counted as bytes on both devices
 //! and, when the slow device is `emulated`, waited out as time. It is a model, not the
 //! hardware; reports call it "2LM model".
 //!

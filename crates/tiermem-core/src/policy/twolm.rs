@@ -4,7 +4,7 @@
 //! (overlapping guards each count), the object's bytes run through the model — a read guard
 //! as reads, a write guard as read-modify-write (loads then ordinary stores; the model cannot
 //! see which bytes the program touched, so it charges them all), an overwrite guard as
-//! whole-line stores (Table 2.2's write events) — and their Table 2.2 traffic is counted on
+//! whole-line stores (thesis Table 2.2's write events) — and their thesis Table 2.2 traffic is counted on
 //! both devices and, on an emulated slow device, waited out after the manager's lock is
 //! released.
 //!
