@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ..._sizes import format_bytes
 from .ops import op_info
@@ -20,8 +20,9 @@ def trace_step(
 ) -> list[tuple[str, int, list[int]]]:
     """``(op, output bytes, [input bytes])`` for every functional op of one training step
     (forward, ``loss`` — default the output's mean — and backward) of ``model`` on
-    ``inputs``, run on the meta device: no memory is used. Raises whatever the model raises
-    on meta tensors."""
+    ``inputs``, run on the meta device: no memory is used; tensors the model makes or holds
+    outside its parameters and buffers are moved to the meta device as ops meet them. Raises
+    whatever the model raises on meta tensors."""
     from torch.func import functional_call
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -34,9 +35,20 @@ def trace_step(
     state = {k: meta(v) for k, v in list(model.named_parameters()) + list(model.named_buffers())}
     seen: list[tuple[str, int, list[int]]] = []
 
+    def on_meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
     class Sizes(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            r = func(*args, **(kwargs or {}))
+            kwargs = dict(kwargs or {})
+            # Tensors the forward makes (a mask from torch.ones, a constant it holds) join
+            # the trace on the meta device too.
+            if "device" in kwargs and not any(isinstance(x, torch.Tensor) for x in tree_flatten(args)[0]):
+                kwargs["device"] = torch.device("meta")
+            args, kwargs = tree_map(on_meta, (args, kwargs))
+            r = func(*args, **kwargs)
             info = op_info(func)
             ins = [x.numel() * x.element_size() for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
             # Factories (no tensor operand) make plain tensors in a real run.

@@ -80,12 +80,6 @@ class Lookahead(Observer):
         for obj in event.softevicted:
             self.behind(obj)
 
-    def _key(self, obj: TensorObject) -> Key:
-        b = obj.born
-        if b is not None and b[0] == self.tiering.iteration:
-            return ("o", b[1], b[2])
-        return ("p", obj.id, 0)
-
     def behind(self, obj: TensorObject) -> None:
         """A forward op soft-evicted ``obj``: write it behind if it lives on (see above)."""
         self._marked += obj.nbytes
@@ -99,7 +93,12 @@ class Lookahead(Observer):
     def op_start(self, pos: int, name: str, objs: list[TensorObject]) -> Moves | None:
         """Record op ``pos``, find it in the previous iteration's trace (allowing a few
         inserted or missing ops), and queue the inputs of the ops after it."""
-        self.cur.append((name, tuple(self._key(obj) for obj in objs)))
+        it = self.tiering.iteration
+        keys = []
+        for obj in objs:
+            born = obj.born
+            keys.append(("o", born[1], born[2]) if born is not None and born[0] == it else ("p", obj.id, 0))
+        self.cur.append((name, tuple(keys)))
         if not self.prev:
             return None
         c = self._find(name)
@@ -107,6 +106,8 @@ class Lookahead(Observer):
             return None
         self.pmap[c] = pos
         self.cursor = c + 1
+        fetched, recent = self._fetched, pos - self.depth
+        ids: set[int] | None = None
         for j in range(c + 1, min(c + 1 + self.depth, len(self.prev))):
             if j in self.issued:
                 continue
@@ -119,9 +120,9 @@ class Lookahead(Observer):
                     oid = a
                 if oid is None:
                     continue
-                if self._fetched.get(oid, -self.depth - 1) >= pos - self.depth or (
-                    any(o.id == oid for o in objs) and not self.tiering.soft_evicts_now()
-                ):
+                if ids is None:
+                    ids = {o.id for o in objs}
+                if fetched.get(oid, recent - 1) >= recent or (oid in ids and not self.tiering.soft_evicts_now()):
                     # Asked for within the last `depth` ops (in flight or landed; a
                     # soft-eviction since moves nothing), or an operand of this op, which
                     # stays where it is for the next (pinned now, and not soft-evicted after).

@@ -189,8 +189,51 @@ class TieredTensor(torch.Tensor):
         """A copy in an ordinary tensor (same shape, strides made contiguous)."""
         return self._obj.tiering.to_plain(self)
 
+    @property
+    def data(self) -> torch.Tensor:
+        """The tensor without autograd history (a tiered view of the same object)."""
+        return torch._C.TensorBase.data.__get__(self)  # type: ignore[attr-defined]
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # `module.to(dtype)` and friends replace a parameter's data in place: the wrapper
+        # takes the new tensor's metadata, and this object its tiermem object and view.
+        if not isinstance(new, TieredTensor):
+            if not isinstance(new, torch.Tensor):
+                raise InvalidArgumentError(f"data must be a tensor, not {type(new).__name__}")
+            new = self._obj.tiering._tensor(new, None, kernel=False)
+        torch._C.TensorBase.data.__set__(self, new)  # type: ignore[attr-defined]
+        self._obj, self._off, self._key, self._span = new._obj, new._off, new._key, new._span
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The values as a NumPy array (a copy: tiered memory may move), as
+        ``torch.Tensor.numpy`` refuses a tensor that requires grad unless ``force``."""
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self.to_plain().numpy()
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python numbers."""
+        return self.to_plain().tolist()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        """A copy in the same tiering (an EMA copy of a model stays tiered; a parameter's
+        copy is a parameter)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        out: torch.Tensor = self._obj.tiering._tensor(self.to_plain(), self.requires_grad, kernel=False)
+        if isinstance(self, torch.nn.Parameter):
+            out = torch.nn.Parameter(out, requires_grad=self.requires_grad)
+        memo[id(self)] = out
+        return out
+
     def __reduce_ex__(self, proto: Any) -> Any:
-        return self.to_plain().__reduce_ex__(proto)
+        # Pickled (torch.save) as the plain tensor of its values, a parameter as a plain
+        # parameter: a file holds no tiering.
+        plain = self.to_plain()
+        if isinstance(self, torch.nn.Parameter):
+            plain = torch.nn.Parameter(plain, requires_grad=self.requires_grad)
+        return plain.__reduce_ex__(proto)
 
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         try:

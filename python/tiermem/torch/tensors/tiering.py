@@ -144,6 +144,29 @@ def _meta(x: Any) -> Any:
     return x
 
 
+class _TierInputs:
+    """The forward pre-hook :meth:`Tiering.module` registers: a model's inputs made tiered.
+    Pickled (``torch.save(model)``) as a hook that does nothing: the loaded model is plain."""
+
+    def __init__(self, tiering: Tiering) -> None:
+        self.tiering = tiering
+
+    def __call__(self, module: Any, args: tuple) -> tuple:
+        return self.tiering._wrap_inputs(module, args)
+
+    def __reduce__(self) -> Any:
+        return (_no_hook, ())
+
+
+def _no_hook() -> Callable[..., None]:
+    """What a tiered model's input hook is after a round trip through a file: nothing."""
+    return _ignore
+
+
+def _ignore(*_: Any) -> None:
+    return None
+
+
 def _bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     out = {}
     for i, a in enumerate(func._schema.arguments):
@@ -228,8 +251,12 @@ class Tiering:
             "freed_at_once": 0,
             "freed_late": 0,
             "observer_evictions_refused": 0,
+            "out_refused": 0,
         }
         self.fallbacks: dict[str, int] = {}
+        #: Ops whose ``.out`` overload refused the outputs their meta run gave, with why;
+        #: they run as functional ops with their results copied in.
+        self.out_refused: dict[str, str] = {}
         #: What watches the step, in the order attached.
         self.observers: list[Observer] = []
         self._hooks: dict[str, list[Callable[..., Any]]] = {h: [] for h in HOOKS}
@@ -395,11 +422,25 @@ class Tiering:
                     if id(b) not in memo:
                         memo[id(b)] = self._tensor(b, None, kernel=False)
                     mod._buffers[name] = memo[id(b)]
-        model.register_forward_pre_hook(self._wrap_inputs)
+        model.register_forward_pre_hook(_TierInputs(self))
         return model
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tiering:
+        # A deep copy of a tiered model (an EMA copy) lives in the same tiering.
+        return self
+
+    def __reduce__(self) -> Any:
+        raise InvalidArgumentError(
+            "a Tiering holds memory and cannot be pickled; torch.save(model) saves a tiered model's tensors as plain "
+            "ones, and its state_dict() is plain too"
+        )
+
     def _wrap_inputs(self, module: Any, args: tuple) -> tuple:
-        return tree_map(lambda x: self.tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, TieredTensor) else x, args)
+        # Meta tensors (a check's trace of the model) pass through: they hold no data.
+        return tree_map(
+            lambda x: self.tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, TieredTensor) and not x.is_meta else x,
+            args,
+        )
 
     def optimizer(self, opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Mark the end of an iteration after every ``opt.step()``. Returns ``opt``."""
@@ -487,9 +528,10 @@ class Tiering:
 
         return type(res)(wrap(r) for r in res) if isinstance(res, (list, tuple)) else wrap(res)
 
-    def _plan(self, func: Any, args: tuple, kwargs: dict, flat: list, lens: tuple) -> Any:
-        """Output ``(shape, stride, dtype, object bytes)`` per return (None where the op
-        returns none), from a run on the meta device; cached per op and operand metadata."""
+    def _plan(self, func: Any, args: tuple, kwargs: dict, flat: list, lens: tuple) -> tuple[Any, Any]:
+        """The op's cache key and its output ``(shape, stride, dtype, object bytes)`` per
+        return (None where the op returns none, or its ``.out`` overload was refused), from
+        a run on the meta device; cached per op and operand metadata."""
         key_parts: list[Any] = [func, len(args), tuple(kwargs), lens]
         for x in flat:
             if isinstance(x, TieredTensor):
@@ -504,7 +546,7 @@ class Tiering:
         except TypeError:
             key = None
         if key is not None and key in self._plans:
-            return self._plans[key]
+            return key, self._plans[key]
         metas = [_meta(x) for x in flat]
         a, k = rebuild_args(args, kwargs, metas)
         try:
@@ -524,7 +566,7 @@ class Tiering:
             )
         if key is not None:
             self._plans[key] = plan
-        return plan
+        return key, plan
 
     def _run(self, func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         flat, lens = flat_args(args, kwargs)
@@ -545,10 +587,11 @@ class Tiering:
                 if written and id(x) in written:
                     op.write = True
                     op.written_bytes += x._span
-        plan = None
+        plan = plan_key = None
         skipped: tuple[int, ...] = ()
+        dead: list[TensorObject] = []
         if info.kind == "functional" and info.out is not None:
-            plan = self._plan(func, args, kwargs, flat, lens)
+            plan_key, plan = self._plan(func, args, kwargs, flat, lens)
             if plan is None and info.name == "convolution_backward.default" and len(args) > 10:
                 # A gradient it was told to skip is undefined, which no .out argument can
                 # be: compute it too (a bias sum, or the first layer's input gradient) into
@@ -558,7 +601,7 @@ class Tiering:
                 bias = [args[0].shape[1]]  # a bias gradient has one value per output channel
                 args = (*args[:3], bias, *args[4:10], [True] * len(mask), *args[11:])
                 flat, lens = flat_args(args, kwargs)
-                plan = self._plan(func, args, kwargs, flat, lens)
+                plan_key, plan = self._plan(func, args, kwargs, flat, lens)
         pos = self._pos
         self._pos += 1
         self._stats["ops"] += 1
@@ -597,8 +640,18 @@ class Tiering:
                 return x
 
             a, k = rebuild_args(args, kwargs, [to_plain(x) for x in flat])
+            res = None
             if plan is not None:
-                res = info.out(*a, **k, **dict(zip(info.out_names, pouts)))
+                try:
+                    res = info.out(*a, **k, **dict(zip(info.out_names, pouts)))
+                except RuntimeError as e:
+                    # The .out overload's contract differs from the functional op's (an
+                    # output dtype: LayerNorm's statistics in bfloat16; an optional output
+                    # left undefined): this op and operand signature runs the functional op
+                    # from now on, and its outputs made for .out are dropped.
+                    self._refuse_out(info.name, plan_key, e)
+                    dead, outs, plan = outs, [], None
+            if plan is not None:
                 result = self._adopt_out(info, res, pouts, outs)
                 if skipped:
                     result = tuple(None if i in skipped else r for i, r in enumerate(result))
@@ -610,7 +663,7 @@ class Tiering:
                 result = self._adopt(info, res, plains, operands, outs, tickets, pos)
         except BaseException:
             self._native.op_close(tickets, [], self.threads, [])
-            for o in outs:  # what this op allocated is dead: free it now, whatever the variant
+            for o in outs + dead:  # what this op allocated is dead: free it now, whatever the variant
                 o.tiering = None  # type: ignore[assignment]
                 self._free(o.id)
             raise
@@ -626,6 +679,9 @@ class Tiering:
         refused = self._native.op_close(tickets, charges, self.threads, [o.id for o in soft], after)
         if refused:
             self._stats["observer_evictions_refused"] += refused
+        for o in dead:
+            o.tiering = None  # type: ignore[assignment]
+            self._free(o.id)
         if hooks["op_end"]:
             uses = [(op.obj, "write" if op.write else "read") for op in operands.values()]
             uses += [(o, "make") for o in outs]
@@ -639,6 +695,14 @@ class Tiering:
         """Whether the op now running soft-evicts its read inputs after it: a forward op
         (grad enabled, outside backward) under a variant that soft-evicts (Listing 4.6)."""
         return self.variant.softevict and torch.is_grad_enabled() and torch._C._current_autograd_node() is None
+
+    def _refuse_out(self, name: str, key: Any, error: BaseException) -> None:
+        """Run op ``name`` with this key's operands as the functional op from now on (its
+        ``.out`` overload refused the outputs the meta run gave), and count it."""
+        if key is not None:
+            self._plans[key] = None
+        self._stats["out_refused"] += 1
+        self.out_refused.setdefault(name, str(error).split("\n")[0][:200])
 
     @staticmethod
     def _written(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> set[int]:
@@ -744,15 +808,19 @@ class Tiering:
     # ------------------------------------------------------------------ checks
 
     def check(self, model: torch.nn.Module, *inputs: Any, loss: Callable[[Any], torch.Tensor] | None = None) -> dict[str, Any]:
-        """Trace one training step of ``model`` on the meta device (no memory is used) and
-        raise :class:`~tiermem.BudgetError` naming the first op whose outputs exceed the
-        fast budget. Returns the op count and the largest op's output bytes, or
-        ``{"traced": False, "reason": ...}`` when the model cannot run on meta tensors (it
-        makes CPU tensors of its own, say); the budget is then checked op by op as it runs."""
+        """Trace one training step of ``model`` (tiered or not) on the meta device (no memory
+        is used; tensors the forward makes, such as a mask from ``torch.ones``, are traced
+        too) and raise :class:`~tiermem.BudgetError` naming the first op whose outputs
+        exceed the fast budget. Returns the op count and the largest op's output bytes.
+        Raises :class:`~tiermem.InvalidArgumentError` naming why when the step cannot be
+        traced (an op the meta device has no kernel for, data-dependent control flow)."""
         try:
             seen = trace_step(model, inputs, loss)
         except Exception as e:
-            return {"traced": False, "reason": f"{type(e).__name__}: {e}"}
+            raise InvalidArgumentError(
+                f"check: one step of {type(model).__name__} cannot be traced on the meta device "
+                f"({type(e).__name__}: {e}); its budget is checked op by op as it runs"
+            ) from e
         worst = max(seen, key=lambda s: s[1], default=("none", 0, []))
         first = next((s for s in seen if s[1] > self.budget), None)
         if self.variant.budget and first is not None:
