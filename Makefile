@@ -34,6 +34,10 @@ $(TORCH_STAMP): $(STAMP)
 		"typing-inspect==0.9.0" "lightning-utilities==0.15.3" "pyvers==0.2.3" "orjson==3.13.0" "cloudpickle==3.1.2" \
 		"importlib_metadata==10.2.0" "zipp" "tqdm" \
 		|| echo "torchrec did not install: the sharded tables take plain values/offsets only"
+	# Real model definitions the tiered-tensor tests build from small configs (no weights
+	# are downloaded): torchvision pairs with this torch (no dependencies, so torch stays).
+	$(PIP) install -q --no-deps "torchvision==0.29.1"
+	$(PIP) install -q "transformers==5.23.0" "expecttest==0.3.0"
 	touch $@
 
 .PHONY: venv
