@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument("--latency", type=number(0, 1), default=20e-6, help="seconds per collective, for the extrapolation")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
+    conf = bsub.add_parser("conformance", help="PyTorch's operator database (op_db) run through tiered tensors")
+    _add_output(conf)
+    conf.add_argument("--dtypes", default=None, help="comma-separated torch dtypes (default float32,bfloat16)")
+    conf.add_argument(
+        "--samples", type=integer(1, 1 << 20), default=None, help="samples per op and dtype (default: all; 2 with --quick)"
+    )
     tr = bsub.add_parser(
         "tensors",
         aliases=["train"],
@@ -340,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.dist import run_cli as run_dist
 
             return run_dist(args)
+        if args.command == "bench" and args.bench == "conformance":
+            from ..bench.conformance import run_cli as run_conformance
+
+            return run_conformance(args)
         if args.command == "bench" and args.bench == "dispatch":
             from ..bench.dispatch import run_cli as run_dispatch
 

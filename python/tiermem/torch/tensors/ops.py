@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["OpInfo", "op_info"]
+__all__ = ["OpInfo", "op_info", "MATERIALIZED_VIEWS", "OUT_UNLESS"]
 
 # Ops that change a tensor's shape or storage in place: a tiered tensor's metadata belongs
 # to its wrapper, so these are refused with a clear error.
@@ -41,6 +41,22 @@ METADATA_INPLACE = {
 # ``_unsafe_view`` to reshape a tensor it has just made (``matmul``), so running its ``.out``
 # overload would copy every such result.
 UNMARKED_VIEWS = {"_unsafe_view"}
+
+# Views that set a tensor's conjugate or negative bit (lazy conjugation, ``fft.ifft`` of a
+# real input): a tiered view cannot carry the bit, so they run as the ops that materialise
+# it, with equal values.
+MATERIALIZED_VIEWS: dict[str, Any] = {
+    "_conj.default": torch.ops.aten.conj_physical.default,
+    "_neg_view.default": torch.ops.aten.neg.default,
+}
+
+# Functional ops whose ``.out`` overload makes outputs of other shapes than their meta run
+# says under some arguments: batch norm outside training returns empty statistics on the
+# CPU (its meta run sizes them by channel). Under those arguments they run as the
+# functional op, their results copied in.
+OUT_UNLESS: dict[str, Any] = {
+    "native_batch_norm.default": lambda args, kwargs: bool(args[5] if len(args) > 5 else kwargs.get("training")),
+}
 
 # Arguments ops write although their schemas do not say so (legacy schemas): batch norm in
 # training updates its running statistics in place.

@@ -55,7 +55,7 @@ from ...policies import SLOW as _SLOW
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .observer import HOOKS, Moves, Observer, OpEnd, overridden
-from .ops import OpInfo, meta_like, op_info
+from .ops import MATERIALIZED_VIEWS, OUT_UNLESS, OpInfo, meta_like, op_info
 from .tensor import (
     TensorObject,
     TieredTensor,
@@ -366,12 +366,25 @@ class Tiering:
             for h in hooks["op_open"]:
                 h(pos, _NO_MOVES)
             start = time.perf_counter()
-        obj = self._alloc(x.numel() * x.element_size(), born)
-        stride = torch.empty(x.shape, dtype=x.dtype, device="meta").stride()
+        nbytes = x.numel() * x.element_size()
+        storage = x.untyped_storage()
+        # A view of a storage not much larger than itself keeps that storage's layout (its
+        # strides, offset and the bytes around it), so that ops that read storage, such as
+        # as_strided, see what they would see in x; anything else is copied contiguous.
+        whole = nbytes > 0 and storage.nbytes() != nbytes and storage.nbytes() <= max(4 * nbytes, 1 << 12)
+        obj = self._alloc(storage.nbytes() if whole else nbytes, born)
+        if whole:
+            stride, offset = x.stride(), x.storage_offset() * x.element_size()
+        else:
+            stride, offset = torch.empty(x.shape, dtype=x.dtype, device="meta").stride(), 0
         ticket, addr, _ = self._native.open(obj.id, True, True)  # copied in whole
         try:
-            plain_over(addr, obj.nbytes, x.dtype, x.shape, stride, 0).copy_(x)
-            self._native.charge([(obj.id, 0, x.numel() * x.element_size())], 1)
+            if whole:
+                src = torch.empty(0, dtype=torch.uint8).set_(storage)
+                plain_over(addr, obj.nbytes, torch.uint8, (storage.nbytes(),), (1,), 0).copy_(src)
+            else:
+                plain_over(addr, obj.nbytes, x.dtype, x.shape, stride, 0).copy_(x)
+            self._native.charge([(obj.id, 0, nbytes)], 1)
         finally:
             self._native.close(ticket)
         if watched:
@@ -390,7 +403,7 @@ class Tiering:
             for h in hooks["op_end"]:
                 h(event)
         rg = x.requires_grad if requires_grad is None else requires_grad
-        return TieredTensor(obj, x.shape, stride, 0, x.dtype, requires_grad=rg)
+        return TieredTensor(obj, x.shape, stride, offset, x.dtype, requires_grad=rg)
 
     def to_plain(self, t: TieredTensor) -> torch.Tensor:
         """An ordinary contiguous copy of a tiered tensor."""
@@ -499,6 +512,9 @@ class Tiering:
         """Run one ATen op whose operands include tiered tensors (see the module docs)."""
         info = op_info(func)
         if info.kind == "view":
+            materialize = MATERIALIZED_VIEWS.get(info.name)
+            if materialize is not None:
+                return self.dispatch(materialize, args, kwargs)
             self._stats["view_ops"] += 1
             return self._view(func, args, kwargs)
         if info.kind == "metadata":
@@ -573,6 +589,10 @@ class Tiering:
         written = self._written(func, info, args, kwargs) if info.written else ()
         operands: dict[int, _Operand] = {}
         for x in flat:
+            if isinstance(x, torch.Tensor) and not isinstance(x, TieredTensor) and x.layout != torch.strided:
+                raise InvalidArgumentError(
+                    f"{info.name}: an operand is a {x.layout} tensor, which tiered tensors cannot be combined with"
+                )
             if isinstance(x, TieredTensor):
                 obj = x._obj
                 op = operands.get(id(obj))
@@ -590,7 +610,8 @@ class Tiering:
         plan = plan_key = None
         skipped: tuple[int, ...] = ()
         dead: list[TensorObject] = []
-        if info.kind == "functional" and info.out is not None:
+        unless = OUT_UNLESS.get(info.name)
+        if info.kind == "functional" and info.out is not None and (unless is None or unless(args, kwargs)):
             plan_key, plan = self._plan(func, args, kwargs, flat, lens)
             if plan is None and info.name == "convolution_backward.default" and len(args) > 10:
                 # A gradient it was told to skip is undefined, which no .out argument can
@@ -785,6 +806,8 @@ class Tiering:
                 return r
             if id(r) in plains:
                 return plains[id(r)]
+            if r.layout != torch.strided:
+                raise InvalidArgumentError(f"{info.name} returns a {r.layout} tensor, which tiered memory cannot hold")
             ptr = r.data_ptr()
             for op in operands.values():
                 if op.addr <= ptr < op.addr + op.obj.nbytes:

@@ -1,0 +1,90 @@
+"""PyTorch's operator database (op_db, BSD-3, the samples its own test_ops.py runs) through
+tiered tensors, for the ops whose tiered results were wrong or whose errors came from inside
+ATen before this suite: every sample passes or is refused by name, none fails. The whole
+database runs in `tiermem bench conformance` (a command test below runs it on a slice)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("expecttest")
+
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+from tiermem.bench.conformance import DEVICES, run_op  # noqa: E402
+from tiermem.torch.tensors import Tiering  # noqa: E402
+
+#: Ops once wrong (as_strided over a view's storage, a conjugate view, batch norm's empty
+#: statistics in eval, layer norm's bfloat16 statistics) or failing inside ATen (sparse
+#: operands and results), and a few every model uses.
+WATCHED = {
+    "as_strided": ("passed",),
+    "fft.ifft": ("passed",),
+    "fft.hfft2": ("passed",),
+    "native_batch_norm": ("passed",),
+    "native_layer_norm": ("passed",),
+    "nn.functional.layer_norm": ("passed",),
+    "to_sparse": ("refused",),
+    "resize_": ("refused",),
+    "nn.functional.conv2d": ("passed",),
+    "matmul": ("passed",),
+    "nn.functional.scaled_dot_product_attention": ("passed",),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_watched_ops_pass_or_are_refused_by_name(dtype: torch.dtype) -> None:
+    t = Tiering(DEVICES, "LM")
+    try:
+        ran = 0
+        for op in op_db:
+            if op.name not in WATCHED or dtype not in op.supported_dtypes("cpu"):
+                continue
+            r = run_op(op, dtype, 4, t)
+            ran += 1
+            assert r["failed"] == 0, (op.name, op.variant_test_name, r)
+            assert r["samples"] == sum(r[k] for k in ("passed", "refused")), r
+            assert any(r[k] for k in WATCHED[op.name]), (op.name, r)
+            if r["refused"]:
+                assert r["why"]["refused"].startswith("InvalidArgumentError: "), r
+        assert ran >= 8
+        t.manager.check()
+    finally:
+        t.close()
+
+
+@pytest.mark.slow
+def test_bench_conformance_quick_json(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiermem.cli.main",
+            "bench",
+            "conformance",
+            "--quick",
+            "--dtypes",
+            "float32",
+            "--samples",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["dtypes"] == ["float32"] and len(res["ops"]) > 500
+    for row in res["ops"]:
+        assert set(row) >= {"op", "dtype", "samples", "passed", "refused", "failed"}
+    assert res["pass_rate"] >= 0.98, res["totals"]
+    assert "pass rate" in r.stdout and "refused" in r.stdout
