@@ -56,6 +56,10 @@ MATERIALIZED_VIEWS: dict[str, Any] = {
 # functional op, their results copied in.
 OUT_UNLESS: dict[str, Any] = {
     "native_batch_norm.default": lambda args, kwargs: bool(args[5] if len(args) > 5 else kwargs.get("training")),
+    # binary_cross_entropy.out with a reduction resizes its 0-dim output to the input's
+    # shape and returns another value than the functional op (PyTorch 2.14, op_db's
+    # samples): only its unreduced form writes into tiered memory directly.
+    "binary_cross_entropy.default": lambda args, kwargs: (args[3] if len(args) > 3 else kwargs.get("reduction", 1)) == 0,
 }
 
 # Arguments ops write although their schemas do not say so (legacy schemas): batch norm in

@@ -671,6 +671,9 @@ class Tiering:
                     # left undefined): this op and operand signature runs the functional op
                     # from now on, and its outputs made for .out are dropped.
                     self._refuse_out(info.name, plan_key, e)
+                    # The kernel may have resized some outputs' cached plain views before
+                    # it refused another: drop them all.
+                    self._views.clear()
                     dead, outs, plan = outs, [], None
             if plan is not None:
                 result = self._adopt_out(info, res, pouts, outs)
