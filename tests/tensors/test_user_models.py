@@ -158,3 +158,31 @@ def test_check_traces_a_forward_that_makes_tensors_and_raises_at_the_op() -> Non
 
     with pytest.raises(tiermem.InvalidArgumentError, match="cannot be traced on the meta device"):
         t.check(DataDependent(), x)
+
+
+def test_in_place_views_give_the_same_values_and_gradients() -> None:
+    """squeeze_, unsqueeze_, t_, transpose_ on tiered tensors (ATen squeezes matmul's result
+    in place for a 1-D operand): the tensor becomes another view of its object."""
+    t = tiering()
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(4)
+    tw = t.tensor(w, requires_grad=True)
+    a, b = x @ w, t.tensor(x) @ tw
+    assert b.shape == (3,)
+    torch.testing.assert_close(b.to_plain(), a, rtol=0, atol=0)
+    a.sum().backward()
+    b.sum().backward()
+    torch.testing.assert_close(tw.grad.to_plain(), w.grad, rtol=0, atol=0)
+    z0 = torch.randn(2, 3)
+    z = t.tensor(z0)
+    oid = z.object_id
+    z.t_()
+    assert z.shape == (3, 2) and z.object_id == oid
+    torch.testing.assert_close(z.to_plain(), z0.t(), rtol=0, atol=0)
+    z.unsqueeze_(0).transpose_(0, 2)
+    torch.testing.assert_close(z.to_plain(), z0.t().unsqueeze(0).transpose(0, 2), rtol=0, atol=0)
+    z.squeeze_()
+    torch.testing.assert_close(z.to_plain(), z0, rtol=0, atol=0)
+    with pytest.raises(tiermem.InvalidArgumentError, match="resize_"):
+        z.resize_(6)
+    t.manager.check()

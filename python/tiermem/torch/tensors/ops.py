@@ -3,6 +3,9 @@
 * **view** ops return an alias of an input and touch no data (``t``, ``view``, ``slice``,
   ``detach``, ``split``, ...): their result shares the input's object.
 * **in-place** ops write arguments marked ``(a!)`` and return them (``add_``, ``copy_``).
+* **metadata** ops change a tensor's view in place: those of :data:`INPLACE_VIEWS`
+  (``squeeze_``, ``t_``, ...) make it the view of the same object their out-of-place twin
+  gives; the others (``resize_``, ``set_``) are refused.
 * **functional** ops make new tensors. Most have an ``.out`` overload with the same
   arguments plus keyword-only outputs (``convolution.out``, ``addmm.out``,
   ``native_batch_norm.out``): their outputs are allocated in tiered memory and written there
@@ -17,10 +20,24 @@ from typing import Any
 
 import torch
 
-__all__ = ["OpInfo", "op_info", "MATERIALIZED_VIEWS", "OUT_UNLESS"]
+__all__ = ["OpInfo", "op_info", "MATERIALIZED_VIEWS", "OUT_UNLESS", "INPLACE_VIEWS", "inplace_twin"]
+
+# In-place ops that give a tensor another view of its own storage: a tiered tensor takes
+# the view its out-of-place twin gives (same object, new sizes and strides). ATen uses them
+# on intermediates: matmul of a 1-D operand squeezes its result in place.
+INPLACE_VIEWS = {
+    "squeeze_": "squeeze",
+    "unsqueeze_": "unsqueeze",
+    "t_": "t",
+    "transpose_": "transpose",
+    "swapaxes_": "swapaxes",
+    "swapdims_": "swapdims",
+    "as_strided_": "as_strided",
+}
 
 # Ops that change a tensor's shape or storage in place: a tiered tensor's metadata belongs
-# to its wrapper, so these are refused with a clear error.
+# to its wrapper, so these are refused with a clear error (those of INPLACE_VIEWS become
+# another view of the same object).
 METADATA_INPLACE = {
     "set_",
     "resize_",
@@ -140,6 +157,26 @@ def _out_overload(func: Any) -> tuple[Any, tuple[str, ...]]:
         if rest == args and len(outs) == nret:
             return cand, tuple(a.name for a in outs)
     return None, ()
+
+
+_TWINS: dict[Any, Any] = {}
+
+
+def inplace_twin(func: Any) -> Any:
+    """The out-of-place view op of an in-place view op of :data:`INPLACE_VIEWS` (the
+    overload with the same arguments: ``transpose_.default`` -> ``transpose.int``), cached."""
+    twin = _TWINS.get(func)
+    if twin is None:
+        want = [(a.name, str(a.type)) for a in func._schema.arguments]
+        packet = getattr(torch.ops.aten, INPLACE_VIEWS[func._schema.name.split("::")[-1]])
+        for oname in packet.overloads():
+            cand = getattr(packet, oname)
+            if [(a.name, str(a.type)) for a in cand._schema.arguments] == want:
+                twin = _TWINS[func] = cand
+                break
+        else:
+            raise KeyError(f"no out-of-place twin of {func}")
+    return twin
 
 
 def meta_like(t: torch.Tensor, obj_nbytes: int, offset: int) -> torch.Tensor:

@@ -55,7 +55,7 @@ from ...policies import SLOW as _SLOW
 from .budget import budget_message, trace_step
 from .lookahead import Lookahead
 from .observer import HOOKS, Moves, Observer, OpEnd, overridden
-from .ops import MATERIALIZED_VIEWS, OUT_UNLESS, OpInfo, meta_like, op_info
+from .ops import INPLACE_VIEWS, MATERIALIZED_VIEWS, OUT_UNLESS, OpInfo, inplace_twin, meta_like, op_info
 from .tensor import (
     TensorObject,
     TieredTensor,
@@ -518,10 +518,17 @@ class Tiering:
             self._stats["view_ops"] += 1
             return self._view(func, args, kwargs)
         if info.kind == "metadata":
-            raise InvalidArgumentError(
-                f"{info.name} changes a tiered tensor's shape or storage in place; use the "
-                "out-of-place form (e.g. t() instead of t_())"
-            )
+            if info.name.split(".")[0] not in INPLACE_VIEWS:
+                raise InvalidArgumentError(
+                    f"{info.name} changes a tiered tensor's shape or storage in place; use the "
+                    "out-of-place form (e.g. reshape() instead of resize_())"
+                )
+            # Another view of the same object: the tensor takes the view its out-of-place
+            # twin gives.
+            x = args[0]
+            v = self._view(inplace_twin(func), args, kwargs)
+            x.data = v
+            return x
         return self._run(func, info, args, kwargs)
 
     def _view(self, func: Any, args: tuple, kwargs: dict) -> Any:
