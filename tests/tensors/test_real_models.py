@@ -166,6 +166,25 @@ def _train(model: torch.nn.Module, loss_of: Callable[[torch.nn.Module, int], tor
     return losses
 
 
+def _trains_and_evaluates_alike(
+    plain: torch.nn.Module,
+    tiered: torch.nn.Module,
+    t: Tiering,
+    loss_of: Callable[[torch.nn.Module, int], torch.Tensor],
+    evaluate: Callable[[torch.nn.Module], torch.Tensor],
+) -> None:
+    """AdamW steps with equal losses, then eval under no_grad with equal outputs."""
+    want = _train(plain, loss_of, None)
+    got = _train(tiered, loss_of, t)
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
+    plain.eval()
+    tiered.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(_plain(evaluate(tiered)), evaluate(plain), rtol=1e-5, atol=1e-5)
+    t.manager.check()
+    t.close()
+
+
 @pytest.mark.parametrize("name", sorted(HF))
 def test_a_transformers_model_trains_and_evaluates_as_plain_pytorch(name: str) -> None:
     make, batch = HF[name]
@@ -174,16 +193,7 @@ def test_a_transformers_model_trains_and_evaluates_as_plain_pytorch(name: str) -
     def loss_of(m: torch.nn.Module, i: int) -> torch.Tensor:
         return m(**batch(i)).loss
 
-    want = _train(plain, loss_of, None)
-    got = _train(tiered, loss_of, t)
-    assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
-    plain.eval()
-    tiered.eval()
-    with torch.no_grad():
-        a, b = plain(**batch(99)).logits, tiered(**batch(99)).logits
-    torch.testing.assert_close(_plain(b), a, rtol=1e-5, atol=1e-5)
-    t.manager.check()
-    t.close()
+    _trains_and_evaluates_alike(plain, tiered, t, loss_of, lambda m: m(**batch(99)).logits)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
@@ -208,16 +218,7 @@ def test_a_torchvision_model_trains_and_evaluates_as_plain_pytorch(name: str) ->
         x, y = _image_batch(i)
         return torch.nn.functional.cross_entropy(m(x), y)
 
-    want = _train(plain, loss_of, None)
-    got = _train(tiered, loss_of, t)
-    assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
-    plain.eval()
-    tiered.eval()
-    with torch.no_grad():
-        x, _ = _image_batch(99)
-        torch.testing.assert_close(_plain(tiered(x)), plain(x), rtol=1e-5, atol=1e-5)
-    t.manager.check()
-    t.close()
+    _trains_and_evaluates_alike(plain, tiered, t, loss_of, lambda m: m(_image_batch(99)[0]))
 
 
 def _lm_loss(m: torch.nn.Module, i: int) -> torch.Tensor:
