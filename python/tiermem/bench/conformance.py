@@ -14,8 +14,13 @@ samples, and the results are compared at the dtype's tolerances (PyTorch's
 * **failed**: a wrong result, or an error from inside PyTorch. Each is a bug to fix.
 
 Samples plain PyTorch itself fails are not counted. Ops whose outputs are uninitialised
-memory (``empty`` and kin) are compared by shape, dtype and strides only. The JSON holds
-``{"ops": [{"op", "dtype", "samples", "passed", "refused", "failed", "why"}], ...}``.
+memory (``empty`` and kin) are compared by shape, dtype and strides only.
+
+The same runs for PyTorch's module database (``common_modules.module_db``) in train, eval and
+eval under ``no_grad``: see :mod:`tiermem.bench.module_conformance`. The JSON holds
+``{"ops": [{"op", "dtype", "samples", "passed", "refused", "failed", "why"}], "modules":
+[{"module", "dtype", "mode", "samples", "passed", "refused", "failed", "plain_failed",
+"why"}], "module_entries": {dtype: {"entries", "all_passed"}}, ...}``.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from ..exceptions import TiermemError
 from ..report.load import MachineLoad
 from ..report.output import show, write_json
 
-__all__ = ["run", "run_cli", "DTYPES", "UNINITIALIZED"]
+__all__ = ["run", "run_cli", "DTYPES", "MODULE_DTYPES", "UNINITIALIZED"]
 
-#: The dtypes run unless told otherwise.
+#: The dtypes ops run in unless told otherwise.
 DTYPES = ("float32", "bfloat16")
+#: The dtypes modules run in unless told otherwise (module_db's entries support float32 and
+#: float64, few bfloat16).
+MODULE_DTYPES = ("float32", "float64", "bfloat16")
 #: Ops whose results are uninitialised memory: their values are not compared.
 UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"})
 #: The fast and slow devices: fast memory smaller than most samples' operands together.
@@ -105,26 +113,35 @@ def run_op(op: Any, dtype: Any, samples: int | None, tiering: Any) -> dict[str, 
 
 
 def run(
-    quick: bool = False, dtypes: tuple[str, ...] = DTYPES, samples: int | None = None, progress: bool = True
+    quick: bool = False,
+    dtypes: tuple[str, ...] = DTYPES,
+    samples: int | None = None,
+    progress: bool = True,
+    module_dtypes: tuple[str, ...] = MODULE_DTYPES,
 ) -> dict[str, Any]:
-    """Run every op of ``op_db`` in each of ``dtypes``; ``samples``: the first N samples of
-    each (``quick``: 2; else all)."""
+    """Run every op of ``op_db`` and every entry of ``module_db`` in each of ``dtypes``;
+    ``samples``: the first N samples (module inputs per mode) of each (``quick``: 2; else
+    all)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
+    from torch.testing._internal.common_modules import module_db
 
     from ..report.progress import Progress
     from ..torch.tensors import Tiering
+    from .module_conformance import run_module
 
     if samples is None and quick:
         samples = 2
-    rows = []
+    rows, mrows = [], []
     t0 = time.perf_counter()
     with (
         MachineLoad() as load,
-        Progress(len(op_db) * len(dtypes), "bench conformance", progress) as bar,
+        Progress(len(op_db) * len(dtypes) + len(module_db) * len(module_dtypes), "bench conformance", progress) as bar,
         warnings.catch_warnings(),
     ):
         warnings.simplefilter("ignore")
+        # ...but a kernel resizing an output tiermem made for it is a failure.
+        warnings.filterwarnings("error", message="An output with one or more elements was resized")
         tiering = Tiering(DEVICES, "LM")
         try:
             for dname in dtypes:
@@ -134,6 +151,13 @@ def run(
                         r = run_op(op, dtype, samples, tiering)
                         rows.append({"op": op.name, "variant": op.variant_test_name, "dtype": dname} | r)
                     bar.step(op.name)
+            for dname in module_dtypes:
+                dtype = getattr(torch, dname)
+                for info in module_db:
+                    if dtype in info.supported_dtypes("cpu"):
+                        for r in run_module(info, dtype, samples, tiering):
+                            mrows.append({"module": info.name, "dtype": dname} | r)
+                    bar.step(info.name)
         finally:
             tiering.close()
     total: Counter[str] = Counter()
@@ -147,9 +171,11 @@ def run(
         "quick": quick,
         "samples_per_op": samples,
         "dtypes": list(dtypes),
+        "module_dtypes": list(module_dtypes),
         "devices": DEVICES,
         "ops": rows,
-        "modules": [],
+        "modules": mrows,
+        "module_entries": _entries(mrows),
         "totals": dict(total),
         "pass_rate": total["passed"] / max(1, total["samples"]),
         "passed_or_refused": (total["passed"] + total["refused"]) / max(1, total["samples"]),
@@ -157,6 +183,16 @@ def run(
         "load": load.summary(),
         "load_line": load.line(),
     }
+
+
+def _entries(mrows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per dtype: module_db entries run, and those whose every input passed in every mode
+    (train, eval, eval under no_grad)."""
+    ok: dict[str, dict[str, bool]] = {}
+    for r in mrows:
+        d = ok.setdefault(r["dtype"], {})
+        d[r["module"]] = d.get(r["module"], True) and r["passed"] == r["samples"]
+    return {dt: {"entries": len(d), "all_passed": sum(d.values())} for dt, d in ok.items()}
 
 
 def print_report(res: dict[str, Any]) -> None:
@@ -186,7 +222,33 @@ def print_report(res: dict[str, Any]) -> None:
         ],
         title=f"PyTorch's op_db through tiered tensors ({res['torch']}; samples per op: {res['samples_per_op'] or 'all'})",
     )
+    mby: dict[tuple[str, str], Counter[str]] = {}
+    for r in res["modules"]:
+        c = mby.setdefault((r["dtype"], r["mode"]), Counter())
+        for k in ("samples", "passed", "refused", "failed", "plain_failed"):
+            c[k] += r[k]
+    if mby:
+        print_table(
+            ["dtype", "mode", "inputs", "passed", "refused", "failed", "plain PyTorch failed"],
+            [[d, m, c["samples"], c["passed"], c["refused"], c["failed"], c["plain_failed"]] for (d, m), c in mby.items()],
+            title="PyTorch's module_db through tiered modules (outputs, and parameter gradients in train)",
+        )
+        for d, e in res["module_entries"].items():
+            show(f"module_db {d}: {e['all_passed']} of {e['entries']} entries pass every input in train, eval and eval+no_grad")
     bad = [r for r in res["ops"] if r["failed"] or r["refused"]]
+    bad += [
+        {
+            "op": r["module"],
+            "variant": r["mode"],
+            "dtype": r["dtype"],
+            "samples": r["samples"],
+            "refused": r["refused"],
+            "failed": r["failed"],
+            "why": r["why"],
+        }
+        for r in res["modules"]
+        if r["failed"] or r["refused"]
+    ]
     if bad:
         print_table(
             ["op", "dtype", "samples", "refused", "failed", "why (first)"],
@@ -211,7 +273,7 @@ def print_report(res: dict[str, Any]) -> None:
 
 def run_cli(args: Any) -> int:
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else DTYPES
-    res = run(quick=args.quick, dtypes=dtypes, samples=args.samples)
+    res = run(quick=args.quick, dtypes=dtypes, samples=args.samples, module_dtypes=dtypes if args.dtypes else MODULE_DTYPES)
     print_report(res)
     if args.json:
         write_json({k: v for k, v in res.items() if k != "load_line"}, args.json)

@@ -113,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument("--latency", type=number(0, 1), default=20e-6, help="seconds per collective, for the extrapolation")
     dis = bsub.add_parser("dispatch", help="per-op cost of tiered tensors vs plain tensors and a trivial wrapper subclass")
     _add_output(dis)
-    conf = bsub.add_parser("conformance", help="PyTorch's operator database (op_db) run through tiered tensors")
+    conf = bsub.add_parser(
+        "conformance", help="PyTorch's operator and module databases (op_db, module_db) run through tiered tensors"
+    )
     _add_output(conf)
     conf.add_argument("--dtypes", default=None, help="comma-separated torch dtypes (default float32,bfloat16)")
     conf.add_argument(

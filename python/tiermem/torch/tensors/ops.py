@@ -77,6 +77,10 @@ OUT_UNLESS: dict[str, Any] = {
     # shape and returns another value than the functional op (PyTorch 2.14, op_db's
     # samples): only its unreduced form writes into tiered memory directly.
     "binary_cross_entropy.default": lambda args, kwargs: (args[3] if len(args) > 3 else kwargs.get("reduction", 1)) == 0,
+    # A gradient its output_mask skips is an empty tensor from the kernel but a full-size one
+    # from the meta run: the .out overload would resize the output made for it (a deprecated
+    # resize with a warning). Only a call that wants every gradient writes into tiered memory.
+    "native_batch_norm_backward.default": lambda args, kwargs: all(args[9] if len(args) > 9 else kwargs["output_mask"]),
 }
 
 # Arguments ops write although their schemas do not say so (legacy schemas): batch norm in

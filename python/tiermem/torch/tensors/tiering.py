@@ -595,11 +595,14 @@ class Tiering:
         flat, lens = flat_args(args, kwargs)
         written = self._written(func, info, args, kwargs) if info.written else ()
         operands: dict[int, _Operand] = {}
+        nested = False
         for x in flat:
-            if isinstance(x, torch.Tensor) and not isinstance(x, TieredTensor) and x.layout != torch.strided:
-                raise InvalidArgumentError(
-                    f"{info.name}: an operand is a {x.layout} tensor, which tiered tensors cannot be combined with"
-                )
+            if isinstance(x, torch.Tensor) and not isinstance(x, TieredTensor):
+                if x.layout != torch.strided:
+                    raise InvalidArgumentError(
+                        f"{info.name}: an operand is a {x.layout} tensor, which tiered tensors cannot be combined with"
+                    )
+                nested = nested or x.is_nested
             if isinstance(x, TieredTensor):
                 obj = x._obj
                 op = operands.get(id(obj))
@@ -618,7 +621,8 @@ class Tiering:
         skipped: tuple[int, ...] = ()
         dead: list[TensorObject] = []
         unless = OUT_UNLESS.get(info.name)
-        if info.kind == "functional" and info.out is not None and (unless is None or unless(args, kwargs)):
+        # A nested operand has no meta run to plan from: the op runs as itself.
+        if info.kind == "functional" and info.out is not None and not nested and (unless is None or unless(args, kwargs)):
             plan_key, plan = self._plan(func, args, kwargs, flat, lens)
             if plan is None and info.name == "convolution_backward.default" and len(args) > 10:
                 # A gradient it was told to skip is undefined, which no .out argument can
@@ -818,6 +822,10 @@ class Tiering:
                 return plains[id(r)]
             if r.layout != torch.strided:
                 raise InvalidArgumentError(f"{info.name} returns a {r.layout} tensor, which tiered memory cannot hold")
+            if r.is_nested:
+                # A nested tensor (a transformer's padded-batch fast path) stays plain: it
+                # may not alias an operand, whose memory is pinned only while the op runs.
+                return self._nested_result(info, r, operands)
             ptr = r.data_ptr()
             for op in operands.values():
                 if op.addr <= ptr < op.addr + op.obj.nbytes:
@@ -837,6 +845,17 @@ class Tiering:
             self._stats["fallback_ops"] += 1
             self.fallbacks[info.name] = self.fallbacks.get(info.name, 0) + 1
         return out
+
+    @staticmethod
+    def _nested_result(info: OpInfo, r: torch.Tensor, operands: dict) -> torch.Tensor:
+        storage = r.untyped_storage()
+        lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        for op in operands.values():
+            if op.addr < hi and lo < op.addr + op.obj.nbytes:
+                raise InvalidArgumentError(
+                    f"{info.name} returns a nested tensor over a tiered operand's memory, which tiered memory cannot hold"
+                )
+        return r
 
     # ------------------------------------------------------------------ checks
 
