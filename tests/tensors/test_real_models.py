@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 torchvision = pytest.importorskip("torchvision")
 
-from tiermem.torch.tensors import TieredTensor, Tiering  # noqa: E402
+from tiermem.torch.tensors import EagerFallbackWarning, TieredTensor, Tiering  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
 STEPS = 3
@@ -283,4 +283,21 @@ def test_bfloat16_autocast_checkpointing_accumulation_and_clipping(name: str) ->
     for g_plain, g_tiered in zip(*params, strict=True):
         torch.testing.assert_close(g_tiered, g_plain, rtol=1e-4, atol=1e-6)
     t.manager.check()
+    t.close()
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_compiled_model_trains_as_plain_pytorch(name: str) -> None:
+    """torch.compile of a tiered model: the ops on tiered tensors run eagerly through
+    tiermem with one EagerFallbackWarning (PyTorch's own notes on the graph breaks, which
+    name no tiermem code, are filtered here), and losses equal the plain model's."""
+    make, loss_of = CASES[name]
+    torch._dynamo.reset()
+    plain, tiered, t = _twins(make)
+    want = _train(plain, loss_of, None)
+    with pytest.warns(EagerFallbackWarning) as seen:
+        got = _train(torch.compile(tiered), loss_of, t)
+    assert sum(w.category is EagerFallbackWarning for w in seen) == 1
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
     t.close()

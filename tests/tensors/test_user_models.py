@@ -1,6 +1,6 @@
 """What a user does with a model of their own after tiering it: evaluate a transformer under
 no_grad, cast it to bfloat16 or float64, copy it (EMA), save and load it, read its outputs
-with NumPy, check its budget when its forward makes tensors. Each beside a plain copy from
+with NumPy, check its budget when its forward makes tensors, compile it. Each beside a plain copy from
 the same weights."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tiermem  # noqa: E402
-from tiermem.torch.tensors import TieredTensor, Tiering  # noqa: E402
+from tiermem.torch.tensors import EagerFallbackWarning, TieredTensor, Tiering  # noqa: E402
 
 SLOW = "emulated:optane-pmem"
 
@@ -186,3 +186,38 @@ def test_in_place_views_give_the_same_values_and_gradients() -> None:
     with pytest.raises(tiermem.InvalidArgumentError, match="resize_"):
         z.resize_(6)
     t.manager.check()
+
+
+def _mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+
+
+@pytest.mark.parametrize("how", ["torch.compile", "module.compile"])
+def test_a_compiled_tiered_model_trains_as_plain_pytorch_with_one_warning(how: str) -> None:
+    """torch.compile cannot trace tiered tensors: each op on them runs eagerly through
+    tiermem, with one EagerFallbackWarning, and losses equal the uncompiled plain model's."""
+    torch._dynamo.reset()
+    plain, tiered, t = twins(_mlp)
+    opt_p = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+    opt_t = t.optimizer(torch.optim.AdamW(tiered.parameters(), lr=1e-2))
+    if how == "torch.compile":
+        run = torch.compile(tiered)
+    else:
+        tiered.compile()
+        run = tiered
+    g = torch.Generator().manual_seed(3)
+    with pytest.warns(EagerFallbackWarning, match="torch.compile of a tiered Sequential") as seen:
+        for _ in range(3):
+            x = torch.randn(4, 32, generator=g)
+            for model, opt in ((plain, opt_p), (run, opt_t)):
+                loss = model(x).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                if model is plain:
+                    want = loss.item()
+            assert loss.item() == want
+    assert sum(w.category is EagerFallbackWarning for w in seen) == 1
+    for p, q in zip(plain.parameters(), tiered.parameters(), strict=True):
+        torch.testing.assert_close(q.to_plain(), p, rtol=0, atol=0)
+    t.close()

@@ -3,7 +3,18 @@
 
 from .observer import Moves, Observer, OpEnd
 from .tensor import TensorObject, TieredTensor
-from .tiering import VARIANTS, Tiering, Variant
+from .tiering import VARIANTS, EagerFallbackWarning, Tiering, Variant
 from .train import TrainStep
 
-__all__ = ["Tiering", "TieredTensor", "Variant", "VARIANTS", "Observer", "OpEnd", "Moves", "TrainStep", "TensorObject"]
+__all__ = [
+    "Tiering",
+    "TieredTensor",
+    "Variant",
+    "VARIANTS",
+    "EagerFallbackWarning",
+    "Observer",
+    "OpEnd",
+    "Moves",
+    "TrainStep",
+    "TensorObject",
+]

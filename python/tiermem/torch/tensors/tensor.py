@@ -165,7 +165,10 @@ class TieredTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @classmethod
+    @torch.compiler.disable(recursive=True)
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+        # Not traced by torch.compile: an op on tiered tensors runs eagerly, through tiermem
+        # (see EagerFallbackWarning).
         tiering = _find_tiering(args, kwargs)
         return tiering.dispatch(func, args, kwargs or {})
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,10 +153,37 @@ class _TierInputs:
         self.tiering = tiering
 
     def __call__(self, module: Any, args: tuple) -> tuple:
-        return self.tiering._wrap_inputs(module, args)
+        if torch.compiler.is_compiling():
+            _compiled(self.tiering, module)
+        return _wrap_inputs(self.tiering, module, args)
 
     def __reduce__(self) -> Any:
         return (_no_hook, ())
+
+
+class EagerFallbackWarning(UserWarning):
+    """``torch.compile`` of a tiered model: its ops on tiered tensors run eagerly through
+    tiermem (compiled graphs cover the plain-tensor code around them). Told once per
+    Tiering."""
+
+
+@torch.compiler.disable
+def _compiled(tiering: Tiering, module: Any) -> None:
+    if tiering._compile_warned:
+        return
+    tiering._compile_warned = True
+    warnings.warn(
+        f"torch.compile of a tiered {type(module).__name__}: tiered tensors cannot be traced into a compiled graph "
+        "(their data moves between devices while the model runs), so each op on them runs eagerly through tiermem; "
+        "results are those of the uncompiled model, and only plain-tensor code around them is compiled",
+        EagerFallbackWarning,
+        stacklevel=2,
+    )
+
+
+@torch.compiler.disable
+def _wrap_inputs(tiering: Tiering, module: Any, args: tuple) -> tuple:
+    return tiering._wrap_inputs(module, args)
 
 
 def _no_hook() -> Callable[..., None]:
@@ -239,6 +267,7 @@ class Tiering:
         self._pending: list[int] = []
         self._pending_lock = threading.Lock()
         self._closed = False
+        self._compile_warned = False
         self._plans: dict[Any, Any] = {}
         self._views: dict[tuple, torch.Tensor] = {}
         self._stats = {
