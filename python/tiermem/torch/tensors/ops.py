@@ -71,12 +71,26 @@ MATERIALIZED_VIEWS: dict[str, Any] = {
 # says under some arguments: batch norm outside training returns empty statistics on the
 # CPU (its meta run sizes them by channel). Under those arguments they run as the
 # functional op, their results copied in.
+def _unreduced(i: int) -> Any:
+    """The call's ``reduction`` (argument ``i``, default mean) is none."""
+    return lambda args, kwargs: (args[i] if len(args) > i else kwargs.get("reduction", 1)) == 0
+
+
 OUT_UNLESS: dict[str, Any] = {
     "native_batch_norm.default": lambda args, kwargs: bool(args[5] if len(args) > 5 else kwargs.get("training")),
     # binary_cross_entropy.out with a reduction resizes its 0-dim output to the input's
     # shape and returns another value than the functional op (PyTorch 2.14, op_db's
     # samples): only its unreduced form writes into tiered memory directly.
-    "binary_cross_entropy.default": lambda args, kwargs: (args[3] if len(args) > 3 else kwargs.get("reduction", 1)) == 0,
+    "binary_cross_entropy.default": _unreduced(3),
+    # So do these losses' CPU .out kernels with a reduction (a deprecated resize, with a
+    # warning, of the 0-dim output made from their meta runs).
+    "mse_loss.default": _unreduced(2),
+    "smooth_l1_loss.default": _unreduced(2),
+    "huber_loss.default": _unreduced(2),
+    "soft_margin_loss.default": _unreduced(2),
+    # Its bag bookkeeping outputs are empty in some modes but full-size from the meta run.
+    "_embedding_bag_forward_only.default": lambda args, kwargs: False,
+    "_embedding_bag.default": lambda args, kwargs: False,
     # A gradient its output_mask skips is an empty tensor from the kernel but a full-size one
     # from the meta run: the .out overload would resize the output made for it (a deprecated
     # resize with a warning). Only a call that wants every gradient writes into tiered memory.

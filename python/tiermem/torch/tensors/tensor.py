@@ -166,7 +166,7 @@ class TieredTensor(torch.Tensor):
 
     @classmethod
     @torch.compiler.disable(recursive=True)
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         # Not traced by torch.compile: an op on tiered tensors runs eagerly, through tiermem
         # (see EagerFallbackWarning).
         tiering = _find_tiering(args, kwargs)

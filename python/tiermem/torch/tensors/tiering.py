@@ -161,6 +161,15 @@ class _TierInputs:
         return (_no_hook, ())
 
 
+def _check_not_resized(info: OpInfo, plan: Any, pouts: list, ptrs: list[int]) -> None:
+    """Raise RuntimeError if an ``.out`` kernel resized an output tiermem made for it (to
+    another shape than its meta run gave, or into new memory): what it wrote is not in
+    tiered memory, and the op must run as the functional op."""
+    for (shape, stride, _, _), p, ptr in zip(plan, pouts, ptrs):
+        if tuple(p.shape) != shape or p.stride() != stride or p.data_ptr() != ptr:
+            raise RuntimeError(f"{info.name}: the .out kernel resized its output {shape} -> {tuple(p.shape)}")
+
+
 class EagerFallbackWarning(UserWarning):
     """``torch.compile`` of a tiered model: its ops on tiered tensors run eagerly through
     tiermem (compiled graphs cover the plain-tensor code around them). Told once per
@@ -565,8 +574,12 @@ class Tiering:
         src = None
         metas = []
         for x in flat:
+            if isinstance(x, TieredTensor) and src is not None:
+                # Another tiered operand (tensor_split's index tensor) is read, not viewed.
+                metas.append(x.to_plain())
+                continue
             if isinstance(x, TieredTensor):
-                src = src or x
+                src = x
             metas.append(_meta(x))
         a, k = rebuild_args(args, kwargs, metas)
         res = func(*a, **k)
@@ -703,12 +716,15 @@ class Tiering:
             a, k = rebuild_args(args, kwargs, [to_plain(x) for x in flat])
             res = None
             if plan is not None:
+                ptrs = [p.data_ptr() for p in pouts]
                 try:
                     res = info.out(*a, **k, **dict(zip(info.out_names, pouts)))
+                    _check_not_resized(info, plan, pouts, ptrs)
                 except RuntimeError as e:
                     # The .out overload's contract differs from the functional op's (an
                     # output dtype: LayerNorm's statistics in bfloat16; an optional output
-                    # left undefined): this op and operand signature runs the functional op
+                    # left undefined; a loss with a reduction resizing its output to the
+                    # input's shape): this op and operand signature runs the functional op
                     # from now on, and its outputs made for .out are dropped.
                     self._refuse_out(info.name, plan_key, e)
                     # The kernel may have resized some outputs' cached plain views before
@@ -826,14 +842,14 @@ class Tiering:
             )
 
     def _adopt_out(self, info: OpInfo, res: Any, pouts: list, outs: list) -> Any:
-        """Wrap an ``.out`` call's results, checking the kernel wrote where it was told."""
+        """Wrap an ``.out`` call's results (the kernel wrote where it was told: see
+        :func:`_check_not_resized`)."""
         rs = res if isinstance(res, (tuple, list)) else (res,)
         wrapped = []
         for r, p, o in zip(rs, pouts, outs):
-            if (r is not p and (r.data_ptr() != p.data_ptr() or r.stride() != p.stride())) or r.shape != p.shape:
-                self._views.clear()  # the kernel may have resized a cached plain view
+            if r is not p and (r.data_ptr() != p.data_ptr() or r.stride() != p.stride() or r.shape != p.shape):
                 raise InvalidArgumentError(
-                    f"{info.name}: the .out kernel resized its output ({tuple(p.shape)} -> {tuple(r.shape)}); "
+                    f"{info.name}: the .out kernel returned another tensor than its output; "
                     "this op cannot run on tiered tensors"
                 )
             wrapped.append(TieredTensor(o, r.shape, r.stride(), 0, r.dtype))
