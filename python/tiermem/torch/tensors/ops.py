@@ -67,6 +67,7 @@ MATERIALIZED_VIEWS: dict[str, Any] = {
     "_neg_view.default": torch.ops.aten.neg.default,
 }
 
+
 # Functional ops whose ``.out`` overload makes outputs of other shapes than their meta run
 # says under some arguments: batch norm outside training returns empty statistics on the
 # CPU (its meta run sizes them by channel). Under those arguments they run as the

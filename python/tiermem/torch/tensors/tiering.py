@@ -849,8 +849,7 @@ class Tiering:
         for r, p, o in zip(rs, pouts, outs):
             if r is not p and (r.data_ptr() != p.data_ptr() or r.stride() != p.stride() or r.shape != p.shape):
                 raise InvalidArgumentError(
-                    f"{info.name}: the .out kernel returned another tensor than its output; "
-                    "this op cannot run on tiered tensors"
+                    f"{info.name}: the .out kernel returned another tensor than its output; this op cannot run on tiered tensors"
                 )
             wrapped.append(TieredTensor(o, r.shape, r.stride(), 0, r.dtype))
         return tuple(wrapped) if isinstance(res, (tuple, list)) else wrapped[0]
