@@ -1,7 +1,8 @@
 """Real model definitions, not ours: Hugging Face `transformers` models built from small
 configs (no weights are downloaded) and torchvision's ResNet-50 and ViT, each tiered beside
 a plain copy from the same weights: a few AdamW steps with equal losses, eval under no_grad
-with equal outputs, and generate() with equal tokens for the causal LMs.
+with equal outputs, generate() with equal tokens for the causal LMs, bfloat16, autocast,
+checkpointing, accumulation and clipping, torch.compile, and DDP on gloo with two processes.
 
 The model classes are the libraries' own (transformers, Apache-2.0; torchvision, BSD-3);
 only their sizes are ours."""
@@ -9,7 +10,11 @@ only their sizes are ours."""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +306,19 @@ def test_a_compiled_model_trains_as_plain_pytorch(name: str) -> None:
     assert sum(w.category is EagerFallbackWarning for w in seen) == 1
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
     t.close()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_ddp_on_gloo_with_two_processes_trains_as_plain_ddp(name: str) -> None:
+    """Two processes (ddp_twins.py), each with its own Tiering: DistributedDataParallel's
+    broadcast of rank 0's weights, its gradient buckets' all-reduce and AdamW give each rank
+    the plain DDP run's losses and parameters."""
+    script = Path(__file__).with_name("ddp_twins.py")
+    r = subprocess.run([sys.executable, str(script), name, "2"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["exitcodes"] == [0, 0] and len(res["ranks"]) == 2, r.stderr[-3000:]
+    for rank in res["ranks"]:
+        assert rank["tiered"] == pytest.approx(rank["plain"], rel=1e-5, abs=1e-6), rank
+        assert rank["parameters_equal"], rank
+    assert res["ranks"][0]["plain"] != res["ranks"][1]["plain"]  # each rank saw its own batches

@@ -66,11 +66,18 @@ def trace_step(
 
 def budget_message(op: str, inputs: list[int], outputs: list[int], budget: int, device: str) -> str:
     """Why ``op`` cannot run: its operand sizes against the budget of fast ``device``."""
-    fmt = ", ".join
+
+    def fmt(sizes: list[int]) -> str:
+        # An op over every parameter (DDP's flattening broadcast) has hundreds: the largest.
+        shown = ", ".join(format_bytes(b) for b in (sizes if len(sizes) <= 8 else sorted(sizes, reverse=True)[:8]))
+        if len(sizes) > 8:
+            shown += f", ... ({len(sizes)} in all, {format_bytes(sum(sizes))})"
+        return shown
+
     need = sum(outputs)
     return (
         f"op {op}: its outputs need {format_bytes(need)} ({need} bytes) of fast memory but the budget "
         f"('{device}') is {format_bytes(budget)} ({budget} bytes) (operands: inputs "
-        f"[{fmt(format_bytes(b) for b in inputs)}], outputs [{fmt(format_bytes(b) for b in outputs)}]); "
+        f"[{fmt(inputs)}], outputs [{fmt(outputs)}]); "
         "give the fast device more capacity or use a smaller batch"
     )
