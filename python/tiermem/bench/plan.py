@@ -37,10 +37,13 @@ from ..plan import (
 )
 from ..plan import torch as plan_torch
 from ..plan.torch import DEFAULT_SLOW, Executor, default_profiles_path
+from ..plan.torch.capture import WARMUP as CAPTURE_WARMUP
+from ..plan.torch.script import load_script
 from ..report.load import MachineLoad
 from ..report.output import show, write_json
 from ..report.progress import Progress
 from ..report.table import print_table
+from ..torch.tensors import TrainStep
 from .models import Workload, build
 from .paired import PAIRS, Side, paired
 from .tensors import QUICK_BATCH, parse_ratio, train_step
@@ -523,12 +526,61 @@ def run_cli(args: Any) -> int:
     return 0
 
 
+def _run_against(
+    step: TrainStep, g: Graph, facts: dict[str, Any], args: Any, planned_run: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``plan --run``: plain PyTorch and each runtime variant (``--against``, else all of
+    :data:`RECORDED_POLICIES`) trained on the same step at the same sizes, beside the plan's
+    run: best step times and whether each one's losses equal plain PyTorch's."""
+    import torch
+
+    variants = [v.strip() for v in (args.against or "").split(",") if v.strip()] or list(RECORDED_POLICIES)
+    n = CAPTURE_WARMUP + max(1, args.iters)
+    torch.manual_seed(0)
+    s = step.start()
+    plain = [s.step()[0] for _ in range(n)]
+    s.close()
+    rows = [{"variant": "planned", "seconds_per_iter": planned_run["seconds_per_iter"], "losses": planned_run["losses"]}]
+    with Progress(len(variants), "runtime variants at the plan's sizes") as bar:
+        for v in variants:
+            try:
+                r = plan_torch.run_variant(step, v, facts, args.slow, args.iters)
+                rows.append({"variant": v, "seconds_per_iter": r["seconds_per_iter"], "losses": r["losses"]})
+            except TiermemError as e:  # a variant that cannot run this budget
+                rows.append({"variant": v, "error": f"{type(e).__name__}: {e}"})
+            bar.step(v)
+    for row in rows:
+        if "losses" in row:
+            row["losses_equal_plain"] = row["losses"] == plain
+    best = min((r["seconds_per_iter"] for r in rows[1:] if "seconds_per_iter" in r), default=None)
+    print_table(
+        ["variant", "ms per step (best)", "vs planned", "losses = plain PyTorch"],
+        [
+            [
+                r["variant"],
+                f"{r['seconds_per_iter'] * 1e3:.1f}" if "seconds_per_iter" in r else r["error"][:60],
+                f"{r['seconds_per_iter'] / planned_run['seconds_per_iter']:.2f}" if "seconds_per_iter" in r else "",
+                "" if "losses_equal_plain" not in r else "yes" if r["losses_equal_plain"] else "NO",
+            ]
+            for r in rows
+        ],
+        title=f"{g.name}: the plan against the runtime variants, measured at the same sizes, one after another",
+    )
+    if best is not None:
+        verdict = "faster" if planned_run["seconds_per_iter"] < best else "NOT faster"
+        show(f"planned is {verdict} than the best runtime variant ({best / planned_run['seconds_per_iter']:.2f}x)")
+    return rows
+
+
 def run_plan_cli(args: Any) -> int:
     """``tiermem plan``."""
-    if (args.model is None) == (args.graph is None):
-        raise InvalidArgumentError("give --model NAME (record a training step) or --graph FILE (a saved graph), not both")
+    if sum(x is not None for x in (args.model, args.graph, args.script)) != 1:
+        raise InvalidArgumentError(
+            "give one of --model NAME (a bundled workload), --script FILE (your own model, batch, loss and optimizer) "
+            "or --graph FILE (a saved graph)"
+        )
     facts: dict[str, Any] = {}
-    w = None
+    step: TrainStep | None = None
     against = [v.strip() for v in (args.against or "").split(",") if v.strip()]
     for v in against:
         if v not in RECORDED_POLICIES:
@@ -536,12 +588,12 @@ def run_plan_cli(args: Any) -> int:
     if args.graph:
         g = Graph.load(args.graph)
         if args.run or against:
-            raise InvalidArgumentError("--run and --against need --model (a saved graph has no model to train)")
+            raise InvalidArgumentError("--run and --against need --model or --script (a saved graph has no model to train)")
     else:
-        w = build(args.model, args.batch)
+        step = load_script(args.script) if args.script else train_step(build(args.model, args.batch), SEED)
         t0 = time.perf_counter()
         cache = None if args.no_profile_cache else (args.profile_cache or default_profiles_path())
-        g, facts = capture(w, args.ratio, args.slow, profiles=cache)
+        g, facts = plan_torch.capture(step, args.ratio, args.slow, profiles=cache)
         show(
             f"recorded {len(g.kernels)} kernels, {len(g.tensors)} tensors in {time.perf_counter() - t0:.1f} s; "
             f"footprint {format_bytes(facts['footprint_bytes'])}, fast budget {format_bytes(facts['budget_bytes'])} ({args.ratio})"
@@ -555,9 +607,9 @@ def run_plan_cli(args: Any) -> int:
         show(f"wrote {args.save_graph}")
     policies: list[tuple[str, Plan, Cost]] = []
     for v in against:
-        assert w is not None
+        assert step is not None
         with Progress(1, f"recording {v}'s placements") as bar:
-            policies.append((v, *record_policy(w, g, facts, v, args.slow)))
+            policies.append((v, *plan_torch.record_policy(step, g, facts, v, args.slow)))
             bar.step(v)
     with Progress(FIT_TRIES, f"planning ({args.formulation}; tries of the limit reduction)") as bar:
 
@@ -622,10 +674,13 @@ def run_plan_cli(args: Any) -> int:
         "policies": [_policy_row(v, pc) for v, _, pc in policies],
     }
     if args.run:
-        assert w is not None
+        assert step is not None
         with MachineLoad() as load:
-            r = run_planned(w, g, p, facts, args.slow, args.iters)
-        res["run"] = {k: r[k] for k in ("seconds_per_iter", "times", "tiering", "kernel_predicted", "kernel_measured")}
+            r = plan_torch.run_planned(step, g, p, facts, args.slow, args.iters)
+            vs = _run_against(step, g, facts, args, r)
+        res["run"] = {k: r[k] for k in ("seconds_per_iter", "times", "tiering", "kernel_predicted", "kernel_measured")} | {
+            "against": vs
+        }
         res["load"] = load.summary()
         counts = r["tiering"].get("plan") or {}
         stall = counts.get("move_seconds", 0.0) / max(1, counts.get("planned_iterations", 0))

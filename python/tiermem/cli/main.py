@@ -191,7 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(median; default 3, 1 with --quick; 0: none)",
     )
     pl = sub.add_parser("plan", help="plan where every tensor of a training step lives and when it moves (AutoTM, HiGHS)")
-    pl.add_argument("--model", help="workload to record (resnet, densenet, vgg, gpt)")
+    pl.add_argument("--model", help="bundled workload to record (resnet, densenet, vgg, gpt)")
+    pl.add_argument(
+        "--script",
+        metavar="FILE",
+        help="your own step: a Python file defining model, batch, optimizer and loss (or step = TrainStep(...))",
+    )
     pl.add_argument("--graph", metavar="FILE", help="plan a saved graph (tiermem-graph-1 JSON) instead of recording a model")
     pl.add_argument("--ratio", default="8:1", metavar="SLOW:FAST", help="slow:fast ratio of the fast budget (default 8:1)")
     pl.add_argument(

@@ -4,7 +4,8 @@ as the step runs.
 * :func:`capture` records any :class:`~tiermem.torch.tensors.TrainStep` (the user's model,
   optimizer, loss and inputs) all-fast and all-slow into a :class:`~tiermem.plan.Graph`;
   :func:`record_policy` prices what a runtime variant did; :func:`run_planned` trains under
-  a plan (see :mod:`.capture`).
+  a plan and :func:`run_variant` under a runtime variant at the same sizes (see
+  :mod:`.capture`); :func:`~.script.load_script` reads a step from a user's Python file.
 * :class:`Recorder` and :class:`Executor` are the two
   :class:`~tiermem.torch.tensors.Observer` objects behind them; :func:`planned` is a
   ``planned`` :class:`~tiermem.torch.tensors.Tiering` that follows a plan.
@@ -12,7 +13,7 @@ as the step runs.
 Importing this package imports torch; :mod:`tiermem.plan` itself does not.
 """
 
-from .capture import DEFAULT_SLOW, RECORDED, capture, record_policy, run_planned
+from .capture import DEFAULT_SLOW, RECORDED, capture, record_policy, run_planned, run_variant
 from .contention import copy_contention
 from .execute import Executor, PlanMismatchWarning, planned
 from .kernel_profiles import KernelProfiles, default_profiles_path, setup_key
@@ -23,6 +24,7 @@ __all__ = [
     "capture",
     "record_policy",
     "run_planned",
+    "run_variant",
     "planned",
     "Executor",
     "Recorder",

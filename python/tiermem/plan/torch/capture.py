@@ -34,7 +34,7 @@ from .kernel_profiles import KernelProfiles, setup_key
 from .profile import graph_from_recordings
 from .record import Recorder
 
-__all__ = ["capture", "record_policy", "run_planned", "RECORDED", "DEFAULT_SLOW"]
+__all__ = ["capture", "record_policy", "run_planned", "run_variant", "RECORDED", "DEFAULT_SLOW"]
 
 #: Iterations a capture records per run (each kernel keeps its best time).
 RECORDED = 3
@@ -117,6 +117,14 @@ def record_policy(
     if [(n, o) for n, _, o in rec.kernels] != ops:
         raise GraphError(f"{variant}: the step ran other kernels or tensors than graph {g.name!r} holds")
     return recorded(g, rec.places, f"{variant} as recorded")
+
+
+def run_variant(
+    step: TrainStep, variant: str, facts: dict[str, Any], slow_spec: str = DEFAULT_SLOW, iters: int = 2
+) -> dict[str, Any]:
+    """Train ``step`` under runtime ``variant`` at the capture's device sizes (the
+    :func:`~tiermem.torch.tensors.train.measure` results): what a plan is measured against."""
+    return measure(step, variant, _devices(facts, slow_spec), WARMUP, max(1, iters))
 
 
 def run_planned(
