@@ -101,7 +101,7 @@ def test_a_users_own_step_is_captured_planned_and_trained_exactly() -> None:
     ref = [plain.step()[0] for _ in range(len(r["losses"]))]
     assert r["losses"] == ref
     counts = r["tiering"]["plan"]
-    assert counts["unplanned_kernels"] == 0 and counts["moves_failed"] == 0, counts
+    assert counts["runtime_kernels"] == 0 and counts["moves_failed"] == 0, counts
 
 
 class _CountingNative:

@@ -71,7 +71,7 @@ def test_a_script_is_planned_run_and_measured_against_the_runtime_variants(
     assert set(rows) == {"planned", "LM", "first-touch"}
     for r in rows.values():
         assert r["losses_equal_plain"], r  # AdamW and the script's loss, every variant equal to plain PyTorch
-    assert res["run"]["tiering"]["plan"]["unplanned_kernels"] == 0
+    assert res["run"]["tiering"]["plan"]["runtime_kernels"] == 0
 
 
 def test_a_step_of_an_instance_starts_each_run_from_its_weights() -> None:

@@ -158,7 +158,7 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
                 for t in tierings.values():  # a round is an iteration (the plan's)
                     t.end_iteration()
     finally:
-        unplanned = tierings["planned"].stats()["plan"]["unplanned_kernels"]
+        unplanned = tierings["planned"].stats()["plan"]["runtime_kernels"]
         for t in tierings.values():
             t.close()
     ops: list[dict[str, Any]] = []

@@ -14,13 +14,17 @@ lands before the kernel that uses it waits for it, and a write home behind clean
 tensor, whose eviction after that kernel waits for it (and then copies nothing). A copy that
 failed is done synchronously instead, and counted. The first iteration is not the planned
 step (it makes the optimizer's state) and runs unplanned. A kernel or tensor size the plan
-does not have (the model's ops changed) is warned about, and the rest of that iteration
-runs unplanned with its new tensors at home; the plan is trusted again from the next
-iteration.
+does not have (the step's trace changed: another batch shape, a data-dependent branch) is
+detected at the first differing kernel: the rest of that iteration runs under the runtime
+policy (first-touch: new tensors in fast memory while it has room, no planned moves), the
+plan is tried again from the next iteration, and the first such change is told in one
+:class:`PlanMismatchWarning` that says where and why; every later one is counted
+(``mismatched_iterations``, ``runtime_kernels`` in the stats) and logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 import weakref
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...exceptions import TiermemError
 from ...manager import DeviceList
-from ...policies import FAST, SLOW
+from ...policies import AUTO, FAST, SLOW
 from ...torch.tensors.observer import Moves, Observer
 from ...torch.tensors.tiering import Tiering
 from ..graph import Graph
@@ -41,9 +45,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Executor", "PlanMismatchWarning", "planned"]
 
+log = logging.getLogger(__name__)
+
 
 class PlanMismatchWarning(UserWarning):
-    """The model ran an op the plan does not have at that position."""
+    """The step's trace left the plan's: the model ran an op, or made a tensor, the plan does
+    not have at that position. Told once per executor."""
 
 
 def planned(devices: DeviceList, graph: Graph, plan: Plan, threads: int | None = None) -> Tiering:
@@ -113,6 +120,7 @@ class Executor(Observer):
         self._copier = ThreadPoolExecutor(1, "tiermem-plan-copy") if overlapped else None
         self._pending: dict[int, Future[Any]] = {}
         self.trusted = True
+        self.mismatched = False  # this iteration left the plan
         self.objects: dict[int, weakref.ref[TensorObject]] = {}
         self._native: Any = None
         self._manager: Any = None
@@ -120,8 +128,11 @@ class Executor(Observer):
         self.counts = {
             "prefetches": 0,
             "evictions": 0,
-            "unplanned_kernels": 0,
             "first_iteration_kernels": 0,
+            # Iterations whose trace left the plan's, and the kernels they ran under the
+            # runtime policy after the first difference.
+            "mismatched_iterations": 0,
+            "runtime_kernels": 0,
             "prefetch_missed": 0,  # prefetches that found no room (fragmentation)
             "moves_failed": 0,  # move calls refused (an object pinned or freed meanwhile)
             # Time the step waited on planned moves (the stall): the calls that opened a
@@ -152,6 +163,7 @@ class Executor(Observer):
         # The first iteration is not the planned step (it makes the optimizer's state, and
         # no previous loss is read at its start): it runs unplanned, its new tensors at home.
         self.trusted = iteration > 0
+        self.mismatched = False
 
     def _code(self, d: int) -> int:
         return FAST if d == 0 else SLOW if d == self.graph.home else d
@@ -176,17 +188,25 @@ class Executor(Observer):
                 home = [(SLOW, None)] * max(0, k + len(sizes) - n)
                 each = list(zip(codes, offsets))[k : k + len(sizes)] + home
                 return [c for c, _ in each], [o for _, o in each]
-        return [SLOW] * len(sizes), [None] * len(sizes)
+        # The first iteration makes its tensors at home (as the plan's capture did); an
+        # iteration that left the plan runs first-touch.
+        return [AUTO if self.mismatched else SLOW] * len(sizes), [None] * len(sizes)
 
     def _mismatch(self, pos: int, what: str) -> None:
         self.trusted = False
-        self.counts["unplanned_kernels"] += 1
-        warnings.warn(
-            f"the model made {what} at kernel {pos}: its tensors go to the home device for the rest of this "
-            "iteration (re-plan with tiermem plan)",
-            PlanMismatchWarning,
-            stacklevel=5,
+        self.mismatched = True
+        self.counts["mismatched_iterations"] += 1
+        self.counts["runtime_kernels"] += 1
+        why = (
+            f"the step's trace changed at kernel {pos} of iteration {self.names.iteration}: the model made {what} "
+            f"(another batch shape or a data-dependent branch); the rest of this iteration runs under the runtime "
+            "policy (first-touch) and the plan is tried again from the next; capture and plan this step again "
+            "(tiermem plan) if it keeps changing"
         )
+        if self.counts["mismatched_iterations"] == 1:
+            warnings.warn(why, PlanMismatchWarning, stacklevel=5)
+        else:
+            log.info("%s", why)
 
     def op_start(self, pos: int, name: str, objs: list[TensorObject]) -> Moves | None:
         """Check the kernel against the plan; the moves that bring its operands where the
@@ -197,7 +217,7 @@ class Executor(Observer):
             self._mismatch(pos, f"{name} where the plan has {want}")
             return None
         if not self.trusted:
-            self.counts["unplanned_kernels" if self.names.iteration > 0 else "first_iteration_kernels"] += 1
+            self.counts["runtime_kernels" if self.mismatched else "first_iteration_kernels"] += 1
             return None
         if pos == 0:  # an iteration that runs (the one a close starts does not)
             self.counts["planned_iterations"] += 1
