@@ -72,6 +72,12 @@ def test_a_script_is_planned_run_and_measured_against_the_runtime_variants(
     for r in rows.values():
         assert r["losses_equal_plain"], r  # AdamW and the script's loss, every variant equal to plain PyTorch
     assert res["run"]["tiering"]["plan"]["runtime_kernels"] == 0
+    # Tensors are named as the user knows them: parameters, their optimizer state, and the
+    # module and op that made each activation; in the plan's report too.
+    labels = {r["label"] for r in res["residency"]["tensors"]}
+    assert {"inp.weight", "out.bias", "exp_avg of inp.weight", "exp_avg_sq of norm.weight"} <= labels, labels
+    assert "norm: native_layer_norm.default" in labels, labels
+    assert "the 8 largest tensors" in text and "inp.weight" in text
 
 
 def test_a_step_of_an_instance_starts_each_run_from_its_weights() -> None:

@@ -481,10 +481,11 @@ def _print_residency(rows: list[dict[str, Any]], kinds: list[dict[str, Any]], to
     )
     big = sorted(rows, key=lambda r: -r["bytes"] * r["live_kernels"])[:top]
     print_table(
-        ["tensor", "kind", "bytes", "fast uses", "kernels in fast / live", "prefetched", "written home"],
+        ["tensor", "name", "kind", "bytes", "fast uses", "kernels in fast / live", "prefetched", "written home"],
         [
             [
                 r["key"],
+                r.get("label", "")[:48],
                 r["kind"],
                 format_bytes(r["bytes"]),
                 f"{r['fast_uses']}/{r['uses']}",

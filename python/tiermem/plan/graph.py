@@ -90,6 +90,9 @@ class Tensor:
     kind: str = "activation"
     persistent: bool = False
     free_after: int | None = None  # the kernel after which it is freed, when later than its last use
+    #: What the user calls it: a parameter's name, "exp_avg of NAME" for optimizer state,
+    #: "MODULE: op" for an activation (empty when not known).
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -336,6 +339,7 @@ class Graph:
             "tensors": [
                 {"key": t.key, "bytes": t.bytes, "kind": t.kind, "persistent": t.persistent}
                 | ({} if t.free_after is None else {"free_after": t.free_after})
+                | ({"label": t.label} if t.label else {})
                 for t in self.tensors
             ],
             "kernels": [
@@ -373,6 +377,7 @@ class Graph:
                             str(t.get("kind", "activation")),
                             _bool(t.get("persistent", False)),
                             _opt_int(t.get("free_after")),
+                            str(t.get("label", "")),
                         )
                     )
             kernels: list[Kernel] = []

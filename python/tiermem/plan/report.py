@@ -14,7 +14,7 @@ __all__ = ["tensor_residency", "residency_by_kind"]
 
 
 def tensor_residency(g: Graph, p: Plan) -> list[dict[str, Any]]:
-    """Per tensor: its key, kind and bytes; its uses and how many are on a fast device; the
+    """Per tensor: its key, label (what the user calls it), kind and bytes; its uses and how many are on a fast device; the
     kernels it is live across and how many of them it spends in fast memory; and the bytes
     the plan prefetches and writes home for it per step."""
     cost = evaluate(g, p.at_use, p.held, p.overlap)
@@ -28,6 +28,7 @@ def tensor_residency(g: Graph, p: Plan) -> list[dict[str, Any]]:
         rows.append(
             {
                 "key": ten.key,
+                "label": ten.label,
                 "kind": ten.kind,
                 "bytes": ten.bytes,
                 "uses": len(g.uses[t]),

@@ -78,13 +78,17 @@ def graph_from_recordings(
         free_after = None
         if not info["persistent"]:
             free_after = info.get("freed_at", n - 1)
-        tensors.append(Tensor(key, int(info["bytes"]), info["kind"], bool(info["persistent"]), free_after))
+        tensors.append(
+            Tensor(key, int(info["bytes"]), info["kind"], bool(info["persistent"]), free_after, str(info.get("label", "")))
+        )
     last_use: dict[str, int] = {}
     for k, (_, _, ops) in enumerate(fast.kernels):
         for key, _ in ops:
             last_use[key] = k
     tensors = [
-        t if t.free_after is None or t.free_after > last_use[t.key] else Tensor(t.key, t.bytes, t.kind, t.persistent, None)
+        t
+        if t.free_after is None or t.free_after > last_use[t.key]
+        else Tensor(t.key, t.bytes, t.kind, t.persistent, None, t.label)
         for t in tensors
     ]
     nd = len(devices)

@@ -57,6 +57,8 @@ class Recorder(Observer):
 
     name = "recorder"
     timed = True
+    #: Tensors are labelled by parameter and module names (see :attr:`Observer.names`).
+    names_tensors = True
 
     def __init__(self, skip: int = 1, count: int = 1, places: bool = False) -> None:
         if skip < 1 or count < 1:
@@ -118,7 +120,8 @@ class Recorder(Observer):
                 kind = "parameter" if persistent and obj.born is None else "state" if persistent else "activation"
                 if use == "make" and name == "input":
                     kind = "input"
-                self.tensors[key] = {"bytes": obj.nbytes, "kind": kind, "persistent": persistent}
+                label = obj.tiering.labels.get(obj.id) or (f"{obj.tiering.scope or 'step'}: {name}" if use == "make" else "")
+                self.tensors[key] = {"bytes": obj.nbytes, "kind": kind, "persistent": persistent, "label": label}
                 self._live[obj.id] = key
             ops.append((key, use))
         self.kernels.append((name, seconds, ops))

@@ -67,6 +67,10 @@ class Observer:
     name = "observer"
     #: Whether :attr:`OpEnd.seconds` is wanted (timing costs two clock reads per op).
     timed = False
+    #: Whether the tiering should name its objects (:attr:`Tiering.labels`: parameters and
+    #: buffers by name, optimizer state by its parameter's) and track the module running
+    #: (:attr:`Tiering.scope`; two hooks per module call).
+    names_tensors = False
 
     def attach(self, tiering: "Tiering") -> None:
         """Called once, when the observer starts watching ``tiering``."""

@@ -170,6 +170,25 @@ def _check_not_resized(info: OpInfo, plan: Any, pouts: list, ptrs: list[int]) ->
             raise RuntimeError(f"{info.name}: the .out kernel resized its output {shape} -> {tuple(p.shape)}")
 
 
+class _Scope:
+    """A module's forward hooks that keep :attr:`Tiering.scope` (pickled as no-ops, like
+    the input hook)."""
+
+    def __init__(self, tiering: Tiering, name: str, enter: bool) -> None:
+        self.tiering, self.name, self.enter = tiering, name, enter
+
+    def __call__(self, module: Any, args: tuple, output: Any = None) -> None:
+        t = self.tiering
+        if self.enter:
+            t.scope = self.name
+        else:
+            # Back to the parent's name (a module's name extends its parent's with ".child").
+            t.scope = self.name.rpartition(".")[0]
+
+    def __reduce__(self) -> Any:
+        return (_no_hook, ())
+
+
 class EagerFallbackWarning(UserWarning):
     """``torch.compile`` of a tiered model: its ops on tiered tensors run eagerly through
     tiermem (compiled graphs cover the plain-tensor code around them). Told once per
@@ -277,6 +296,12 @@ class Tiering:
         self._pending_lock = threading.Lock()
         self._closed = False
         self._compile_warned = False
+        #: Object id -> what the user calls it (parameters and buffers by name, optimizer
+        #: state as "KEY of NAME"), kept when an observer names tensors.
+        self.labels: dict[int, str] = {}
+        #: The module running now ("" outside forward), tracked when an observer names tensors.
+        self.scope = ""
+        self._naming = False
         self._plans: dict[Any, Any] = {}
         self._views: dict[tuple, torch.Tensor] = {}
         self._stats = {
@@ -328,6 +353,7 @@ class Tiering:
                 )
             self._placer = observer
         observer.attach(self)
+        self._naming = self._naming or observer.names_tensors
         self.observers.append(observer)
         for h in HOOKS:
             if overridden(observer, h):
@@ -474,7 +500,29 @@ class Tiering:
                         memo[id(b)] = self._tensor(b, None, kernel=False)
                     mod._buffers[name] = memo[id(b)]
         model.register_forward_pre_hook(_TierInputs(self))
+        if self._naming:
+            self._name_module(model)
         return model
+
+    def _name_module(self, model: torch.nn.Module) -> None:
+        """Label the model's parameters and buffers by name, and track the module running."""
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if isinstance(t, TieredTensor):
+                self.labels.setdefault(t._obj.id, name)
+        for name, mod in model.named_modules():
+            mod.register_forward_pre_hook(_Scope(self, name or type(model).__name__, True))
+            mod.register_forward_hook(_Scope(self, name or type(model).__name__, False))
+
+    def _name_state(self, opt: torch.optim.Optimizer) -> None:
+        """Label the optimizer's state by its parameters' names ("exp_avg of fc.weight")."""
+        labels = self.labels
+        for p, state in opt.state.items():
+            owner = labels.get(p._obj.id) if isinstance(p, TieredTensor) else None
+            if owner is None:
+                continue
+            for k, v in state.items():
+                if isinstance(v, TieredTensor) and v._obj.id not in labels:
+                    labels[v._obj.id] = f"{k} of {owner}"
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Tiering:
         # A deep copy of a tiered model (an EMA copy) lives in the same tiering.
@@ -502,6 +550,8 @@ class Tiering:
                         "the optimizer holds a parameter that is not tiered: build it from "
                         "model.parameters() after tiering.module(model)"
                     )
+        if self._naming:
+            opt.register_step_post_hook(lambda o, *_: self._name_state(o))
         opt.register_step_post_hook(lambda *_: self.end_iteration())
         return opt
 
