@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tiermem import InvalidArgumentError  # noqa: E402
+from tiermem.bench.plan import verdict, verdict_line  # noqa: E402
 from tiermem.cli.main import main  # noqa: E402
 from tiermem.plan.torch.script import load_script, step_of  # noqa: E402
 
@@ -78,6 +79,20 @@ def test_a_script_is_planned_run_and_measured_against_the_runtime_variants(
     assert {"inp.weight", "out.bias", "exp_avg of inp.weight", "exp_avg_sq of norm.weight"} <= labels, labels
     assert "norm: native_layer_norm.default" in labels, labels
     assert "the 8 largest tensors" in text and "inp.weight" in text
+    v = res["verdict"]
+    assert v["wins"] in (True, False) and v["best_runtime"] in ("LM", "first-touch")
+    assert ("planned wins" in text) == v["wins"] and ("prediction within" in text) == v["prediction_holds"]
+    assert v["use"] == (None if v["wins"] else v["best_runtime"])
+
+
+def test_the_verdict_says_why_a_plan_loses() -> None:
+    v = verdict(1.0, 0.8, {"LM": 0.9, "first-touch": 1.1}, 0.4, 2000)
+    assert not v["wins"] and v["use"] == "LM" and not v["prediction_holds"]
+    line = verdict_line("m 8:1", v)
+    assert "planned LOSES to LM" in line and "use LM" in line and "20% under" in line and "per-op overhead" in line, line
+    v = verdict(1.0, 1.05, {"LM": 1.2}, 0.1, 200)
+    assert v["wins"] and v["prediction_holds"] and v["why"] == []
+    assert "planned wins, 1.20x faster than the best runtime variant (LM)" in verdict_line("m", v)
 
 
 def test_a_step_of_an_instance_starts_each_run_from_its_weights() -> None:
