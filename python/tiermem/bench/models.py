@@ -181,13 +181,15 @@ class Workload:
     name: str
     make: Callable[[], nn.Module]
     batch: int
-    input_shape: tuple[int, ...]  # per sample; GPT: (sequence,)
+    input_shape: tuple[int, ...]  # per sample; a language model: (sequence,)
     classes: int
+    #: Inputs are token ids (a language model), not images.
+    tokens: bool = False
 
     def inputs(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Random inputs and targets, a pure function of ``seed``."""
         g = torch.Generator().manual_seed(seed)
-        if self.name.startswith("gpt"):
+        if self.tokens:
             idx = torch.randint(0, self.classes, (self.batch, *self.input_shape), generator=g)
             return idx, torch.randint(0, self.classes, (self.batch, *self.input_shape), generator=g)
         x = torch.randn(self.batch, *self.input_shape, generator=g)
@@ -205,13 +207,52 @@ WORKLOADS: dict[str, Workload] = {
     "resnet": Workload("resnet", lambda: ResNet((3, 8, 12, 3), width=16, classes=100), 64, (3, 64, 64), 100),
     "densenet": Workload("densenet", lambda: DenseNet((6, 12, 32, 16), growth=16, classes=100), 24, (3, 64, 64), 100),
     "vgg": Workload("vgg", lambda: VGG((4, 8, 12, 12, 8), (32, 64, 128, 256, 256), classes=100), 128, (3, 64, 64), 100),
-    "gpt": Workload("gpt", lambda: GPT(layers=8, d=256, heads=8, vocab=4096, seq=512), 12, (512,), 4096),
+    "gpt": Workload("gpt", lambda: GPT(layers=8, d=256, heads=8, vocab=4096, seq=512), 12, (512,), 4096, tokens=True),
+    # The libraries' own model classes at the bench's sizes (no weights are downloaded):
+    # transformers' GPT-2 shaped as "gpt", torchvision's ResNet-50 at "resnet"'s inputs.
+    "hf:gpt2": Workload(
+        "hf:gpt2", lambda: _hf_gpt2(layers=8, d=256, heads=8, vocab=4096, seq=512), 12, (512,), 4096, tokens=True
+    ),
+    "tv:resnet50": Workload("tv:resnet50", lambda: _tv_resnet50(classes=100), 64, (3, 64, 64), 100),
 }
 
 
+class _Logits(nn.Module):
+    """A transformers language model whose forward returns its logits (what the bench's
+    loss takes)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.inner(input_ids=idx).logits
+
+
+def _hf_gpt2(layers: int, d: int, heads: int, vocab: int, seq: int) -> nn.Module:
+    try:
+        import transformers
+    except ImportError as e:
+        raise InvalidArgumentError("model 'hf:gpt2' needs transformers (pip install transformers)") from e
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_positions=seq, n_embd=d, n_layer=layers, n_head=heads, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0
+    )
+    m = transformers.GPT2LMHeadModel(config)
+    m.config.use_cache = False
+    return _Logits(m)
+
+
+def _tv_resnet50(classes: int) -> nn.Module:
+    try:
+        import torchvision
+    except ImportError as e:
+        raise InvalidArgumentError("model 'tv:resnet50' needs torchvision (pip install torchvision)") from e
+    return torchvision.models.resnet50(num_classes=classes)
+
+
 def build(name: str, batch: int | None = None) -> Workload:
-    """A workload by name (``resnet``, ``densenet``, ``vgg``, ``gpt``), optionally at another
-    batch size."""
+    """A workload by name (``resnet``, ``densenet``, ``vgg``, ``gpt``, and the libraries'
+    ``hf:gpt2`` and ``tv:resnet50``), optionally at another batch size."""
     if name not in WORKLOADS:
         raise InvalidArgumentError(f"model {name!r}: known are {', '.join(WORKLOADS)}")
     w = WORKLOADS[name]
