@@ -128,6 +128,8 @@ def test_bench_train_quick_json_and_plots(tmp_path: Path, capsys: pytest.Capture
         assert r["max_loss_diff"] < 1e-5
     assert runs["LM"]["fast_bytes_peak"] <= runs["LM"]["budget_bytes"]
     assert runs["2lm-model"]["bytes"]["emulated:optane-pmem"]["written"] > 0
+    # The model that fits: all-fast against plain PyTorch, as a ratio and a line.
+    assert res["models"]["vgg"]["fits_vs_pytorch"] > 0 and "fits in fast memory (all-fast" in text
     assert (tmp_path / "plots" / "vgg-time-vs-budget.png").exists() and (tmp_path / "plots" / "vgg-bytes.png").exists()
 
 
@@ -176,3 +178,22 @@ def test_train_dlrm_over_two_processes_reads_criteo_parts_with_planned_caches(
     assert "predicted hit rate" in text and "largest loss difference from one process over 5 steps" in text
     assert main([*args, "--placement", "dram", "--fast-budget", "64KiB"]) == 2
     assert "keeps every row in DRAM" in capsys.readouterr().err
+
+
+def test_the_libraries_own_models_are_bench_workloads() -> None:
+    """bench tensors --model hf:gpt2 / tv:resnet50: transformers' GPT-2 and torchvision's
+    ResNet-50 at the bench's shapes, trained with the bench's inputs and loss."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("torchvision")
+    from tiermem.bench.models import build
+    from tiermem.bench.tensors import _reference
+
+    for name in ("hf:gpt2", "tv:resnet50"):
+        w = build(name, 1)
+        x, y = w.inputs(0)
+        out = w.make()(x)
+        assert isinstance(out, torch.Tensor) and out.shape[-1] == w.classes
+        assert w.tokens == (name == "hf:gpt2")
+    losses = _reference(build("tv:resnet50", 2), 2, 0)["losses"]
+    assert len(losses) == 2 and losses[0] > 0

@@ -86,11 +86,12 @@ def test_a_script_is_planned_run_and_measured_against_the_runtime_variants(
 
 
 def test_the_verdict_says_why_a_plan_loses() -> None:
-    v = verdict(1.0, 0.8, {"LM": 0.9, "first-touch": 1.1}, 0.4, 2000)
+    # planned / LM = 1/0.9, planned / first-touch = 1/1.1; predicted 0.8 of the measured.
+    v = verdict({"LM": 1 / 0.9, "first-touch": 1 / 1.1}, 0.8, 0.4, 1.0, 2000)
     assert not v["wins"] and v["use"] == "LM" and not v["prediction_holds"]
     line = verdict_line("m 8:1", v)
     assert "planned LOSES to LM" in line and "use LM" in line and "20% under" in line and "per-op overhead" in line, line
-    v = verdict(1.0, 1.05, {"LM": 1.2}, 0.1, 200)
+    v = verdict({"LM": 1 / 1.2}, 1.05, 0.1, 1.0, 200)
     assert v["wins"] and v["prediction_holds"] and v["why"] == []
     assert "planned wins, 1.20x faster than the best runtime variant (LM)" in verdict_line("m", v)
 

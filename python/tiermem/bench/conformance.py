@@ -30,9 +30,9 @@ import warnings
 from collections import Counter
 from typing import Any
 
-from ..exceptions import TiermemError
 from ..report.load import MachineLoad
 from ..report.output import show, write_json
+from .module_conformance import count_sample
 
 __all__ = ["run", "run_cli", "DTYPES", "MODULE_DTYPES", "UNINITIALIZED"]
 
@@ -86,23 +86,12 @@ def run_op(op: Any, dtype: Any, samples: int | None, tiering: Any) -> dict[str, 
         except Exception:
             continue  # plain PyTorch fails it too: not counted
         counts["samples"] += 1
-        try:
+
+        def tiered(s: Any = s) -> Any:
             inp, args, kwargs = tree_map(tier, (s.input, s.args, s.kwargs))
-            got = tree_map(plain, op(inp, *args, **kwargs))
-        except TiermemError as e:
-            counts["refused"] += 1
-            why.setdefault("refused", f"{type(e).__name__}: {e}".split("\n")[0][:200])
-            continue
-        except Exception as e:
-            counts["failed"] += 1
-            why.setdefault("failed", f"{type(e).__name__}: {e}".split("\n")[0][:200])
-            continue
-        try:
-            _compare(op.name, got, want)
-            counts["passed"] += 1
-        except AssertionError as e:
-            counts["failed"] += 1
-            why.setdefault("failed", "wrong result: " + " ".join(str(e).split())[:200])
+            return tree_map(plain, op(inp, *args, **kwargs))
+
+        count_sample(counts, why, tiered, lambda got, want=want: _compare(op.name, got, want))
     return {
         "samples": counts["samples"],
         "passed": counts["passed"],

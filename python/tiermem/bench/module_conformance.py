@@ -18,12 +18,14 @@ before it ran) or failed, as for ops; inputs plain PyTorch fails are counted apa
 from __future__ import annotations
 
 import copy
+import functools
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import TiermemError
 
-__all__ = ["MODES", "run_module"]
+__all__ = ["MODES", "run_module", "count_sample"]
 
 #: The modes each entry runs in: (name, training, autograd on).
 MODES = (("train", True, True), ("eval", False, True), ("eval+no_grad", False, False))
@@ -62,6 +64,45 @@ def _step(m: Any, fi: Any, rng: Any, grads: bool, weights: list[Any] | None) -> 
     loss = sum((o * ws[i]).sum() for i, o in enumerate(outs))
     loss.backward()
     return out, [p.grad for p in m.parameters()]
+
+
+def _tiered(tiering: Any, m: Any, fi: Any, rng: Any, training: bool, autograd: bool, weights: Any) -> Any:
+    """The module made tiered and run as its plain twin was: (outputs, gradients), plain."""
+    import torch
+
+    with torch.no_grad() if not autograd else torch.enable_grad():
+        tiering.module(m)
+        got, got_g = _step(m, fi, rng, training, weights)
+        return _plain(got), _plain(got_g)
+
+
+def _compare(want: Any, want_g: Any, got: Any) -> None:
+    import torch
+
+    torch.testing.assert_close(got[0], _plain(want), equal_nan=True)
+    torch.testing.assert_close(got[1], want_g, equal_nan=True)
+
+
+def count_sample(counts: Counter[str], why: dict[str, str], run: Callable[[], Any], compare: Callable[[Any], None]) -> None:
+    """Run one sample tiered (``run``) and ``compare`` what it gave with plain PyTorch's:
+    counted passed, refused (a :class:`~tiermem.TiermemError`) or failed (any other error,
+    or a wrong result), keeping the first line of why for each kind."""
+    try:
+        got = run()
+    except TiermemError as e:
+        counts["refused"] += 1
+        why.setdefault("refused", f"{type(e).__name__}: {e}".split("\n")[0][:200])
+        return
+    except Exception as e:
+        counts["failed"] += 1
+        why.setdefault("failed", f"{type(e).__name__}: {e}".split("\n")[0][:200])
+        return
+    try:
+        compare(got)
+        counts["passed"] += 1
+    except AssertionError as e:
+        counts["failed"] += 1
+        why.setdefault("failed", "wrong result: " + " ".join(str(e).split())[:200])
 
 
 def run_module(info: Any, dtype: Any, samples: int | None, tiering: Any) -> list[dict[str, Any]]:
@@ -112,26 +153,10 @@ def run_module(info: Any, dtype: Any, samples: int | None, tiering: Any) -> list
                 counts["plain_failed"] += 1  # plain PyTorch fails it: not a sample
                 continue
             counts["samples"] += 1
-            try:
-                with torch.no_grad() if not autograd else torch.enable_grad():
-                    tiering.module(m)
-                    got, got_g = _step(m, mi.forward_input, rng, training, weights)
-                    got, got_g = _plain(got), _plain(got_g)
-            except TiermemError as e:
-                counts["refused"] += 1
-                why.setdefault("refused", f"{type(e).__name__}: {e}".split("\n")[0][:200])
-                continue
-            except Exception as e:
-                counts["failed"] += 1
-                why.setdefault("failed", f"{type(e).__name__}: {e}".split("\n")[0][:200])
-                continue
-            try:
-                torch.testing.assert_close(got, _plain(want), equal_nan=True)
-                torch.testing.assert_close(got_g, want_g, equal_nan=True)
-                counts["passed"] += 1
-            except AssertionError as e:
-                counts["failed"] += 1
-                why.setdefault("failed", "wrong result: " + " ".join(str(e).split())[:200])
+
+            tiered = functools.partial(_tiered, tiering, m, mi.forward_input, rng, training, autograd, weights)
+            compare = functools.partial(_compare, want, want_g)
+            count_sample(counts, why, tiered, compare)
         rows.append(
             {"mode": mode} | {k: counts[k] for k in ("samples", "passed", "refused", "failed", "plain_failed")} | {"why": why}
         )

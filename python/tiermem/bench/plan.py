@@ -281,15 +281,6 @@ def run(
                     }
                     | ({"error": r["error"]} if "error" in r else {})
                 )
-            for ratio in ratios:
-                got = {r["variant"]: r["seconds_per_iter"] for r in out["models"] if r["model"] == name and r["ratio"] == ratio}
-                if got.get("planned"):
-                    g, p = plans[(name, ratio)]
-                    runtime = {v: s for v, s in got.items() if v in RECORDED_POLICIES and s}
-                    out["verdicts"].append(
-                        {"model": name, "ratio": ratio}
-                        | verdict(got["planned"], p.predicted_seconds, runtime, g.overhead_seconds, len(g.kernels))
-                    )
             if pairs:
                 for ratio in ratios:
                     out["paired"] += _pairs(
@@ -302,6 +293,7 @@ def run(
                         bar,
                     )
                 _paired_into_rows(out, name)
+            _verdicts_into(out, name, ratios, plans)
             gc.collect()
         out["scaling"] = scaling(sizes, time_limit, progress=bar)
     out["load"] = load.summary()
@@ -318,37 +310,31 @@ OVERHEAD_DOMINATES = 0.25
 
 
 def verdict(
-    planned_seconds: float, predicted_seconds: float, runtime: dict[str, float], overhead_seconds: float, kernels: int
+    vs: dict[str, float], predicted_over_measured: float, overhead_seconds: float, step_seconds: float, kernels: int
 ) -> dict[str, Any]:
-    """Whether the plan wins against the runtime variants measured beside it (``runtime``:
-    variant -> seconds per step) and whether its prediction holds, with why when not, and
-    the variant to use instead when the plan loses (``use``)."""
-    err = predicted_seconds / planned_seconds - 1
+    """Whether the plan wins against the runtime variants measured beside it (``vs``: variant
+    -> the planned step's time over that variant's, paired iteration by iteration where
+    there are pairs) and whether its prediction holds (``predicted_over_measured``), with
+    why when not, and the variant to use instead when the plan loses (``use``)."""
+    err = predicted_over_measured - 1
     notes = []
     if abs(err) > PREDICTION_TOLERANCE:
         notes.append(
             f"the prediction is {abs(err):.0%} {'under' if err < 0 else 'over'} the measured step (a capture times each "
             "kernel over a few iterations of a shared machine: at this size its noise is the plan's margin)"
         )
-    share = overhead_seconds / planned_seconds if planned_seconds else 0.0
+    share = overhead_seconds / step_seconds if step_seconds else 0.0
     if share > OVERHEAD_DOMINATES:
         notes.append(
             f"per-op overhead dominates: {overhead_seconds * 1e3:.0f} ms of the step ({share:.0%}) is outside its "
             f"{kernels} kernels, so what placement saves is small against it"
         )
-    if not runtime:
-        return {"wins": None, "prediction_holds": abs(err) <= PREDICTION_TOLERANCE, "error": err, "why": notes, "use": None}
-    best, best_s = min(runtime.items(), key=lambda kv: kv[1])
-    wins = planned_seconds < best_s
-    return {
-        "wins": wins,
-        "best_runtime": best,
-        "vs_best_runtime": best_s / planned_seconds,
-        "prediction_holds": abs(err) <= PREDICTION_TOLERANCE,
-        "error": err,
-        "why": notes,
-        "use": None if wins else best,
-    }
+    base = {"prediction_holds": abs(err) <= PREDICTION_TOLERANCE, "error": err, "why": notes}
+    if not vs:
+        return base | {"wins": None, "use": None}
+    best, ratio = max(vs.items(), key=lambda kv: kv[1])  # the fastest variant: the largest planned / it
+    wins = ratio < 1
+    return base | {"wins": wins, "best_runtime": best, "vs_best_runtime": 1 / ratio, "use": None if wins else best}
 
 
 def verdict_line(name: str, v: dict[str, Any]) -> str:
@@ -364,6 +350,32 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
         )
     pred = f"prediction {'within' if v['prediction_holds'] else 'NOT within'} {PREDICTION_TOLERANCE:.0%} ({v['error']:+.0%})"
     return f"{head}; {pred}" + "".join(f"; {w}" for w in v["why"])
+
+
+def _verdicts_into(out: dict[str, Any], name: str, ratios: list[str], plans: dict[tuple[str, str], tuple[Graph, Plan]]) -> None:
+    """The verdict per ratio of model ``name``: from the pairs where there are (the
+    machine's drift cancels within a pair), else from the variants taken in turn."""
+    for ratio in ratios:
+        rows = {r["variant"]: r for r in out["models"] if r["model"] == name and r["ratio"] == ratio}
+        mine = rows.get("planned")
+        if mine is None or not mine.get("seconds_per_iter"):
+            continue
+        g, p = plans[(name, ratio)]
+        pairs = {q["a"]: q["median"] for q in out["paired"] if q["model"] == name and q["ratio"] == ratio and "median" in q}
+        if any(v in pairs for v in RECORDED_POLICIES):
+            vs = {v: pairs[v] for v in RECORDED_POLICIES if v in pairs}
+            pom = mine.get("predicted_over_paired") or p.predicted_seconds / mine["seconds_per_iter"]
+        else:
+            vs = {
+                v: mine["seconds_per_iter"] / rows[v]["seconds_per_iter"]
+                for v in RECORDED_POLICIES
+                if v in rows and rows[v].get("seconds_per_iter")
+            }
+            pom = p.predicted_seconds / mine["seconds_per_iter"]
+        out["verdicts"].append(
+            {"model": name, "ratio": ratio, "paired": bool(pairs)}
+            | verdict(vs, pom, g.overhead_seconds, mine["seconds_per_iter"], len(g.kernels))
+        )
 
 
 def _plan_row(out: dict[str, Any], model: str, ratio: str) -> dict[str, Any]:
@@ -759,8 +771,9 @@ def run_plan_cli(args: Any) -> int:
             f"predicted ({p.predicted_seconds / r['seconds_per_iter']:.2f}); stall on moves {stall * 1e3:.1f} ms per step "
             f"({c.move_seconds * 1e3:.1f} ms predicted); executor {counts}"
         )
-        runtime = {x["variant"]: x["seconds_per_iter"] for x in vs[1:] if "seconds_per_iter" in x}
-        res["verdict"] = verdict(r["seconds_per_iter"], p.predicted_seconds, runtime, g.overhead_seconds, len(g.kernels))
+        mine = r["seconds_per_iter"]
+        ratios = {x["variant"]: mine / x["seconds_per_iter"] for x in vs[1:] if "seconds_per_iter" in x}
+        res["verdict"] = verdict(ratios, p.predicted_seconds / mine, g.overhead_seconds, mine, len(g.kernels))
         show(verdict_line(g.name, res["verdict"]))
         show(load.line())
         if args.plot and r["kernel_measured"]:
