@@ -1,7 +1,7 @@
-"""A plan script for ``tiermem plan --script examples/plan_resnet50.py``: torchvision's
+"""A plan script for ``tiermem plan --script examples/plan/resnet50.py``: torchvision's
 ResNet-50 (random weights) with AdamW and cross-entropy.
 
-    tiermem plan --script examples/plan_resnet50.py --ratio 8:1 --run
+    tiermem plan --script examples/plan/resnet50.py --ratio 8:1 --run
 """
 
 import torch

@@ -1,7 +1,7 @@
-"""A plan script for ``tiermem plan --script examples/plan_gpt2.py``: Hugging Face GPT-2
+"""A plan script for ``tiermem plan --script examples/plan/gpt2.py``: Hugging Face GPT-2
 (built from a config: no weights are downloaded) with AdamW, its loss the model's own.
 
-    tiermem plan --script examples/plan_gpt2.py --ratio 8:1 --run
+    tiermem plan --script examples/plan/gpt2.py --ratio 8:1 --run
 """
 
 import torch
