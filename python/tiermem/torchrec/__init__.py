@@ -1,0 +1,15 @@
+"""TorchRec's shape over tiermem's tables: a TorchRec model changes one import.
+
+:class:`EmbeddingBagCollection` takes TorchRec's ``EmbeddingBagConfig`` list, a
+``KeyedJaggedTensor`` in and gives a ``KeyedTensor`` out, with TorchRec's table and feature
+names, several features per table, per-table widths and pooling, weighted features, and
+TorchRec's ``state_dict`` keys (``embedding_bags.<table>.weight``), so checkpoints load
+either way. Each table is a :class:`~tiermem.torch.TieredEmbeddingBag` placed as asked (one
+placement for all, or one per table name), its optimizer fused into backward.
+
+Importing this package imports torchrec (the ``torchrec`` extra).
+"""
+
+from .collection import EmbeddingBagCollection
+
+__all__ = ["EmbeddingBagCollection"]
