@@ -1,8 +1,9 @@
-"""tiermem.torchrec.EmbeddingBagCollection against TorchRec's own EmbeddingBagCollection
-(torchrec, BSD-3; only the module under test is swapped): the same configs, KeyedJaggedTensor
-in and KeyedTensor out, state_dict keys that load strictly either way, equal pooled outputs
-(sum and mean, mixed widths, two features sharing a table, weighted features), equal rows
-after SGD steps, and each mismatched input refused by name."""
+"""tiermem.torchrec's collections against TorchRec's own (torchrec, BSD-3; only the module
+under test is swapped): the same configs, KeyedJaggedTensor in and KeyedTensor (or
+JaggedTensors) out, state_dict keys that load strictly either way, equal outputs (sum and
+mean, mixed widths, two features sharing a table, a feature read by two tables, weighted
+features, unpooled sequences), equal rows after SGD steps, TorchRec's initialisation, and
+each mismatched input refused by name."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchrec")
 
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType  # noqa: E402
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection as TorchRecEBC  # noqa: E402
+from torchrec.modules.embedding_modules import EmbeddingCollection as TorchRecEC  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor  # noqa: E402
 
 from tiermem import InvalidArgumentError  # noqa: E402
-from tiermem.torchrec import EmbeddingBagCollection  # noqa: E402
+from tiermem.torchrec import EmbeddingBagCollection, EmbeddingCollection  # noqa: E402
 
 CONFIGS = [
     EmbeddingBagConfig(name="t_user", num_embeddings=50, embedding_dim=8, feature_names=["user", "friend"]),
@@ -118,8 +120,8 @@ def test_bad_configs_are_refused_by_name() -> None:
     c = CONFIGS[0]
     with pytest.raises(InvalidArgumentError, match="'t_user' is configured twice"):
         EmbeddingBagCollection([c, c])
-    with pytest.raises(InvalidArgumentError, match="feature 'user' is in tables 't_user' and 'other'"):
-        EmbeddingBagCollection([c, EmbeddingBagConfig(name="other", num_embeddings=5, embedding_dim=4, feature_names=["user"])])
+    with pytest.raises(InvalidArgumentError, match="'dup' names a feature twice"):
+        EmbeddingBagCollection([EmbeddingBagConfig(name="dup", num_embeddings=5, embedding_dim=4, feature_names=["f", "f"])])
     with pytest.raises(InvalidArgumentError, match="pooling"):
         EmbeddingBagCollection(
             [EmbeddingBagConfig(name="n", num_embeddings=5, embedding_dim=4, feature_names=["f"], pooling=PoolingType.NONE)]
@@ -130,3 +132,63 @@ def test_bad_configs_are_refused_by_name() -> None:
         EmbeddingBagCollection(CONFIGS, placement={"nope": None})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="run on the CPU"):
         EmbeddingBagCollection(CONFIGS, device="meta")
+
+
+def test_a_feature_read_by_two_tables_is_named_per_table() -> None:
+    configs = [
+        EmbeddingBagConfig(name="t1", num_embeddings=10, embedding_dim=3, feature_names=["f1"]),
+        EmbeddingBagConfig(name="t2", num_embeddings=10, embedding_dim=4, feature_names=["f1"]),
+    ]
+    torch.manual_seed(0)
+    theirs = TorchRecEBC(tables=configs)
+    ours = EmbeddingBagCollection(configs)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    x = KeyedJaggedTensor.from_offsets_sync(keys=["f1"], values=torch.tensor([0, 1, 2, 3]), offsets=torch.tensor([0, 2, 2, 4]))
+    want, got = theirs(x), ours(x)
+    assert got.keys() == want.keys() == ["f1@t1", "f1@t2"] and got.offset_per_key() == [0, 3, 7]
+    torch.testing.assert_close(got.values(), want.values())
+
+
+def test_tables_start_as_torchrecs_init_fn_draws_them() -> None:
+    """Each table's rows come from its config's init_fn (TorchRec's default: uniform within
+    +-sqrt(1/rows)) on the global RNG."""
+    big = EmbeddingBagConfig(name="b", num_embeddings=400, embedding_dim=8, feature_names=["f"])
+    fixed = EmbeddingBagConfig(
+        name="c", num_embeddings=20, embedding_dim=8, feature_names=["g"], init_fn=lambda w: torch.nn.init.constant_(w, 0.25)
+    )
+    ours = EmbeddingBagCollection([big, fixed])
+    w = ours.state_dict()["embedding_bags.b.weight"]
+    bound = (1 / 400) ** 0.5
+    assert float(w.abs().max()) <= bound and float(w.std()) > bound / 4
+    assert torch.equal(ours.state_dict()["embedding_bags.c.weight"], torch.full((20, 8), 0.25))
+
+
+EC_CONFIGS = [
+    EmbeddingConfig(name="t1", num_embeddings=10, embedding_dim=5, feature_names=["f1", "f2"]),
+    EmbeddingConfig(name="t2", num_embeddings=10, embedding_dim=5, feature_names=["f2"]),
+]
+
+
+def test_sequence_embeddings_equal_torchrecs_and_train_alike() -> None:
+    torch.manual_seed(0)
+    theirs = TorchRecEC(tables=EC_CONFIGS, need_indices=True)
+    ours = EmbeddingCollection(EC_CONFIGS, need_indices=True, lr=0.1)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert list(ours.state_dict()) == ["embeddings.t1.weight", "embeddings.t2.weight"]
+    opt = torch.optim.SGD(theirs.parameters(), lr=0.1)
+    for step in range(3):
+        g = torch.Generator().manual_seed(step)
+        x = KeyedJaggedTensor.from_lengths_sync(
+            keys=["f1", "f2"], values=torch.randint(0, 10, (9,), generator=g), lengths=torch.tensor([2, 3, 1, 3])
+        )
+        want, got = theirs(x), ours(x)
+        assert set(got) == set(want) == {"f1", "f2@t1", "f2@t2"}
+        for k in want:
+            torch.testing.assert_close(got[k].values(), want[k].values(), rtol=1e-6, atol=1e-6)
+            assert torch.equal(got[k].lengths(), want[k].lengths()) and torch.equal(got[k].weights(), want[k].weights())
+        for m in (theirs, ours):
+            sum((v.values() * (i + 1)).sum() for i, v in enumerate(m(x).values())).backward()
+        opt.step()
+        opt.zero_grad()
+    for k, v in theirs.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[k], v, rtol=1e-6, atol=1e-6)

@@ -1,44 +1,179 @@
-"""TorchRec's ``EmbeddingBagCollection`` over tiered tables (see the package docs)."""
+"""TorchRec's ``EmbeddingBagCollection`` and ``EmbeddingCollection`` over tiered tables (see
+the package docs)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+from torchrec.modules.embedding_configs import BaseEmbeddingConfig, EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
 from ..embedding.config import OptimizerConfig, Placement
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import TieredEmbeddingBag
 
-__all__ = ["EmbeddingBagCollection"]
+__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "embedding_names"]
 
 #: TorchRec's pooling types and the modes tiermem's tables pool with.
 POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
+#: A table up to this size is initialised by its config's ``init_fn`` in one call, exactly as
+#: TorchRec does; a larger one chunk by chunk (the same distribution for element-wise
+#: initialisers, the default uniform and ``normal_`` among them), never whole in DRAM.
+WHOLE_INIT_BYTES = 64 << 20
 
 
-class EmbeddingBagCollection(torch.nn.Module):
+def embedding_names(tables: Sequence[BaseEmbeddingConfig]) -> list[list[str]]:
+    """Per table, the output names of its features, TorchRec's way: a feature read by
+    several tables is ``FEATURE@TABLE`` in each."""
+    count: dict[str, int] = {}
+    for c in tables:
+        for f in c.feature_names:
+            count[f] = count.get(f, 0) + 1
+    return [[f"{f}@{c.name}" if count[f] > 1 else f for f in c.feature_names] for c in tables]
+
+
+def _init_rows(bag: TieredEmbeddingBag, init_fn: Callable[[torch.Tensor], Any] | None) -> None:
+    """The table's rows from its config's ``init_fn`` (TorchRec's default: uniform within
+    ±sqrt(1/num_embeddings)), on the global RNG as TorchRec draws them."""
+    t = bag.table
+    rows, dim = t.num_embeddings, t.embedding_dim
+    chunk = rows if rows * dim * 4 <= WHOLE_INIT_BYTES else max(1, WHOLE_INIT_BYTES // (4 * dim))
+    for start in range(0, rows, chunk):
+        w = torch.empty(min(chunk, rows - start), dim)
+        if init_fn is None:
+            torch.nn.init.uniform_(w, -((1 / rows) ** 0.5), (1 / rows) ** 0.5)
+        else:
+            init_fn(w)
+        t.load(w.numpy(), start)
+
+
+class _Collection(torch.nn.Module):
+    """What both collections share: configs checked, one tiered table per config, and the
+    input KJT checked against the features."""
+
+    _attr = ""
+
+    def __init__(
+        self,
+        tables: Sequence[BaseEmbeddingConfig],
+        config_type: type[BaseEmbeddingConfig],
+        device: Any,
+        placement: Placement | Mapping[str, Placement] | None,
+        optimizer: str | OptimizerConfig,
+        lr: float,
+        eps: float | None,
+        manager: Manager | None,
+        mode: Callable[[Any], str],
+    ) -> None:
+        super().__init__()
+        if device is not None and torch.device(device).type != "cpu":
+            raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
+        if not tables:
+            raise InvalidArgumentError(f"a collection needs at least one {config_type.__name__}")
+        names: set[str] = set()
+        for c in tables:
+            if not isinstance(c, config_type):
+                raise InvalidArgumentError(f"tables: expected torchrec {config_type.__name__} objects, got {type(c).__name__}")
+            if c.name in names:
+                raise InvalidArgumentError(f"table {c.name!r} is configured twice")
+            names.add(c.name)
+            if not c.feature_names:
+                raise InvalidArgumentError(f"table {c.name!r} has no feature_names")
+            if len(set(c.feature_names)) != len(c.feature_names):
+                raise InvalidArgumentError(f"table {c.name!r} names a feature twice: {c.feature_names}")
+        if isinstance(placement, Mapping):
+            unknown = set(placement) - names
+            if unknown:
+                raise InvalidArgumentError(f"placement names tables that are not configured: {sorted(unknown)}")
+        self._configs = list(tables)
+        self._feature_names = [list(c.feature_names) for c in tables]
+        self._names_by_table = embedding_names(tables)
+        self._embedding_names = [n for ns in self._names_by_table for n in ns]
+        bags = torch.nn.ModuleDict()
+        for c in tables:
+            place = placement.get(c.name) if isinstance(placement, Mapping) else placement
+            bags[c.name] = bag = TieredEmbeddingBag(
+                c.num_embeddings,
+                c.embedding_dim,
+                mode=mode(c),
+                include_last_offset=True,
+                placement=place,
+                manager=manager,
+                optimizer=optimizer,
+                lr=lr,
+                eps=eps,
+                init="overwrite",
+            )
+            _init_rows(bag, c.init_fn)
+        setattr(self, self._attr, bags)
+
+    @property
+    def device(self) -> torch.device:
+        """Where lookups run (the CPU; the rows live where each table's placement puts them)."""
+        return torch.device("cpu")
+
+    def _features(self, features: KeyedJaggedTensor, weighted: bool) -> dict[str, JaggedTensor]:
+        if not isinstance(features, KeyedJaggedTensor):
+            raise InvalidArgumentError(f"features: expected a torchrec KeyedJaggedTensor, got {type(features).__name__}")
+        if features.device().type != "cpu":
+            raise InvalidArgumentError(f"features are on {features.device()}: tiered tables look up on the CPU")
+        keys = features.keys()
+        wanted = {f for fs in self._feature_names for f in fs}
+        extra = [k for k in keys if k not in wanted]
+        missing = sorted(wanted - set(keys))
+        if extra or missing:
+            parts = [f"not configured: {extra}" if extra else "", f"missing: {missing}" if missing else ""]
+            raise InvalidArgumentError(
+                "the KeyedJaggedTensor's keys do not match the configs' features: " + "; ".join(p for p in parts if p)
+            )
+        lengths = features.lengths()
+        if int(lengths.sum()) != features.values().numel():
+            raise InvalidArgumentError(
+                f"the KeyedJaggedTensor's lengths add up to {int(lengths.sum())} but it holds {features.values().numel()} values"
+            )
+        if weighted and features.weights_or_none() is None:
+            raise InvalidArgumentError("this collection is weighted but the KeyedJaggedTensor has no weights")
+        return features.to_dict()
+
+    def _lookups(self, features: dict[str, JaggedTensor]) -> Any:
+        """(table name, feature, output name, bag, jagged tensor) per lookup, in config order."""
+        bags = getattr(self, self._attr)
+        for c, fnames, onames in zip(self._configs, self._feature_names, self._names_by_table):
+            for f, out in zip(fnames, onames):
+                yield c.name, f, out, bags[c.name], features[f]
+
+    @staticmethod
+    def _run(table: str, feature: str, lookup: Callable[[], torch.Tensor]) -> torch.Tensor:
+        try:
+            return lookup()
+        except (RuntimeError, ValueError) as e:
+            raise InvalidArgumentError(f"feature {feature!r} (table {table!r}): {e}") from e
+
+
+class EmbeddingBagCollection(_Collection):
     """TorchRec's ``EmbeddingBagCollection`` (same constructor, forward and ``state_dict``)
     whose tables are tiermem's.
 
     Args:
         tables: TorchRec ``EmbeddingBagConfig`` objects (``name``, ``num_embeddings``,
-            ``embedding_dim``, ``feature_names``, ``pooling`` SUM or MEAN).
+            ``embedding_dim``, ``feature_names``, ``pooling`` SUM or MEAN, ``init_fn``).
         is_weighted: the input's weights scale each looked-up row (sum pooling).
-        device: ``None`` or the CPU (tiered tables run there).
+        device: ``None`` or the CPU (lookups run there).
         placement: one :class:`~tiermem.embedding.Placement` for every table, or a mapping
             from table name to placement (tables not named get the default placement).
         optimizer, lr, eps: the fused optimizer (as :class:`~tiermem.torch.TieredEmbeddingBag`).
         manager: the :class:`~tiermem.Manager` the tables share (default: each its own).
-        seed: initialise table *i* from ``N(0, 1)`` with seed ``seed + i`` (default: random).
 
     ``forward(features)`` takes a ``KeyedJaggedTensor`` holding every feature the configs
     name (others, and missing ones, are refused by name) and returns a ``KeyedTensor`` keyed
-    by feature, in config order, ``values()`` of shape ``(batch, sum of widths)``.
+    as TorchRec keys it (a feature several tables read is ``FEATURE@TABLE``), in config
+    order, ``values()`` of shape ``(batch, sum of widths)``.
     """
+
+    _attr = "embedding_bags"
 
     def __init__(
         self,
@@ -51,102 +186,69 @@ class EmbeddingBagCollection(torch.nn.Module):
         lr: float = 0.01,
         eps: float | None = None,
         manager: Manager | None = None,
-        seed: int | None = None,
     ) -> None:
-        super().__init__()
-        if device is not None and torch.device(device).type != "cpu":
-            raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
-        if not tables:
-            raise InvalidArgumentError("an EmbeddingBagCollection needs at least one EmbeddingBagConfig")
-        names: set[str] = set()
-        owner: dict[str, str] = {}
         for c in tables:
-            if not isinstance(c, EmbeddingBagConfig):
-                raise InvalidArgumentError(f"tables: expected torchrec EmbeddingBagConfig objects, got {type(c).__name__}")
-            if c.name in names:
-                raise InvalidArgumentError(f"table {c.name!r} is configured twice")
-            names.add(c.name)
-            if c.pooling not in POOLING:
+            if isinstance(c, EmbeddingBagConfig) and c.pooling not in POOLING:
                 raise InvalidArgumentError(f"table {c.name!r}: pooling {c.pooling} is not supported (SUM or MEAN)")
-            if not c.feature_names:
-                raise InvalidArgumentError(f"table {c.name!r} has no feature_names")
-            for f in c.feature_names:
-                if f in owner:
-                    raise InvalidArgumentError(f"feature {f!r} is in tables {owner[f]!r} and {c.name!r}")
-                owner[f] = c.name
-        if isinstance(placement, Mapping):
-            unknown = set(placement) - names
-            if unknown:
-                raise InvalidArgumentError(f"placement names tables that are not configured: {sorted(unknown)}")
+        super().__init__(tables, EmbeddingBagConfig, device, placement, optimizer, lr, eps, manager, lambda c: POOLING[c.pooling])
         self._is_weighted = bool(is_weighted)
-        self._embedding_bag_configs = list(tables)
-        self._feature_names = [list(c.feature_names) for c in tables]
-        self._embedding_names = [f for c in tables for f in c.feature_names]
-        self._lengths_per_embedding = [c.embedding_dim for c in tables for _ in c.feature_names]
-        self.embedding_bags = torch.nn.ModuleDict()
-        for i, c in enumerate(tables):
-            place = placement.get(c.name) if isinstance(placement, Mapping) else placement
-            self.embedding_bags[c.name] = TieredEmbeddingBag(
-                c.num_embeddings,
-                c.embedding_dim,
-                mode=POOLING[c.pooling],
-                include_last_offset=True,
-                placement=place,
-                manager=manager,
-                optimizer=optimizer,
-                lr=lr,
-                eps=eps,
-                seed=None if seed is None else seed + i,
-            )
+        self._lengths_per_embedding = [c.embedding_dim for c, ns in zip(tables, self._names_by_table) for _ in ns]
 
     def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
         """The configs, as TorchRec's collection returns them."""
-        return self._embedding_bag_configs
+        return self._configs
 
     def is_weighted(self) -> bool:
         return self._is_weighted
 
-    def _check(self, features: KeyedJaggedTensor) -> dict[str, Any]:
-        if not isinstance(features, KeyedJaggedTensor):
-            raise InvalidArgumentError(f"features: expected a torchrec KeyedJaggedTensor, got {type(features).__name__}")
-        if features.device().type != "cpu":
-            raise InvalidArgumentError(f"features are on {features.device()}: tiered tables look up on the CPU")
-        keys = features.keys()
-        known = set(self._embedding_names)
-        extra = [k for k in keys if k not in known]
-        missing = [k for k in self._embedding_names if k not in set(keys)]
-        if extra or missing:
-            raise InvalidArgumentError(
-                "the KeyedJaggedTensor's keys do not match the configs' features: "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"not configured: {extra}" if extra else "",
-                        f"missing: {missing}" if missing else "",
-                    )
-                    if part
-                )
-            )
-        lengths = features.lengths()
-        if int(lengths.sum()) != features.values().numel():
-            raise InvalidArgumentError(
-                f"the KeyedJaggedTensor's lengths add up to {int(lengths.sum())} but it holds {features.values().numel()} values"
-            )
-        if self._is_weighted and features.weights_or_none() is None:
-            raise InvalidArgumentError("this collection is weighted but the KeyedJaggedTensor has no weights")
-        return features.to_dict()
-
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
-        feature_dict = self._check(features)
         pooled = []
-        for (name, bag), fnames in zip(self.embedding_bags.items(), self._feature_names):
-            for f in fnames:
-                jt = feature_dict[f]
-                try:
-                    res = bag(jt.values(), jt.offsets(), jt.weights() if self._is_weighted else None)
-                except (RuntimeError, ValueError) as e:
-                    raise InvalidArgumentError(f"feature {f!r} (table {name!r}): {e}") from e
-                pooled.append(res.float())
+        for table, f, _, bag, jt in self._lookups(self._features(features, self._is_weighted)):
+            w = jt.weights() if self._is_weighted else None
+            pooled.append(self._run(table, f, lambda: bag(jt.values(), jt.offsets(), w)).float())  # noqa: B023
         return KeyedTensor(
             keys=self._embedding_names, values=torch.cat(pooled, dim=1), length_per_key=self._lengths_per_embedding
         )
+
+
+class EmbeddingCollection(_Collection):
+    """TorchRec's ``EmbeddingCollection`` (unpooled: one row per id, for sequence features)
+    whose tables are tiermem's. Arguments as :class:`EmbeddingBagCollection` (``tables``:
+    ``EmbeddingConfig`` objects), and ``need_indices``: each output's ``weights()`` are the
+    ids it looked up. ``forward(features)`` returns ``{name: JaggedTensor}`` (values of
+    shape ``(ids, width)``, the feature's lengths), named as TorchRec names them;
+    ``state_dict`` keys are ``embeddings.<table>.weight``."""
+
+    _attr = "embeddings"
+
+    def __init__(
+        self,
+        tables: Sequence[EmbeddingConfig],
+        device: Any = None,
+        need_indices: bool = False,
+        *,
+        placement: Placement | Mapping[str, Placement] | None = None,
+        optimizer: str | OptimizerConfig = "sgd",
+        lr: float = 0.01,
+        eps: float | None = None,
+        manager: Manager | None = None,
+    ) -> None:
+        # One id per bag, summed: the row itself, its gradient the row's own.
+        super().__init__(tables, EmbeddingConfig, device, placement, optimizer, lr, eps, manager, lambda c: "sum")
+        self._need_indices = bool(need_indices)
+
+    def embedding_configs(self) -> list[EmbeddingConfig]:
+        """The configs, as TorchRec's collection returns them."""
+        return self._configs
+
+    def need_indices(self) -> bool:
+        return self._need_indices
+
+    def forward(self, features: KeyedJaggedTensor) -> dict[str, JaggedTensor]:
+        out: dict[str, JaggedTensor] = {}
+        for table, f, name, bag, jt in self._lookups(self._features(features, False)):
+            ids = jt.values()
+            each = torch.arange(ids.numel() + 1)
+            rows = self._run(table, f, lambda: bag(ids, each))  # noqa: B023
+            out[name] = JaggedTensor(values=rows, lengths=jt.lengths(), weights=ids if self._need_indices else None)
+        return out
