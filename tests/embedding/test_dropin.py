@@ -100,3 +100,17 @@ def test_from_pretrained_matches_torch() -> None:
     assert not torch.equal(thawed.weight, w)
     with pytest.raises(AssertionError):
         TieredEmbeddingBag.from_pretrained(torch.ones(3))
+
+
+def test_a_bfloat16_module_takes_bfloat16_per_sample_weights_as_torch_does() -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.EmbeddingBag(10, 4, mode="sum", dtype=torch.bfloat16)
+    ours = TieredEmbeddingBag(10, 4, mode="sum", dtype=torch.bfloat16, _weight=ref.weight.detach().float())
+    idx = torch.arange(21).remainder(10).reshape(7, 3)
+    w = torch.rand(7, 3).to(torch.bfloat16)
+    want = ref(idx, per_sample_weights=w)
+    got = ours(idx, per_sample_weights=w)
+    # bfloat16 rows and weights; tiermem accumulates in float32 (torch in bfloat16).
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(RuntimeError, match="must match"):
+        ours(idx, per_sample_weights=w.to(torch.float64))

@@ -110,8 +110,9 @@ def _check_psw_mode(w: Any, mode: str) -> None:
         )
 
 
-def _check_psw(w: Any, input: Any, dtype: torch.dtype) -> None:
-    """torch's rules: the same shape as ``input``, and the module's dtype."""
+def _check_psw(w: Any, input: Any, dtype: torch.dtype, rows: torch.dtype | None = None) -> None:
+    """torch's rules: the same shape as ``input``, and the module's dtype (or its rows'
+    dtype, ``rows``: a bfloat16 module's weights may be bfloat16, as torch's are)."""
     if isinstance(w, torch.Tensor) and isinstance(input, torch.Tensor):
         if tuple(w.shape) != tuple(input.shape):
             raise _torch_like(
@@ -121,7 +122,7 @@ def _check_psw(w: Any, input: Any, dtype: torch.dtype) -> None:
                 ),
                 RuntimeError,
             )
-        if w.dtype != dtype:
+        if w.dtype not in (dtype, rows):
             raise _torch_like(
                 InvalidArgumentError(
                     f"per_sample_weights are {w.dtype}, the module computes in {dtype}: they must match "
@@ -443,7 +444,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         self, input: torch.Tensor, offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None
     ) -> torch.Tensor:
         _check_psw_mode(per_sample_weights, self.mode)
-        _check_psw(per_sample_weights, input, self._out_dtype)
+        _check_psw(per_sample_weights, input, self._out_dtype, torch.bfloat16 if self.table.dtype == "bfloat16" else None)
         try:
             bags = [_bags(input, offsets, self.include_last_offset)]
             w = None if per_sample_weights is None else [_psw(per_sample_weights)]
