@@ -299,7 +299,7 @@ def update_from(
     mode: str,
     grad: Any,
     columns: tuple[int, list[int]],
-    optimizer: tuple[str, float, float, float, float, bool],
+    optimizer: tuple[str, float, float, float, float, bool, tuple[float, float, float]],
 ) -> dict[str, int]: ...
 def sparse_grad(
     table: Table,

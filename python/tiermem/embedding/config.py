@@ -74,19 +74,30 @@ def _number(what: str, v: Any, low: float = 0.0) -> float:
     return x
 
 
+def _beta(what: str, v: Any) -> float:
+    x = _number(what, v)
+    if x >= 1.0:
+        raise InvalidArgumentError(f"{what} must be in [0, 1), got {v!r}")
+    return x
+
+
 @dataclass(frozen=True)
 class OptimizerConfig:
     """The optimizer a table's backward applies (as ``torch.optim`` names the settings).
 
     Attributes:
         name: one of :data:`OPTIMIZERS`: ``sgd`` (``torch.optim.SGD``), ``adagrad``
-            (``torch.optim.Adagrad``), ``rowwise_adagrad`` (FBGEMM's).
+            (``torch.optim.Adagrad``), ``rowwise_adagrad`` (FBGEMM's), ``adam`` (FBGEMM's
+            lazy Adam: the rows a step touches move, bias-corrected by the table's step,
+            weight decay decoupled; ``torch.optim.SparseAdam`` when it has none).
         lr: learning rate (>= 0).
         eps: added to denominators; ``None`` for the optimizer's usual default (1e-10 for
             ``adagrad``, 1e-8 otherwise).
         lr_decay: ``adagrad``'s learning-rate decay per step.
         initial_accumulator_value: starting value of the optimizer's state.
         nt_stores: write updated rows with non-temporal stores.
+        beta1, beta2: ``adam``'s moment decays (``torch.optim``'s ``betas``).
+        weight_decay: ``adam``'s decoupled weight decay.
     """
 
     name: str = "sgd"
@@ -95,6 +106,9 @@ class OptimizerConfig:
     lr_decay: float = 0.0
     initial_accumulator_value: float = 0.0
     nt_stores: bool = False
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
 
     def validate(self) -> OptimizerConfig:
         """This config with numbers as floats, or :class:`~tiermem.InvalidArgumentError`
@@ -108,6 +122,9 @@ class OptimizerConfig:
             _number("lr_decay", self.lr_decay),
             _number("initial_accumulator_value", self.initial_accumulator_value),
             bool(self.nt_stores),
+            _beta("beta1", self.beta1),
+            _beta("beta2", self.beta2),
+            _number("weight_decay", self.weight_decay),
         )
 
     @property

@@ -347,7 +347,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         where, cache, cacheslack, policy, admission: the placement's settings as keywords
             instead (``where`` is its ``device``; ``"table:PATH"`` keeps the rows in a table
             file on the disk, ``"file:PATH"`` in a plain file).
-        optimizer: ``"sgd"``, ``"adagrad"`` or ``"rowwise_adagrad"``, applied in backward, or
+        optimizer: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"`` or ``"adam"``, applied in backward, or
             an :class:`~tiermem.embedding.OptimizerConfig` (then leave the settings below at
             their defaults).
         lr, eps, lr_decay, initial_accumulator_value: optimizer settings (as

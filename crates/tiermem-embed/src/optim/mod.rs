@@ -5,10 +5,12 @@
 //! constructor from a name and [`OptimizerConfig`].
 
 mod adagrad;
+mod adam;
 mod rowwise_adagrad;
 mod sgd;
 
 pub use adagrad::Adagrad;
+pub use adam::Adam;
 pub use rowwise_adagrad::RowwiseAdagrad;
 pub use sgd::Sgd;
 
@@ -25,6 +27,29 @@ pub struct OptimizerConfig {
     pub lr_decay: f32,
     /// Starting value of the state.
     pub initial_accumulator: f32,
+    /// Adam's decay of the first moment.
+    pub beta1: f32,
+    /// Adam's decay of the second moment.
+    pub beta2: f32,
+    /// Decoupled weight decay (Adam).
+    pub weight_decay: f32,
+}
+
+impl OptimizerConfig {
+    /// `torch.optim`'s defaults for the settings not given: betas (0.9, 0.999), no weight
+    /// decay.
+    #[must_use]
+    pub fn new(lr: f32, eps: f32, lr_decay: f32, initial_accumulator: f32) -> Self {
+        OptimizerConfig {
+            lr,
+            eps,
+            lr_decay,
+            initial_accumulator,
+            beta1: 0.9,
+            beta2: 0.999,
+            weight_decay: 0.0,
+        }
+    }
 }
 
 /// One optimizer: how it updates a row from its accumulated gradient.
@@ -170,7 +195,7 @@ macro_rules! optimizers {
     };
 }
 
-optimizers!(Sgd, Adagrad, RowwiseAdagrad);
+optimizers!(Sgd, Adagrad, RowwiseAdagrad, Adam);
 
 /// A plain reference of the update every optimizer's `apply` is tested against: the same
 /// formulas written out per element in `f64`.
@@ -180,10 +205,8 @@ mod tests {
 
     fn cfg() -> OptimizerConfig {
         OptimizerConfig {
-            lr: 0.1,
-            eps: 1e-8,
-            lr_decay: 0.01,
-            initial_accumulator: 0.5,
+            weight_decay: 0.01,
+            ..OptimizerConfig::new(0.1, 1e-8, 0.01, 0.5)
         }
     }
 
@@ -225,6 +248,13 @@ mod tests {
                     "rowwise_adagrad" => {
                         let m = init + g.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / 4.0;
                         wk - lr * gk / (m.sqrt() + eps)
+                    }
+                    "adam" => {
+                        // First update from zero state at step 3: m = 0.1 g, v = 0.001 g².
+                        let (b1, b2, wd) = (0.9f64, 0.999f64, 0.01f64);
+                        let m = (1.0 - b1) * gk / (1.0 - b1.powi(3));
+                        let v = (1.0 - b2) * gk * gk / (1.0 - b2.powi(3));
+                        wk - lr * (m / (v.sqrt() + eps) + wd * wk)
                     }
                     other => panic!("no reference for optimizer '{other}': add one here"),
                 };

@@ -128,10 +128,8 @@ fn lookups_match_the_reference_on_every_isa() {
 fn updates_match_the_reference_on_every_isa_for_every_optimizer() {
     let m = Arc::new(two_tier(32 << 20, 64 << 20, "lru"));
     let cfg = OptimizerConfig {
-        lr: 0.05,
-        eps: 1e-8,
-        lr_decay: 0.01,
-        initial_accumulator: 0.1,
+        weight_decay: 0.01,
+        ..OptimizerConfig::new(0.05, 1e-8, 0.01, 0.1)
     };
     for isa in isas() {
         arch::force_isa(Some(isa)).unwrap();

@@ -150,8 +150,8 @@ pub fn lookup_into(
 }
 
 /// The fused optimizer as Python hands it over: (name, lr, eps, lr_decay,
-/// initial_accumulator, non-temporal stores).
-type OptimizerArgs = (String, f32, f32, f32, f32, bool);
+/// initial_accumulator, non-temporal stores, (beta1, beta2, weight_decay)).
+type OptimizerArgs = (String, f32, f32, f32, f32, bool, (f32, f32, f32));
 
 /// Backward of an ensemble lookup with the optimizer fused in (`columns` as for
 /// `lookup_into`).
@@ -167,7 +167,8 @@ pub fn update_from(
 ) -> PyResult<HashMap<&'static str, u64>> {
     let (values, offsets, weights) = bags;
     let (row_stride, cols) = columns;
-    let (optimizer, lr, eps, lr_decay, initial_accumulator, nt) = optimizer;
+    let (optimizer, lr, eps, lr_decay, initial_accumulator, nt, (beta1, beta2, weight_decay)) =
+        optimizer;
     let mode = Mode::parse(mode).map_err(to_py)?;
     let opt = Optimizer::new(
         &optimizer,
@@ -176,6 +177,9 @@ pub fn update_from(
             eps,
             lr_decay,
             initial_accumulator,
+            beta1,
+            beta2,
+            weight_decay,
         },
     )
     .map_err(to_py)?;
