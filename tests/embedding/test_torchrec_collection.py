@@ -192,3 +192,18 @@ def test_sequence_embeddings_equal_torchrecs_and_train_alike() -> None:
         opt.zero_grad()
     for k, v in theirs.state_dict().items():
         torch.testing.assert_close(ours.state_dict()[k], v, rtol=1e-6, atol=1e-6)
+
+
+def test_the_plain_collection_takes_a_kjt_with_one_feature_per_table_and_refuses_others() -> None:
+    """Three features over two tables once came out as a batch of 3 where 2 was meant."""
+    from tiermem.torch import TieredEmbeddingBagCollection
+
+    coll = TieredEmbeddingBagCollection([(50, 8), (30, 4)], mode="sum", seed=0)
+    g = torch.Generator().manual_seed(0)
+    two = KeyedJaggedTensor.from_lengths_sync(
+        keys=["a", "b"], values=torch.randint(0, 30, (6,), generator=g), lengths=torch.tensor([1, 2, 2, 1])
+    )
+    torch.testing.assert_close(coll(two), coll(two.values(), two.offsets()))
+    assert coll(two).shape == (2, 12)
+    with pytest.raises(InvalidArgumentError, match=r"has 3 features \['user', 'friend', 'item'\] but this collection has 2"):
+        coll(kjt(2, 0))

@@ -521,7 +521,9 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
 
     ``forward(indices, offsets, per_sample_weights=None)``: ``offsets`` has ``T * B + 1``
     entries over the concatenated indices of all tables (table-major, as FBGEMM takes
-    them). Returns ``(B, sum of widths)``.
+    them). Returns ``(B, sum of widths)``. ``forward(kjt)`` takes a ``KeyedJaggedTensor``
+    with one feature per table (its weights, if any, as per-sample weights); another number
+    of features is refused (:mod:`tiermem.torchrec` maps features to tables by name).
     """
 
     def __init__(
@@ -601,8 +603,19 @@ class TieredEmbeddingBagCollection(_FusedOptimizer, torch.nn.Module):
         return out
 
     def forward(
-        self, indices: torch.Tensor, offsets: torch.Tensor, per_sample_weights: torch.Tensor | None = None
+        self, indices: Any, offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if offsets is None and callable(getattr(indices, "keys", None)) and callable(getattr(indices, "offsets", None)):
+            # A KeyedJaggedTensor: one key per table, or the batch would come out wrong.
+            keys = list(indices.keys())
+            if len(keys) != len(self.tables):
+                raise InvalidArgumentError(
+                    f"the KeyedJaggedTensor has {len(keys)} features {keys} but this collection has {len(self.tables)} "
+                    "tables, one feature each; for several features per table use tiermem.torchrec.EmbeddingBagCollection"
+                )
+            indices, offsets, per_sample_weights = indices.values(), indices.offsets(), indices.weights_or_none()
+        if offsets is None:
+            raise InvalidArgumentError("offsets are required (T * B + 1 of them), or pass a KeyedJaggedTensor")
         bags = self.split(indices, offsets)
         w = None
         _check_psw_mode(per_sample_weights, self.mode)
