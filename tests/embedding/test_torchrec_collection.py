@@ -207,3 +207,20 @@ def test_the_plain_collection_takes_a_kjt_with_one_feature_per_table_and_refuses
     assert coll(two).shape == (2, 12)
     with pytest.raises(InvalidArgumentError, match=r"has 3 features \['user', 'friend', 'item'\] but this collection has 2"):
         coll(kjt(2, 0))
+
+
+def test_a_rebuilt_collection_resumes_its_table_files(tmp_path) -> None:
+    """A table in a file is re-attached as it is when the model is built again (its trained
+    rows are never re-initialised), unless init="overwrite"."""
+    from tiermem.embedding import Placement
+
+    place = {"t_user": Placement(device=f"table:{tmp_path / 'user.tbl'}", cache=0.9)}
+    first = EmbeddingBagCollection(CONFIGS, placement=place, lr=0.5)
+    (first(kjt(4, 1)).values() * 3).sum().backward()
+    trained = first.state_dict()["embedding_bags.t_user.weight"].clone()
+    del first
+    again = EmbeddingBagCollection(CONFIGS, placement=place, lr=0.5)
+    assert torch.equal(again.state_dict()["embedding_bags.t_user.weight"], trained)
+    del again
+    fresh = EmbeddingBagCollection(CONFIGS, placement=place, init="overwrite")
+    assert not torch.equal(fresh.state_dict()["embedding_bags.t_user.weight"], trained)

@@ -67,6 +67,7 @@ class _Collection(torch.nn.Module):
         eps: float | None,
         manager: Manager | None,
         mode: Callable[[Any], str],
+        init: str = "auto",
     ) -> None:
         super().__init__()
         if device is not None and torch.device(device).type != "cpu":
@@ -105,9 +106,12 @@ class _Collection(torch.nn.Module):
                 optimizer=optimizer,
                 lr=lr,
                 eps=eps,
-                init="overwrite",
+                init=init,
             )
-            _init_rows(bag, c.init_fn)
+            # A table file from an earlier run is re-attached as it is (its trained rows and
+            # optimizer state), unless told to start over.
+            if not bag.table.attached or init == "overwrite":
+                _init_rows(bag, c.init_fn)
         setattr(self, self._attr, bags)
 
     @property
@@ -166,6 +170,9 @@ class EmbeddingBagCollection(_Collection):
             from table name to placement (tables not named get the default placement).
         optimizer, lr, eps: the fused optimizer (as :class:`~tiermem.torch.TieredEmbeddingBag`).
         manager: the :class:`~tiermem.Manager` the tables share (default: each its own).
+        init: ``"auto"``: a new table starts from its config's ``init_fn`` and a table file
+            from an earlier run is re-attached as it is (rows and optimizer state), so a
+            rebuilt model resumes; ``"overwrite"``: start every table over.
 
     ``forward(features)`` takes a ``KeyedJaggedTensor`` holding every feature the configs
     name (others, and missing ones, are refused by name) and returns a ``KeyedTensor`` keyed
@@ -186,11 +193,14 @@ class EmbeddingBagCollection(_Collection):
         lr: float = 0.01,
         eps: float | None = None,
         manager: Manager | None = None,
+        init: str = "auto",
     ) -> None:
         for c in tables:
             if isinstance(c, EmbeddingBagConfig) and c.pooling not in POOLING:
                 raise InvalidArgumentError(f"table {c.name!r}: pooling {c.pooling} is not supported (SUM or MEAN)")
-        super().__init__(tables, EmbeddingBagConfig, device, placement, optimizer, lr, eps, manager, lambda c: POOLING[c.pooling])
+        super().__init__(
+            tables, EmbeddingBagConfig, device, placement, optimizer, lr, eps, manager, lambda c: POOLING[c.pooling], init
+        )
         self._is_weighted = bool(is_weighted)
         self._lengths_per_embedding = [c.embedding_dim for c, ns in zip(tables, self._names_by_table) for _ in ns]
 
@@ -232,9 +242,10 @@ class EmbeddingCollection(_Collection):
         lr: float = 0.01,
         eps: float | None = None,
         manager: Manager | None = None,
+        init: str = "auto",
     ) -> None:
         # One id per bag, summed: the row itself, its gradient the row's own.
-        super().__init__(tables, EmbeddingConfig, device, placement, optimizer, lr, eps, manager, lambda c: "sum")
+        super().__init__(tables, EmbeddingConfig, device, placement, optimizer, lr, eps, manager, lambda c: "sum", init)
         self._need_indices = bool(need_indices)
 
     def embedding_configs(self) -> list[EmbeddingConfig]:
