@@ -220,14 +220,18 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
     old = ShardPlan.from_dict(m["plan"])
     if old.rows != emb.plan.rows or old.dim != emb.plan.dim:
         raise InvalidArgumentError(f"the checkpoint's tables are {list(old.rows)} x {old.dim}, the model's {list(emb.plan.rows)} x {emb.plan.dim}")
+    # Every rank checks every file before restoring anything, so a missing one stops all
+    # ranks with the same error (not one rank with it and the others at their next
+    # collective with a closed connection).
+    paths = [os.path.join(folder, m["folder"], name) for name in m["files"]]
+    for rank, path in enumerate(paths):
+        if not os.path.isfile(path):
+            raise InvalidArgumentError(f"the checkpoint's shard file of rank {rank}, {path!r}, is missing")
     opened: dict[int, checkpoint.Checkpoint] = {}
 
     def saved(rank: int) -> checkpoint.Checkpoint:
         if rank not in opened:
-            path = os.path.join(folder, m["folder"], m["files"][rank])
-            if not os.path.isfile(path):
-                raise InvalidArgumentError(f"the checkpoint's shard file of rank {rank}, {path!r}, is missing")
-            opened[rank] = checkpoint.Checkpoint(path)
+            opened[rank] = checkpoint.Checkpoint(paths[rank])
         return opened[rank]
 
     dim = old.dim
