@@ -57,7 +57,7 @@ class Recorder(Observer):
 
     name = "recorder"
     timed = True
-    #: Tensors are labelled by parameter and module names (see :attr:`Observer.names`).
+    #: Tensors are labelled by parameter and module names (see :attr:`Observer.names_tensors`).
     names_tensors = True
 
     def __init__(self, skip: int = 1, count: int = 1, places: bool = False) -> None:
