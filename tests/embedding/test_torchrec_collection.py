@@ -132,6 +132,8 @@ def test_bad_configs_are_refused_by_name() -> None:
         EmbeddingBagCollection(CONFIGS, placement={"nope": None})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="run on the CPU"):
         EmbeddingBagCollection(CONFIGS, device="meta")
+    with pytest.raises(InvalidArgumentError, match=r"unknown arguments \['learning_rate'\]"):
+        EmbeddingBagCollection(CONFIGS, learning_rate=0.1)  # type: ignore[call-arg]
 
 
 def test_a_feature_read_by_two_tables_is_named_per_table() -> None:

@@ -106,7 +106,12 @@ def test_a_saved_tiered_model_and_optimizer_load_as_plain_ones() -> None:
     buf = io.BytesIO()
     torch.save({"model": tiered, "optimizer": opt.state_dict()}, buf)
     buf.seek(0)
-    back = torch.load(buf, weights_only=False)
+    # Loaded without unpickling code: only the model's classes and the no-op that stands for
+    # the input hook are allowed.
+    from tiermem.torch.tensors.tiering import _no_hook
+
+    with torch.serialization.safe_globals([torch.nn.Sequential, torch.nn.Linear, torch.nn.Tanh, _no_hook]):
+        back = torch.load(buf, weights_only=True)
     loaded = back["model"]
     assert all(type(p) is torch.nn.Parameter for p in loaded.parameters())
     torch.testing.assert_close(loaded(x), tiered(x).to_plain(), rtol=0, atol=0)

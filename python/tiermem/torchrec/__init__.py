@@ -10,6 +10,6 @@ placement for all, or one per table name), its optimizer fused into backward.
 Importing this package imports torchrec (the ``torchrec`` extra).
 """
 
-from .collection import EmbeddingBagCollection, EmbeddingCollection, embedding_names
+from .collection import EmbeddingBagCollection, EmbeddingCollection, TableOptions, embedding_names
 
-__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "embedding_names"]
+__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "embedding_names"]

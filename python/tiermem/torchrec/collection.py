@@ -4,7 +4,7 @@ the package docs)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 from torchrec.modules.embedding_configs import BaseEmbeddingConfig, EmbeddingBagConfig, EmbeddingConfig, PoolingType
@@ -15,7 +15,7 @@ from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import TieredEmbeddingBag
 
-__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "embedding_names"]
+__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "embedding_names"]
 
 #: TorchRec's pooling types and the modes tiermem's tables pool with.
 POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
@@ -50,6 +50,28 @@ def _init_rows(bag: TieredEmbeddingBag, init_fn: Callable[[torch.Tensor], Any] |
         t.load(w.numpy(), start)
 
 
+class TableOptions(TypedDict, total=False):
+    """The keyword arguments both collections take besides TorchRec's own.
+
+    Attributes:
+        placement: one :class:`~tiermem.embedding.Placement` for every table, or a mapping
+            from table name to placement (tables not named get the default placement).
+        optimizer, lr, eps: the fused optimizer (as :class:`~tiermem.torch.TieredEmbeddingBag`;
+            default ``"sgd"`` at 0.01).
+        manager: the :class:`~tiermem.Manager` the tables share (default: each its own).
+        init: ``"auto"`` (default): a new table starts from its config's ``init_fn`` and a
+            table file from an earlier run is re-attached as it is (rows and optimizer
+            state), so a rebuilt model resumes; ``"overwrite"``: start every table over.
+    """
+
+    placement: Placement | Mapping[str, Placement] | None
+    optimizer: str | OptimizerConfig
+    lr: float
+    eps: float | None
+    manager: Manager | None
+    init: str
+
+
 class _Collection(torch.nn.Module):
     """What both collections share: configs checked, one tiered table per config, and the
     input KJT checked against the features."""
@@ -61,15 +83,15 @@ class _Collection(torch.nn.Module):
         tables: Sequence[BaseEmbeddingConfig],
         config_type: type[BaseEmbeddingConfig],
         device: Any,
-        placement: Placement | Mapping[str, Placement] | None,
-        optimizer: str | OptimizerConfig,
-        lr: float,
-        eps: float | None,
-        manager: Manager | None,
         mode: Callable[[Any], str],
-        init: str = "auto",
+        options: TableOptions,
     ) -> None:
         super().__init__()
+        unknown = sorted(set(options) - set(TableOptions.__annotations__))
+        if unknown:
+            raise InvalidArgumentError(f"unknown arguments {unknown}; tiermem's are {sorted(TableOptions.__annotations__)}")
+        placement = options.get("placement")
+        init = options.get("init", "auto")
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
         if not tables:
@@ -86,9 +108,9 @@ class _Collection(torch.nn.Module):
             if len(set(c.feature_names)) != len(c.feature_names):
                 raise InvalidArgumentError(f"table {c.name!r} names a feature twice: {c.feature_names}")
         if isinstance(placement, Mapping):
-            unknown = set(placement) - names
-            if unknown:
-                raise InvalidArgumentError(f"placement names tables that are not configured: {sorted(unknown)}")
+            strangers = sorted(set(placement) - names)
+            if strangers:
+                raise InvalidArgumentError(f"placement names tables that are not configured: {strangers}")
         self._configs = list(tables)
         self._feature_names = [list(c.feature_names) for c in tables]
         self._names_by_table = embedding_names(tables)
@@ -102,10 +124,10 @@ class _Collection(torch.nn.Module):
                 mode=mode(c),
                 include_last_offset=True,
                 placement=place,
-                manager=manager,
-                optimizer=optimizer,
-                lr=lr,
-                eps=eps,
+                manager=options.get("manager"),
+                optimizer=options.get("optimizer", "sgd"),
+                lr=options.get("lr", 0.01),
+                eps=options.get("eps"),
                 init=init,
             )
             # A table file from an earlier run is re-attached as it is (its trained rows and
@@ -150,9 +172,10 @@ class _Collection(torch.nn.Module):
                 yield c.name, f, out, bags[c.name], features[f]
 
     @staticmethod
-    def _run(table: str, feature: str, lookup: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def _run(table: str, feature: str, bag: TieredEmbeddingBag, *args: Any) -> torch.Tensor:
+        """``bag(*args)``, its errors naming the feature and table."""
         try:
-            return lookup()
+            return bag(*args)
         except (RuntimeError, ValueError) as e:
             raise InvalidArgumentError(f"feature {feature!r} (table {table!r}): {e}") from e
 
@@ -166,13 +189,7 @@ class EmbeddingBagCollection(_Collection):
             ``embedding_dim``, ``feature_names``, ``pooling`` SUM or MEAN, ``init_fn``).
         is_weighted: the input's weights scale each looked-up row (sum pooling).
         device: ``None`` or the CPU (lookups run there).
-        placement: one :class:`~tiermem.embedding.Placement` for every table, or a mapping
-            from table name to placement (tables not named get the default placement).
-        optimizer, lr, eps: the fused optimizer (as :class:`~tiermem.torch.TieredEmbeddingBag`).
-        manager: the :class:`~tiermem.Manager` the tables share (default: each its own).
-        init: ``"auto"``: a new table starts from its config's ``init_fn`` and a table file
-            from an earlier run is re-attached as it is (rows and optimizer state), so a
-            rebuilt model resumes; ``"overwrite"``: start every table over.
+        options: where the tables live and how they train (:class:`TableOptions`).
 
     ``forward(features)`` takes a ``KeyedJaggedTensor`` holding every feature the configs
     name (others, and missing ones, are refused by name) and returns a ``KeyedTensor`` keyed
@@ -187,20 +204,12 @@ class EmbeddingBagCollection(_Collection):
         tables: Sequence[EmbeddingBagConfig],
         is_weighted: bool = False,
         device: Any = None,
-        *,
-        placement: Placement | Mapping[str, Placement] | None = None,
-        optimizer: str | OptimizerConfig = "sgd",
-        lr: float = 0.01,
-        eps: float | None = None,
-        manager: Manager | None = None,
-        init: str = "auto",
+        **options: Unpack[TableOptions],
     ) -> None:
         for c in tables:
             if isinstance(c, EmbeddingBagConfig) and c.pooling not in POOLING:
                 raise InvalidArgumentError(f"table {c.name!r}: pooling {c.pooling} is not supported (SUM or MEAN)")
-        super().__init__(
-            tables, EmbeddingBagConfig, device, placement, optimizer, lr, eps, manager, lambda c: POOLING[c.pooling], init
-        )
+        super().__init__(tables, EmbeddingBagConfig, device, lambda c: POOLING[c.pooling], options)
         self._is_weighted = bool(is_weighted)
         self._lengths_per_embedding = [c.embedding_dim for c, ns in zip(tables, self._names_by_table) for _ in ns]
 
@@ -215,7 +224,7 @@ class EmbeddingBagCollection(_Collection):
         pooled = []
         for table, f, _, bag, jt in self._lookups(self._features(features, self._is_weighted)):
             w = jt.weights() if self._is_weighted else None
-            pooled.append(self._run(table, f, lambda: bag(jt.values(), jt.offsets(), w)).float())  # noqa: B023
+            pooled.append(self._run(table, f, bag, jt.values(), jt.offsets(), w).float())
         return KeyedTensor(
             keys=self._embedding_names, values=torch.cat(pooled, dim=1), length_per_key=self._lengths_per_embedding
         )
@@ -236,16 +245,10 @@ class EmbeddingCollection(_Collection):
         tables: Sequence[EmbeddingConfig],
         device: Any = None,
         need_indices: bool = False,
-        *,
-        placement: Placement | Mapping[str, Placement] | None = None,
-        optimizer: str | OptimizerConfig = "sgd",
-        lr: float = 0.01,
-        eps: float | None = None,
-        manager: Manager | None = None,
-        init: str = "auto",
+        **options: Unpack[TableOptions],
     ) -> None:
         # One id per bag, summed: the row itself, its gradient the row's own.
-        super().__init__(tables, EmbeddingConfig, device, placement, optimizer, lr, eps, manager, lambda c: "sum", init)
+        super().__init__(tables, EmbeddingConfig, device, lambda c: "sum", options)
         self._need_indices = bool(need_indices)
 
     def embedding_configs(self) -> list[EmbeddingConfig]:
@@ -260,6 +263,6 @@ class EmbeddingCollection(_Collection):
         for table, f, name, bag, jt in self._lookups(self._features(features, False)):
             ids = jt.values()
             each = torch.arange(ids.numel() + 1)
-            rows = self._run(table, f, lambda: bag(ids, each))  # noqa: B023
+            rows = self._run(table, f, bag, ids, each)
             out[name] = JaggedTensor(values=rows, lengths=jt.lengths(), weights=ids if self._need_indices else None)
         return out
