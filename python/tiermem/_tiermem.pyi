@@ -20,6 +20,9 @@ __all__ = [
     "Manager",
     "Mover",
     "OPTIMIZERS",
+    "OPTIMIZER_SETTINGS",
+    "check_optimizer",
+    "WEIGHT_DECAY_MODES",
     "DRAM_SOURCES",
     "PLACES",
     "POLICIES",
@@ -78,6 +81,8 @@ __all__ = [
 POLICIES: list[str]
 PLACES: dict[str, int]
 OPTIMIZERS: list[str]
+OPTIMIZER_SETTINGS: list[str]
+WEIGHT_DECAY_MODES: list[str]
 DRAM_SOURCES: dict[str, str]
 CACHE_POLICIES: list[str]
 MODES: list[str]
@@ -293,13 +298,14 @@ def lookup_into(
     columns: tuple[int, list[int]],
     prefetch: int,
 ) -> dict[str, int]: ...
+def check_optimizer(optimizer: tuple[str, bool, list[tuple[str, float]], str | None]) -> None: ...
 def update_from(
     tables: list[Table],
     bags: tuple[list[Any], list[Any], list[Any | None]],
     mode: str,
     grad: Any,
     columns: tuple[int, list[int]],
-    optimizer: tuple[str, float, float, float, float, bool, tuple[float, float, float]],
+    optimizer: tuple[str, bool, list[tuple[str, float]], str | None],
 ) -> dict[str, int]: ...
 def sparse_grad(
     table: Table,

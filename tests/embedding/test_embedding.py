@@ -84,7 +84,7 @@ def test_mismatched_dtypes_and_widths() -> None:
     with pytest.raises(tiermem.InvalidArgumentError, match="same batch"):
         coll.lookup([(np.array([1]), np.array([0, 1])), (np.array([1, 2]), np.array([0, 1, 2]))])
     with pytest.raises(tiermem.InvalidArgumentError, match="optimizer"):
-        t.update(np.array([1]), [0], np.ones((1, 16)), optimizer="lamb")
+        t.update(np.array([1]), [0], np.ones((1, 16)), optimizer="shampoo")
     for bad in (0, -3, 2.5, True):
         with pytest.raises(tiermem.InvalidArgumentError):
             EmbeddingTable(bad, 4)

@@ -1,5 +1,5 @@
 """Differential tests: tiermem's embedding tables against torch.nn.EmbeddingBag and
-torch.optim (outputs, gradients, SGD, Adagrad and lazy Adam updates), FBGEMM's row-wise
+torch.optim (outputs, gradients, SGD, Adagrad and lazy Adam updates; every optimizer against FBGEMM is in test_optimizers.py), FBGEMM's row-wise
 Adagrad and Adam with weight decay against NumPy references, and cached tables bit-identical to direct ones under every policy."""
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def test_constructor_refuses_unsupported_arguments() -> None:
         dict(padding_idx=10),
         dict(mode="max"),
         dict(dtype=torch.float16),
-        dict(optimizer="lamb"),  # not yet (issue 47)
+        dict(optimizer="shampoo"),
     ):
         with pytest.raises(tiermem.InvalidArgumentError):
             TieredEmbeddingBag(10, 4, **kw)

@@ -37,7 +37,7 @@ def test_vocabularies_are_the_crates_registries() -> None:
     for o in OPTIMIZERS:
         t.update([[1, 2]], None, [[0.1] * 16], optimizer=o, lr=0.1)
     with pytest.raises(tiermem.InvalidArgumentError, match="known are sgd, adagrad, rowwise_adagrad"):
-        t.update([[1, 2]], None, [[0.1] * 16], optimizer="lamb")
+        t.update([[1, 2]], None, [[0.1] * 16], optimizer="shampoo")
 
 
 def test_error_fields_are_exception_attributes() -> None:
@@ -64,7 +64,8 @@ def test_configs_validate_once_naming_the_setting() -> None:
         ({"lr": -1}, "lr"),
         ({"lr": float("nan")}, "lr"),
         ({"eps": "x"}, "eps"),
-        ({"momentum": 0.9}, "unknown optimizer settings"),
+        ({"nesterov": True}, "unknown optimizer settings"),
+        ({"weight_decay_mode": "l1"}, "weight_decay_mode 'l1'"),
     ]:
         with pytest.raises(tiermem.InvalidArgumentError, match=what):
             OptimizerConfig.of("sgd", **bad)

@@ -59,6 +59,14 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PLACES", places)?;
     m.add("OPTIMIZERS", tiermem_embed::optim::NAMES.to_vec())?;
     m.add(
+        "OPTIMIZER_SETTINGS",
+        tiermem_embed::optim::SETTINGS.to_vec(),
+    )?;
+    m.add(
+        "WEIGHT_DECAY_MODES",
+        tiermem_embed::optim::DECAY_MODES.to_vec(),
+    )?;
+    m.add(
         "DRAM_SOURCES",
         tiermem_core::calib::SOURCES
             .into_iter()

@@ -108,14 +108,6 @@ class EmbeddingCollection:
                 mode,
                 g,
                 (stride, cols),
-                (
-                    opt.name,
-                    opt.lr,
-                    opt.effective_eps,
-                    opt.lr_decay,
-                    opt.initial_accumulator_value,
-                    opt.nt_stores,
-                    (opt.beta1, opt.beta2, opt.weight_decay),
-                ),
+                opt.native(),
             )
         )

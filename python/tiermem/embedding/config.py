@@ -20,6 +20,7 @@ __all__ = [
     "TABLE_DIR_WORDS",
     "table_dir",
     "OPTIMIZERS",
+    "WEIGHT_DECAY_MODES",
     "CACHE_POLICIES",
     "ADMISSIONS",
     "MODES",
@@ -31,6 +32,9 @@ __all__ = [
 
 #: Optimizers the fused update runs (``tiermem-embed``'s registry).
 OPTIMIZERS: tuple[str, ...] = tuple(_tiermem.OPTIMIZERS)
+#: How weight decay may enter an update (``tiermem-embed``'s names): ``l2`` added to the
+#: gradient, ``decoupled`` applied to the weight beside the step.
+WEIGHT_DECAY_MODES: tuple[str, ...] = tuple(_tiermem.WEIGHT_DECAY_MODES)
 #: Cache policies of cached tables (``tiermem-embed``'s registry), plus ``simple``: no cache,
 #: every row on the slow device.
 CACHE_POLICIES: tuple[str, ...] = (*_tiermem.CACHE_POLICIES, "simple")
@@ -83,21 +87,37 @@ def _beta(what: str, v: Any) -> float:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    """The optimizer a table's backward applies (as ``torch.optim`` names the settings).
+    """The optimizer a table's backward applies (as ``torch.optim`` and FBGEMM name the
+    settings). Every optimizer is lazy: only the rows a step touches move, and the
+    step-dependent ones (bias corrections, ``lr_decay``) count the table's steps.
 
     Attributes:
-        name: one of :data:`OPTIMIZERS`: ``sgd`` (``torch.optim.SGD``), ``adagrad``
-            (``torch.optim.Adagrad``), ``rowwise_adagrad`` (FBGEMM's), ``adam`` (FBGEMM's
-            lazy Adam: the rows a step touches move, bias-corrected by the table's step,
-            weight decay decoupled; ``torch.optim.SparseAdam`` when it has none).
+        name: one of :data:`OPTIMIZERS`:
+
+            * ``sgd``: ``torch.optim.SGD`` without momentum (FBGEMM's ``EXACT_SGD``);
+            * ``momentum_sgd``: ``torch.optim.SGD`` with ``momentum`` (no dampening);
+            * ``adagrad``: ``torch.optim.Adagrad`` (FBGEMM's ``EXACT_ADAGRAD``);
+            * ``rowwise_adagrad``: FBGEMM's ``EXACT_ROWWISE_ADAGRAD``, one accumulator per row;
+            * ``adam``: FBGEMM's ``ADAM`` (``torch.optim.SparseAdam`` without weight decay);
+            * ``partial_rowwise_adam``: FBGEMM's, the second moment per row;
+            * ``lamb``, ``partial_rowwise_lamb``: FBGEMM's LAMB (Adam's step scaled per row
+              by ``|w| / |r|``) and its row-wise second-moment variant;
+            * ``lars_sgd``: FBGEMM's ``LARS_SGD`` (momentum, a per-row rate
+              ``lr * eta * |w| / (|g| + weight_decay * |w|)``).
         lr: learning rate (>= 0).
         eps: added to denominators; ``None`` for the optimizer's usual default (1e-10 for
             ``adagrad``, 1e-8 otherwise).
         lr_decay: ``adagrad``'s learning-rate decay per step.
         initial_accumulator_value: starting value of the optimizer's state.
         nt_stores: write updated rows with non-temporal stores.
-        beta1, beta2: ``adam``'s moment decays (``torch.optim``'s ``betas``).
-        weight_decay: ``adam``'s decoupled weight decay.
+        beta1, beta2: the Adam and LAMB family's moment decays (``torch.optim``'s ``betas``).
+        weight_decay: weight decay, in each optimizer's own form unless ``weight_decay_mode``
+            says: L2 for the SGDs and Adagrads, decoupled for the Adams and LAMBs.
+        weight_decay_mode: ``None`` (the optimizer's own form), or one of
+            :data:`WEIGHT_DECAY_MODES` (``adagrad`` and ``rowwise_adagrad`` take both, as
+            FBGEMM's ``WeightDecayMode.L2``/``DECOUPLED``; others refuse the form they lack).
+        momentum: ``momentum_sgd``'s and ``lars_sgd``'s momentum.
+        eta: ``lars_sgd``'s trust coefficient.
     """
 
     name: str = "sgd"
@@ -109,13 +129,16 @@ class OptimizerConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     weight_decay: float = 0.0
+    weight_decay_mode: str | None = None
+    momentum: float = 0.0
+    eta: float = 0.001
 
     def validate(self) -> OptimizerConfig:
         """This config with numbers as floats, or :class:`~tiermem.InvalidArgumentError`
         naming the setting and why."""
         if self.name not in OPTIMIZERS:
             raise InvalidArgumentError(f"optimizer {self.name!r}: known are {', '.join(OPTIMIZERS)}")
-        return OptimizerConfig(
+        checked = OptimizerConfig(
             self.name,
             _number("lr", self.lr),
             None if self.eps is None else _number("eps", self.eps),
@@ -125,6 +148,28 @@ class OptimizerConfig:
             _beta("beta1", self.beta1),
             _beta("beta2", self.beta2),
             _number("weight_decay", self.weight_decay),
+            self._decay_mode(),
+            _number("momentum", self.momentum),
+            _number("eta", self.eta),
+        )
+        _tiermem.check_optimizer(checked.native())  # the core's own checks (ranges, forms)
+        return checked
+
+    def _decay_mode(self) -> str | None:
+        m = self.weight_decay_mode
+        if m is not None and m not in WEIGHT_DECAY_MODES:
+            raise InvalidArgumentError(f"weight_decay_mode {m!r}: known are None, {', '.join(WEIGHT_DECAY_MODES)}")
+        return m
+
+    def native(self) -> tuple[str, bool, list[tuple[str, float]], str | None]:
+        """This config as the native update takes it: name, non-temporal stores, every setting
+        the core names (``OPTIMIZER_SETTINGS``) with its value, the weight decay mode."""
+        values = {**{f.name: getattr(self, f.name) for f in fields(self)}, "eps": self.effective_eps}
+        return (
+            self.name,
+            bool(self.nt_stores),
+            [(k, float(values[k])) for k in _tiermem.OPTIMIZER_SETTINGS],
+            self.weight_decay_mode,
         )
 
     @property

@@ -347,9 +347,11 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         where, cache, cacheslack, policy, admission: the placement's settings as keywords
             instead (``where`` is its ``device``; ``"table:PATH"`` keeps the rows in a table
             file on the disk, ``"file:PATH"`` in a plain file).
-        optimizer: ``"sgd"``, ``"adagrad"``, ``"rowwise_adagrad"`` or ``"adam"``, applied in backward, or
-            an :class:`~tiermem.embedding.OptimizerConfig` (then leave the settings below at
-            their defaults).
+        optimizer: the name of one of :data:`~tiermem.embedding.OPTIMIZERS` (``"sgd"``,
+            ``"adagrad"``, ``"rowwise_adagrad"``, ``"adam"``, ``"lamb"``, ...), applied in
+            backward, or an :class:`~tiermem.embedding.OptimizerConfig` for any setting
+            (betas, weight decay and its mode, momentum, eta; then leave the settings below
+            at their defaults).
         lr, eps, lr_decay, initial_accumulator_value: optimizer settings (as
             ``torch.optim.SGD`` / ``torch.optim.Adagrad`` name them).
         nt_stores: write updated rows with non-temporal stores.

@@ -3,8 +3,8 @@
 //! w -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay w)`, with `t` the
 //! table's step. The weight decay is decoupled, as FBGEMM's (AdamW's form).
 
-use super::{check, OptimizerConfig, RowOptimizer};
-use tiermem_core::{ensure, Result};
+use super::{bias_correction, check, check_beta, decay_mode, Decay, OptimizerConfig, RowOptimizer};
+use tiermem_core::Result;
 
 /// Element-wise lazy Adam.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,19 +25,22 @@ pub struct Adam {
     pub c2: f32,
 }
 
+/// Checks shared by the Adam and LAMB family: lr, eps, weight decay, the betas.
+pub(crate) fn check_moments(name: &str, c: &OptimizerConfig) -> Result<()> {
+    check(name, "lr", c.lr, 0.0)?;
+    check(name, "eps", c.eps, 0.0)?;
+    check(name, "weight_decay", c.weight_decay, 0.0)?;
+    check_beta(name, "beta1", c.beta1)?;
+    check_beta(name, "beta2", c.beta2)?;
+    decay_mode(name, c, Decay::Decoupled, &[Decay::Decoupled])?;
+    Ok(())
+}
+
 impl RowOptimizer for Adam {
     const NAME: &'static str = "adam";
 
     fn from_config(c: &OptimizerConfig) -> Result<Self> {
-        check(Self::NAME, "lr", c.lr, 0.0)?;
-        check(Self::NAME, "eps", c.eps, 0.0)?;
-        check(Self::NAME, "weight_decay", c.weight_decay, 0.0)?;
-        for (what, b) in [("beta1", c.beta1), ("beta2", c.beta2)] {
-            ensure!(
-                b.is_finite() && (0.0..1.0).contains(&b),
-                "optimizer 'adam': {what} must be in [0, 1), not {b}"
-            );
-        }
+        check_moments(Self::NAME, c)?;
         Ok(Adam {
             lr: c.lr,
             eps: c.eps,
@@ -54,11 +57,9 @@ impl RowOptimizer for Adam {
     }
 
     fn at_step(self, step: u64) -> Self {
-        let t = i32::try_from(step.max(1)).unwrap_or(i32::MAX);
-        let c = |b: f32| (1.0 / (1.0 - f64::from(b).powi(t))) as f32;
         Adam {
-            c1: c(self.beta1),
-            c2: c(self.beta2),
+            c1: bias_correction(self.beta1, step),
+            c2: bias_correction(self.beta2, step),
             ..self
         }
     }

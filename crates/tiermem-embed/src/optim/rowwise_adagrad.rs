@@ -1,7 +1,10 @@
-//! `rowwise_adagrad` (FBGEMM's): one accumulator per row, `m += mean(g²);
-//! w -= lr * g / (sqrt(m) + eps)`.
+//! `rowwise_adagrad` (FBGEMM's `EXACT_ROWWISE_ADAGRAD`): one accumulator per row. With
+//! `d = g + weight_decay * w` under L2 decay (else `d = g`): `m += mean(d²);
+//! mult = lr / (sqrt(m) + eps); w = c * w - mult * g`, where `c` is `1 - mult * weight_decay`
+//! (L2), `1 - lr * weight_decay` (decoupled), or 1 with no decay; FBGEMM's CPU kernel's
+//! order of operations.
 
-use super::{check, OptimizerConfig, RowOptimizer};
+use super::{check, decay_mode, Decay, OptimizerConfig, RowOptimizer};
 use tiermem_core::Result;
 
 /// Row-wise Adagrad.
@@ -13,6 +16,10 @@ pub struct RowwiseAdagrad {
     pub eps: f32,
     /// Starting value of `m` (FBGEMM starts at 0).
     pub initial_accumulator: f32,
+    /// Weight decay.
+    pub weight_decay: f32,
+    /// Its form.
+    pub decay: Decay,
 }
 
 impl RowOptimizer for RowwiseAdagrad {
@@ -27,10 +34,13 @@ impl RowOptimizer for RowwiseAdagrad {
             c.initial_accumulator,
             0.0,
         )?;
+        check(Self::NAME, "weight_decay", c.weight_decay, 0.0)?;
         Ok(RowwiseAdagrad {
             lr: c.lr,
             eps: c.eps,
             initial_accumulator: c.initial_accumulator,
+            weight_decay: c.weight_decay,
+            decay: decay_mode(Self::NAME, c, Decay::L2, &[Decay::L2, Decay::Decoupled])?,
         })
     }
 
@@ -44,11 +54,25 @@ impl RowOptimizer for RowwiseAdagrad {
 
     #[inline(always)]
     fn apply(&self, w: &mut [f32], g: &[f32], s: &mut [f32]) {
-        let sq: f32 = g.iter().map(|x| x * x).sum::<f32>() / w.len() as f32;
+        let l2 = if self.decay == Decay::L2 {
+            self.weight_decay
+        } else {
+            0.0
+        };
+        let sq: f32 = g
+            .iter()
+            .zip(w.iter())
+            .map(|(gk, wk)| (gk + l2 * wk) * (gk + l2 * wk))
+            .sum::<f32>()
+            / w.len() as f32;
         s[0] += sq;
         let mult = self.lr / (s[0].sqrt() + self.eps);
+        let c = match self.decay {
+            Decay::L2 => 1.0 - mult * self.weight_decay,
+            Decay::Decoupled => 1.0 - self.lr * self.weight_decay,
+        };
         for k in 0..w.len() {
-            w[k] -= mult * g[k];
+            w[k] = c * w[k] - mult * g[k];
         }
     }
 }

@@ -11,7 +11,7 @@ use tiermem_embed::bags::Bags;
 use tiermem_embed::blockfile::BlockFile;
 use tiermem_embed::cache::policy::Dynamic;
 use tiermem_embed::cache::Admission;
-use tiermem_embed::optim::{RowwiseAdagrad, Sgd};
+use tiermem_embed::optim::{Decay, RowwiseAdagrad, Sgd};
 use tiermem_embed::update::{update, GradIn};
 use tiermem_embed::workload::Rng;
 use tiermem_embed::{lookup, CacheConfig, DType, LookupOut, Mode, Optimizer, Table};
@@ -125,12 +125,17 @@ fn block_tables_match_direct_tables_bit_for_bit() {
                 );
                 let grad: Vec<f32> = (0..BAGS * width).map(|_| rng.f64() as f32 - 0.5).collect();
                 let opt = if s % 2 == 0 {
-                    Optimizer::Sgd(Sgd { lr: 0.1 })
+                    Optimizer::Sgd(Sgd {
+                        lr: 0.1,
+                        weight_decay: 0.0,
+                    })
                 } else {
                     Optimizer::RowwiseAdagrad(RowwiseAdagrad {
                         lr: 0.1,
                         eps: 1e-8,
                         initial_accumulator: 0.0,
+                        weight_decay: 0.0,
+                        decay: Decay::L2,
                     })
                 };
                 step(&direct, bags, &grad, width, opt);

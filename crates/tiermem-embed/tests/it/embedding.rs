@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tiermem_core::Error;
 use tiermem_embed::bags::Bags;
 use tiermem_embed::cache::policy::{Admit, Dynamic, Static};
-use tiermem_embed::optim::{RowwiseAdagrad, Sgd};
+use tiermem_embed::optim::{Decay, RowwiseAdagrad, Sgd};
 use tiermem_embed::update::{update, GradIn};
 use tiermem_embed::workload::Rng;
 use tiermem_embed::Optimizer;
@@ -114,11 +114,16 @@ fn cached_tables_match_direct_tables_bit_for_bit() {
             }
             let grad: Vec<f32> = (0..64 * width).map(|_| rng.f64() as f32 - 0.5).collect();
             let opt = [
-                Optimizer::Sgd(Sgd { lr: 0.1 }),
+                Optimizer::Sgd(Sgd {
+                    lr: 0.1,
+                    weight_decay: 0.0,
+                }),
                 Optimizer::RowwiseAdagrad(RowwiseAdagrad {
                     lr: 0.1,
                     eps: 1e-8,
                     initial_accumulator: 0.0,
+                    weight_decay: 0.0,
+                    decay: Decay::L2,
                 }),
             ][step % 2];
             for t in &ts {
@@ -275,7 +280,10 @@ fn flush_stress(policy: PolicyRef) {
                 row_stride: width,
                 cols: &[0],
             },
-            Optimizer::Sgd(Sgd { lr: 0.0 }),
+            Optimizer::Sgd(Sgd {
+                lr: 0.0,
+                weight_decay: 0.0,
+            }),
             false,
         )
         .unwrap();
@@ -333,7 +341,10 @@ fn bad_input_is_refused_before_anything_changes() {
             row_stride: 16,
             cols: &[0],
         },
-        Optimizer::Sgd(Sgd { lr: 1.0 }),
+        Optimizer::Sgd(Sgd {
+            lr: 1.0,
+            weight_decay: 0.0,
+        }),
         false,
     )
     .unwrap_err();
@@ -382,7 +393,10 @@ fn bad_input_is_refused_before_anything_changes() {
             row_stride: 32,
             cols: &[0, 16]
         },
-        Optimizer::Sgd(Sgd { lr: 1.0 }),
+        Optimizer::Sgd(Sgd {
+            lr: 1.0,
+            weight_decay: 0.0
+        }),
         false
     )
     .unwrap_err()
@@ -458,7 +472,10 @@ fn bad_input_is_refused_before_anything_changes() {
             row_stride: 16,
             cols: &[0],
         },
-        Optimizer::Sgd(Sgd { lr: 1.0 }),
+        Optimizer::Sgd(Sgd {
+            lr: 1.0,
+            weight_decay: 0.0,
+        }),
         false,
     )
     .unwrap();
@@ -513,7 +530,10 @@ fn reclaim_keeps_rows_hit_since_cached_and_matches_direct() {
                     &[bags],
                     Mode::Sum,
                     gi,
-                    Optimizer::Sgd(Sgd { lr: 0.1 }),
+                    Optimizer::Sgd(Sgd {
+                        lr: 0.1,
+                        weight_decay: 0.0,
+                    }),
                     false,
                 )
                 .unwrap();
@@ -604,7 +624,10 @@ fn a_cache_filled_with_every_row_in_row_order_reads_like_a_direct_table() {
                 &[bags],
                 Mode::Sum,
                 g,
-                Optimizer::Sgd(Sgd { lr: 0.1 }),
+                Optimizer::Sgd(Sgd {
+                    lr: 0.1,
+                    weight_decay: 0.0,
+                }),
                 false,
             )
             .unwrap();

@@ -90,7 +90,10 @@ fn file_tables_match_direct_tables_bit_for_bit() {
                 row_stride: width,
                 cols: &[0],
             };
-            let opt = Optimizer::Sgd(Sgd { lr: 0.1 });
+            let opt = Optimizer::Sgd(Sgd {
+                lr: 0.1,
+                weight_decay: 0.0,
+            });
             update(&[&direct], &[bags], Mode::Sum, g, opt, false).unwrap();
             update(&[&t], &[bags], Mode::Sum, g, opt, false).unwrap();
             t.cache().unwrap().check().unwrap();

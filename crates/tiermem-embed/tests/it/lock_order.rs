@@ -86,7 +86,10 @@ fn lookups_and_updates_in_opposite_table_orders_never_deadlock() {
                                 row_stride: 32,
                                 cols: &[0, 16],
                             };
-                            let opt = Optimizer::Sgd(Sgd { lr: 0.0 });
+                            let opt = Optimizer::Sgd(Sgd {
+                                lr: 0.0,
+                                weight_decay: 0.0,
+                            });
                             update(&tabs, &[bags, bags], Mode::Sum, g, opt, false).unwrap();
                         }
                     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use tiermem_core::Error;
 use tiermem_embed::bags::Bags;
+use tiermem_embed::optim::Decay;
 use tiermem_embed::rows::Tally;
 use tiermem_embed::update::{self, GradIn};
 use tiermem_embed::{lookup, LookupOut, Mode, Optimizer, OptimizerConfig, Table};
@@ -149,9 +150,25 @@ pub fn lookup_into(
     .map(|t| tally_dict(&t))
 }
 
-/// The fused optimizer as Python hands it over: (name, lr, eps, lr_decay,
-/// initial_accumulator, non-temporal stores, (beta1, beta2, weight_decay)).
-type OptimizerArgs = (String, f32, f32, f32, f32, bool, (f32, f32, f32));
+/// The fused optimizer as Python hands it over: (name, non-temporal stores, its settings by
+/// the names in `OPTIMIZER_SETTINGS`, the weight decay mode or None for the optimizer's own).
+type OptimizerArgs = (String, bool, Vec<(String, f32)>, Option<String>);
+
+fn optimizer_of(args: OptimizerArgs) -> tiermem_core::Result<(Optimizer, bool)> {
+    let (name, nt, settings, decay) = args;
+    let mut c = OptimizerConfig::new(0.0, 0.0, 0.0, 0.0);
+    for (k, v) in &settings {
+        c.set(k, *v)?;
+    }
+    c.weight_decay_mode = decay.as_deref().map(Decay::parse).transpose()?;
+    Ok((Optimizer::new(&name, &c)?, nt))
+}
+
+/// Check an optimizer's name and settings as the fused update would, without running it.
+#[pyfunction]
+pub fn check_optimizer(optimizer: OptimizerArgs) -> PyResult<()> {
+    optimizer_of(optimizer).map(|_| ()).map_err(to_py)
+}
 
 /// Backward of an ensemble lookup with the optimizer fused in (`columns` as for
 /// `lookup_into`).
@@ -167,22 +184,8 @@ pub fn update_from(
 ) -> PyResult<HashMap<&'static str, u64>> {
     let (values, offsets, weights) = bags;
     let (row_stride, cols) = columns;
-    let (optimizer, lr, eps, lr_decay, initial_accumulator, nt, (beta1, beta2, weight_decay)) =
-        optimizer;
     let mode = Mode::parse(mode).map_err(to_py)?;
-    let opt = Optimizer::new(
-        &optimizer,
-        &OptimizerConfig {
-            lr,
-            eps,
-            lr_decay,
-            initial_accumulator,
-            beta1,
-            beta2,
-            weight_decay,
-        },
-    )
-    .map_err(to_py)?;
+    let (opt, nt) = optimizer_of(optimizer).map_err(to_py)?;
     let inp = inputs(tables.len(), &values, &offsets, &weights)?;
     let g = view::<f32>(grad, "grad (float32)", false)?;
     let ts = shared(&tables);
