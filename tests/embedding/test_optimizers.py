@@ -12,7 +12,9 @@ table file on the disk, against an outside reference on the same steps:
   transcribed from FBGEMM's kernel generator (``fbgemm_gpu/codegen/genscript/optimizers.py``,
   pytorch/FBGEMM v1.8.0), with the gradient of each step taken from ``torch.nn.EmbeddingBag``.
 
-Tolerance: 1e-5 relative (and absolute, for values near zero)."""
+float16 rows are checked against FBGEMM's ``FP16`` weights the same way (and where FBGEMM's
+CPU kernels round twice, that is shown exactly). Tolerance: 1e-5 relative (and absolute,
+for values near zero)."""
 
 from __future__ import annotations
 
@@ -259,8 +261,10 @@ def test_matches_fbgemm_formulas(name: str, mode: str, where: str, tmp_path) -> 
 def test_fbgemm_cpu_build_ignores_rowwise_adagrad_weight_decay() -> None:
     """Why row-wise Adagrad's weight decay is checked against FBGEMM's formulas and not its
     CPU kernels: fbgemm-gpu-cpu 1.9.0 accepts ``weight_decay`` with ``L2`` or ``DECOUPLE``
-    and trains exactly as without it. When this fails, FBGEMM applies it: compare against
-    the kernels directly (``_fb_cases``)."""
+    and trains exactly as without it: its CPU backward
+    (``codegen/training/backward/embedding_backward_split_cpu_template.cpp``) hands
+    ``weight_decay=0`` to FBGEMM's ``GenerateSparseAdaGrad`` for float32 tables of one
+    feature. When this fails, FBGEMM applies it: compare against the kernels directly."""
     *_, WeightDecayMode = fbgemm()
     steps, w0 = batches(5)[:3], start(5)
     plain = train_fbgemm("EXACT_ROWWISE_ADAGRAD", "sum", steps, w0, learning_rate=0.1, eps=1e-8)
@@ -300,3 +304,51 @@ def test_bad_settings_are_refused_by_name(opt: OptimizerConfig, match: str) -> N
     """Refused when the module is built, before any step."""
     with pytest.raises(tiermem.InvalidArgumentError, match=match):
         TieredEmbeddingBag(ROWS, WIDTH, mode="sum", optimizer=opt)
+
+
+# --- float16 rows ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_float16_rows_match_fbgemm_fp16_weights(where: str, tmp_path) -> None:
+    """float16 rows (float32 accumulation and update, one round to nearest even on store)
+    against FBGEMM's ``FP16`` weights, row-wise Adagrad, 20 steps (its CPU kernel rounds
+    the same way; SGD and Adagrad: the next test)."""
+    from fbgemm_gpu.split_embedding_configs import SparseType
+
+    steps, w0 = batches(6), start(6)
+    w0 = w0.astype(np.float16).astype(np.float32)  # representable start
+    want = train_fbgemm("EXACT_ROWWISE_ADAGRAD", "sum", steps, w0, weights_precision=SparseType.FP16, learning_rate=0.1, eps=1e-8)
+    ours = train_ours(
+        OptimizerConfig("rowwise_adagrad", lr=0.1), "sum", steps, w0, dtype=torch.float16, **placement(where, tmp_path)
+    )
+    assert ours.table.dtype == "float16" and ours.state_dict()["weight"].dtype == torch.float16
+    close(ours, want.float())
+
+
+@pytest.mark.parametrize(("name", "kind"), [("sgd", "EXACT_SGD"), ("adagrad", "EXACT_ADAGRAD")])
+def test_float16_sgd_and_adagrad_round_once_where_fbgemm_cpu_rounds_twice(name: str, kind: str) -> None:
+    """FBGEMM's CPU SGD and Adagrad kernels write ``w -= step`` on ``at::Half`` rows, which
+    rounds the step to float16 before subtracting (then rounds again); tiermem rounds once,
+    as FBGEMM's GPU kernels do without stochastic rounding. One step from the same rows:
+    ours equals ``fp16(w - step)`` exactly, FBGEMM's equals ``fp16(w - fp16(step))``, and
+    they differ by at most one float16 step of the larger of the row and the update."""
+    from fbgemm_gpu.split_embedding_configs import SparseType
+
+    rng = np.random.default_rng(7)
+    w0 = rng.standard_normal((ROWS, WIDTH)).astype(np.float16).astype(np.float32)
+    idx, off = torch.arange(ROWS), torch.arange(ROWS)  # one row per bag: the gradient is r
+    r = torch.from_numpy(rng.standard_normal((ROWS, WIDTH)).astype(np.float32))
+    step = 0.1 * r.numpy() if name == "sgd" else 0.1 * r.numpy() / (np.abs(r.numpy()) + 1e-8)
+    settings = {"learning_rate": 0.1, **({"eps": 1e-8} if name == "adagrad" else {})}
+    fb = train_fbgemm(kind, "sum", [(idx, off, r)], w0, weights_precision=SparseType.FP16, **settings).numpy()
+    ours = train_ours(
+        OptimizerConfig(name, lr=0.1, eps=1e-8 if name == "adagrad" else None), "sum", [(idx, off, r)], w0, dtype=torch.float16
+    )
+    once = (w0 - step.astype(np.float32)).astype(np.float16)
+    twice = (w0 - step.astype(np.float16).astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(ours.weight.numpy().astype(np.float16), once)
+    np.testing.assert_array_equal(fb.astype(np.float16), twice)
+    ulp = np.spacing(np.maximum(np.abs(once), np.abs(step).astype(np.float16))).astype(np.float32)
+    assert (np.abs(fb - ours.weight.numpy()) <= ulp).all()
+    assert 0 < (once != twice).mean() < 0.2  # the double rounding shows, and only sometimes

@@ -12,12 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchrec")
 
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType  # noqa: E402
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, EmbeddingConfig, PoolingType  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection as TorchRecEBC  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingCollection as TorchRecEC  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor  # noqa: E402
 
 from tiermem import InvalidArgumentError  # noqa: E402
+from tiermem.embedding import Placement  # noqa: E402
 from tiermem.torchrec import EmbeddingBagCollection, EmbeddingCollection  # noqa: E402
 
 CONFIGS = [
@@ -132,6 +133,15 @@ def test_bad_configs_are_refused_by_name() -> None:
         EmbeddingBagCollection(CONFIGS, placement={"nope": None})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="run on the CPU"):
         EmbeddingBagCollection(CONFIGS, device="meta")
+    with pytest.raises(InvalidArgumentError, match="data_type INT8 is not trainable here"):
+        EmbeddingBagCollection(
+            [EmbeddingBagConfig(name="q", num_embeddings=5, embedding_dim=4, feature_names=["f"], data_type=DataType.INT8)]
+        )
+    with pytest.raises(InvalidArgumentError, match="contradicts the placement's bfloat16"):
+        EmbeddingBagCollection(
+            [EmbeddingBagConfig(name="h", num_embeddings=5, embedding_dim=4, feature_names=["f"], data_type=DataType.FP16)],
+            placement=Placement(dtype="bfloat16"),
+        )
     with pytest.raises(InvalidArgumentError, match=r"unknown arguments \['learning_rate'\]"):
         EmbeddingBagCollection(CONFIGS, learning_rate=0.1)  # type: ignore[call-arg]
 
@@ -214,7 +224,6 @@ def test_the_plain_collection_takes_a_kjt_with_one_feature_per_table_and_refuses
 def test_a_rebuilt_collection_resumes_its_table_files(tmp_path) -> None:
     """A table in a file is re-attached as it is when the model is built again (its trained
     rows are never re-initialised), unless init="overwrite"."""
-    from tiermem.embedding import Placement
 
     place = {"t_user": Placement(device=f"table:{tmp_path / 'user.tbl'}", cache=0.9)}
     first = EmbeddingBagCollection(CONFIGS, placement=place, lr=0.5)
@@ -226,3 +235,29 @@ def test_a_rebuilt_collection_resumes_its_table_files(tmp_path) -> None:
     del again
     fresh = EmbeddingBagCollection(CONFIGS, placement=place, init="overwrite")
     assert not torch.equal(fresh.state_dict()["embedding_bags.t_user.weight"], trained)
+
+
+@pytest.mark.parametrize("data_type", [DataType.FP16, DataType.BF16])
+def test_half_precision_tables_keep_their_type_and_pool_in_float32(data_type: DataType) -> None:
+    """A config's ``data_type`` is the rows' storage type, and pooling accumulates in
+    float32. TorchRec's unsharded collection keeps every type but FP32 as float16 (its
+    sharded FBGEMM tables keep BF16): a BF16 table loads its float16 rows rounded."""
+    configs = [EmbeddingBagConfig(**{**c.__dict__, "data_type": data_type}) for c in CONFIGS]
+    theirs, ours = twins(configs=configs)
+    own = {DataType.FP16: torch.float16, DataType.BF16: torch.bfloat16}[data_type]
+    for k, v in theirs.state_dict().items():
+        got = ours.state_dict()[k]
+        assert (got.dtype, v.dtype) == (own, torch.float16)
+        assert torch.equal(got, v.to(own))
+    x = kjt(6, 1)
+    rows = {t: ours.state_dict()[f"embedding_bags.{t}.weight"].float() for t in ("t_user", "t_item")}
+    want = torch.cat(
+        [
+            torch.nn.functional.embedding_bag(x[f].values(), rows[t], x[f].offsets(), mode=m, include_last_offset=True)
+            for f, t, m in [("user", "t_user", "sum"), ("friend", "t_user", "sum"), ("item", "t_item", "mean")]
+        ],
+        dim=1,
+    )
+    torch.testing.assert_close(ours(x).values(), want, rtol=1e-6, atol=1e-6)
+    tol = 1e-2 if data_type == DataType.BF16 else 2e-3
+    torch.testing.assert_close(ours(x).values(), theirs(x).values().float(), rtol=tol, atol=tol)

@@ -4,6 +4,28 @@
 
 use super::DType;
 
+/// Run `$body` with the type `$e` bound to the [`Elem`] of `$dtype` (one arm per
+/// [`DType`]: the one place a new storage type is dispatched).
+macro_rules! with_elem {
+    ($dtype:expr, $e:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $e = f32;
+                $body
+            }
+            $crate::DType::Bf16 => {
+                type $e = $crate::elem::Bf16;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $e = $crate::elem::F16;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_elem;
+
 /// A storage element: converts to and from the `f32` the kernels compute in.
 pub(crate) trait Elem: Copy + Send + Sync + 'static {
     /// The matching [`DType`].
@@ -45,6 +67,23 @@ impl Elem for Bf16 {
         let b = x.to_bits();
         let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1));
         Bf16((rounded >> 16) as u16)
+    }
+}
+
+/// IEEE half-precision bits (FBGEMM's `FP16` rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub(crate) struct F16(pub u16);
+
+impl Elem for F16 {
+    const DTYPE: DType = DType::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::from_bits(self.0).to_f32()
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        F16(half::f16::from_f32(x).to_bits())
     }
 }
 
@@ -128,5 +167,22 @@ mod tests {
         assert_eq!(Bf16::from_f32(1.0 + 1.0 / 256.0).to_f32(), 1.0);
         assert!(Bf16::from_f32(f32::NAN).to_f32().is_nan());
         assert_eq!(Bf16::from_f32(f32::INFINITY).to_f32(), f32::INFINITY);
+    }
+
+    #[test]
+    fn f16_rounds_to_nearest_even_with_subnormals_and_overflow() {
+        // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties go to the even mantissa.
+        assert_eq!(F16::from_f32(1.0 + 1.0 / 2048.0).to_f32(), 1.0);
+        assert_eq!(
+            F16::from_f32(1.0 + 3.0 / 2048.0).to_f32(),
+            1.0 + 2.0 / 1024.0
+        );
+        assert_eq!(F16::from_f32(65504.0).to_f32(), 65504.0);
+        assert_eq!(F16::from_f32(1e6).to_f32(), f32::INFINITY);
+        let tiny = 2f32.powi(-24); // the smallest subnormal
+        assert_eq!(F16::from_f32(tiny).to_f32(), tiny);
+        assert_eq!(F16::from_f32(tiny / 4.0).to_f32(), 0.0);
+        assert!(F16::from_f32(f32::NAN).to_f32().is_nan());
+        assert_eq!(F16::from_f32(-0.0).0, 0x8000);
     }
 }

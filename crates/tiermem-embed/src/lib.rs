@@ -46,19 +46,25 @@ pub enum DType {
     F32,
     /// bfloat16 (the top half of an `f32`; stores round to nearest even).
     Bf16,
+    /// IEEE half precision (stores round to nearest even).
+    F16,
 }
 
 impl DType {
     /// Every storage type's name as NumPy and PyTorch spell it ([`DType::parse`] also
     /// takes `f32` and `bf16`).
-    pub const NAMES: &'static [&'static str] = &["float32", "bfloat16"];
+    pub const NAMES: &'static [&'static str] = &["float32", "bfloat16", "float16"];
 
-    /// Parse `"f32"`/`"float32"` or `"bf16"`/`"bfloat16"`.
+    /// Parse a name of [`DType::NAMES`] or `f32`, `bf16`, `f16`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" | "float32" => Ok(DType::F32),
             "bf16" | "bfloat16" => Ok(DType::Bf16),
-            _ => bail!("unknown embedding dtype '{s}' (known: float32, bfloat16)"),
+            "f16" | "float16" => Ok(DType::F16),
+            _ => bail!(
+                "unknown embedding dtype '{s}' (known: {})",
+                Self::NAMES.join(", ")
+            ),
         }
     }
 
@@ -67,7 +73,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
-            DType::Bf16 => 2,
+            DType::Bf16 | DType::F16 => 2,
         }
     }
 
@@ -77,6 +83,7 @@ impl DType {
         match self {
             DType::F32 => "float32",
             DType::Bf16 => "bfloat16",
+            DType::F16 => "float16",
         }
     }
 }

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use tiermem_core::process::in_kernel_pool;
 
 use super::bags::Bags;
-use super::elem::{add_row, load_row, sum_row, Bf16, Elem};
+use super::elem::{add_row, load_row, sum_row, with_elem, Elem};
 use super::rows::RowFn;
 use super::rows::{RowSource, Tally};
 use super::table::Table;
@@ -306,10 +306,8 @@ struct Run<'a, 'b> {
 impl RowFn<Result<Tally>> for Run<'_, '_> {
     fn call<R: RowSource>(self, rows: &R) -> Result<Tally> {
         let j = self.job;
-        let t = with_width!(j.width, W => match self.dtype {
-            DType::F32 => dispatch::<f32, R, W>(j, rows),
-            DType::Bf16 => dispatch::<Bf16, R, W>(j, rows),
-        })?;
+        let t =
+            with_width!(j.width, W => with_elem!(self.dtype, E => dispatch::<E, R, W>(j, rows)))?;
         rows.charge(&t);
         Ok(t)
     }

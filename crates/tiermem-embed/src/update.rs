@@ -8,14 +8,14 @@ use rayon::prelude::*;
 use tiermem_core::process::in_kernel_pool;
 
 use super::bags::{check_indices, Bags};
-use super::elem::{store_row, Bf16, Elem};
+use super::elem::{store_row, with_elem, Elem};
 use super::lookup::{check_call, chunk_size, Mode};
 use super::optim::Optimizer;
 use super::reindex::{reindex, Csr};
 use super::rows::RowFn;
 use super::rows::{RowSource, Tally};
 use super::table::{Mutable, Table};
-use super::{with_width, DType};
+use super::with_width;
 use tiermem_core::arch::hints::sfence;
 use tiermem_core::sys::huge::HugeSlice;
 use tiermem_core::Result;
@@ -281,10 +281,7 @@ struct Upd<'a, 'b> {
 impl RowFn<Tally> for Upd<'_, '_> {
     fn call<R: RowSource>(self, rows: &R) -> Tally {
         let j = self.job;
-        let t = with_width!(j.plan.table.featuresize(), W => match j.plan.table.dtype() {
-            DType::F32 => dispatch::<f32, R, W>(j, rows),
-            DType::Bf16 => dispatch::<Bf16, R, W>(j, rows),
-        });
+        let t = with_width!(j.plan.table.featuresize(), W => with_elem!(j.plan.table.dtype(), E => dispatch::<E, R, W>(j, rows)));
         rows.charge(&t);
         t
     }

@@ -44,7 +44,7 @@ ADMISSIONS: tuple[str, ...] = tuple(_tiermem.ADMISSIONS)
 #: Lookup modes.
 MODES: tuple[str, ...] = tuple(_tiermem.MODES)
 #: Storage types, with the short names also accepted.
-DTYPES: dict[str, str] = {**{d: d for d in _tiermem.DTYPES}, "f32": "float32", "bf16": "bfloat16"}
+DTYPES: dict[str, str] = {**{d: d for d in _tiermem.DTYPES}, "f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 #: Default software prefetch distance, in indices.
 PREFETCH: int = _tiermem.PREFETCH
 
@@ -248,7 +248,7 @@ class Placement:
     def validate(self) -> Placement:
         """This placement, or :class:`~tiermem.InvalidArgumentError` naming what and why."""
         if self.storage_dtype is None:
-            raise InvalidArgumentError(f"dtype {self.dtype!r}: supported are float32 and bfloat16")
+            raise InvalidArgumentError(f"dtype {self.dtype!r}: supported are {', '.join(_tiermem.DTYPES)}")
         if self.policy not in CACHE_POLICIES:
             raise InvalidArgumentError(f"policy {self.policy!r}: known are {', '.join(CACHE_POLICIES)}")
         if self.cache is not None and self.policy == "simple":

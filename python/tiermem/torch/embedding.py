@@ -79,10 +79,16 @@ def _placement(
     return placement.validate()
 
 
+#: Each storage type of :data:`~tiermem.embedding.DTYPES` as a torch dtype.
+TORCH_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def _storage(dtype: torch.dtype | None) -> str:
-    dt = {None: "float32", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(dtype)
+    if dtype is None:
+        return "float32"
+    dt = {v: k for k, v in TORCH_DTYPES.items()}.get(dtype)
     if dt is None:
-        raise InvalidArgumentError(f"dtype {dtype}: supported are torch.float32 and torch.bfloat16")
+        raise InvalidArgumentError(f"dtype {dtype}: supported are {', '.join(map(str, TORCH_DTYPES.values()))}")
     return dt
 
 
@@ -308,7 +314,7 @@ def _save_table(t: EmbeddingTable, destination: dict, key: str, keep_vars: bool)
     if _TABLES_ASIDE.get():
         return
     w = torch.from_numpy(t.to_numpy())
-    destination[key + "weight"] = w.to(torch.bfloat16) if t.dtype == "bfloat16" else w
+    destination[key + "weight"] = w.to(TORCH_DTYPES[t.dtype])
     st = t.optimizer_state()
     if st is not None:
         kind, values, steps = st
@@ -446,7 +452,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         self, input: torch.Tensor, offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None
     ) -> torch.Tensor:
         _check_psw_mode(per_sample_weights, self.mode)
-        _check_psw(per_sample_weights, input, self._out_dtype, torch.bfloat16 if self.table.dtype == "bfloat16" else None)
+        _check_psw(per_sample_weights, input, self._out_dtype, TORCH_DTYPES[self.table.dtype])
         try:
             bags = [_bags(input, offsets, self.include_last_offset)]
             w = None if per_sample_weights is None else [_psw(per_sample_weights)]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 import torch
-from torchrec.modules.embedding_configs import BaseEmbeddingConfig, EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.modules.embedding_configs import BaseEmbeddingConfig, DataType, EmbeddingBagConfig, EmbeddingConfig, PoolingType
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
 from ..embedding.config import OptimizerConfig, Placement
@@ -19,6 +19,9 @@ __all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "emb
 
 #: TorchRec's pooling types and the modes tiermem's tables pool with.
 POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
+#: TorchRec's row data types and the storage types tiermem keeps them in (float32
+#: accumulation for all).
+DATA_TYPES = {DataType.FP32: torch.float32, DataType.FP16: torch.float16, DataType.BF16: torch.bfloat16}
 #: A table up to this size is initialised by its config's ``init_fn`` in one call, exactly as
 #: TorchRec does; a larger one chunk by chunk (the same distribution for element-wise
 #: initialisers, the default uniform and ``normal_`` among them), never whole in DRAM.
@@ -107,6 +110,11 @@ class _Collection(torch.nn.Module):
                 raise InvalidArgumentError(f"table {c.name!r} has no feature_names")
             if len(set(c.feature_names)) != len(c.feature_names):
                 raise InvalidArgumentError(f"table {c.name!r} names a feature twice: {c.feature_names}")
+            if c.data_type not in DATA_TYPES:
+                raise InvalidArgumentError(
+                    f"table {c.name!r}: data_type {c.data_type.name} is not trainable here; "
+                    f"known are {', '.join(d.name for d in DATA_TYPES)}"
+                )
         if isinstance(placement, Mapping):
             strangers = sorted(set(placement) - names)
             if strangers:
@@ -123,6 +131,8 @@ class _Collection(torch.nn.Module):
                 c.embedding_dim,
                 mode=mode(c),
                 include_last_offset=True,
+                # FP32 (the default) leaves the storage type to the placement.
+                dtype=None if c.data_type == DataType.FP32 else DATA_TYPES[c.data_type],
                 placement=place,
                 manager=options.get("manager"),
                 optimizer=options.get("optimizer", "sgd"),

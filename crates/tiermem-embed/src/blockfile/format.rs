@@ -107,6 +107,7 @@ impl Header {
         b[24] = match self.dtype {
             DType::F32 => 0,
             DType::Bf16 => 1,
+            DType::F16 => 2,
         };
         b[25] = CRC32C;
         b[28..32].copy_from_slice(&self.stride.to_le_bytes());
@@ -148,6 +149,7 @@ impl Header {
         let dtype = match b[24] {
             0 => DType::F32,
             1 => DType::Bf16,
+            2 => DType::F16,
             d => return Err(format!("unknown storage type code {d}")),
         };
         let (rows, width) = (u64_at(12), u32_at(20));

@@ -327,7 +327,7 @@ impl CachedRows {
         width: usize,
         dtype: crate::DType,
     ) -> Result<()> {
-        use crate::elem::{store_row, Bf16};
+        use crate::elem::{store_row, with_elem};
         if !self.staged() {
             return Ok(());
         }
@@ -349,10 +349,7 @@ impl CachedRows {
             // SAFETY: `dst` is a cached row's slot (exclusive lock) or a fresh `stride`-byte
             // piece of `bytes`; `vals` holds `width` floats and a row holds `width` elements.
             unsafe {
-                match dtype {
-                    crate::DType::F32 => store_row::<f32>(dst.cast(), vals, false),
-                    crate::DType::Bf16 => store_row::<Bf16>(dst.cast(), vals, false),
-                }
+                with_elem!(dtype, E => store_row::<E>(dst.cast(), vals, false));
             }
         }
         home.write_rows(&rows, &bytes)

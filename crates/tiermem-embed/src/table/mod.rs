@@ -685,7 +685,7 @@ impl Table {
     /// A staged table's rows `start..start + n` into `out` without caching them
     /// ([`CachedRows::read_through`]), in pieces of at most 16 MiB of rows.
     fn read_through(&self, c: &CachedRows, start: usize, n: usize, out: &mut [f32]) -> Result<()> {
-        use super::elem::{load_row, Bf16};
+        use super::elem::{load_row, with_elem};
         let _x = self.exclusive()?;
         let (w, dtype) = (self.width, self.dtype);
         let piece = ((16usize << 20) / self.stride).max(1);
@@ -708,10 +708,7 @@ impl Table {
                 // SAFETY: `aligned` holds one stored row: at least `width` elements of the
                 // table's type, 4-byte aligned.
                 unsafe {
-                    match dtype {
-                        DType::F32 => load_row::<f32>(dst, aligned.as_ptr().cast()),
-                        DType::Bf16 => load_row::<Bf16>(dst, aligned.as_ptr().cast()),
-                    }
+                    with_elem!(dtype, E => load_row::<E>(dst, aligned.as_ptr().cast()));
                 }
             })?;
             first += k;
@@ -959,7 +956,7 @@ struct RowCopy<'a> {
 
 impl RowFn<()> for RowCopy<'_> {
     fn call<R: RowSource>(self, rows: &R) {
-        use super::elem::{load_row, store_row, Bf16};
+        use super::elem::{load_row, store_row, with_elem};
         let mut t = Tally::default();
         let (start, dtype) = (self.start, self.dtype);
         match self.out {
@@ -969,10 +966,7 @@ impl RowFn<()> for RowCopy<'_> {
                     // SAFETY: start + k < rows (checked by `span`); the pointer is valid for
                     // `width` elements while our caller holds the shared lock.
                     unsafe {
-                        match dtype {
-                            DType::F32 => load_row::<f32>(row, p.cast()),
-                            DType::Bf16 => load_row::<Bf16>(row, p.cast()),
-                        }
+                        with_elem!(dtype, E => load_row::<E>(row, p.cast()));
                     }
                 }
             }
@@ -981,10 +975,7 @@ impl RowFn<()> for RowCopy<'_> {
                     let p = rows.write(start + k, &mut t);
                     // SAFETY: as above, under the exclusive lock.
                     unsafe {
-                        match dtype {
-                            DType::F32 => store_row::<f32>(p.cast(), row, false),
-                            DType::Bf16 => store_row::<Bf16>(p.cast(), row, false),
-                        }
+                        with_elem!(dtype, E => store_row::<E>(p.cast(), row, false));
                     }
                 }
             }

@@ -135,7 +135,12 @@ fn updates_match_the_reference_on_every_isa_for_every_optimizer() {
         arch::force_isa(Some(isa)).unwrap();
         for name in optim::NAMES {
             let opt = Optimizer::new(name, &cfg).unwrap();
-            for (width, dtype) in [(16, DType::F32), (9, DType::F32), (32, DType::Bf16)] {
+            for (width, dtype) in [
+                (16, DType::F32),
+                (9, DType::F32),
+                (32, DType::Bf16),
+                (16, DType::F16),
+            ] {
                 for cached in [false, true] {
                     let mut rng = Rng::new(width as u64);
                     let t = table(&m, cached, width, dtype, &mut rng);
