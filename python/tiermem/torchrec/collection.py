@@ -3,6 +3,8 @@ the package docs)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
@@ -10,7 +12,7 @@ import torch
 from torchrec.modules.embedding_configs import BaseEmbeddingConfig, DataType, EmbeddingBagConfig, EmbeddingConfig, PoolingType
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
-from ..embedding.config import OptimizerConfig, Placement
+from ..embedding.config import OptimizerConfig, Placement, table_dir
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import TieredEmbeddingBag
@@ -53,12 +55,25 @@ def _init_rows(bag: TieredEmbeddingBag, init_fn: Callable[[torch.Tensor], Any] |
         t.load(w.numpy(), start)
 
 
+def _per_table(placement: Placement | None, table: str) -> Placement | None:
+    """One placement for every table: a ``table:DIR`` device naming a folder gives each
+    table its own file in it, ``DIR/<table>.tbl``."""
+    if placement is None or not isinstance(placement.device, str):
+        return placement
+    folder = table_dir(placement.device)
+    if folder is None or not os.path.isdir(folder):
+        return placement
+    return dataclasses.replace(placement, device=f"table:{os.path.join(folder, table + '.tbl')}")
+
+
 class TableOptions(TypedDict, total=False):
     """The keyword arguments both collections take besides TorchRec's own.
 
     Attributes:
         placement: one :class:`~tiermem.embedding.Placement` for every table, or a mapping
-            from table name to placement (tables not named get the default placement).
+            from table name to placement (tables not named get the default placement). One
+            placement whose device is ``"table:DIR"`` with ``DIR`` a folder puts each table
+            in its own table file there, ``DIR/<table name>.tbl``.
         optimizer, lr, eps: the fused optimizer (as :class:`~tiermem.torch.TieredEmbeddingBag`;
             default ``"sgd"`` at 0.01).
         manager: the :class:`~tiermem.Manager` the tables share (default: each its own).
@@ -125,7 +140,7 @@ class _Collection(torch.nn.Module):
         self._embedding_names = [n for ns in self._names_by_table for n in ns]
         bags = torch.nn.ModuleDict()
         for c in tables:
-            place = placement.get(c.name) if isinstance(placement, Mapping) else placement
+            place = placement.get(c.name) if isinstance(placement, Mapping) else _per_table(placement, c.name)
             bags[c.name] = bag = TieredEmbeddingBag(
                 c.num_embeddings,
                 c.embedding_dim,
