@@ -326,8 +326,15 @@ def test_bench_code_path_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None
         if c["op"] == "lookup" and c["placement"] == "dram":
             assert c["roofline_gbps"] > 0
     assert (res["fbgemm"] is None) == (res["fbgemm_note"] is not None)
+    variants = {(c["variant"], c["op"]): c for c in res["cases"] if c.get("variant")}
+    assert set(variants) == {(v[0], op) for v in bench.VARIANTS for op in ("lookup", "lookup+update")}
+    adam = variants["adam", "lookup+update"]
+    assert adam["seconds"]["fbgemm"] is None and "no adam" in adam["fbgemm_note"]
+    if res["fbgemm"]:
+        assert variants["float16 sgd", "lookup"]["seconds"]["fbgemm"] > 0
+    assert variants["float16 sgd", "lookup"]["dtype"] == "float16"
     text = bench.report(res)
-    assert "EMULATED" in text and "headline" in text
+    assert "EMULATED" in text and "headline" in text and "lookup+update (adam)" in text
 
 
 _ISA_SCRIPT = """

@@ -96,7 +96,9 @@ def torchrec_fbgemm(start: dict[str, torch.Tensor], steps: int) -> list[float]:
         constraints={n: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"]) for n, _ in TABLES},
     )
     plan = planner.collective_plan(model, [sharder], dist.group.WORLD)
-    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), plan=plan, sharders=[sharder], device=torch.device("cpu"))
+    dmp = DistributedModelParallel(
+        model, env=ShardingEnv.from_process_group(dist.group.WORLD), plan=plan, sharders=[sharder], device=torch.device("cpu")
+    )
     for key, value in dmp.state_dict().items():
         if "embedding_bags" in key:
             for shard in value.local_shards():

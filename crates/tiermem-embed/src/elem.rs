@@ -75,15 +75,53 @@ impl Elem for Bf16 {
 #[repr(transparent)]
 pub(crate) struct F16(pub u16);
 
+// The conversions are branch-free integer and float arithmetic (selects, not jumps), so the
+// compiler vectorises a row's loop in every kernel instantiation whatever the instruction
+// set; the tests check them against the `half` crate on every float16 value and on float32
+// values around every rounding boundary.
 impl Elem for F16 {
     const DTYPE: DType = DType::F16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        half::f16::from_bits(self.0).to_f32()
+        let h = u32::from(self.0);
+        let shifted = (h & 0x7fff) << 13; // exponent and mantissa in f32 position
+        let exp = shifted & 0x0f80_0000;
+        let normal = shifted + ((127 - 15) << 23); // rebias
+        let inf_nan = normal + ((128 - 16) << 23); // all-ones exponent stays all ones
+                                                   // Subnormal (or zero): one more exponent step, then subtract 2^-14 to renormalise.
+        let sub = f32::from_bits(normal + (1 << 23)) - f32::from_bits(113 << 23);
+        let bits = if exp == 0x0f80_0000 {
+            inf_nan
+        } else if exp == 0 {
+            sub.to_bits()
+        } else {
+            normal
+        };
+        f32::from_bits(bits | ((h & 0x8000) << 16))
     }
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
-        F16(half::f16::from_f32(x).to_bits())
+        const F16_MAX_PLUS: u32 = (127 + 16) << 23; // 2^16: at or above rounds to infinity
+        const DENORM_MAGIC: u32 = ((127 - 15) + (23 - 10) + 1) << 23;
+        let bits = x.to_bits();
+        let sign = (bits >> 16) & 0x8000;
+        let a = bits & 0x7fff_ffff;
+        let inf_nan = if a > 0x7f80_0000 { 0x7e00 } else { 0x7c00 };
+        // Below 2^-14: the float adder rounds the mantissa into place (to nearest even).
+        let sub = (f32::from_bits(a) + f32::from_bits(DENORM_MAGIC)).to_bits() - DENORM_MAGIC;
+        // Normal: rebias, add half an ulp less one plus the kept mantissa's low bit (ties
+        // to even), and drop the 13 low bits.
+        let odd = (a >> 13) & 1;
+        let normal =
+            (a.wrapping_add(((15u32.wrapping_sub(127)) << 23).wrapping_add(0xfff)) + odd) >> 13;
+        let h = if a >= F16_MAX_PLUS {
+            inf_nan
+        } else if a < (113 << 23) {
+            sub
+        } else {
+            normal
+        };
+        F16((h | sign) as u16)
     }
 }
 
@@ -184,5 +222,32 @@ mod tests {
         assert_eq!(F16::from_f32(tiny / 4.0).to_f32(), 0.0);
         assert!(F16::from_f32(f32::NAN).to_f32().is_nan());
         assert_eq!(F16::from_f32(-0.0).0, 0x8000);
+    }
+
+    #[test]
+    fn f16_conversions_equal_the_half_crate_on_every_value_and_boundary() {
+        for h in 0..=u16::MAX {
+            let (ours, theirs) = (F16(h).to_f32(), half::f16::from_bits(h).to_f32());
+            assert!(
+                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
+                "{h:#06x}"
+            );
+            // Every f16 value, and the f32 values either side of it and halfway to the next.
+            let next = half::f16::from_bits(h.wrapping_add(1)).to_f32();
+            let mid = (f64::from(theirs) + f64::from(next)) / 2.0;
+            for x in [
+                theirs,
+                f32::from_bits(theirs.to_bits().wrapping_add(1)),
+                f32::from_bits(theirs.to_bits().wrapping_sub(1)),
+                mid as f32,
+            ] {
+                let (a, b) = (F16::from_f32(x).0, half::f16::from_f32(x).to_bits());
+                let nan = half::f16::from_bits(b).is_nan();
+                assert!(
+                    a == b || (nan && half::f16::from_bits(a).is_nan()),
+                    "{x:e}: {a:#06x} vs {b:#06x}"
+                );
+            }
+        }
     }
 }

@@ -52,14 +52,25 @@ def _rows_for(width: int, rows: int) -> int:
     return rows if width <= 64 else rows * 64 // width
 
 
+#: Optimizer and row-type variants timed beside the SGD float32 cases (width 64, bags of
+#: 40, the first distribution, rows in DRAM): (name, tiermem's optimizer, storage type,
+#: torch's sparse optimizer (its nearest: torch has no row-wise Adagrad), FBGEMM's optimizer
+#: or None where its CPU build has none).
+VARIANTS: tuple[tuple[str, str, str, str, str | None], ...] = (
+    ("adam", "adam", "float32", "SparseAdam", None),
+    ("rowwise_adagrad", "rowwise_adagrad", "float32", "Adagrad", "EXACT_ROWWISE_ADAGRAD"),
+    ("float16 sgd", "sgd", "float16", "SGD", "EXACT_SGD"),
+)
+
+
 class _Torch:
     """The plain PyTorch way: one ``F.embedding_bag`` per table, ``torch.cat``, sparse
-    gradients and ``torch.optim.SGD``."""
+    gradients and a ``torch.optim`` sparse optimizer (SGD unless told)."""
 
-    def __init__(self, torch: Any, weights: list[Any]) -> None:
+    def __init__(self, torch: Any, weights: list[Any], optimizer: str = "SGD") -> None:
         self.torch = torch
         self.params = [torch.nn.Parameter(w) for w in weights]
-        self.opt = torch.optim.SGD(self.params, lr=LR)
+        self.opt = getattr(torch.optim, optimizer)(self.params, lr=LR)
 
     def lookup(self, b: list[tuple[Any, Any]]) -> Any:
         F = self.torch.nn.functional
@@ -75,14 +86,22 @@ class _Torch:
 
 
 class _Fbgemm:
-    def __init__(self, mods: Any, torch: Any, tables: int, rows: int, width: int) -> None:
+    """FBGEMM's CPU table-batched embeddings, the optimizer fused (``EXACT_SGD`` unless
+    told), float32 rows or ``FP16``."""
+
+    def __init__(
+        self, mods: Any, torch: Any, tables: int, rows: int, width: int, optimizer: str = "EXACT_SGD", dtype: str = "float32"
+    ) -> None:
         EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, TBE = mods
+        from fbgemm_gpu.split_embedding_configs import SparseType
+
         self.torch = torch
         self.tbe = TBE(
             embedding_specs=[(rows, width, EmbeddingLocation.HOST, ComputeDevice.CPU)] * tables,
-            optimizer=EmbOptimType.EXACT_SGD,
+            optimizer=getattr(EmbOptimType, optimizer),
             learning_rate=LR,
             pooling_mode=PoolingMode.SUM,
+            weights_precision=SparseType.FP16 if dtype == "float16" else SparseType.FP32,
         )
 
     def lookup(self, idx: Any, off: Any) -> Any:
@@ -107,12 +126,15 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
 
     cfg = sizes(quick)
     T, B, reps = cfg["tables"], cfg["batch"], cfg["reps"]
+    # torch's sparse optimizers warn unless the (costly) invariant checks are chosen: the
+    # bench's gradients come from torch's own embedding_bag, so they are off.
+    torch.sparse.check_sparse_tensor_invariants.disable()
     mods, why_not = fbgemm_modules()
     widths = (16, 64, 256)
     bags_ = (1, 40)
     dists = workloads.DISTRIBUTIONS
     n_kernel = len(widths) * len(bags_) * len(dists)
-    n_tier = len(dists) * len(TIERS)
+    n_tier = len(dists) * len(TIERS) + len(VARIANTS)
     cases: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
     with Progress(n_kernel + n_tier, "bench embedding", progress) as prog:
@@ -154,6 +176,7 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
                         for c in _tier_cases(torch, tabs, batches, width, dist, res, prog):
                             cases.append(c)
             del tabs, coll, ref, fb, m
+        cases += _variant_cases(torch, mods, cfg, dists[0], rng, prog)
     for c in cases:
         s = c["seconds"]
         c["vs_torch"] = s["torch"] / s["tiermem"]
@@ -170,6 +193,54 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
         "slow_device": {"spec": SLOW, "kind": "emulated"},
         "cases": cases,
     }
+
+
+def _variant_cases(
+    torch: Any, mods: Any, cfg: dict[str, Any], dist: str, rng: np.random.Generator, prog: Any
+) -> list[dict[str, Any]]:
+    """The :data:`VARIANTS`: lookup and lookup+update, tiermem beside torch and FBGEMM (the
+    same rows in all three; FBGEMM's entry is None where its CPU build lacks the optimizer)."""
+    T, B, reps = cfg["tables"], cfg["batch"], cfg["reps"]
+    width, bag = 64, 40
+    rows = _rows_for(width, cfg["rows"])
+    out = []
+    batches = _batches(dist, T, rows, B, bag, reps + 1)
+    for name, optimizer, dtype, torch_opt, fb_opt in VARIANTS:
+        prog.step(f"variant {name}")
+        tdt = {"float32": torch.float32, "float16": torch.float16}[dtype]
+        m = Manager({"dram": T * rows * width * 4 + (8 << 20)}, policy="all_fast")
+        tabs = [EmbeddingTable(rows, width, manager=m, dtype=dtype) for _ in range(T)]
+        weights = []
+        for t in tabs:
+            w = torch.empty(rows, width).uniform_(-0.05, 0.05).to(tdt)
+            t.load(w.float().numpy())
+            weights.append(w)
+        fb = _Fbgemm(mods, torch, T, rows, width, fb_opt, dtype) if mods and fb_opt else None
+        res = _kernel_case(
+            torch, EmbeddingCollection(tabs), tabs, _Torch(torch, weights, torch_opt), fb, batches, width, rng, optimizer
+        )
+        for op in ("lookup", "lookup+update"):
+            out.append(
+                {
+                    "op": op,
+                    "variant": name,
+                    "optimizer": optimizer,
+                    "dtype": dtype,
+                    "width": width,
+                    "bag": bag,
+                    "dist": dist,
+                    "placement": "dram",
+                    "policy": "direct",
+                    "seconds": res[op],
+                    "hit_rate": None,
+                    "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
+                    "gbps": res["gbps"][op],
+                    "devices": {"dram": "real"},
+                    "fbgemm_note": None if fb_opt else f"FBGEMM's CPU build has no {name}",
+                }
+            )
+        del tabs, fb, m
+    return out
 
 
 def _batches(dist: str, T: int, rows: int, B: int, bag: int, n: int) -> list[dict[str, Any]]:
@@ -190,6 +261,7 @@ def _kernel_case(
     batches: list[dict[str, Any]],
     width: int,
     rng: np.random.Generator,
+    optimizer: str = "sgd",
 ) -> dict[str, Any]:
     T = len(tabs)
     B = len(batches[0]["offsets"]) - 1
@@ -214,7 +286,9 @@ def _kernel_case(
         "fbgemm": None,
     }
     train: dict[str, Any] = {
-        "tiermem": best([lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, lr=LR)) for i in reps]),
+        "tiermem": best(
+            [lambda i=i: (coll.lookup(bags[i], out=out), coll.update(bags[i], grad, optimizer=optimizer, lr=LR)) for i in reps]
+        ),
         "torch": best([lambda i=i: ref.train(tbags[i], grad_t) for i in reps]),
         "fbgemm": None,
     }
@@ -222,7 +296,7 @@ def _kernel_case(
         fb.lookup(fidx[0], foff[0])
         lookup["fbgemm"] = best([lambda i=i: fb.lookup(fidx[i], foff[i]) for i in reps for _ in range(k)])
         train["fbgemm"] = best([lambda i=i: fb.train(fidx[i], foff[i], grad_t) for i in reps])
-    nbytes = sum(len(v) for v in batches[1]["values"]) * width * 4
+    nbytes = sum(len(v) for v in batches[1]["values"]) * width * (2 if tabs[0].dtype == "float16" else 4)
     from .. import _tiermem
 
     # The roofline and tiermem's lookup are timed alternately, the same number of times
@@ -335,7 +409,7 @@ def report(res: dict[str, Any]) -> str:
         s = c["seconds"]
         rows.append(
             [
-                c["op"],
+                c["op"] + (f" ({c['variant']})" if c.get("variant") else ""),
                 c["width"],
                 c["bag"],
                 c["dist"],
@@ -377,7 +451,9 @@ def report(res: dict[str, Any]) -> str:
     lines.append(
         "vs torch / vs fbgemm: their time / tiermem's (>1: tiermem faster). Tiered rows compare "
         "against torch and fbgemm with tables in DRAM.\nroofline: random reads of the same rows, no "
-        "arithmetic, no output, best prefetch distance (bag-1 lookups also write as many bytes as they read)."
+        "arithmetic, no output, best prefetch distance (bag-1 lookups also write as many bytes as they read).\n"
+        "(adam), (rowwise_adagrad), (float16 sgd): those optimizers and row types against torch's sparse "
+        "optimizer of the same name and FBGEMM's (none for Adam: its CPU build has none)."
     )
     lines.extend(headline(res))
     return "\n".join(lines)
