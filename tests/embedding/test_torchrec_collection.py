@@ -261,3 +261,49 @@ def test_half_precision_tables_keep_their_type_and_pool_in_float32(data_type: Da
     torch.testing.assert_close(ours(x).values(), want, rtol=1e-6, atol=1e-6)
     tol = 1e-2 if data_type == DataType.BF16 else 2e-3
     torch.testing.assert_close(ours(x).values(), theirs(x).values().float(), rtol=tol, atol=tol)
+
+
+def test_optimizer_state_travels_through_fused_optimizer_and_resumes_exactly(tmp_path) -> None:
+    """The module's state_dict holds TorchRec's keys alone (so it loads strictly into
+    TorchRec's collection); the row-wise Adagrad state goes through ``fused_optimizer``.
+    Five steps, a torch.save of both, a fresh collection loading both, five more: the rows of
+    ten uninterrupted steps."""
+    from tiermem.embedding import OptimizerConfig
+    from tiermem.torchrec import FusedOptimizer
+
+    opt = OptimizerConfig("rowwise_adagrad", lr=0.2)
+    theirs, _ = twins()
+    start = theirs.state_dict()
+
+    def fresh(where: str) -> EmbeddingBagCollection:
+        c = EmbeddingBagCollection(CONFIGS, optimizer=opt, placement=Placement(device=f"table:{tmp_path / where}", cache=1.0))
+        c.load_state_dict(start, strict=True)
+        return c
+
+    def train(c: EmbeddingBagCollection, seeds: range) -> None:
+        for s in seeds:
+            c(kjt(6, s)).values().pow(2).sum().backward()
+
+    for d in ("whole", "first", "second"):
+        (tmp_path / d).mkdir()
+    whole, first = fresh("whole"), fresh("first")
+    train(whole, range(10))
+    train(first, range(5))
+    assert list(first.state_dict()) == list(start)
+    TorchRecEBC(tables=CONFIGS, device=torch.device("cpu")).load_state_dict(first.state_dict(), strict=True)
+    fo = first.fused_optimizer
+    assert isinstance(fo, FusedOptimizer) and set(fo.state_dict()["state"]) == set(start)
+    torch.save({"model": first.state_dict(), "optim": fo.state_dict()}, tmp_path / "ck.pt")
+    ck = torch.load(tmp_path / "ck.pt", weights_only=True)
+    second = fresh("second")
+    second.load_state_dict(ck["model"], strict=True)
+    second.fused_optimizer.load_state_dict(ck["optim"])
+    train(second, range(5, 10))
+    for k, v in whole.state_dict().items():
+        torch.testing.assert_close(second.state_dict()[k], v, rtol=1e-6, atol=1e-6)
+    bad = {**ck["optim"], "state": {**ck["optim"]["state"], "embedding_bags.nope.weight": {}}}
+    with pytest.raises(InvalidArgumentError, match=r"not here \['embedding_bags.nope.weight'\]"):
+        second.fused_optimizer.load_state_dict(bad)
+    sgd = EmbeddingBagCollection(CONFIGS)
+    with pytest.raises(InvalidArgumentError, match="the saved state is 'rowwise_adagrad'"):
+        sgd.fused_optimizer.load_state_dict(ck["optim"])

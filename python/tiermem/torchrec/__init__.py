@@ -5,11 +5,14 @@
 names, several features per table, per-table widths and pooling, weighted features, and
 TorchRec's ``state_dict`` keys (``embedding_bags.<table>.weight``), so checkpoints load
 either way. Each table is a :class:`~tiermem.torch.TieredEmbeddingBag` placed as asked (one
-placement for all, or one per table name), its optimizer fused into backward.
+placement for all, or one per table name), its optimizer fused into backward; the
+module's ``state_dict`` holds the weights alone and ``fused_optimizer`` (a
+:class:`FusedOptimizer`, as a sharded TorchRec model's) their optimizer state.
 
 Importing this package imports torchrec (the ``torchrec`` extra).
 """
 
 from .collection import EmbeddingBagCollection, EmbeddingCollection, TableOptions, embedding_names
+from .fused import FusedOptimizer
 
-__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "embedding_names"]
+__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "FusedOptimizer", "TableOptions", "embedding_names"]

@@ -16,6 +16,7 @@ from ..embedding.config import OptimizerConfig, Placement, table_dir
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import TieredEmbeddingBag
+from .fused import FusedOptimizer, drop_optimizer_keys
 
 __all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "embedding_names"]
 
@@ -160,6 +161,14 @@ class _Collection(torch.nn.Module):
             if not bag.table.attached or init == "overwrite":
                 _init_rows(bag, c.init_fn)
         setattr(self, self._attr, bags)
+        # TorchRec's keys alone: optimizer state travels through fused_optimizer.
+        self.register_state_dict_post_hook(drop_optimizer_keys)
+
+    @property
+    def fused_optimizer(self) -> FusedOptimizer:
+        """The tables' fused optimizer (TorchRec's name for it), whose ``state_dict`` holds
+        their optimizer state, keyed as the weights are in this module's ``state_dict``."""
+        return FusedOptimizer({f"{self._attr}.{name}.weight": bag for name, bag in getattr(self, self._attr).items()})
 
     @property
     def device(self) -> torch.device:
