@@ -289,10 +289,9 @@ def test_training_loop_reduces_loss() -> None:
 
 def test_constructor_refuses_unsupported_arguments() -> None:
     for kw in (
-        dict(max_norm=1.0),
         dict(scale_grad_by_freq=True),
         dict(padding_idx=10),
-        dict(mode="max"),
+        dict(mode="min"),
         dict(dtype=torch.float64),
         dict(optimizer="shampoo"),
     ):
@@ -302,3 +301,63 @@ def test_constructor_refuses_unsupported_arguments() -> None:
     w = torch.ones(3, requires_grad=True)
     with pytest.raises(tiermem.InvalidArgumentError, match="require grad"):
         m(torch.tensor([1, 2, 3]), torch.tensor([0]), w)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 3])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_max_mode_matches_torch(padding_idx: int | None, optimizer: str, rng: np.random.Generator) -> None:
+    """mode='max': outputs (empty bags zeros, the padding row left out) and training, where
+    each column's gradient reaches its arg-max row only."""
+    kw = dict(lr=0.1) if optimizer == "sgd" else dict(lr=0.1, eps=1e-10)
+    w = torch.from_numpy(rng.standard_normal((ROWS, 12)).astype(np.float32))
+    ref = torch.nn.EmbeddingBag(ROWS, 12, mode="max", padding_idx=padding_idx, _weight=w.clone())  # max: dense grads
+    ours = TieredEmbeddingBag(ROWS, 12, mode="max", padding_idx=padding_idx, _weight=w.clone(), optimizer=optimizer, **kw)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1) if optimizer == "sgd" else torch.optim.Adagrad(ref.parameters(), **kw)
+    for _ in range(5):
+        idx, off = random_bags(rng, 32)
+        if padding_idx is not None:
+            idx[::4] = padding_idx
+        r = torch.from_numpy(rng.standard_normal((32, 12)).astype(np.float32))
+        want = ref(idx, off)
+        torch.testing.assert_close(ours(idx, off), want.detach(), rtol=1e-5, atol=1e-6)
+        opt.zero_grad()
+        (want * r).sum().backward()
+        opt.step()
+        (ours(idx, off) * r).sum().backward()
+    torch.testing.assert_close(ours.weight, ref.weight.detach(), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx, off), ref(idx, off))
+
+
+@pytest.mark.parametrize(("mode", "norm_type"), [("sum", 2.0), ("mean", 1.0), ("max", 2.0)])
+def test_max_norm_matches_torch(mode: str, norm_type: float, rng: np.random.Generator, tmp_path) -> None:
+    """max_norm rescales the rows a batch reads before the lookup (in the table, as torch
+    does in its weight), here over a table file too; then SGD trains both alike."""
+    w = torch.from_numpy(3 * rng.standard_normal((ROWS, 8)).astype(np.float32))
+    ref = torch.nn.EmbeddingBag(ROWS, 8, mode=mode, max_norm=2.5, norm_type=norm_type, _weight=w.clone())
+    ours = TieredEmbeddingBag(
+        ROWS,
+        8,
+        mode=mode,
+        max_norm=2.5,
+        norm_type=norm_type,
+        _weight=w.clone(),
+        lr=0.1,
+        where=f"table:{tmp_path / 'n.tbl'}",
+        cache=1.0,
+    )
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(4):
+        idx, off = random_bags(rng, 16)
+        r = torch.from_numpy(rng.standard_normal((16, 8)).astype(np.float32))
+        want = ref(idx, off)
+        torch.testing.assert_close(ours(idx, off), want.detach(), rtol=1e-5, atol=1e-5)
+        opt.zero_grad()
+        (want * r).sum().backward()
+        opt.step()
+        (ours(idx, off) * r).sum().backward()
+    torch.testing.assert_close(ours.weight, ref.weight.detach(), rtol=1e-5, atol=1e-5)
+    untouched = sorted(set(range(ROWS)) - set(np.unique(idx.numpy()).tolist()))[:1]
+    assert untouched  # some rows were never read, and keep their norm
+    with pytest.raises(tiermem.InvalidArgumentError, match="max_norm"):
+        TieredEmbeddingBag(ROWS, 8, max_norm=-1.0)

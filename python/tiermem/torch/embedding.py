@@ -169,7 +169,7 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, anchor: torch.Tensor, owner: Any, bags: Any, weights: Any) -> torch.Tensor:
         ctx.owner, ctx.bags, ctx.weights = owner, bags, weights
-        out = owner._collection.lookup(bags, weights, mode=owner.mode)
+        out = owner._collection.lookup(bags, weights, mode=owner._kernel_mode)
         return torch.from_numpy(out)
 
     @staticmethod
@@ -269,17 +269,58 @@ class _FusedOptimizer:
             self._out_dtype = probe.dtype
         return torch.nn.Module._apply(cast(torch.nn.Module, self), fn, recurse)
 
+    @property
+    def _kernel_mode(self) -> str:
+        """The kernels' mode: ``max`` pools in torch over the rows the kernels gather
+        (``none``: one row per index), so its gradient reaches the arg-max rows as torch's."""
+        return "none" if self.mode == "max" else self.mode
+
     def _output(self, bags: Any, weights: Any) -> torch.Tensor:
         if self._frozen or not torch.is_grad_enabled():
-            out = torch.from_numpy(self._collection.lookup(bags, weights, mode=self.mode))
+            out = torch.from_numpy(self._collection.lookup(bags, weights, mode=self._kernel_mode))
         else:
             out = _Lookup.apply(self._anchor, self, bags, weights)
+        if self.mode == "max":
+            out = _max_pool(out, bags[0], self._collection.tables[0].padding_idx)
         return out if self._out_dtype == torch.float32 else out.to(self._out_dtype)
 
     def _fused_update(self, bags: Any, grad: np.ndarray, weights: Any) -> None:
         if self._frozen:
             return
-        self._collection.update(bags, grad, weights, mode=self.mode, optimizer=self.optim)
+        self._collection.update(bags, grad, weights, mode=self._kernel_mode, optimizer=self.optim)
+
+
+def _max_pool(rows: torch.Tensor, bag: tuple[np.ndarray, np.ndarray], padding_idx: int | None) -> torch.Tensor:
+    """Each bag's column-wise maximum of its ``rows`` (one per index) by torch's own
+    ``embedding_bag``: an empty bag is zeros, the padding row is left out, ties and the
+    gradient go where torch sends them."""
+    values, offsets = bag
+    n = len(values)
+    positions = torch.arange(n)
+    pad = None
+    if padding_idx is not None:
+        pad = n
+        positions[torch.from_numpy(values == padding_idx)] = n
+        rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
+    return torch.nn.functional.embedding_bag(
+        positions, rows, torch.from_numpy(offsets), mode="max", include_last_offset=True, padding_idx=pad
+    )
+
+
+def _renorm(t: EmbeddingTable, values: np.ndarray, max_norm: float, norm_type: float) -> None:
+    """``torch.embedding_renorm_`` on the rows ``values`` names: each whose ``norm_type``
+    norm exceeds ``max_norm`` is scaled to it (``max_norm / (norm + 1e-7)``, torch's), in the
+    table, before the lookup reads it. Only the rows that change are written."""
+    idx = np.unique(values)
+    if t.padding_idx is not None:
+        idx = idx[idx != t.padding_idx]
+    if not len(idx):
+        return
+    rows = t.lookup(idx, mode="none")
+    norms = np.linalg.norm(rows.astype(np.float64), ord=norm_type, axis=1)
+    for k in np.flatnonzero(norms > max_norm):
+        scale = np.float32(max_norm / (norms[k] + 1e-7))
+        t.load(rows[k : k + 1] * scale, int(idx[k]))
 
 
 _TABLES_ASIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tiermem_tables_aside", default=False)
@@ -342,9 +383,11 @@ def _load_table(t: EmbeddingTable, state_dict: dict, key: str, strict: bool, mis
 class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     """``torch.nn.EmbeddingBag`` over a tiered table, with the optimizer fused into backward.
 
-    Takes ``torch.nn.EmbeddingBag``'s arguments (``max_norm``, ``scale_grad_by_freq`` and
-    ``mode="max"`` are refused with a clear error; ``sparse`` is accepted and ignored:
-    gradients never materialise), plus:
+    Takes ``torch.nn.EmbeddingBag``'s arguments (``scale_grad_by_freq`` is refused with a
+    clear error; ``sparse`` is accepted and ignored: gradients never materialise), plus:
+    ``mode="max"`` pools the gathered rows with torch's own max (the gradient reaches each
+    column's arg-max row); ``max_norm`` rescales the rows a batch reads in the table before
+    the lookup, as torch's does in the weight.
 
     Args:
         manager, placement: where the rows live: a
@@ -401,11 +444,12 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
     ) -> None:
         torch.nn.Module.__init__(self)
         _check_init(init)
-        for name, bad in (("max_norm", max_norm is not None), ("scale_grad_by_freq", scale_grad_by_freq)):
-            if bad:
-                raise InvalidArgumentError(f"{name} is not supported by TieredEmbeddingBag")
-        if mode not in ("sum", "mean"):
-            raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum' and 'mean'")
+        if scale_grad_by_freq:
+            raise InvalidArgumentError("scale_grad_by_freq is not supported by TieredEmbeddingBag")
+        if max_norm is not None and not (float(max_norm) > 0 and float(norm_type) > 0):
+            raise InvalidArgumentError(f"max_norm ({max_norm}) and norm_type ({norm_type}) must be positive")
+        if mode not in ("sum", "mean", "max"):
+            raise InvalidArgumentError(f"mode {mode!r}: TieredEmbeddingBag supports 'sum', 'mean' and 'max'")
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
         place = _placement(placement, dtype, where, cache, cacheslack, policy, admission)
@@ -416,6 +460,7 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
             )
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.mode, self.include_last_offset, self.sparse = mode, bool(include_last_offset), bool(sparse)
+        self.max_norm, self.norm_type = None if max_norm is None else float(max_norm), float(norm_type)
         self.table = EmbeddingTable(num_embeddings, embedding_dim, placement=place, manager=manager, padding_idx=padding_idx)
         self.padding_idx = self.table.padding_idx
         self._collection = EmbeddingCollection([self.table])
@@ -456,6 +501,8 @@ class TieredEmbeddingBag(_FusedOptimizer, torch.nn.Module):
         try:
             bags = [_bags(input, offsets, self.include_last_offset)]
             w = None if per_sample_weights is None else [_psw(per_sample_weights)]
+            if self.max_norm is not None:
+                _renorm(self.table, bags[0][0], self.max_norm, self.norm_type)
             return self._output(bags, w)
         except TiermemError as e:
             raise _torch_like(e, RuntimeError) from None
