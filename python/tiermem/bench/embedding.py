@@ -156,22 +156,7 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
                     prog.step(f"w{width} bag{bag} {dist}")
                     batches = _batches(dist, T, rows, B, bag, reps + 1)
                     res = _kernel_case(torch, coll, tabs, ref, fb, batches, width, rng)
-                    for op in ("lookup", "lookup+update"):
-                        cases.append(
-                            {
-                                "op": op,
-                                "width": width,
-                                "bag": bag,
-                                "dist": dist,
-                                "placement": "dram",
-                                "policy": "direct",
-                                "seconds": res[op],
-                                "hit_rate": None,
-                                "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
-                                "gbps": res["gbps"][op],
-                                "devices": {"dram": "real"},
-                            }
-                        )
+                    cases += [_dram_case(op, width, bag, dist, res) for op in ("lookup", "lookup+update")]
                     if width == 64 and bag == 40:
                         for c in _tier_cases(torch, tabs, batches, width, dist, res, prog):
                             cases.append(c)
@@ -192,6 +177,24 @@ def run(quick: bool = False, progress: bool | None = None) -> dict[str, Any]:
         "fbgemm_note": why_not,
         "slow_device": {"spec": SLOW, "kind": "emulated"},
         "cases": cases,
+    }
+
+
+def _dram_case(op: str, width: int, bag: int, dist: str, res: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One timed case of rows held directly in DRAM, as the JSON holds it."""
+    return {
+        "op": op,
+        **extra,
+        "width": width,
+        "bag": bag,
+        "dist": dist,
+        "placement": "dram",
+        "policy": "direct",
+        "seconds": res[op],
+        "hit_rate": None,
+        "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
+        "gbps": res["gbps"][op],
+        "devices": {"dram": "real"},
     }
 
 
@@ -219,26 +222,9 @@ def _variant_cases(
         res = _kernel_case(
             torch, EmbeddingCollection(tabs), tabs, _Torch(torch, weights, torch_opt), fb, batches, width, rng, optimizer
         )
+        note = None if fb_opt else f"FBGEMM's CPU build has no {name}"
         for op in ("lookup", "lookup+update"):
-            out.append(
-                {
-                    "op": op,
-                    "variant": name,
-                    "optimizer": optimizer,
-                    "dtype": dtype,
-                    "width": width,
-                    "bag": bag,
-                    "dist": dist,
-                    "placement": "dram",
-                    "policy": "direct",
-                    "seconds": res[op],
-                    "hit_rate": None,
-                    "roofline_gbps": res["roofline_gbps"] if op == "lookup" else None,
-                    "gbps": res["gbps"][op],
-                    "devices": {"dram": "real"},
-                    "fbgemm_note": None if fb_opt else f"FBGEMM's CPU build has no {name}",
-                }
-            )
+            out.append(_dram_case(op, width, bag, dist, res, variant=name, optimizer=optimizer, dtype=dtype, fbgemm_note=note))
         del tabs, fb, m
     return out
 

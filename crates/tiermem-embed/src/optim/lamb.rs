@@ -3,28 +3,13 @@
 //! the trust ratio `|w| / |r|`: `w -= lr (|w| / |r|) r`. Lazy, `t` the table's step. Where
 //! either norm is 0 the ratio is 1 (FBGEMM's kernel gives 0 or NaN there).
 
-use super::adam::check_moments;
-use super::{bias_correction, norm, OptimizerConfig, RowOptimizer};
+use super::adam::{moments_optimizer, Moments};
+use super::{norm, OptimizerConfig, RowOptimizer};
 use tiermem_core::Result;
 
 /// Element-wise LAMB.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Lamb {
-    /// Learning rate.
-    pub lr: f32,
-    /// Added to the denominator.
-    pub eps: f32,
-    /// Decay of the first moment.
-    pub beta1: f32,
-    /// Decay of the second moment.
-    pub beta2: f32,
-    /// Decoupled weight decay.
-    pub weight_decay: f32,
-    /// `1 / (1 - beta1^t)` at this step.
-    pub c1: f32,
-    /// `1 / (1 - beta2^t)` at this step.
-    pub c2: f32,
-}
+pub struct Lamb(pub Moments);
 
 /// `|w| / |r|`, or 1 where either norm is 0.
 #[inline(always)]
@@ -62,40 +47,21 @@ pub(crate) fn trust_step(lr: f32, w: &mut [f32], mut fill: impl FnMut(&[f32], &m
 impl RowOptimizer for Lamb {
     const NAME: &'static str = "lamb";
 
-    fn from_config(c: &OptimizerConfig) -> Result<Self> {
-        check_moments(Self::NAME, c)?;
-        Ok(Lamb {
-            lr: c.lr,
-            eps: c.eps,
-            beta1: c.beta1,
-            beta2: c.beta2,
-            weight_decay: c.weight_decay,
-            c1: 1.0,
-            c2: 1.0,
-        })
-    }
+    moments_optimizer!();
 
     fn state_len(width: usize) -> usize {
         2 * width // m, then v
     }
 
-    fn at_step(self, step: u64) -> Self {
-        Lamb {
-            c1: bias_correction(self.beta1, step),
-            c2: bias_correction(self.beta2, step),
-            ..self
-        }
-    }
-
     #[inline(always)]
     fn apply(&self, w: &mut [f32], g: &[f32], s: &mut [f32]) {
+        let o = &self.0;
         let (m, v) = s.split_at_mut(w.len());
-        trust_step(self.lr, w, |w, r| {
+        trust_step(o.lr, w, |w, r| {
             for k in 0..w.len() {
-                m[k] = self.beta1 * m[k] + (1.0 - self.beta1) * g[k];
-                v[k] = self.beta2 * v[k] + (1.0 - self.beta2) * g[k] * g[k];
-                r[k] = m[k] * self.c1 / ((v[k] * self.c2).sqrt() + self.eps)
-                    + self.weight_decay * w[k];
+                m[k] = o.first(m[k], g[k]);
+                v[k] = o.second(v[k], g[k] * g[k]);
+                r[k] = o.step(m[k], v[k]) + o.weight_decay * w[k];
             }
         });
     }

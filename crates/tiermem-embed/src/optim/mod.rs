@@ -15,7 +15,7 @@ mod rowwise_adagrad;
 mod sgd;
 
 pub use adagrad::Adagrad;
-pub use adam::Adam;
+pub use adam::{Adam, Moments};
 pub use lamb::Lamb;
 pub use lars_sgd::LarsSgd;
 pub use momentum_sgd::MomentumSgd;
