@@ -89,7 +89,7 @@ def test_mismatched_dtypes_and_widths() -> None:
         with pytest.raises(tiermem.InvalidArgumentError):
             EmbeddingTable(bad, 4)
     with pytest.raises(tiermem.InvalidArgumentError, match="dtype"):
-        EmbeddingTable(4, 4, dtype="float16")
+        EmbeddingTable(4, 4, dtype="float64")
 
 
 def test_cache_larger_than_the_fast_device_is_refused() -> None:
@@ -343,13 +343,13 @@ from tiermem import _tiermem
 from tiermem.embedding import EmbeddingTable
 rng = np.random.default_rng(5)
 h = hashlib.sha256(_tiermem.kernel_isa().encode() * 0)
-for width, dtype in ((16, "float32"), (64, "bfloat16"), (37, "float32")):
+for width, dtype in ((16, "float32"), (64, "bfloat16"), (37, "float32"), (32, "float16")):
     t = EmbeddingTable(300, width, dtype=dtype)
     t.load(rng.standard_normal((300, width)).astype(np.float32))
     idx = rng.integers(0, 300, 2000)
     off = np.arange(0, 2000, 20)
     w = rng.random(2000).astype(np.float32)
-    for opt in ("sgd", "adagrad", "rowwise_adagrad"):
+    for opt in ("sgd", "adagrad", "rowwise_adagrad", "adam", "lamb", "lars_sgd"):
         h.update(t.lookup(idx, off, w).tobytes())
         h.update(t.lookup(idx, off, mode="mean").tobytes())
         t.update(idx, off, rng.standard_normal((100, width)), mode="mean", optimizer=opt, lr=0.1)

@@ -74,7 +74,7 @@ def test_configs_validate_once_naming_the_setting() -> None:
     for place, what in [
         (Placement(cache=1.5), "cache must"),
         (Placement(policy="lfu"), "policy 'lfu'"),
-        (Placement(dtype="float16"), "dtype"),
+        (Placement(dtype="float64"), "dtype"),
         (Placement(cache=0.5, policy="simple"), "simple"),
     ]:
         with pytest.raises(tiermem.InvalidArgumentError, match=what):
