@@ -307,3 +307,37 @@ def test_optimizer_state_travels_through_fused_optimizer_and_resumes_exactly(tmp
     sgd = EmbeddingBagCollection(CONFIGS)
     with pytest.raises(InvalidArgumentError, match="the saved state is 'rowwise_adagrad'"):
         sgd.fused_optimizer.load_state_dict(ck["optim"])
+
+
+def test_fused_params_as_torchrecs_sharders_take_them() -> None:
+    """TorchRec's fused_params (FBGEMM's EmbOptimType and WeightDecayMode, FBGEMM's key
+    names) give the tables' optimizer; other keys and optimizers are refused by name."""
+    fb = pytest.importorskip("fbgemm_gpu.split_embedding_configs")
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import WeightDecayMode
+
+    ebc = EmbeddingBagCollection(
+        CONFIGS,
+        fused_params={
+            "optimizer": fb.EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+            "learning_rate": 0.2,
+            "eps": 1e-6,
+            "weight_decay": 0.01,
+            "weight_decay_mode": WeightDecayMode.DECOUPLE,
+        },
+    )
+    o = ebc.embedding_bags["t_user"].optim
+    assert (o.name, o.lr, o.eps, o.weight_decay, o.weight_decay_mode) == ("rowwise_adagrad", 0.2, 1e-6, 0.01, "decoupled")
+    lamb = EmbeddingBagCollection(CONFIGS, fused_params={"optimizer": "LAMB", "learning_rate": 0.1, "beta1": 0.8})
+    assert (lamb.embedding_bags["t_item"].optim.name, lamb.embedding_bags["t_item"].optim.beta1) == ("lamb", 0.8)
+    none = EmbeddingBagCollection(CONFIGS, fused_params={"optimizer": "EXACT_ROWWISE_ADAGRAD", "weight_decay": 0.5})
+    assert none.embedding_bags["t_user"].optim.weight_decay == 0.0  # FBGEMM's default mode NONE: no decay
+    for params, match in [
+        ({"optimizer": fb.EmbOptimType.SHAMPOO}, "optimizer SHAMPOO"),
+        ({"optimizer": "ADAM", "stochastic_rounding": True}, r"\['stochastic_rounding'\]"),
+        ({"optimizer": "EXACT_ROWWISE_ADAGRAD", "weight_decay_mode": WeightDecayMode.COUNTER}, "weight_decay_mode COUNTER"),
+        ({"learning_rate": 0.1}, "no 'optimizer'"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            EmbeddingBagCollection(CONFIGS, fused_params=params)
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        EmbeddingBagCollection(CONFIGS, fused_params={"optimizer": "ADAM"}, lr=0.1)

@@ -13,6 +13,13 @@ Importing this package imports torchrec (the ``torchrec`` extra).
 """
 
 from .collection import EmbeddingBagCollection, EmbeddingCollection, TableOptions, embedding_names
-from .fused import FusedOptimizer
+from .fused import FusedOptimizer, optimizer_config
 
-__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "FusedOptimizer", "TableOptions", "embedding_names"]
+__all__ = [
+    "EmbeddingBagCollection",
+    "EmbeddingCollection",
+    "FusedOptimizer",
+    "TableOptions",
+    "embedding_names",
+    "optimizer_config",
+]

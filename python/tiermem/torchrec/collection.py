@@ -16,7 +16,7 @@ from ..embedding.config import OptimizerConfig, Placement, table_dir
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.embedding import TieredEmbeddingBag
-from .fused import FusedOptimizer, drop_optimizer_keys
+from .fused import FusedOptimizer, drop_optimizer_keys, optimizer_config
 
 __all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "embedding_names"]
 
@@ -77,6 +77,9 @@ class TableOptions(TypedDict, total=False):
             in its own table file there, ``DIR/<table name>.tbl``.
         optimizer, lr, eps: the fused optimizer (as :class:`~tiermem.torch.TieredEmbeddingBag`;
             default ``"sgd"`` at 0.01).
+        fused_params: instead, the optimizer as TorchRec's sharders take it
+            (``{"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.1, ...}``,
+            see :func:`~tiermem.torchrec.fused.optimizer_config`).
         manager: the :class:`~tiermem.Manager` the tables share (default: each its own).
         init: ``"auto"`` (default): a new table starts from its config's ``init_fn`` and a
             table file from an earlier run is re-attached as it is (rows and optimizer
@@ -85,6 +88,7 @@ class TableOptions(TypedDict, total=False):
 
     placement: Placement | Mapping[str, Placement] | None
     optimizer: str | OptimizerConfig
+    fused_params: Mapping[str, Any]
     lr: float
     eps: float | None
     manager: Manager | None
@@ -111,6 +115,12 @@ class _Collection(torch.nn.Module):
             raise InvalidArgumentError(f"unknown arguments {unknown}; tiermem's are {sorted(TableOptions.__annotations__)}")
         placement = options.get("placement")
         init = options.get("init", "auto")
+        optimizer: str | OptimizerConfig = options.get("optimizer", "sgd")
+        if "fused_params" in options:
+            clash = sorted({"optimizer", "lr", "eps"} & set(options))
+            if clash:
+                raise InvalidArgumentError(f"pass the optimizer in fused_params or as {clash}, not both")
+            optimizer = optimizer_config(options["fused_params"])
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
         if not tables:
@@ -151,7 +161,7 @@ class _Collection(torch.nn.Module):
                 dtype=None if c.data_type == DataType.FP32 else DATA_TYPES[c.data_type],
                 placement=place,
                 manager=options.get("manager"),
-                optimizer=options.get("optimizer", "sgd"),
+                optimizer=optimizer,
                 lr=options.get("lr", 0.01),
                 eps=options.get("eps"),
                 init=init,

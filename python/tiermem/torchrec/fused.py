@@ -10,10 +10,38 @@ from typing import Any
 
 import torch
 
+from ..embedding.config import OptimizerConfig
 from ..exceptions import InvalidArgumentError
 from ..torch.embedding import TieredEmbeddingBag
 
-__all__ = ["FusedOptimizer", "OPTIMIZER_KEYS", "drop_optimizer_keys"]
+__all__ = ["FBGEMM_OPTIMIZERS", "FUSED_PARAMS", "FusedOptimizer", "OPTIMIZER_KEYS", "drop_optimizer_keys", "optimizer_config"]
+
+#: FBGEMM's optimizer types (``EmbOptimType`` names) and the optimizers tiermem runs for them.
+FBGEMM_OPTIMIZERS = {
+    "EXACT_SGD": "sgd",
+    "SGD": "sgd",
+    "EXACT_ADAGRAD": "adagrad",
+    "EXACT_ROWWISE_ADAGRAD": "rowwise_adagrad",
+    "ROWWISE_ADAGRAD": "rowwise_adagrad",
+    "ADAM": "adam",
+    "PARTIAL_ROWWISE_ADAM": "partial_rowwise_adam",
+    "LAMB": "lamb",
+    "PARTIAL_ROWWISE_LAMB": "partial_rowwise_lamb",
+    "LARS_SGD": "lars_sgd",
+}
+#: The ``fused_params`` keys TorchRec's sharders hand FBGEMM, and the
+#: :class:`~tiermem.embedding.OptimizerConfig` settings they are.
+FUSED_PARAMS = {
+    "learning_rate": "lr",
+    "eps": "eps",
+    "weight_decay": "weight_decay",
+    "beta1": "beta1",
+    "beta2": "beta2",
+    "momentum": "momentum",
+    "eta": "eta",
+}
+#: FBGEMM's ``WeightDecayMode`` names and tiermem's forms (``NONE``: no decay).
+_DECAY_MODES = {"L2": "l2", "DECOUPLE": "decoupled", "NONE": None}
 
 #: The keys a tiered module's own ``state_dict`` adds for its optimizer state, which the
 #: collections leave to :class:`FusedOptimizer`.
@@ -24,6 +52,39 @@ def drop_optimizer_keys(module: torch.nn.Module, state_dict: dict[str, Any], pre
     """A ``state_dict`` post-hook: the weights alone, TorchRec's keys."""
     for k in [k for k in state_dict if k.startswith(prefix) and k.rsplit(".", 1)[-1] in OPTIMIZER_KEYS]:
         del state_dict[k]
+
+
+def _name(v: Any) -> str:
+    """An enum member's name, or the string itself."""
+    return str(getattr(v, "name", v))
+
+
+def optimizer_config(fused_params: Mapping[str, Any]) -> OptimizerConfig:
+    """The optimizer TorchRec's ``fused_params`` ask for (``optimizer``: an ``EmbOptimType``
+    or its name; ``learning_rate``, ``eps``, ``weight_decay``, ``weight_decay_mode``,
+    ``beta1``, ``beta2``, ``momentum``, ``eta``). Any other key, an optimizer tiermem does
+    not run and a decay mode it has not are refused by name: none is silently dropped."""
+    params = dict(fused_params)
+    if "optimizer" not in params:
+        raise InvalidArgumentError(f"fused_params name no 'optimizer' (one of {', '.join(FBGEMM_OPTIMIZERS)})")
+    kind = _name(params.pop("optimizer")).upper()
+    if kind not in FBGEMM_OPTIMIZERS:
+        raise InvalidArgumentError(f"fused_params optimizer {kind}: tiermem runs {', '.join(FBGEMM_OPTIMIZERS)}")
+    mode = _name(params.pop("weight_decay_mode", "NONE" if kind.endswith("ROWWISE_ADAGRAD") else None))
+    unknown = sorted(set(params) - set(FUSED_PARAMS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"fused_params {unknown} are not optimizer settings tiermem takes; known: {sorted(FUSED_PARAMS)}"
+        )
+    settings = {FUSED_PARAMS[k]: v for k, v in params.items()}
+    if mode != "None":
+        if mode not in _DECAY_MODES:
+            raise InvalidArgumentError(f"weight_decay_mode {mode}: tiermem has {', '.join(_DECAY_MODES)}")
+        if _DECAY_MODES[mode] is None:  # FBGEMM's NONE: no decay, whatever weight_decay says
+            settings["weight_decay"] = 0.0
+        else:
+            settings["weight_decay_mode"] = _DECAY_MODES[mode]
+    return OptimizerConfig.of(FBGEMM_OPTIMIZERS[kind], **settings)
 
 
 class FusedOptimizer:
