@@ -23,7 +23,16 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q "kahypar==1.3.7" || echo "kahypar did not install: bench ssd reports no reference partition"
 	touch $@
 
+# torch and its CUDA libraries take about 6 GiB in the venv, the Rust build 2 more: check
+# the room first, so a full disk is said in plain words rather than as pip's OSError.
+MIN_FREE_GIB := 9
+
 $(TORCH_STAMP): $(STAMP)
+	@avail=$$(df -Pk $(VENV) | awk 'NR == 2 {print $$4}'); \
+	if [ "$$avail" -lt $$(( $(MIN_FREE_GIB) * 1024 * 1024 )) ]; then \
+		echo "make: $(VENV) is on a disk with $$(( avail / 1024 / 1024 )) GiB free; installing torch and building need about $(MIN_FREE_GIB) GiB: free some space and run make again" >&2; \
+		exit 1; \
+	fi
 	# The PyPI wheel runs on the CPU; its CUDA libraries must be present for it to import.
 	# fbgemm-gpu-cpu pairs with this torch: the peer `bench embedding` compares against.
 	$(PIP) install -q "torch==$(TORCH_VERSION)" "fbgemm-gpu-cpu==$(FBGEMM_VERSION)"
