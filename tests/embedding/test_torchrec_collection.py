@@ -341,3 +341,12 @@ def test_fused_params_as_torchrecs_sharders_take_them() -> None:
             EmbeddingBagCollection(CONFIGS, fused_params=params)
     with pytest.raises(InvalidArgumentError, match="not both"):
         EmbeddingBagCollection(CONFIGS, fused_params={"optimizer": "ADAM"}, lr=0.1)
+
+
+def test_one_table_file_for_several_tables_is_refused_and_a_folder_splits(tmp_path) -> None:
+    with pytest.raises(InvalidArgumentError, match="2 tables cannot share the one table file"):
+        EmbeddingBagCollection(CONFIGS, placement=Placement(device=f"table:{tmp_path / 'one.tbl'}", cache=1.0))
+    EmbeddingBagCollection(CONFIGS, placement=Placement(device=f"table:{tmp_path}", cache=1.0))
+    assert sorted(p.name for p in tmp_path.glob("*.tbl")) == ["t_item.tbl", "t_user.tbl"]
+    one = EmbeddingBagCollection(CONFIGS[:1], placement=Placement(device=f"table:{tmp_path / 'one.tbl'}", cache=1.0))
+    assert one.embedding_bags["t_user"].table.attached is False and (tmp_path / "one.tbl").exists()

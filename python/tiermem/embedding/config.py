@@ -115,7 +115,7 @@ class OptimizerConfig:
             says: L2 for the SGDs and Adagrads, decoupled for the Adams and LAMBs.
         weight_decay_mode: ``None`` (the optimizer's own form), or one of
             :data:`WEIGHT_DECAY_MODES` (``adagrad`` and ``rowwise_adagrad`` take both, as
-            FBGEMM's ``WeightDecayMode.L2``/``DECOUPLED``; others refuse the form they lack).
+            FBGEMM's ``WeightDecayMode.L2``/``DECOUPLE``; others refuse the form they lack).
         momentum: ``momentum_sgd``'s and ``lars_sgd``'s momentum.
         eta: ``lars_sgd``'s trust coefficient.
     """

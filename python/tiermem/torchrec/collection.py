@@ -141,6 +141,12 @@ class _Collection(torch.nn.Module):
                     f"table {c.name!r}: data_type {c.data_type.name} is not trainable here; "
                     f"known are {', '.join(d.name for d in DATA_TYPES)}"
                 )
+        if isinstance(placement, Placement) and len(tables) > 1 and _per_table(placement, "") is placement:
+            if isinstance(placement.device, str) and table_dir(placement.device) is not None:
+                raise InvalidArgumentError(
+                    f"{len(tables)} tables cannot share the one table file {placement.device!r}: name an existing "
+                    "folder (each table gets its own file in it) or give a placement per table"
+                )
         if isinstance(placement, Mapping):
             strangers = sorted(set(placement) - names)
             if strangers:
