@@ -96,6 +96,30 @@ def test_sgd_steps_give_torchrecs_rows() -> None:
         torch.testing.assert_close(ours.state_dict()[k], v, rtol=1e-6, atol=1e-6)
 
 
+def test_a_shared_table_takes_one_adagrad_step_of_its_features_summed_gradient() -> None:
+    """Two features read ``t_user``: as FBGEMM's table-batched kernels do, each batch is one
+    optimizer step on the rows' summed gradient (two steps, one per feature, would give
+    other rows under Adagrad), checked against TorchRec's module with torch.optim.Adagrad
+    (which, over a dense gradient, leaves rows without one unchanged)."""
+    torch.manual_seed(0)
+    theirs = TorchRecEBC(tables=CONFIGS, device=torch.device("cpu"))
+    ours = EmbeddingBagCollection(CONFIGS, optimizer="adagrad", lr=0.1, eps=1e-8)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    opt = torch.optim.Adagrad(theirs.parameters(), lr=0.1, eps=1e-8)
+    scale = torch.randn(5, 20, generator=torch.Generator().manual_seed(9))
+    x = KeyedJaggedTensor.from_lengths_sync(
+        keys=FEATURES, values=torch.tensor([3, 3, 7, 3, 1, 2]), lengths=torch.tensor([2, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0])
+    )
+    for step in range(4):
+        for m in (theirs, ours):
+            (m(x if step == 0 else kjt(5, 200 + step)).values() * scale).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    for k, v in theirs.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[k], v, rtol=1e-6, atol=1e-6)
+    assert ours.fused_optimizer.state_dict()["state"]["embedding_bags.t_user.weight"]["steps"] == 4
+
+
 def test_mismatched_inputs_are_refused_by_name() -> None:
     _, ours = twins()
     x = kjt(3, 0)
