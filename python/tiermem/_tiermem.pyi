@@ -22,6 +22,7 @@ __all__ = [
     "OPTIMIZERS",
     "OPTIMIZER_SETTINGS",
     "check_optimizer",
+    "optimizer_state_width",
     "WEIGHT_DECAY_MODES",
     "DRAM_SOURCES",
     "PLACES",
@@ -299,6 +300,7 @@ def lookup_into(
     prefetch: int,
 ) -> dict[str, int]: ...
 def check_optimizer(optimizer: tuple[str, bool, list[tuple[str, float]], str | None]) -> None: ...
+def optimizer_state_width(name: str, width: int) -> int: ...
 def update_from(
     tables: list[Table],
     bags: tuple[list[Any], list[Any], list[Any | None]],

@@ -44,6 +44,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed::kernels::lookup_into, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::update_from, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::check_optimizer, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::kernels::optimizer_state_width, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::sparse_grad, m)?)?;
     m.add_function(wrap_pyfunction!(embed::kernels::gather, m)?)?;
     m.add_function(wrap_pyfunction!(embed::workload::generate_into, m)?)?;

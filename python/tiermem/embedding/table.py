@@ -381,6 +381,15 @@ class EmbeddingTable:
         self._native.read_rows(0, out)
         return out
 
+    def read(self, start: int, count: int) -> np.ndarray:
+        """A float32 copy of rows ``start..start + count`` (their newest values), so a
+        checkpoint can stream a table a chunk at a time."""
+        if start < 0 or count < 0 or start + count > self.num_embeddings:
+            raise InvalidArgumentError(f"rows {start}..{start + count} are outside the table's {self.num_embeddings}")
+        out = np.empty((count, self.embedding_dim), np.float32)
+        self._native.read_rows(int(start), out)
+        return out
+
     def load(self, weights: Any, start: int = 0) -> None:
         """Overwrite rows ``start..start + len(weights)`` (rounded to the storage dtype)."""
         w = _f32(weights, "weights")
@@ -534,6 +543,12 @@ class EmbeddingTable:
         values = np.empty(n, np.float32)
         self._native.read_optimizer_state(0, values)
         return kind, values, int(steps)
+
+    def optimizer_state_info(self) -> tuple[str, int, int] | None:
+        """``(kind, values, steps)`` of the fused optimizer's state without copying it (its
+        length in floats: ``rows x`` the optimizer's floats per row), or ``None``."""
+        info = self._native.optimizer_state_info()
+        return None if info is None else (str(info[0]), int(info[1]), int(info[2]))
 
     def read_optimizer_state(self, offset: int, out: np.ndarray) -> None:
         """Copy optimizer-state values ``offset .. offset + len(out)`` into ``out``
