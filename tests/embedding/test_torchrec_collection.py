@@ -108,7 +108,9 @@ def test_a_shared_table_takes_one_adagrad_step_of_its_features_summed_gradient()
     opt = torch.optim.Adagrad(theirs.parameters(), lr=0.1, eps=1e-8)
     scale = torch.randn(5, 20, generator=torch.Generator().manual_seed(9))
     x = KeyedJaggedTensor.from_lengths_sync(
-        keys=FEATURES, values=torch.tensor([3, 3, 7, 3, 1, 2]), lengths=torch.tensor([2, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0])
+        keys=FEATURES,
+        values=torch.tensor([3, 3, 7, 3, 1, 2]),
+        lengths=torch.tensor([2, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0]),
     )
     for step in range(4):
         for m in (theirs, ours):

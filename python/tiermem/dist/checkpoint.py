@@ -218,8 +218,11 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
     error naming it; nothing is restored from a file that fails its checks."""
     m = _manifest(folder, config)
     old = ShardPlan.from_dict(m["plan"])
-    if old.rows != emb.plan.rows or old.dim != emb.plan.dim:
-        raise InvalidArgumentError(f"the checkpoint's tables are {list(old.rows)} x {old.dim}, the model's {list(emb.plan.rows)} x {emb.plan.dim}")
+    widths = [old.dim_of(t) for t in range(len(old.rows))]
+    if old.rows != emb.plan.rows or widths != emb.dims:
+        raise InvalidArgumentError(
+            f"the checkpoint's tables are {list(old.rows)} rows x {widths} wide, the model's {list(emb.plan.rows)} x {emb.dims}"
+        )
     # Every rank checks every file before restoring anything, so a missing one stops all
     # ranks with the same error (not one rank with it and the others at their next
     # collective with a closed connection).
@@ -234,8 +237,8 @@ def load_sharded(folder: str, emb: ShardedEmbeddings, config: dict[str, Any]) ->
             opened[rank] = checkpoint.Checkpoint(paths[rank])
         return opened[rank]
 
-    dim = old.dim
     for s, t in zip(emb.shards, emb.tables, strict=True):
+        dim = old.dim_of(s.table)
         over = [o for o in old.of_table(s.table) if max(s.lo, o.lo) < min(s.hi, o.hi) and _cols(s, o, dim)]
         if all(o.cols(dim) == s.cols(dim) for o in over):
             for o in over:

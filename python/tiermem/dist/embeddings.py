@@ -104,7 +104,7 @@ class ShardedEmbeddings(torch.nn.Module):
             this rank (``shard.rows`` rows of ``plan.dim``), placed as this rank wants it.
         lr: the fused SGD's learning rate (or ``optimizer`` an
             :class:`~tiermem.embedding.OptimizerConfig`).
-        mode: ``"sum"`` or ``"mean"`` pooling.
+        mode: ``"sum"`` or ``"mean"`` pooling (or one per table).
         grad_scale: what the output's gradient is multiplied by before the update (default
             ``1 / world``; see the module's note).
         group: the process group (default the world).
@@ -113,7 +113,8 @@ class ShardedEmbeddings(torch.nn.Module):
 
     ``forward(indices, offsets)`` takes this rank's local bags per table (``indices[t]``
     int64, ``offsets[t]`` its ``b + 1`` boundaries; every rank calls it together) and
-    returns ``(b, tables * dim)`` float32 with the tables in order; backward updates the
+    returns ``(b, sum of the tables' widths)`` float32 with the tables in order (a plan may
+    give each table its own width); backward updates the
     rows. It has the interface of the single-process ``TieredEmbeddings`` of
     :mod:`tiermem.dlrm.model` (``load_rows``, ``step``, and ``rows_held`` so a model writes
     only the rows this rank holds).
@@ -126,14 +127,15 @@ class ShardedEmbeddings(torch.nn.Module):
         *,
         lr: float = 0.01,
         optimizer: OptimizerConfig | None = None,
-        mode: str = "sum",
+        mode: str | Sequence[str] = "sum",
         grad_scale: float | None = None,
         group: Any = None,
         names: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        if mode not in ("sum", "mean"):
-            raise InvalidArgumentError(f"mode {mode!r}: sharded tables pool with 'sum' or 'mean'")
+        modes = [mode] * len(plan.rows) if isinstance(mode, str) else list(mode)
+        if len(modes) != len(plan.rows) or any(m not in ("sum", "mean") for m in modes):
+            raise InvalidArgumentError(f"mode {mode!r}: sharded tables pool with 'sum' or 'mean', one for all or one per table")
         if not dist.is_initialized():
             raise InvalidArgumentError("ShardedEmbeddings needs torch.distributed initialised (init_process_group)")
         self.group = group
@@ -141,7 +143,11 @@ class ShardedEmbeddings(torch.nn.Module):
         self.world = dist.get_world_size(group)
         if plan.world != self.world:
             raise InvalidArgumentError(f"the shard plan is for {plan.world} ranks, the group has {self.world}")
-        self.plan, self.mode = plan, mode
+        self.plan, self.modes = plan, modes
+        self.mode = modes[0] if len(set(modes)) == 1 else "mixed"
+        #: Each table's width and its first output column.
+        self.dims = [plan.dim_of(t) for t in range(len(plan.rows))]
+        self._col0 = [int(c) for c in np.cumsum([0, *self.dims])]
         self.names = list(names) if names is not None else [f"t{t}" for t in range(len(plan.rows))]
         if len(self.names) != len(plan.rows) or len(set(self.names)) != len(self.names):
             raise InvalidArgumentError(f"{len(plan.rows)} tables need as many distinct names, got {list(self.names)}")
@@ -150,10 +156,10 @@ class ShardedEmbeddings(torch.nn.Module):
         self.shards = plan.held(self.rank)
         self.tables = [make_table(s) for s in self.shards]
         for s, t in zip(self.shards, self.tables, strict=True):
-            if t.num_embeddings != s.rows or t.embedding_dim != s.width(plan.dim):
+            if t.num_embeddings != s.rows or t.embedding_dim != s.width(plan.dim_of(s.table)):
                 raise InvalidArgumentError(
                     f"make_table gave a {t.num_embeddings} x {t.embedding_dim} table for shard {s} "
-                    f"({s.rows} x {s.width(plan.dim)})"
+                    f"({s.rows} x {s.width(plan.dim_of(s.table))})"
                 )
         self._collection = EmbeddingCollection(self.tables) if self.tables else None
         # Per table, its shards, its distinct row ranges' first rows (for routing: a row goes
@@ -164,8 +170,10 @@ class ShardedEmbeddings(torch.nn.Module):
         self._range_of = {s: los[s.table].index(s.lo) for s in plan.shards}
         self._held_by = [plan.held(r) for r in range(self.world)]
         # Columns each rank's shards return per sample, and where each shard's go.
-        self._widths = [sum(s.width(plan.dim) for s in held) for held in self._held_by]
-        self._out_cols = {s: (s.table * plan.dim + s.cols(plan.dim)[0], s.width(plan.dim)) for s in plan.shards}
+        self._widths = [sum(s.width(plan.dim_of(s.table)) for s in held) for held in self._held_by]
+        self._out_cols = {
+            s: (self._col0[s.table] + s.cols(plan.dim_of(s.table))[0], s.width(plan.dim_of(s.table))) for s in plan.shards
+        }
         self._anchor = torch.zeros((), requires_grad=True)
         #: This rank's exchanges so far (seconds in collectives, bytes sent, calls).
         self.traffic = Traffic()
@@ -180,7 +188,7 @@ class ShardedEmbeddings(torch.nn.Module):
         end = start + len(values)
         for s, t in zip(self.shards, self.tables, strict=True):
             lo, hi = max(start, s.lo), min(end, s.hi)
-            c0, c1 = s.cols(self.plan.dim)
+            c0, c1 = s.cols(self.plan.dim_of(s.table))
             if s.table == table and lo < hi:
                 t.load(np.ascontiguousarray(values[lo - start : hi - start, c0:c1]), lo - s.lo)
 
@@ -212,10 +220,8 @@ class ShardedEmbeddings(torch.nn.Module):
         if sorted(keys) != sorted(self.names):
             raise InvalidArgumentError(f"the KeyedJaggedTensor has keys {keys}, the tables are {self.names}")
         jts = kjt.to_dict()
-        out = self(
-            [jts[n].values().to(torch.int64) for n in self.names], [jts[n].offsets().to(torch.int64) for n in self.names]
-        )
-        return KeyedTensor(keys=self.names, length_per_key=[self.plan.dim] * len(self.names), values=out)
+        out = self([jts[n].values().to(torch.int64) for n in self.names], [jts[n].offsets().to(torch.int64) for n in self.names])
+        return KeyedTensor(keys=self.names, length_per_key=list(self.dims), values=out)
 
     # The exchange ---------------------------------------------------------------------------
     def _local_bags(self, indices: Sequence[Any], offsets: Sequence[Any]) -> tuple[int, list[list[np.ndarray]], list[np.ndarray]]:
@@ -293,7 +299,6 @@ class ShardedEmbeddings(torch.nn.Module):
                 vs.append(got_val[s][starts[s][k] : starts[s][k + 1]])
             n = np.concatenate(ns)
             bags.append((np.concatenate(vs), np.concatenate([[0], np.cumsum(n)]).astype(np.int64)))
-        dim = self.plan.dim
         if self._collection is not None:
             pooled = self._collection.lookup(bags, mode="sum")
         else:
@@ -307,7 +312,7 @@ class ShardedEmbeddings(torch.nn.Module):
             self.traffic,
             self.rank,
         )
-        out = np.zeros((b, len(self.plan.rows) * dim), np.float32)
+        out = np.zeros((b, self._col0[-1]), np.float32)
         for d, held in enumerate(self._held_by):
             part = got[d].reshape(b, self._widths[d])
             at = 0
@@ -315,20 +320,19 @@ class ShardedEmbeddings(torch.nn.Module):
                 col, w = self._out_cols[sh]
                 out[:, col : col + w] += part[:, at : at + w]
                 at += w
-        if self.mode == "mean":
-            for t, n in enumerate(lengths):
-                out[:, t * dim : (t + 1) * dim] /= np.maximum(n, 1)[:, None]
+        for t, n in enumerate(lengths):
+            if self.modes[t] == "mean":
+                out[:, self._col0[t] : self._col0[t + 1]] /= np.maximum(n, 1)[:, None]
         return out, _Routed(sizes, bags, lengths)
 
     def _backward(self, routed: _Routed, grad: np.ndarray) -> None:
-        dim, b = self.plan.dim, routed.sizes[self.rank]
-        if grad.shape != (b, len(self.plan.rows) * dim):
-            raise InvalidArgumentError(f"the gradient has shape {grad.shape}, the output {(b, len(self.plan.rows) * dim)}")
+        b = routed.sizes[self.rank]
+        if grad.shape != (b, self._col0[-1]):
+            raise InvalidArgumentError(f"the gradient has shape {grad.shape}, the output {(b, self._col0[-1])}")
         grad = grad * np.float32(self.grad_scale)
-        if self.mode == "mean":
-            grad = grad.copy()
-            for t, n in enumerate(routed.lengths):
-                grad[:, t * dim : (t + 1) * dim] /= np.maximum(n, 1)[:, None]
+        for t, n in enumerate(routed.lengths):
+            if self.modes[t] == "mean":
+                grad[:, self._col0[t] : self._col0[t + 1]] /= np.maximum(n, 1)[:, None]
         parts = [
             np.concatenate([grad[:, c : c + w] for c, w in (self._out_cols[s] for s in held)], axis=1).reshape(-1)
             if held
@@ -343,5 +347,7 @@ class ShardedEmbeddings(torch.nn.Module):
         self._collection.update(routed.bags, np.ascontiguousarray(mine), mode="sum", optimizer=self.optim)
 
     def extra_repr(self) -> str:
-        held = ", ".join(f"t{s.table}[{s.lo}:{s.hi}, {':'.join(map(str, s.cols(self.plan.dim)))}]" for s in self.shards)
+        held = ", ".join(
+            f"t{s.table}[{s.lo}:{s.hi}, {':'.join(map(str, s.cols(self.plan.dim_of(s.table))))}]" for s in self.shards
+        )
         return f"rank={self.rank}/{self.world}, sharding={self.plan.sharding}, held=({held})"

@@ -82,6 +82,12 @@ class ShardPlan:
     shards: tuple[Shard, ...]
     caches: tuple[ShardCache, ...] = ()
     fast: tuple[int, ...] = ()
+    #: Each table's width when they differ (empty: every table ``dim`` wide).
+    dims: tuple[int, ...] = ()
+
+    def dim_of(self, table: int) -> int:
+        """Table ``table``'s width."""
+        return self.dims[table] if self.dims else self.dim
 
     def cache_of(self, shard: Shard) -> ShardCache | None:
         """``shard``'s planned cache (None when caches were not planned)."""
@@ -99,7 +105,8 @@ class ShardPlan:
         """Bytes of rows each rank holds (a column shard's share of ``row_bytes``)."""
         out = [0] * self.world
         for s in self.shards:
-            out[s.rank] += s.rows * row_bytes * s.width(self.dim) // self.dim
+            d = self.dim_of(s.table)
+            out[s.rank] += s.rows * row_bytes * s.width(d) // d
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +118,7 @@ class ShardPlan:
             "shards": [[s.table, s.rank, s.lo, s.hi, s.c0, s.c1] for s in self.shards],
             "caches": [dataclasses.asdict(c) for c in self.caches],
             "fast": list(self.fast),
+            "dims": list(self.dims),
         }
 
     @classmethod
@@ -125,6 +133,7 @@ class ShardPlan:
             tuple(Shard(*(int(x) for x in s)) for s in d["shards"]),
             tuple(ShardCache(**c) for c in d.get("caches", ())),
             tuple(int(f) for f in d.get("fast", ())),
+            tuple(int(x) for x in d.get("dims", ())),
         )
 
     def header(self) -> list[str]:
@@ -138,7 +147,7 @@ class ShardPlan:
         body = []
         for r in range(self.world):
             held = self.held(r)
-            parts = [f"t{s.table}" + _slice(s, self.rows[s.table], self.dim) for s in held]
+            parts = [f"t{s.table}" + _slice(s, self.rows[s.table], self.dim_of(s.table)) for s in held]
             row = [str(r), " ".join(parts) or "-", format_bytes(sizes[r])]
             if self.caches:
                 cs = [c for c in (self.cache_of(s) for s in held) if c is not None]
@@ -182,14 +191,14 @@ def _balanced_tables(rows: Sequence[int], world: int) -> list[int]:
 
 def plan_shards(
     rows: Sequence[int],
-    dim: int,
+    dim: int | Sequence[int],
     world: int,
     sharding: str = "table",
     *,
     row_bytes: int | None = None,
     capacity: Sequence[int] | None = None,
 ) -> ShardPlan:
-    """Place tables of ``rows`` rows (``dim`` wide) on ``world`` ranks.
+    """Place tables of ``rows`` rows (``dim`` wide, or ``dim[t]`` each) on ``world`` ranks.
 
     ``"table"``: each table whole on one rank, the largest first onto the least-loaded
     rank. ``"row"``: each table's rows split into ``world`` contiguous ranges, as even as
@@ -204,6 +213,9 @@ def plan_shards(
         raise InvalidArgumentError(f"sharding {sharding!r}: known are {', '.join(SHARDINGS)}")
     if not rows or any(r < 1 for r in rows):
         raise InvalidArgumentError(f"every table needs at least one row, got {list(rows)}")
+    dims = [int(dim)] * len(rows) if isinstance(dim, int | np.integer) else [int(d) for d in dim]
+    if len(dims) != len(rows) or any(d < 1 for d in dims):
+        raise InvalidArgumentError(f"one width of at least 1 per table: {dims} for {len(rows)} tables")
     shards: list[Shard] = []
     if sharding == "table":
         owner = _balanced_tables(rows, world)
@@ -214,11 +226,14 @@ def plan_shards(
                 raise InvalidArgumentError(f"table {t} has {r} rows, fewer than the {world} ranks it is split over row-wise")
             shards += [Shard(t, k, lo, hi) for k, (lo, hi) in enumerate(_even(r, world))]
     else:
-        if dim < world:
-            raise InvalidArgumentError(f"tables {dim} wide cannot be split column-wise over {world} ranks")
+        if min(dims) < world:
+            raise InvalidArgumentError(f"tables {min(dims)} wide cannot be split column-wise over {world} ranks")
         for t, r in enumerate(rows):
-            shards += [Shard(t, k, 0, r, c0, c1) for k, (c0, c1) in enumerate(_even(dim, world))]
-    plan = ShardPlan(tuple(int(r) for r in rows), int(dim), int(world), sharding, tuple(shards))
+            shards += [Shard(t, k, 0, r, c0, c1) for k, (c0, c1) in enumerate(_even(dims[t], world))]
+    mixed = len(set(dims)) > 1
+    plan = ShardPlan(
+        tuple(int(r) for r in rows), max(dims), int(world), sharding, tuple(shards), dims=tuple(dims) if mixed else ()
+    )
     if capacity is not None:
         if row_bytes is None:
             raise InvalidArgumentError("a capacity check needs the bytes of a row")
@@ -265,7 +280,7 @@ def plan_caches(plan: ShardPlan, traces: Sequence[np.ndarray], fast: Sequence[in
                 f"scratch ({format_bytes(need)} for {sum(s.rows for s in held)} rows): give it more, or add ranks"
             )
         parts = [shard_trace(traces[s.table], s) for s in held]
-        widths = [row_bytes * s.width(plan.dim) // plan.dim for s in held]
+        widths = [row_bytes * s.width(plan.dim_of(s.table)) // plan.dim_of(s.table) for s in held]
         planned = plan_within(parts, [s.rows for s in held], widths, int(fast[r]), costs)
         for s, p, tr in zip(held, planned, parts, strict=True):
             hit = {"static": p.hit_static, "dynamic": p.hit_dynamic}.get(p.policy or "", 0.0)

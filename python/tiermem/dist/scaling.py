@@ -35,9 +35,11 @@ not fall as ranks are added; table-wise shards' do.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
@@ -157,10 +159,10 @@ def _probe_rank(rank: int, world: int, port: int, sizes: list[int], reps: int, g
             send = torch.zeros(n, dtype=torch.float32)
             recv = torch.zeros_like(send)
             gathered = [torch.empty_like(send) for _ in range(world)]
-            calls = {
-                "all_to_all": lambda: dist.all_to_all_single(recv, send),
-                "all_reduce": lambda: dist.all_reduce(recv),
-                "all_gather": lambda: dist.all_gather(gathered, send),
+            calls: dict[str, Callable[[], Any]] = {
+                "all_to_all": functools.partial(dist.all_to_all_single, recv, send),
+                "all_reduce": functools.partial(dist.all_reduce, recv),
+                "all_gather": functools.partial(dist.all_gather, gathered, send),
             }
             for k in KINDS:  # connect
                 calls[k]()

@@ -136,15 +136,22 @@ def _train_quietly(o: DistOptions, rank: int, world: int) -> dict[str, Any]:
     sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": o.lr})
     planner = EmbeddingShardingPlanner(
         topology=TopologyFactory.create_topology(
-            trainer_config=TrainerConfig(world_size=world, local_world_size=world), kernel_config=KernelConfig(compute_device="cpu")
+            trainer_config=TrainerConfig(world_size=world, local_world_size=world),
+            kernel_config=KernelConfig(compute_device="cpu"),
         ),
-        constraints={f"t{t}": ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"]) for t in range(c.num_tables)},
+        constraints={
+            f"t{t}": ParameterConstraints(sharding_types=["table_wise"], compute_kernels=["fused"]) for t in range(c.num_tables)
+        },
     )
     pg = dist.group.WORLD
     plan = planner.collective_plan(model, [sharder], pg)
-    dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=[sharder], device=torch.device("cpu"))
+    dmp = DistributedModelParallel(
+        model, env=ShardingEnv.from_process_group(pg), plan=plan, sharders=[sharder], device=torch.device("cpu")
+    )
     _load_rows(dmp, c, o.seed)
-    opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())), lambda ps: torch.optim.SGD(ps, lr=o.lr))
+    opt = KeyedOptimizerWrapper(
+        dict(in_backward_optimizer_filter(dmp.named_parameters())), lambda ps: torch.optim.SGD(ps, lr=o.lr)
+    )
     loss_fn = torch.nn.BCELoss()
     data = SyntheticData(c.rows, c.dense_features, c.batch_size, c.bag, dist=o.dist, seed=o.data_seed)
     losses, seconds = [], 0.0
@@ -178,5 +185,7 @@ def run(o: DistOptions, nproc: int) -> dict[str, Any]:
             f"the peer runs {', '.join(SHARDINGS)}-wise"
         )
     if o.placement != "dram":
-        raise InvalidArgumentError(f"the peer keeps every row in DRAM (fbgemm's CPU tables); placement {o.placement!r} is tiermem's")
+        raise InvalidArgumentError(
+            f"the peer keeps every row in DRAM (fbgemm's CPU tables); placement {o.placement!r} is tiermem's"
+        )
     return launch(o, nproc, body=_train)

@@ -34,15 +34,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .._files import write_json_atomic
-from ..embedding import EmbeddingTable, Placement
-from ..embedding.cacheplan import Costs, TablePlan, cache_fast_bytes, hot_rows, meta_bytes
-from ..exceptions import InvalidArgumentError
-from ..manager import Manager
 from ..dlrm.data.batch import Batch
 from ..dlrm.data.criteo import CriteoReader, line_ranges
 from ..dlrm.data.synthetic import SyntheticData
 from ..dlrm.model import DLRM, DLRMConfig
 from ..dlrm.trainer import SLACK_SHARE, profile_traces
+from ..embedding import EmbeddingTable, Placement
+from ..embedding.cacheplan import Costs, TablePlan, cache_fast_bytes, hot_rows, meta_bytes
+from ..exceptions import InvalidArgumentError
+from ..manager import Manager
 from .checkpoint import load_sharded, save_sharded
 from .embeddings import ShardedEmbeddings
 from .plan import PLACEMENTS, Shard, ShardPlan, plan_caches, plan_shards, shard_trace
@@ -102,7 +102,9 @@ class DistOptions:
                 + ("keeps every row in DRAM" if self.placement == "dram" else "sizes its caches by --cache (not planned yet)")
             )
         if self.fast_bytes < 0 or self.profile_steps < 1:
-            raise InvalidArgumentError(f"fast_bytes ({self.fast_bytes}) must be at least 0 and profile_steps ({self.profile_steps}) positive")
+            raise InvalidArgumentError(
+                f"fast_bytes ({self.fast_bytes}) must be at least 0 and profile_steps ({self.profile_steps}) positive"
+            )
         if self.criteo and len(self.config.rows) != 26:
             raise InvalidArgumentError(f"Criteo data has 26 categorical features; the model has {len(self.config.rows)} tables")
         if self.steps < 1 or self.timeout <= 0 or not 0 <= self.warmup < self.steps:
@@ -219,7 +221,9 @@ def train_rank(o: DistOptions, rank: int, world: int, init_method: str, body: Bo
     """Train ``o.steps`` steps as rank ``rank`` of ``world``; returns the global loss of
     every step (the mean over every rank's samples) and this rank's time split. ``body``
     trains something else in the same process group (the TorchRec peer)."""
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=o.timeout))
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=o.timeout)
+    )
     try:
         return (body or _train)(o, rank, world)
     finally:
@@ -352,7 +356,9 @@ def _agree(o: DistOptions, world: int) -> None:
     dist.all_gather(every, digest)
     for r, theirs in enumerate(every):
         if not torch.equal(theirs, digest):
-            raise InvalidArgumentError(f"rank {r}'s options differ from rank {dist.get_rank()}'s: every rank must train the same run")
+            raise InvalidArgumentError(
+                f"rank {r}'s options differ from rank {dist.get_rank()}'s: every rank must train the same run"
+            )
 
 
 def write_result(path: str, res: dict[str, Any]) -> None:
@@ -393,7 +399,9 @@ def launch(o: DistOptions, nproc: int, body: Body | None = None) -> dict[str, An
         raise InvalidArgumentError(f"--nproc must be at least 1, got {nproc}")
     with tempfile.TemporaryDirectory(prefix="tiermem-dist-") as d:
         out = os.path.join(d, "rank0.json")
-        mp.start_processes(_worker, args=(nproc, _free_port(), o.to_json(), out, body), nprocs=nproc, join=True, start_method="spawn")
+        mp.start_processes(
+            _worker, args=(nproc, _free_port(), o.to_json(), out, body), nprocs=nproc, join=True, start_method="spawn"
+        )
         with open(out) as f:
             res: dict[str, Any] = json.load(f)
     return res

@@ -74,17 +74,17 @@ class _Handle(torch.Tensor):
 
     @staticmethod
     def __new__(cls, shape: tuple[int, ...], dtype: torch.dtype, *args: Any) -> _Handle:
-        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu")  # type: ignore[attr-defined,no-any-return]
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=torch.device("cpu"))
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
         raise InvalidArgumentError(
             f"{cls.__name__} stands for a tiered table in a DCP state dict and holds no data ({func} was called on "
             "it): save it with torch.distributed.checkpoint, load it with tiermem.torch.dcp.LoadPlanner, or read "
             "rows with its read()"
         )
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[attr-defined]
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
 
 class _Part:

@@ -228,7 +228,9 @@ class _Collection(torch.nn.Module):
                 offsets = torch.arange(values.numel() + 1)
             else:
                 sizes = [jt.lengths().numel() for jt in jts]
-                offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.cat([jt.lengths() for jt in jts]).to(torch.int64), 0)])
+                offsets = torch.cat(
+                    [torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.cat([jt.lengths() for jt in jts]).to(torch.int64), 0)]
+                )
             weights = torch.cat([jt.weights() for jt in jts]) if weighted else None
             try:
                 rows = bags[c.name](values, offsets, weights)
@@ -280,7 +282,7 @@ class EmbeddingBagCollection(_Collection):
         return self._is_weighted
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
-        pooled = []
+        pooled: list[torch.Tensor] = []
         for _, _, _, rows in self._lookups(self._features(features, self._is_weighted), self._is_weighted):
             pooled.extend(r.float() for r in rows)
         return KeyedTensor(
