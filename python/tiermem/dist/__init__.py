@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .plan import PLACEMENTS, SHARDINGS, Shard, ShardCache, ShardPlan, plan_caches, plan_shards
 
 if TYPE_CHECKING:
+    from .collection import EmbeddingBagCollection
     from .embeddings import ShardedEmbeddings
     from .train import DistOptions, launch, train_rank
 
@@ -20,6 +21,7 @@ __all__ = [
     "PLACEMENTS",
     "SHARDINGS",
     "DistOptions",
+    "EmbeddingBagCollection",
     "Shard",
     "ShardCache",
     "ShardPlan",
@@ -30,7 +32,13 @@ __all__ = [
     "train_rank",
 ]
 
-_LAZY = {"ShardedEmbeddings": "embeddings", "DistOptions": "train", "launch": "train", "train_rank": "train"}
+_LAZY = {
+    "EmbeddingBagCollection": "collection",
+    "ShardedEmbeddings": "embeddings",
+    "DistOptions": "train",
+    "launch": "train",
+    "train_rank": "train",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,15 @@ from ..manager import Manager
 from ..torch.embedding import TieredEmbeddingBag
 from .fused import FusedOptimizer, drop_optimizer_keys, optimizer_config
 
-__all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "TableOptions", "embedding_names"]
+__all__ = [
+    "EmbeddingBagCollection",
+    "EmbeddingCollection",
+    "TableOptions",
+    "check_features",
+    "check_options",
+    "embedding_names",
+    "per_table",
+]
 
 #: TorchRec's pooling types and the modes tiermem's tables pool with.
 POOLING = {PoolingType.SUM: "sum", PoolingType.MEAN: "mean"}
@@ -56,15 +64,18 @@ def _init_rows(bag: TieredEmbeddingBag, init_fn: Callable[[torch.Tensor], Any] |
         t.load(w.numpy(), start)
 
 
-def _per_table(placement: Placement | None, table: str) -> Placement | None:
-    """One placement for every table: a ``table:DIR`` device naming a folder gives each
-    table its own file in it, ``DIR/<table>.tbl``."""
+def per_table(placement: Placement | Mapping[str, Placement] | None, table: str, file: str | None = None) -> Placement | None:
+    """Table ``table``'s placement: its own from a mapping; from one for every table, a
+    ``table:DIR`` device naming a folder gives each table its own file in it,
+    ``DIR/<file or table>.tbl``."""
+    if isinstance(placement, Mapping):
+        placement = placement.get(table)
     if placement is None or not isinstance(placement.device, str):
         return placement
     folder = table_dir(placement.device)
     if folder is None or not os.path.isdir(folder):
         return placement
-    return dataclasses.replace(placement, device=f"table:{os.path.join(folder, table + '.tbl')}")
+    return dataclasses.replace(placement, device=f"table:{os.path.join(folder, (file or table) + '.tbl')}")
 
 
 class TableOptions(TypedDict, total=False):
@@ -95,6 +106,80 @@ class TableOptions(TypedDict, total=False):
     init: str
 
 
+def check_options(
+    tables: Sequence[BaseEmbeddingConfig], config_type: type[BaseEmbeddingConfig], device: Any, options: Mapping[str, Any]
+) -> str | OptimizerConfig:
+    """Refuse, naming what and why, configs and options a collection cannot take; returns
+    the optimizer (a name, or the config ``fused_params`` give)."""
+    unknown = sorted(set(options) - set(TableOptions.__annotations__))
+    if unknown:
+        raise InvalidArgumentError(f"unknown arguments {unknown}; tiermem's are {sorted(TableOptions.__annotations__)}")
+    placement = options.get("placement")
+    optimizer: str | OptimizerConfig = options.get("optimizer", "sgd")
+    if "fused_params" in options:
+        clash = sorted({"optimizer", "lr", "eps"} & set(options))
+        if clash:
+            raise InvalidArgumentError(f"pass the optimizer in fused_params or as {clash}, not both")
+        optimizer = optimizer_config(options["fused_params"])
+    if device is not None and torch.device(device).type != "cpu":
+        raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
+    if not tables:
+        raise InvalidArgumentError(f"a collection needs at least one {config_type.__name__}")
+    names: set[str] = set()
+    for c in tables:
+        if not isinstance(c, config_type):
+            raise InvalidArgumentError(f"tables: expected torchrec {config_type.__name__} objects, got {type(c).__name__}")
+        if c.name in names:
+            raise InvalidArgumentError(f"table {c.name!r} is configured twice")
+        names.add(c.name)
+        if not c.feature_names:
+            raise InvalidArgumentError(f"table {c.name!r} has no feature_names")
+        if len(set(c.feature_names)) != len(c.feature_names):
+            raise InvalidArgumentError(f"table {c.name!r} names a feature twice: {c.feature_names}")
+        if c.data_type not in DATA_TYPES:
+            raise InvalidArgumentError(
+                f"table {c.name!r}: data_type {c.data_type.name} is not trainable here; "
+                f"known are {', '.join(d.name for d in DATA_TYPES)}"
+            )
+    if isinstance(placement, Placement) and len(tables) > 1 and per_table(placement, "") is placement:
+        if isinstance(placement.device, str) and table_dir(placement.device) is not None:
+            raise InvalidArgumentError(
+                f"{len(tables)} tables cannot share the one table file {placement.device!r}: name an existing "
+                "folder (each table gets its own file in it) or give a placement per table"
+            )
+    if isinstance(placement, Mapping):
+        strangers = sorted(set(placement) - names)
+        if strangers:
+            raise InvalidArgumentError(f"placement names tables that are not configured: {strangers}")
+    return optimizer
+
+
+def check_features(features: Any, feature_names: Sequence[Sequence[str]], weighted: bool) -> dict[str, JaggedTensor]:
+    """The KJT's features by name, once it is checked against the tables' ``feature_names``
+    (keys, lengths, device, weights): a mismatch is an error naming the features."""
+    if not isinstance(features, KeyedJaggedTensor):
+        raise InvalidArgumentError(f"features: expected a torchrec KeyedJaggedTensor, got {type(features).__name__}")
+    if features.device().type != "cpu":
+        raise InvalidArgumentError(f"features are on {features.device()}: tiered tables look up on the CPU")
+    keys = features.keys()
+    wanted = {f for fs in feature_names for f in fs}
+    extra = [k for k in keys if k not in wanted]
+    missing = sorted(wanted - set(keys))
+    if extra or missing:
+        parts = [f"not configured: {extra}" if extra else "", f"missing: {missing}" if missing else ""]
+        raise InvalidArgumentError(
+            "the KeyedJaggedTensor's keys do not match the configs' features: " + "; ".join(p for p in parts if p)
+        )
+    lengths = features.lengths()
+    if int(lengths.sum()) != features.values().numel():
+        raise InvalidArgumentError(
+            f"the KeyedJaggedTensor's lengths add up to {int(lengths.sum())} but it holds {features.values().numel()} values"
+        )
+    if weighted and features.weights_or_none() is None:
+        raise InvalidArgumentError("this collection is weighted but the KeyedJaggedTensor has no weights")
+    return features.to_dict()
+
+
 class _Collection(torch.nn.Module):
     """What both collections share: configs checked, one tiered table per config, and the
     input KJT checked against the features."""
@@ -110,54 +195,16 @@ class _Collection(torch.nn.Module):
         options: TableOptions,
     ) -> None:
         super().__init__()
-        unknown = sorted(set(options) - set(TableOptions.__annotations__))
-        if unknown:
-            raise InvalidArgumentError(f"unknown arguments {unknown}; tiermem's are {sorted(TableOptions.__annotations__)}")
         placement = options.get("placement")
         init = options.get("init", "auto")
-        optimizer: str | OptimizerConfig = options.get("optimizer", "sgd")
-        if "fused_params" in options:
-            clash = sorted({"optimizer", "lr", "eps"} & set(options))
-            if clash:
-                raise InvalidArgumentError(f"pass the optimizer in fused_params or as {clash}, not both")
-            optimizer = optimizer_config(options["fused_params"])
-        if device is not None and torch.device(device).type != "cpu":
-            raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
-        if not tables:
-            raise InvalidArgumentError(f"a collection needs at least one {config_type.__name__}")
-        names: set[str] = set()
-        for c in tables:
-            if not isinstance(c, config_type):
-                raise InvalidArgumentError(f"tables: expected torchrec {config_type.__name__} objects, got {type(c).__name__}")
-            if c.name in names:
-                raise InvalidArgumentError(f"table {c.name!r} is configured twice")
-            names.add(c.name)
-            if not c.feature_names:
-                raise InvalidArgumentError(f"table {c.name!r} has no feature_names")
-            if len(set(c.feature_names)) != len(c.feature_names):
-                raise InvalidArgumentError(f"table {c.name!r} names a feature twice: {c.feature_names}")
-            if c.data_type not in DATA_TYPES:
-                raise InvalidArgumentError(
-                    f"table {c.name!r}: data_type {c.data_type.name} is not trainable here; "
-                    f"known are {', '.join(d.name for d in DATA_TYPES)}"
-                )
-        if isinstance(placement, Placement) and len(tables) > 1 and _per_table(placement, "") is placement:
-            if isinstance(placement.device, str) and table_dir(placement.device) is not None:
-                raise InvalidArgumentError(
-                    f"{len(tables)} tables cannot share the one table file {placement.device!r}: name an existing "
-                    "folder (each table gets its own file in it) or give a placement per table"
-                )
-        if isinstance(placement, Mapping):
-            strangers = sorted(set(placement) - names)
-            if strangers:
-                raise InvalidArgumentError(f"placement names tables that are not configured: {strangers}")
+        optimizer = check_options(tables, config_type, device, options)
         self._configs = list(tables)
         self._feature_names = [list(c.feature_names) for c in tables]
         self._names_by_table = embedding_names(tables)
         self._embedding_names = [n for ns in self._names_by_table for n in ns]
         bags = torch.nn.ModuleDict()
         for c in tables:
-            place = placement.get(c.name) if isinstance(placement, Mapping) else _per_table(placement, c.name)
+            place = per_table(placement, c.name)
             bags[c.name] = bag = TieredEmbeddingBag(
                 c.num_embeddings,
                 c.embedding_dim,
@@ -192,27 +239,7 @@ class _Collection(torch.nn.Module):
         return torch.device("cpu")
 
     def _features(self, features: KeyedJaggedTensor, weighted: bool) -> dict[str, JaggedTensor]:
-        if not isinstance(features, KeyedJaggedTensor):
-            raise InvalidArgumentError(f"features: expected a torchrec KeyedJaggedTensor, got {type(features).__name__}")
-        if features.device().type != "cpu":
-            raise InvalidArgumentError(f"features are on {features.device()}: tiered tables look up on the CPU")
-        keys = features.keys()
-        wanted = {f for fs in self._feature_names for f in fs}
-        extra = [k for k in keys if k not in wanted]
-        missing = sorted(wanted - set(keys))
-        if extra or missing:
-            parts = [f"not configured: {extra}" if extra else "", f"missing: {missing}" if missing else ""]
-            raise InvalidArgumentError(
-                "the KeyedJaggedTensor's keys do not match the configs' features: " + "; ".join(p for p in parts if p)
-            )
-        lengths = features.lengths()
-        if int(lengths.sum()) != features.values().numel():
-            raise InvalidArgumentError(
-                f"the KeyedJaggedTensor's lengths add up to {int(lengths.sum())} but it holds {features.values().numel()} values"
-            )
-        if weighted and features.weights_or_none() is None:
-            raise InvalidArgumentError("this collection is weighted but the KeyedJaggedTensor has no weights")
-        return features.to_dict()
+        return check_features(features, self._feature_names, weighted)
 
     def _lookups(self, features: dict[str, JaggedTensor], weighted: bool) -> Any:
         """Per table, in config order: its name, its features' output names, and their rows,
