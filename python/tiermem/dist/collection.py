@@ -33,11 +33,11 @@ from ..torch.dcp import Piece, TableRows
 from ..torchrec.collection import (
     DATA_TYPES,
     POOLING,
-    WHOLE_INIT_BYTES,
     TableOptions,
     check_features,
     check_options,
     embedding_names,
+    init_shard,
     per_table,
 )
 from .embeddings import ShardedEmbeddings
@@ -107,7 +107,7 @@ class EmbeddingBagCollection(torch.nn.Module):
             t = EmbeddingTable(s.rows, c1 - c0, placement=place, manager=options.get("manager"))
             if not t.attached or init == "overwrite":
                 t.reset_optimizer()
-                _init_shard(t, c)
+                init_shard(t, c.num_embeddings, c.init_fn)
             return t
 
         self.sharded = ShardedEmbeddings(
@@ -213,18 +213,3 @@ class EmbeddingBagCollection(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"tables={[c.name for c in self._configs]}, {self.sharded.extra_repr()}, optimizer={self.optim.name!r}"
-
-
-def _init_shard(t: EmbeddingTable, c: EmbeddingBagConfig) -> None:
-    """A shard's rows from its config's ``init_fn`` (TorchRec's default: uniform within
-    ±sqrt(1/num_embeddings) of the whole table), drawn a chunk at a time."""
-    rows, dim = t.num_embeddings, t.embedding_dim
-    chunk = max(1, WHOLE_INIT_BYTES // (4 * dim))
-    bound = (1 / c.num_embeddings) ** 0.5
-    for start in range(0, rows, chunk):
-        w = torch.empty(min(chunk, rows - start), dim)
-        if c.init_fn is None:
-            torch.nn.init.uniform_(w, -bound, bound)
-        else:
-            c.init_fn(w)
-        t.load(w.numpy(), start)

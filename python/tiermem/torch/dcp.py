@@ -280,6 +280,11 @@ def state_dict(model: torch.nn.Module) -> dict[str, Any]:
     """``model.state_dict()`` with every tiered table as a :class:`TableRows` (and its
     optimizer state and step count beside it): what ``dcp.save`` streams and ``dcp.load``
     with :class:`LoadPlanner` fills in place."""
+    # TorchRec's DistributedModelParallel keys its state as the module it wraps does.
+    if type(model).__name__ == "DistributedModelParallel":
+        inner = model.module
+        assert isinstance(inner, torch.nn.Module)
+        model = inner
     with tables_aside():
         out: dict[str, Any] = dict(model.state_dict())
     # key -> (global shape, optimizer, parts)

@@ -9,14 +9,21 @@ placement for all, or one per table name), its optimizer fused into backward; th
 module's ``state_dict`` holds the weights alone and ``fused_optimizer`` (a
 :class:`FusedOptimizer`, as a sharded TorchRec model's) their optimizer state.
 
+:class:`EmbeddingBagCollectionSharder` lets TorchRec's ``DistributedModelParallel`` shard a
+model holding the collection (built on the meta device) table-, row- or column-wise, each
+shard a tiered table; :func:`~tiermem.torchrec.planner.planner` is TorchRec's planner told
+what those shards cost. Checkpoints of either go through :mod:`tiermem.torch.dcp`.
+
 Importing this package imports torchrec (the ``torchrec`` extra).
 """
 
 from .collection import EmbeddingBagCollection, EmbeddingCollection, TableOptions, embedding_names
 from .fused import FusedOptimizer, optimizer_config
+from .sharding import EmbeddingBagCollectionSharder
 
 __all__ = [
     "EmbeddingBagCollection",
+    "EmbeddingBagCollectionSharder",
     "EmbeddingCollection",
     "FusedOptimizer",
     "TableOptions",

@@ -12,6 +12,7 @@ import torch
 from torchrec.modules.embedding_configs import BaseEmbeddingConfig, DataType, EmbeddingBagConfig, EmbeddingConfig, PoolingType
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
+from ..embedding import EmbeddingTable
 from ..embedding.config import OptimizerConfig, Placement, table_dir
 from ..exceptions import InvalidArgumentError
 from ..manager import Manager
@@ -64,6 +65,21 @@ def _init_rows(bag: TieredEmbeddingBag, init_fn: Callable[[torch.Tensor], Any] |
         t.load(w.numpy(), start)
 
 
+def init_shard(t: EmbeddingTable, table_rows: int, init_fn: Callable[[torch.Tensor], Any] | None) -> None:
+    """A shard's rows (of a table of ``table_rows`` rows) from its config's ``init_fn``
+    (TorchRec's default: uniform within ±sqrt(1/table_rows)), drawn a chunk at a time."""
+    rows, dim = t.num_embeddings, t.embedding_dim
+    chunk = max(1, WHOLE_INIT_BYTES // (4 * dim))
+    bound = (1 / table_rows) ** 0.5
+    for start in range(0, rows, chunk):
+        w = torch.empty(min(chunk, rows - start), dim)
+        if init_fn is None:
+            torch.nn.init.uniform_(w, -bound, bound)
+        else:
+            init_fn(w)
+        t.load(w.numpy(), start)
+
+
 def per_table(placement: Placement | Mapping[str, Placement] | None, table: str, file: str | None = None) -> Placement | None:
     """Table ``table``'s placement: its own from a mapping; from one for every table, a
     ``table:DIR`` device naming a folder gives each table its own file in it,
@@ -76,6 +92,15 @@ def per_table(placement: Placement | Mapping[str, Placement] | None, table: str,
     if folder is None or not os.path.isdir(folder):
         return placement
     return dataclasses.replace(placement, device=f"table:{os.path.join(folder, (file or table) + '.tbl')}")
+
+
+class _Described(torch.nn.Module):
+    """A table on the meta device: its ``weight`` has the table's shape and type, no rows."""
+
+    def __init__(self, c: BaseEmbeddingConfig) -> None:
+        super().__init__()
+        dtype = DATA_TYPES[c.data_type]
+        self.weight = torch.nn.Parameter(torch.empty(c.num_embeddings, c.embedding_dim, device="meta", dtype=dtype))
 
 
 class TableOptions(TypedDict, total=False):
@@ -121,8 +146,8 @@ def check_options(
         if clash:
             raise InvalidArgumentError(f"pass the optimizer in fused_params or as {clash}, not both")
         optimizer = optimizer_config(options["fused_params"])
-    if device is not None and torch.device(device).type != "cpu":
-        raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU")
+    if device is not None and torch.device(device).type not in ("cpu", "meta"):
+        raise InvalidArgumentError(f"device {device!r}: tiered tables run on the CPU (or describe themselves on 'meta')")
     if not tables:
         raise InvalidArgumentError(f"a collection needs at least one {config_type.__name__}")
     names: set[str] = set()
@@ -203,7 +228,11 @@ class _Collection(torch.nn.Module):
         self._names_by_table = embedding_names(tables)
         self._embedding_names = [n for ns in self._names_by_table for n in ns]
         bags = torch.nn.ModuleDict()
+        self._meta = device is not None and torch.device(device).type == "meta"
         for c in tables:
+            if self._meta:  # what TorchRec's sharders read (shapes and types); no rows
+                bags[c.name] = _Described(c)
+                continue
             place = per_table(placement, c.name)
             bags[c.name] = bag = TieredEmbeddingBag(
                 c.num_embeddings,
@@ -231,14 +260,24 @@ class _Collection(torch.nn.Module):
     def fused_optimizer(self) -> FusedOptimizer:
         """The tables' fused optimizer (TorchRec's name for it), whose ``state_dict`` holds
         their optimizer state, keyed as the weights are in this module's ``state_dict``."""
+        self._refuse_meta()
         return FusedOptimizer({f"{self._attr}.{name}.weight": bag for name, bag in getattr(self, self._attr).items()})
 
     @property
     def device(self) -> torch.device:
-        """Where lookups run (the CPU; the rows live where each table's placement puts them)."""
-        return torch.device("cpu")
+        """Where lookups run (the CPU; the rows live where each table's placement puts them),
+        or ``meta`` for a collection that only describes its tables."""
+        return torch.device("meta" if self._meta else "cpu")
+
+    def _refuse_meta(self) -> None:
+        if self._meta:
+            raise InvalidArgumentError(
+                "this collection is on the meta device: it describes its tables for TorchRec's planner and holds no "
+                "rows; shard it with DistributedModelParallel and tiermem.torchrec.EmbeddingBagCollectionSharder"
+            )
 
     def _features(self, features: KeyedJaggedTensor, weighted: bool) -> dict[str, JaggedTensor]:
+        self._refuse_meta()
         return check_features(features, self._feature_names, weighted)
 
     def _lookups(self, features: dict[str, JaggedTensor], weighted: bool) -> Any:
