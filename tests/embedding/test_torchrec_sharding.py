@@ -44,7 +44,9 @@ def _plan(placement: dict[str, Placement]) -> dict[str, float]:
     topo = Topology(world_size=2, compute_device="cpu")
     sharder = EmbeddingBagCollectionSharder(placement=placement)
     cons = {c.name: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=[KERNEL]) for c in CONFIGS}
-    plan = planner(topo, sharder, batch_size=256, constraints=cons).plan(EmbeddingBagCollection(CONFIGS, device="meta"), [sharder])
+    plan = planner(topo, sharder, batch_size=256, constraints=cons).plan(
+        EmbeddingBagCollection(CONFIGS, device="meta"), [sharder]
+    )
     out = {}
     for opts in plan.plan.values():
         for name, p in opts.items():  # type: ignore[attr-defined]

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 from torchrec.distributed.planner import EmbeddingShardingPlanner
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
+from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 from torchrec.distributed.planner.types import ParameterConstraints, Perf, ShardEstimator, ShardingOption, Storage, Topology
 from torchrec.distributed.types import ShardingType
 
