@@ -216,7 +216,8 @@ impl DevFile {
                 flags,
                 mode: 0o600,
             };
-            files::create(path, how)
+            files::create_marked(path, how, if o.keep { MARK_TABLE } else { MARK_DEVICE })
+                .map(|(f, _)| f)
         } else if block_node {
             // On a block device, O_EXCL means: fail if it is mounted or in use elsewhere. The
             // path may be a link to the node (checked above).
@@ -261,7 +262,6 @@ impl DevFile {
             opener: std::process::id(),
         };
         if created {
-            files::mark(&me.file, if o.keep { MARK_TABLE } else { MARK_DEVICE });
             if me.created {
                 created_list().push((std::process::id(), path.to_owned()));
             }

@@ -43,15 +43,75 @@ pub fn create(path: &Path, how: Create) -> io::Result<File> {
     o.open(path)
 }
 
+/// Create `path` anew as [`create`] does, already carrying [`mark`]'s `what`: the file is
+/// made unnamed in its folder (`O_TMPFILE`), marked, then linked in, so no kill can leave an
+/// unmarked file at `path` that a later run may not reclaim. Where the file system has no
+/// `O_TMPFILE`, it is created and then marked. Returns the file and whether it is marked.
+pub fn create_marked(path: &Path, how: Create, what: &str) -> io::Result<(File, bool)> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut o = OpenOptions::new();
+    o.read(how.read)
+        .write(true)
+        .custom_flags(how.flags | libc::O_TMPFILE | libc::O_CLOEXEC);
+    o.mode(if how.mode == 0 { 0o644 } else { how.mode });
+    let f = match o.open(dir) {
+        Ok(f) => f,
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+            ) =>
+        {
+            let f = create(path, how)?;
+            let marked = mark(&f, what);
+            return Ok((f, marked));
+        }
+        Err(e) => return Err(e),
+    };
+    let marked = mark(&f, what);
+    let from =
+        CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(io::Error::other)?;
+    let to = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; linkat fails with EEXIST
+    // when any name (a symbolic link included) is at `path`, as O_EXCL would.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((f, marked))
+}
+
 /// Create the temporary `tmp`, unlinking a stale file of that name first (an unlink removes
 /// a link itself, never what it points to).
 pub fn create_aside(tmp: &Path, how: Create) -> io::Result<File> {
-    match std::fs::remove_file(tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    remove_stale(tmp)?;
     create(tmp, how)
+}
+
+/// [`create_aside`], the new file carrying [`mark`]'s `what` from its first moment
+/// ([`create_marked`]).
+pub fn create_aside_marked(tmp: &Path, how: Create, what: &str) -> io::Result<File> {
+    remove_stale(tmp)?;
+    create_marked(tmp, how, what).map(|(f, _)| f)
+}
+
+fn remove_stale(tmp: &Path) -> io::Result<()> {
+    match std::fs::remove_file(tmp) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Open an existing file without following a symbolic link at `path`, for reading (and
@@ -229,6 +289,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn a_marked_file_appears_marked_and_never_replaces_a_name() {
+        let d = dir("marked");
+        let how = Create {
+            read: true,
+            flags: 0,
+            mode: 0o600,
+        };
+        let p = d.join("t.tbl");
+        let (mut f, is_marked) = create_marked(&p, how, "table").unwrap();
+        f.write_all(b"rows").unwrap();
+        if is_marked {
+            assert_eq!(marked(&p).as_deref(), Some("table"));
+        }
+        assert_eq!(std::fs::read(&p).unwrap(), b"rows");
+        assert_eq!(
+            create_marked(&p, how, "table").unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert_eq!(
+            create_marked(&link, how, "table").unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

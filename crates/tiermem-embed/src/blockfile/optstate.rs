@@ -71,15 +71,15 @@ pub fn write(table: &Path, s: &Saved) -> std::io::Result<()> {
     head[68..72].copy_from_slice(&hc.to_le_bytes());
     let dst = path_of(table);
     let tmp = files::with_suffix(&dst, ".tmp");
-    let mut f = files::create_aside(
+    let mut f = files::create_aside_marked(
         &tmp,
         Create {
             read: false,
             flags: 0,
             mode: 0o600,
         },
+        MARK_TABLE,
     )?;
-    files::mark(&f, MARK_TABLE);
     let done = (|| {
         f.write_all(&head)?;
         f.write_all(body)?;

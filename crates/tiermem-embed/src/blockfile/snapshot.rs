@@ -37,16 +37,16 @@ impl BlockFile {
                 dst.display()
             )));
         }
-        let out = files::create_aside(
+        let out = files::create_aside_marked(
             &tmp,
             Create {
                 read: false,
                 flags: 0,
                 mode: 0o600,
             },
+            MARK_TABLE,
         )
         .map_err(|e| err("create the snapshot", e))?;
-        files::mark(&out, MARK_TABLE);
         let done = files::open_existing(&self.path, false, 0)
             .map_err(|e| err("open the table file to copy it", e))
             .and_then(|src| {
