@@ -173,7 +173,9 @@ pub fn check_optimizer(optimizer: OptimizerArgs) -> PyResult<()> {
 /// Floats of state optimizer `name` keeps per row of `width` elements (0: stateless).
 #[pyfunction]
 pub fn optimizer_state_width(name: &str, width: usize) -> PyResult<usize> {
-    tiermem_embed::optim::state_of(name, width).map(|(_, n)| n).map_err(to_py)
+    tiermem_embed::optim::state_of(name, width)
+        .map(|(_, n)| n)
+        .map_err(to_py)
 }
 
 /// Backward of an ensemble lookup with the optimizer fused in (`columns` as for
