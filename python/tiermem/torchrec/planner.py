@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -62,14 +63,17 @@ def _disk_reads_per_s(folder: str) -> tuple[float, str]:
     cal = (_read_calibration() or {}).get("block_depth") or {}
     if isinstance(cal.get("best_reads_per_s"), int | float) and cal["best_reads_per_s"] > 0:
         return float(cal["best_reads_per_s"]), "tiermem calibrate"
+    size = SCRATCH_BYTES
+    if shutil.disk_usage(folder or ".").free < 4 * size:  # little room: a smaller file, read partly from the drive's cache
+        size = 16 << 20
     fd, path = tempfile.mkstemp(prefix=".tiermem-plan-", suffix=".bin", dir=folder or None)
     try:
         block = b"\xa5" * (1 << 20)
-        for k in range(SCRATCH_BYTES >> 20):
+        for k in range(size >> 20):
             os.pwrite(fd, block, k << 20)
         os.fsync(fd)
-        rate, _ = _tiermem.random_reads_per_s(path, SCRATCH_BYTES, 16, 4096, 2)
-        return float(rate), "measured now (depth 16)"
+        rate, _ = _tiermem.random_reads_per_s(path, size, 16, 4096, 2)
+        return float(rate), f"measured now (depth 16, {size >> 20} MiB file)"
     finally:
         os.close(fd)
         os.unlink(path)
