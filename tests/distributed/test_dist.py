@@ -272,19 +272,6 @@ def test_resuming_another_model_or_a_set_missing_a_shard_is_an_error_naming_it(t
         launch(DistOptions(CONFIG, steps=4, checkpoint=ck, resume=True), 2)
 
 
-@pytest.fixture
-def one_rank() -> Any:
-    import torch.distributed as dist
-
-    from tiermem.dist.train import _free_port
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def _dram_table(s: Any) -> Any:
     from tiermem.embedding import EmbeddingTable
     from tiermem.manager import Manager

@@ -124,15 +124,6 @@ def test_two_ranks_of_mixed_widths_shared_tables_and_mean_pooling_equal_one_proc
     assert seen == sum(c.num_embeddings * c.embedding_dim for c in CONFIGS)
 
 
-@pytest.fixture
-def one_rank() -> Any:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_a_sharded_collection_refuses_what_it_cannot_take_by_name(one_rank: Any) -> None:
     from tiermem.dist import EmbeddingBagCollection
 
