@@ -261,10 +261,9 @@ impl DevFile {
             reclaimed,
             opener: std::process::id(),
         };
-        if created {
-            if me.created {
-                created_list().push((std::process::id(), path.to_owned()));
-            }
+        // (`me.created` implies `created`: a file this call made, to remove when dropped.)
+        if me.created {
+            created_list().push((std::process::id(), path.to_owned()));
         }
         let how = if o.attach && o.read_only {
             libc::LOCK_SH
