@@ -158,7 +158,7 @@ def test_bad_configs_are_refused_by_name() -> None:
     with pytest.raises(InvalidArgumentError, match="not configured: \\['nope'\\]"):
         EmbeddingBagCollection(CONFIGS, placement={"nope": None})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="run on the CPU"):
-        EmbeddingBagCollection(CONFIGS, device="meta")
+        EmbeddingBagCollection(CONFIGS, device="cuda")
     with pytest.raises(InvalidArgumentError, match="data_type INT8 is not trainable here"):
         EmbeddingBagCollection(
             [EmbeddingBagConfig(name="q", num_embeddings=5, embedding_dim=4, feature_names=["f"], data_type=DataType.INT8)]
