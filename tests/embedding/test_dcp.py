@@ -161,11 +161,15 @@ def test_state_of_another_optimizer_is_refused_naming_it(tmp_path) -> None:
     train(a, range(1))
     dcp.save(tdcp.state_dict(a), checkpoint_id=str(tmp_path))
     b = model(1, optimizer="rowwise_adagrad")
-    before = weights(b)
+    train(b, range(1))
+    before, state = weights(b), b.fused_optimizer.state_dict()["state"]
     with pytest.raises(BaseException, match=r"optimizer\.adam"):
         load(b, tmp_path)
     for k, v in b.state_dict().items():  # refused before anything was written
         torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    for k, st in b.fused_optimizer.state_dict()["state"].items():  # its optimizer state too
+        assert int(st["steps"]) == int(state[k]["steps"]) == 1
+        torch.testing.assert_close(st["state"], state[k]["state"], rtol=0, atol=0)
 
 
 def test_torchrecs_own_collection_loads_ours_and_ours_loads_its(tmp_path) -> None:

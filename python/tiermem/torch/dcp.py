@@ -325,6 +325,7 @@ class LoadPlanner(DefaultLoadPlanner):
         if metadata is None:
             return
         saved = metadata.state_dict_metadata
+        absent = []  # optimizer entries the checkpoint lacks: their tables start over
         for fqn in [f for f, v in self.state_dict.items() if isinstance(v, TableRows | TableSteps)]:
             obj = self.state_dict[fqn]
             if fqn in saved:
@@ -343,10 +344,13 @@ class LoadPlanner(DefaultLoadPlanner):
                     "optimizer (or another column split of its state); build the model with that optimizer, or load "
                     "the weights alone (drop the optimizer keys from the state dict)"
                 )
-            # Saved without optimizer state (before any update, or by TorchRec): start over.
+            absent.append(fqn)
+        # Saved without optimizer state (before any update, or by TorchRec): start over, once
+        # every entry has passed its checks (a refused load changes nothing).
+        for fqn in absent:
+            obj = self.state_dict.pop(fqn)
             for t in [p.table for p in obj.parts] if isinstance(obj, TableRows) else obj.tables:
                 t.reset_optimizer()
-            del self.state_dict[fqn]
 
     def resolve_tensor(self, read_item: ReadItem) -> torch.Tensor:
         obj = self.state_dict.get(read_item.dest_index.fqn)
