@@ -5,6 +5,7 @@ shardings, and the errors a wrong load gets."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -290,6 +291,8 @@ def test_a_handle_refuses_to_be_computed_with() -> None:
     with pytest.raises(InvalidArgumentError, match="holds no data"):
         _ = h + 1
     assert "300 x 8 at (0, 0)" in repr(h)
+    with pytest.raises(InvalidArgumentError, match="cannot be pickled.*torch.distributed.checkpoint"):
+        torch.save(sd, io.BytesIO())
 
 
 def test_a_checkpoint_of_another_shape_is_refused(tmp_path) -> None:

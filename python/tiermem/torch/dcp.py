@@ -86,6 +86,13 @@ class _Handle(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise InvalidArgumentError(
+            f"{type(self).__name__} stands for a tiered table and cannot be pickled (torch.save): save the state "
+            "dict with torch.distributed.checkpoint, which streams the table, or use model.state_dict() of a "
+            "one-process collection"
+        )
+
 
 class _Part:
     """One tiered table's rows (or state) at ``(row0, col0)`` of a global tensor."""
