@@ -50,24 +50,11 @@ def embedding_names(tables: Sequence[BaseEmbeddingConfig]) -> list[list[str]]:
     return [[f"{f}@{c.name}" if count[f] > 1 else f for f in c.feature_names] for c in tables]
 
 
-def _init_rows(bag: TieredEmbeddingBag, init_fn: Callable[[torch.Tensor], Any] | None) -> None:
-    """The table's rows from its config's ``init_fn`` (TorchRec's default: uniform within
-    ±sqrt(1/num_embeddings)), on the global RNG as TorchRec draws them."""
-    t = bag.table
-    rows, dim = t.num_embeddings, t.embedding_dim
-    chunk = rows if rows * dim * 4 <= WHOLE_INIT_BYTES else max(1, WHOLE_INIT_BYTES // (4 * dim))
-    for start in range(0, rows, chunk):
-        w = torch.empty(min(chunk, rows - start), dim)
-        if init_fn is None:
-            torch.nn.init.uniform_(w, -((1 / rows) ** 0.5), (1 / rows) ** 0.5)
-        else:
-            init_fn(w)
-        t.load(w.numpy(), start)
-
-
 def init_shard(t: EmbeddingTable, table_rows: int, init_fn: Callable[[torch.Tensor], Any] | None) -> None:
-    """A shard's rows (of a table of ``table_rows`` rows) from its config's ``init_fn``
-    (TorchRec's default: uniform within ±sqrt(1/table_rows)), drawn a chunk at a time."""
+    """A table's or a shard's rows (of a table of ``table_rows`` rows) from its config's
+    ``init_fn`` (TorchRec's default: uniform within ±sqrt(1/table_rows)) on the global RNG,
+    a chunk of :data:`WHOLE_INIT_BYTES` at a time: a table that fits one chunk is drawn in
+    one call, exactly as TorchRec draws it."""
     rows, dim = t.num_embeddings, t.embedding_dim
     chunk = max(1, WHOLE_INIT_BYTES // (4 * dim))
     bound = (1 / table_rows) ** 0.5
@@ -78,6 +65,20 @@ def init_shard(t: EmbeddingTable, table_rows: int, init_fn: Callable[[torch.Tens
         else:
             init_fn(w)
         t.load(w.numpy(), start)
+
+
+def joined_bags(jts: Sequence[JaggedTensor], weighted: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[int]]:
+    """The bags of several features of one table as one lookup's ``(values, offsets with the
+    last, weights, bags per feature)``: looked up together, a row several features read gets
+    one optimizer step of its summed gradient, as FBGEMM's table-batched kernels give it."""
+    sizes = [jt.lengths().numel() for jt in jts]
+    if len(jts) == 1:
+        jt = jts[0]
+        return jt.values(), jt.offsets(), jt.weights() if weighted else None, sizes
+    values = torch.cat([jt.values() for jt in jts])
+    lengths = torch.cat([jt.lengths() for jt in jts]).to(torch.int64)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+    return values, offsets, torch.cat([jt.weights() for jt in jts]) if weighted else None, sizes
 
 
 def per_table(placement: Placement | Mapping[str, Placement] | None, table: str, file: str | None = None) -> Placement | None:
@@ -251,7 +252,7 @@ class _Collection(torch.nn.Module):
             # A table file from an earlier run is re-attached as it is (its trained rows and
             # optimizer state), unless told to start over.
             if not bag.table.attached or init == "overwrite":
-                _init_rows(bag, c.init_fn)
+                init_shard(bag.table, c.num_embeddings, c.init_fn)
         setattr(self, self._attr, bags)
         # TorchRec's keys alone: optimizer state travels through fused_optimizer.
         self.register_state_dict_post_hook(drop_optimizer_keys)
@@ -283,21 +284,17 @@ class _Collection(torch.nn.Module):
     def _lookups(self, features: dict[str, JaggedTensor], weighted: bool) -> Any:
         """Per table, in config order: its name, its features' output names, and their rows,
         looked up in one call (FBGEMM's way: a row several features read in a batch gets one
-        update of its summed gradient, one optimizer step per batch) and split per feature.
-        ``bag_each_id`` (unpooled) makes every id its own bag."""
+        update of its summed gradient, one optimizer step per batch) and split per feature;
+        the unpooled collection makes every id its own bag."""
         bags = getattr(self, self._attr)
         for c, fnames, onames in zip(self._configs, self._feature_names, self._names_by_table):
             jts = [features[f] for f in fnames]
-            values = torch.cat([jt.values() for jt in jts]) if len(jts) > 1 else jts[0].values()
             if self._attr == "embeddings":  # unpooled: every id its own bag
+                values = torch.cat([jt.values() for jt in jts]) if len(jts) > 1 else jts[0].values()
                 sizes = [jt.values().numel() for jt in jts]
-                offsets = torch.arange(values.numel() + 1)
+                offsets, weights = torch.arange(values.numel() + 1), None
             else:
-                sizes = [jt.lengths().numel() for jt in jts]
-                offsets = torch.cat(
-                    [torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.cat([jt.lengths() for jt in jts]).to(torch.int64), 0)]
-                )
-            weights = torch.cat([jt.weights() for jt in jts]) if weighted else None
+                values, offsets, weights, sizes = joined_bags(jts, weighted)
             try:
                 rows = bags[c.name](values, offsets, weights)
             except (RuntimeError, ValueError) as e:

@@ -45,6 +45,7 @@ from torchrec.distributed.types import ShardingType
 from .. import _calibrated_devices, _read_calibration, _tiermem, dram_figures
 from ..embedding.cacheplan import cache_fast_bytes, curves
 from ..embedding.config import Placement, table_dir
+from .collection import per_table
 from .sharding import KERNEL, EmbeddingBagCollectionSharder
 
 __all__ = ["TieredPerfEstimator", "TieredStorageEstimator", "estimators", "planner", "row_seconds"]
@@ -107,11 +108,6 @@ def row_seconds(placement: Placement | None, row_bytes: int) -> tuple[float, flo
     return fast, row_bytes / _device_read_bps(device)
 
 
-def _placement(sharder: EmbeddingBagCollectionSharder, table: str) -> Placement | None:
-    p = sharder._settings.placement
-    return p.get(table) if isinstance(p, Mapping) else p
-
-
 def _hit_rate(placement: Placement | None, rows: int, trace: np.ndarray | None) -> float:
     if placement is None or placement.cache is None:
         return 0.0 if placement is not None and placement.device not in (None, "dram") else 1.0
@@ -156,7 +152,7 @@ class TieredPerfEstimator(ShardEstimator):
                 so.compute_kernel = KERNEL
         world = self._topology.world_size
         for so in ours:
-            place = _placement(self._sharder, so.name)
+            place = per_table(self._sharder._settings.placement, so.name)
             for shard in so.shards:
                 rows, cols = int(shard.size[0]), int(shard.size[1])
                 fast, slow = row_seconds(place, cols * so.tensor.element_size())
@@ -177,7 +173,7 @@ class TieredStorageEstimator(ShardEstimator):
         for so in sharding_options:
             if so.compute_kernel != KERNEL:
                 continue
-            place = _placement(self._sharder, so.name)
+            place = per_table(self._sharder._settings.placement, so.name)
             for shard in so.shards:
                 rows, row_bytes = int(shard.size[0]), int(shard.size[1]) * so.tensor.element_size()
                 if place is None or place.cache is None and place.device in (None, "dram"):

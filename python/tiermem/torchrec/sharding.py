@@ -41,7 +41,7 @@ from ..exceptions import InvalidArgumentError
 from ..manager import Manager
 from ..torch.dcp import Piece
 from ..torch.embedding import TieredEmbeddingBag
-from .collection import DATA_TYPES, EmbeddingBagCollection, init_shard, per_table
+from .collection import DATA_TYPES, EmbeddingBagCollection, init_shard, joined_bags, per_table
 from .fused import optimizer_config
 
 __all__ = ["KERNEL", "SHARDING_TYPES", "EmbeddingBagCollectionSharder", "ShardedTieredEmbeddingBagCollection"]
@@ -118,13 +118,9 @@ class TieredKernel(BaseEmbedding):
         weighted = features.weights_or_none() is not None
         out: list[torch.Tensor] = []
         for k, t in enumerate(self._config.embedding_tables):
-            jts = [feats[f] for f in t.feature_names]
-            values = torch.cat([jt.values() for jt in jts]).to(torch.int64)
-            lengths = torch.cat([jt.lengths() for jt in jts]).to(torch.int64)
-            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
-            weights = torch.cat([jt.weights() for jt in jts]).float() if weighted else None
-            rows = self.bags[k](values, offsets, weights)
-            out.extend(r.float() for r in rows.split([jt.lengths().numel() for jt in jts]))
+            values, offsets, weights, sizes = joined_bags([feats[f] for f in t.feature_names], weighted)
+            rows = self.bags[k](values, offsets, None if weights is None else weights.float())
+            out.extend(r.float() for r in rows.split(sizes))
         return torch.cat(out, dim=1) if out else torch.empty(0, 0)
 
     def flush(self) -> None:
