@@ -29,7 +29,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..._tiermem import Mover
-from .observer import Moves, Observer, OpEnd
+from .observer import Moves, Observer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tensor import TensorObject
@@ -57,7 +57,7 @@ class Lookahead(Observer):
         self.prev: list[tuple[str, tuple[Key, ...]]] = []
         self.cur: list[tuple[str, tuple[Key, ...]]] = []
         self.made_ids: dict[tuple[int, int], int] = {}
-        self.issued: set[int] = set()
+        self._issued_to = 0  # previous-trace positions before this one are issued
         self._fetched: dict[int, int] = {}  # object id -> the op position that queued it
         self.pmap: dict[int, int] = {}  # previous trace position -> this iteration's
         self.cursor = 0
@@ -76,8 +76,8 @@ class Lookahead(Observer):
     def made(self, pos: int, k: int, obj: TensorObject) -> None:
         self.made_ids[(pos, k)] = obj.id
 
-    def op_end(self, event: OpEnd) -> None:
-        for obj in event.softevicted:
+    def softevicted(self, pos: int, objs: list[TensorObject]) -> None:
+        for obj in objs:
             self.behind(obj)
 
     def behind(self, obj: TensorObject) -> None:
@@ -94,49 +94,52 @@ class Lookahead(Observer):
         """Record op ``pos``, find it in the previous iteration's trace (allowing a few
         inserted or missing ops), and queue the inputs of the ops after it."""
         it = self.tiering.iteration
-        keys = []
-        for obj in objs:
-            born = obj.born
-            keys.append(("o", born[1], born[2]) if born is not None and born[0] == it else ("p", obj.id, 0))
-        self.cur.append((name, tuple(keys)))
-        if not self.prev:
+        self.cur.append(
+            (name, tuple(("o", w[1], w[2]) if (w := o.born) is not None and w[0] == it else ("p", o.id, 0) for o in objs))
+        )
+        prev = self.prev
+        if not prev:
             return None
-        c = self._find(name)
-        if c is None:
-            return None
+        c = self.cursor
+        if c >= len(prev) or prev[c][0] != name:
+            c = self._find(name)  # type: ignore[assignment]
+            if c is None:
+                return None
         self.pmap[c] = pos
         self.cursor = c + 1
-        fetched, recent = self._fetched, pos - self.depth
+        # Positions after the op are issued once each, in order: from the first not yet issued.
+        lo, hi = max(c + 1, self._issued_to), min(c + 1 + self.depth, len(prev))
+        if lo >= hi:
+            return None
+        self._issued_to = hi
+        fetched, recent, counts = self._fetched, pos - self.depth, self._counts
         ids: set[int] | None = None
-        for j in range(c + 1, min(c + 1 + self.depth, len(self.prev))):
-            if j in self.issued:
-                continue
-            self.issued.add(j)
-            for kind, a, b in self.prev[j][1]:
+        for j in range(lo, hi):
+            for kind, a, b in prev[j][1]:
                 if kind == "o":
                     now = self.pmap.get(a)
                     oid = None if now is None else self.made_ids.get((now, b))
+                    if oid is None:
+                        continue
                 else:
                     oid = a
-                if oid is None:
-                    continue
                 if ids is None:
                     ids = {o.id for o in objs}
-                if fetched.get(oid, recent - 1) >= recent or (oid in ids and not self.tiering.soft_evicts_now()):
+                if fetched.get(oid, recent - 1) >= recent or (oid in ids and not self.tiering.softening):
                     # Asked for within the last `depth` ops (in flight or landed; a
                     # soft-eviction since moves nothing), or an operand of this op, which
                     # stays where it is for the next (pinned now, and not soft-evicted after).
-                    self._counts["kept"] += 1
+                    counts["kept"] += 1
                     continue
-                self._fetched[oid] = pos
-                self._counts["queued"] += 1
+                fetched[oid] = pos
+                counts["queued"] += 1
                 if self._mover is not None:
                     self._mover.prefetch(oid)
         return None
 
     def _find(self, name: str) -> int | None:
-        """Position of this op in the previous trace: the cursor, or the first match within
-        ``WINDOW`` ops after it (an op inserted or dropped since)."""
+        """Position of this op in the previous trace: the first match within ``WINDOW`` ops
+        after the cursor (an op inserted or dropped since), or None."""
         for c in range(self.cursor, min(self.cursor + WINDOW, len(self.prev))):
             if self.prev[c][0] == name:
                 if c != self.cursor:
@@ -151,7 +154,7 @@ class Lookahead(Observer):
         self.cur = []
         self.made_ids = {}
         self.pmap = {}
-        self.issued = set()
+        self._issued_to = 0
         self._fetched = {}
         self.cursor = 0
         self._behind.clear()

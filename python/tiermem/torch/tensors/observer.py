@@ -16,6 +16,7 @@ An op's life, with the hooks in order (``pos`` is the op's position in the itera
     [the kernel runs]
     op_closing(pos)            -> list[int]      objects to evict once its guards close
     [one call into the core: charges, guards closed, soft-evictions, those evictions]
+    softevicted(pos, objs)                       operands it soft-evicted (if any)
     op_end(event)                                the op as it ran (:class:`OpEnd`)
 
 and around them: :meth:`Observer.iteration` at the start of each iteration, :meth:`Observer.freed`
@@ -100,6 +101,10 @@ class Observer:
         """The op ran; object ids to evict once its guards close."""
         return None
 
+    def softevicted(self, pos: int, objs: list[TensorObject]) -> None:
+        """Op ``pos`` closed and soft-evicted its read operands ``objs`` (told only when
+        there were some: a cheaper hook than :meth:`op_end` for what needs only these)."""
+
     def op_end(self, event: OpEnd) -> None:
         """The op closed (see :class:`OpEnd`)."""
 
@@ -115,7 +120,7 @@ class Observer:
 
 
 #: The hooks a tiering dispatches to overriding observers only.
-HOOKS = ("iteration", "op_start", "op_open", "made", "op_closing", "op_end", "freed", "close")
+HOOKS = ("iteration", "op_start", "op_open", "made", "op_closing", "softevicted", "op_end", "freed", "close")
 
 
 def overridden(obs: Observer, hook: str) -> bool:

@@ -121,6 +121,13 @@ def span_bytes(size: Any, stride: Any, itemsize: int) -> int:
     return (1 + sum((n - 1) * abs(st) for n, st in zip(size, stride))) * itemsize
 
 
+#: ``span_bytes`` of a view's ``(size, stride, dtype, offset)`` key, for the keys seen
+#: (a step's views repeat every iteration). Bounded: cleared when full.
+_SPANS: dict[tuple, int] = {}
+_SPANS_MAX = 1 << 16
+_CPU = torch.device("cpu")
+
+
 class TieredTensor(torch.Tensor):
     """A tensor whose data is a tiermem object placed by a policy.
 
@@ -142,21 +149,26 @@ class TieredTensor(torch.Tensor):
     def __new__(
         cls, obj: TensorObject, size: Any, stride: Any, offset: int, dtype: torch.dtype, requires_grad: bool = False
     ) -> TieredTensor:
-        isz = itemsize(dtype)
+        isz = _ITEMSIZE.get(dtype) or itemsize(dtype)
         r = torch.Tensor._make_wrapper_subclass(
             cls,
             size,
             strides=stride,
             storage_offset=offset // isz,
             dtype=dtype,
-            device=torch.device("cpu"),
+            device=_CPU,
             requires_grad=requires_grad,
         )
         r._obj = obj
         r._off = offset
         key = (tuple(size), tuple(stride), dtype, offset)
         r._key = key
-        r._span = min(span_bytes(key[0], key[1], isz), obj.nbytes)
+        span = _SPANS.get(key)
+        if span is None:
+            if len(_SPANS) >= _SPANS_MAX:
+                _SPANS.clear()
+            span = _SPANS[key] = span_bytes(key[0], key[1], isz)
+        r._span = min(span, obj.nbytes)
         return r
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -248,6 +260,8 @@ class TieredTensor(torch.Tensor):
 
 
 def _find_tiering(args: Any, kwargs: Any) -> Tiering:
+    if args and isinstance(args[0], TieredTensor):  # the usual case
+        return args[0]._obj.tiering
     stack = [args, kwargs]
     while stack:
         x = stack.pop()

@@ -223,6 +223,10 @@ def _ignore(*_: Any) -> None:
     return None
 
 
+#: ``Tiering._plans``' answer for a key not seen yet.
+_UNPLANNED = object()
+
+
 def _bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     out = {}
     for i, a in enumerate(func._schema.arguments):
@@ -302,6 +306,8 @@ class Tiering:
         #: The module running now ("" outside forward), tracked when an observer names tensors.
         self.scope = ""
         self._naming = False
+        #: Whether the op running now soft-evicts its read operands (:meth:`soft_evicts_now`).
+        self.softening = False
         self._plans: dict[Any, Any] = {}
         self._views: dict[tuple, torch.Tensor] = {}
         self._stats = {
@@ -655,13 +661,13 @@ class Tiering:
                 key_parts.append((tuple(x.shape), x.stride(), x.dtype, x.storage_offset() * x.element_size()))
             else:
                 key_parts.append(x)
+        key: tuple | None = tuple(key_parts)
         try:
-            key = tuple(key_parts)
-            hash(key)
-        except TypeError:
-            key = None
-        if key is not None and key in self._plans:
-            return key, self._plans[key]
+            plan = self._plans.get(key, _UNPLANNED)
+        except TypeError:  # an unhashable argument: not cached
+            key, plan = None, _UNPLANNED
+        if plan is not _UNPLANNED:
+            return key, plan
         metas = [_meta(x) for x in flat]
         a, k = rebuild_args(args, kwargs, metas)
         try:
@@ -733,6 +739,7 @@ class Tiering:
             self._check_budget(info, plan, operands)
         hooks = self._hooks
         moves = None
+        self.softening = soft_now = self.soft_evicts_now()
         if hooks["op_start"]:
             objs = [op.obj for op in operands.values()]
             for h in hooks["op_start"]:
@@ -750,20 +757,21 @@ class Tiering:
         try:
             plains: dict[int, Any] = {}
             views = self._views
-
-            def to_plain(x: Any) -> Any:
+            leaves = []
+            for x in flat:
                 if isinstance(x, TieredTensor):
-                    key = (operands[id(x._obj)].addr, x._obj.nbytes, x._key)
+                    obj = x._obj
+                    key = (operands[id(obj)].addr, obj.nbytes, x._key)
                     p = views.get(key)
                     if p is None or plains.get(id(p), x) is not x:
                         # Two tiered tensors with the same view of one object: each gets its
                         # own plain tensor, so results map back to the right one.
                         p = _view_over(views, key, cache=p is None)
                     plains[id(p)] = x
-                    return p
-                return x
-
-            a, k = rebuild_args(args, kwargs, [to_plain(x) for x in flat])
+                    leaves.append(p)
+                else:
+                    leaves.append(x)
+            a, k = (tuple(leaves), kwargs) if not lens and not kwargs else rebuild_args(args, kwargs, leaves)
             res = None
             if plan is not None:
                 ptrs = [p.data_ptr() for p in pouts]
@@ -800,7 +808,7 @@ class Tiering:
         charges = [(op.obj.id, op.read_bytes, op.written_bytes) for op in operands.values()]
         charges += [(o.id, 0, o.nbytes) for o in outs]
         soft: list[TensorObject] = []
-        if self.soft_evicts_now():
+        if soft_now:
             soft = [op.obj for op in operands.values() if not op.write]
         after: list[int] = []
         for h in hooks["op_closing"]:
@@ -812,6 +820,9 @@ class Tiering:
         for o in dead:
             o.tiering = None  # type: ignore[assignment]
             self._free(o.id)
+        if soft:
+            for h in hooks["softevicted"]:
+                h(pos, soft)
         if hooks["op_end"]:
             uses = [(op.obj, "write" if op.write else "read") for op in operands.values()]
             uses += [(o, "make") for o in outs]
