@@ -12,15 +12,18 @@ mod mover;
 mod moving;
 mod ops;
 mod reservation;
+mod trace;
 
 use std::sync::Arc;
 
 use parking_lot::{FairMutex, FairMutexGuard};
 
 pub use guard::{ReadGuard, WriteGuard};
+pub use mover::MoveSender;
 pub use mover::{Move, Mover, MoverCounts};
 pub use ops::{Moves, MovesDone, OpRequest, OpenOp};
 pub use reservation::{reserve_model, Reservation};
+pub use trace::{Key, TraceCounts, TraceFollower, TraceOp, WINDOW};
 
 use crate::copy::CopyEngine;
 use crate::counters::Snapshot;
@@ -40,6 +43,8 @@ struct Inner {
     /// Objects whose write-back copies outside the lock, and whether they were freed
     /// meanwhile (the free is done when the copy ends).
     moving: std::collections::HashMap<ObjectId, bool>,
+    /// The trace follower that ops told of their place in the iteration drive, if any.
+    follower: Option<trace::TraceFollower>,
 }
 
 impl Inner {
@@ -121,6 +126,7 @@ impl Manager {
                 guards: std::collections::HashMap::new(),
                 next_ticket: 1,
                 moving: std::collections::HashMap::new(),
+                follower: None,
             }),
             poisoned: parking_lot::Mutex::new(None),
             devices,

@@ -3,6 +3,7 @@
 //! Each takes the manager lock once, so an op crosses into the core twice, whatever its
 //! operand count, and a plan's moves around the op ride on the same two calls.
 
+use super::trace::{TraceCounts, TraceFollower, TraceOp};
 use super::{GuardTicket, Manager, Use};
 use crate::mechanism::{DataManager, GuardUse, ObjectId, Place};
 use crate::policy::Policy;
@@ -25,6 +26,9 @@ pub struct OpRequest<'a> {
     pub outputs_first: bool,
     /// A plan's moves done first, before any guard opens.
     pub moves: Moves<'a>,
+    /// The op's place in the iteration, for the trace follower (see `trace.rs`; ignored
+    /// when none follows).
+    pub trace: Option<TraceOp>,
 }
 
 /// A plan's moves around one kernel: each of `evict` leaves fast memory, then each of
@@ -108,6 +112,7 @@ impl Manager {
             offsets,
             outputs_first,
             moves,
+            trace,
         } = *req;
         if let Some(&b) = outputs.iter().find(|&&b| b == 0) {
             crate::bail!("cannot allocate an op output of {b} bytes");
@@ -160,6 +165,19 @@ impl Manager {
                 open.tickets.push(t);
                 open.addrs.push(a as usize);
             }
+            if let (Some(op), Some(f)) = (trace, i.follower.as_mut()) {
+                let ids: Vec<ObjectId> = inputs.iter().map(|&(id, _)| id).collect();
+                let data = &i.data;
+                let fast = |id| {
+                    data.primary(id)
+                        .and_then(|r| data.device_of(r))
+                        .is_ok_and(|d| d == 0)
+                };
+                f.op_start(op, &ids, fast);
+                for (k, &id) in open.outputs.iter().enumerate() {
+                    f.made(op.pos, k as u32, id);
+                }
+            }
             Ok(open)
         })
     }
@@ -205,7 +223,8 @@ impl Manager {
     }
 
     /// Charge the op's operands (as [`Manager::charge`]), close every ticket (as
-    /// [`Manager::close`]), soft-evict `softevict` (as [`Manager::softevict`]) and evict
+    /// [`Manager::close`]), soft-evict `softevict` (as [`Manager::softevict`]; but those the
+    /// trace follower keeps for the next ops) and evict
     /// `evict` (a plan's evictions after the op; a refused one is counted, the rest still
     /// run), under one lock. Every ticket is closed even if an earlier one fails; the first
     /// error is returned. Returns the evictions refused. The emulated time charged is waited
@@ -243,8 +262,17 @@ impl Manager {
             let mut refused = 0;
             if first.is_none() {
                 for &id in softevict {
+                    if i.follower.as_ref().is_some_and(|f| f.keeps(id)) {
+                        continue; // the next ops read it: it stays (see `trace.rs`)
+                    }
                     if let Err(e) = i.policy.softevict(&mut i.data, id) {
                         first.get_or_insert(e);
+                    }
+                    if let Some(f) = i.follower.as_mut() {
+                        let data = &i.data;
+                        if let Ok(o) = data.object(id) {
+                            f.softevicted(id, o.len, |old| data.object(old).is_ok());
+                        }
                     }
                 }
                 let moves = Moves {
@@ -302,5 +330,39 @@ impl Manager {
         };
         m.unpin(id)?;
         Self::record_use(m, p, id, how)
+    }
+}
+
+impl Manager {
+    /// Follow the trace of the ops that tell their place ([`OpRequest::trace`]) with
+    /// `follower`, or stop following (None). Returns what the follower replaced had done.
+    pub fn follow_trace(&self, follower: Option<TraceFollower>) -> Result<Option<TraceCounts>> {
+        self.with_inner(|i| Ok(std::mem::replace(&mut i.follower, follower).map(|f| f.counts())))
+    }
+
+    /// An iteration starts for the trace follower (nothing without one).
+    pub fn trace_iteration(&self) -> Result<()> {
+        self.with_inner(|i| {
+            if let Some(f) = i.follower.as_mut() {
+                f.iteration();
+            }
+            Ok(())
+        })
+    }
+
+    /// Object `id`, made outside [`Manager::op_open`], is output `k` of the op at `pos`
+    /// (for the trace follower; nothing without one).
+    pub fn trace_made(&self, pos: u32, k: u32, id: ObjectId) -> Result<()> {
+        self.with_inner(|i| {
+            if let Some(f) = i.follower.as_mut() {
+                f.made(pos, k, id);
+            }
+            Ok(())
+        })
+    }
+
+    /// What the trace follower has done so far, if one follows.
+    pub fn trace_counts(&self) -> Result<Option<TraceCounts>> {
+        self.with_inner(|i| Ok(i.follower.as_ref().map(TraceFollower::counts)))
     }
 }

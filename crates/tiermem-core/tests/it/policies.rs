@@ -439,3 +439,49 @@ fn the_mover_prefetches_and_writes_back_without_the_caller_waiting() {
     drop(mover);
     m.check().unwrap();
 }
+
+#[test]
+fn a_followed_trace_prefetches_the_next_ops_operands_from_slow_memory() {
+    use std::sync::Arc;
+    use tiermem_core::manager::{Mover, OpRequest, TraceFollower, TraceOp};
+    use tiermem_core::mechanism::GuardUse;
+    let m = Arc::new(two_tier(1 << 20, 8 << 20, "lru_in_place"));
+    let a = m.alloc(4096, Place::Fast).unwrap();
+    let b = m.alloc(4096, Place::Slow).unwrap(); // read by op 1 of each iteration
+    let mut mover = Mover::start(m.clone()).unwrap();
+    let f = TraceFollower::new(1, 1 << 20, mover.sender().unwrap());
+    assert!(m.follow_trace(Some(f)).unwrap().is_none());
+    let step = |pos: u32, name: u32, x| {
+        let o = m
+            .op_open(&OpRequest {
+                inputs: &[(x, GuardUse::Read)],
+                outputs: &[4096],
+                places: &[Place::Fast],
+                trace: Some(TraceOp {
+                    pos,
+                    name,
+                    softening: false,
+                }),
+                ..OpRequest::default()
+            })
+            .unwrap();
+        m.op_close(&o.tickets, &[], 1, &[], &[]).unwrap();
+        m.free(o.outputs[0]).unwrap();
+    };
+    for _ in 0..2 {
+        m.trace_iteration().unwrap();
+        step(0, 1, a);
+        step(1, 2, b);
+    }
+    let counts = m.trace_counts().unwrap().unwrap();
+    assert_eq!((counts.queued, counts.mismatches), (1, 0), "{counts:?}");
+    // The manager still holds a sender: stopping must not wait for it.
+    mover.stop();
+    assert_eq!(mover.counts().prefetched, 1);
+    assert!(
+        m.in_fast(b).unwrap(),
+        "op 1's operand was prefetched at op 0"
+    );
+    assert_eq!(m.follow_trace(None).unwrap(), Some(counts));
+    m.check().unwrap();
+}

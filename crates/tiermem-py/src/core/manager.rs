@@ -7,7 +7,9 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use tiermem_core::counters::Recorder;
 use tiermem_core::device;
-use tiermem_core::manager::{Manager, Move, Mover, Moves, OpRequest};
+use tiermem_core::manager::{
+    Manager, Move, Mover, Moves, OpRequest, TraceCounts, TraceFollower, TraceOp,
+};
 use tiermem_core::mechanism::{self, GuardUse, Place};
 use tiermem_core::policy;
 
@@ -21,21 +23,37 @@ fn place(code: i64) -> PyResult<Place> {
     Place::from_code(code).map_err(to_py)
 }
 
-/// One place code for every output of an op, or one per output.
-#[derive(FromPyObject)]
-enum PlaceCodes {
-    One(i64),
-    Each(Vec<i64>),
+/// One place code for every output of an op (an int), or one per output (a list): told
+/// apart by type first, as a failed extraction would build an error on every op.
+struct PlaceCodes(Vec<Place>);
+
+impl PlaceCodes {
+    fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<PlaceCodes> {
+        if obj.is_instance_of::<pyo3::types::PyInt>() {
+            return Ok(PlaceCodes(vec![place(obj.extract()?)?]));
+        }
+        let codes: Vec<i64> = obj.extract()?;
+        Ok(PlaceCodes(
+            codes.into_iter().map(place).collect::<PyResult<_>>()?,
+        ))
+    }
 }
 
 /// A plan's moves for an op: `(prefetch as (id, heap offset or None), evict)`.
 type PlanMoves = (Vec<(u64, Option<u64>)>, Vec<u64>);
 
 /// An op's outputs for `op_open`: `(sizes, place codes, heap offsets)`.
-type OpOutputs = (Vec<u64>, PlaceCodes, Vec<Option<u64>>);
+type OpOutputs<'py> = (Vec<u64>, Bound<'py, PyAny>, Vec<Option<u64>>);
 
 /// What `op_open` returns: tickets, addresses, output ids, `(moves missed, moves refused)`.
 type OpOpened = (Vec<u64>, Vec<usize>, Vec<u64>, (usize, usize));
+
+/// A trace follower's counts: `(queued, behind queued, kept, mismatches, resyncs)`.
+type TraceTuple = (u64, u64, u64, u64, u64);
+
+fn trace_tuple(c: TraceCounts) -> TraceTuple {
+    (c.queued, c.behind_queued, c.kept, c.mismatches, c.resyncs)
+}
 
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
 #[pyclass(name = "Manager", module = "tiermem._tiermem", frozen)]
@@ -149,22 +167,22 @@ impl PyManager {
     /// `outputs_first`) the `outputs`: `(sizes, place_code, offsets)`, a new object of each
     /// size at `place_code` (one code for all, or a list with one per output; at the heap
     /// offsets `offsets` gives, one per output or none, for the `planned` policy) with an
-    /// overwrite guard. Returns `(tickets, addresses, output ids, (moves missed, moves
-    /// refused))`, inputs' tickets first. All or nothing for the guards and outputs.
-    #[pyo3(signature = (inputs, outputs, outputs_first, moves = None))]
+    /// overwrite guard. `trace` is the op's `(position, name number, softening)` for the
+    /// trace follower (`follow_trace`). Returns `(tickets, addresses, output ids, (moves
+    /// missed, moves refused))`, inputs' tickets first. All or nothing for the guards and
+    /// outputs.
+    #[pyo3(signature = (inputs, outputs, outputs_first, moves = None, trace = None))]
     fn op_open(
         &self,
         py: Python<'_>,
         inputs: Vec<(u64, bool)>,
-        outputs: OpOutputs,
+        outputs: OpOutputs<'_>,
         outputs_first: bool,
         moves: Option<PlanMoves>,
+        trace: Option<(u32, u32, bool)>,
     ) -> PyResult<OpOpened> {
         let (outputs, place_code, offsets) = outputs;
-        let p: Vec<Place> = match place_code {
-            PlaceCodes::One(c) => vec![place(c)?],
-            PlaceCodes::Each(cs) => cs.into_iter().map(place).collect::<PyResult<_>>()?,
-        };
+        let PlaceCodes(p) = PlaceCodes::from_py(&place_code)?;
         let inputs: Vec<(u64, GuardUse)> = inputs
             .into_iter()
             .map(|(id, w)| (id, if w { GuardUse::Write } else { GuardUse::Read }))
@@ -180,6 +198,11 @@ impl PyManager {
                 prefetch: &prefetch,
                 evict: &evict,
             },
+            trace: trace.map(|(pos, name, softening)| TraceOp {
+                pos,
+                name,
+                softening,
+            }),
         };
         let o = run(py, || self.inner.op_open(&req))?;
         Ok((
@@ -207,6 +230,49 @@ impl PyManager {
             self.inner
                 .op_close(&tickets, &charges, threads, &softevict, &evict)
         })
+    }
+
+    /// Follow the trace of ops opened with `trace=` (see `tiermem_core::manager::trace`),
+    /// queueing prefetches `depth` ops ahead and write-backs `lag` bytes behind to `mover`;
+    /// or stop following (`mover=None`). Returns the replaced follower's `(queued, behind
+    /// queued, kept, mismatches, resyncs)`, if there was one.
+    #[pyo3(signature = (mover = None, depth = 0, lag = 0))]
+    fn follow_trace(
+        &self,
+        py: Python<'_>,
+        mover: Option<&PyMover>,
+        depth: usize,
+        lag: u64,
+    ) -> PyResult<Option<TraceTuple>> {
+        let follower = match mover {
+            Some(mv) => {
+                let tx = mv.sender().ok_or_else(|| {
+                    to_py(tiermem_core::Error::InvalidArgument(
+                        "follow_trace: the mover is stopped".into(),
+                    ))
+                })?;
+                Some(TraceFollower::new(depth, lag, tx))
+            }
+            None => None,
+        };
+        let old = run(py, || self.inner.follow_trace(follower))?;
+        Ok(old.map(trace_tuple))
+    }
+
+    /// An iteration starts for the trace follower.
+    fn trace_iteration(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, || self.inner.trace_iteration())
+    }
+
+    /// Object `id`, made outside `op_open`, is output `k` of the op at `pos` (for the trace
+    /// follower).
+    fn trace_made(&self, py: Python<'_>, pos: u32, k: u32, id: u64) -> PyResult<()> {
+        run(py, || self.inner.trace_made(pos, k, id))
+    }
+
+    /// The trace follower's `(queued, behind queued, kept, mismatches, resyncs)`, or None.
+    fn trace_counts(&self, py: Python<'_>) -> PyResult<Option<TraceTuple>> {
+        Ok(run(py, || self.inner.trace_counts())?.map(trace_tuple))
     }
 
     /// A plan's moves around one kernel in one call: evict `evict`, then prefetch
@@ -420,6 +486,14 @@ pub struct PyMover {
 }
 
 impl PyMover {
+    fn sender(&self) -> Option<tiermem_core::manager::MoveSender> {
+        self.mover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .and_then(Mover::sender)
+    }
+
     fn push(&self, m: Move) {
         if let Some(mv) = self
             .mover

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -126,15 +126,18 @@ class OpInfo:
     written: tuple[str, ...]  # arguments the op writes (schema-marked, plus HIDDEN_WRITES)
     out: Any  # the matching .out overload (functional ops), or None
     out_names: tuple[str, ...]  # its keyword-only output arguments, in return order
+    number: int = -1  # a number per name, the same for the process's life (see op_info)
 
 
 _CACHE: dict[Any, OpInfo] = {}
+_NUMBERS: dict[str, int] = {}
 
 
 def op_info(func: Any) -> OpInfo:
     info = _CACHE.get(func)
     if info is None:
-        info = _CACHE[func] = _classify(func)
+        info = _classify(func)
+        info = _CACHE[func] = replace(info, number=_NUMBERS.setdefault(info.name, len(_NUMBERS)))
     return info
 
 

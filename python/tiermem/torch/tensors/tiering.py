@@ -166,7 +166,7 @@ def _check_not_resized(info: OpInfo, plan: Any, pouts: list, ptrs: list[int]) ->
     another shape than its meta run gave, or into new memory): what it wrote is not in
     tiered memory, and the op must run as the functional op."""
     for (shape, stride, _, _), p, ptr in zip(plan, pouts, ptrs):
-        if tuple(p.shape) != shape or p.stride() != stride or p.data_ptr() != ptr:
+        if p.data_ptr() != ptr or p.shape != shape or p.stride() != stride:
             raise RuntimeError(f"{info.name}: the .out kernel resized its output {shape} -> {tuple(p.shape)}")
 
 
@@ -222,6 +222,9 @@ def _no_hook() -> Callable[..., None]:
 def _ignore(*_: Any) -> None:
     return None
 
+
+#: Bytes a plan's outputs span, per plan seen (bounded like the views).
+_NEEDS: dict[tuple, int] = {}
 
 #: ``Tiering._plans``' answer for a key not seen yet.
 _UNPLANNED = object()
@@ -308,6 +311,8 @@ class Tiering:
         self._naming = False
         #: Whether the op running now soft-evicts its read operands (:meth:`soft_evicts_now`).
         self.softening = False
+        #: Whether the core's trace follower is told of each op (set by the look-ahead).
+        self.tracing = False
         self._plans: dict[Any, Any] = {}
         self._views: dict[tuple, torch.Tensor] = {}
         self._stats = {
@@ -388,6 +393,8 @@ class Tiering:
             oid = int(self._native.alloc(n, where, offset))
         obj = TensorObject(self, oid, n, born)
         if born is not None:
+            if self.tracing:  # op_open tells the core of the outputs it makes; these, here
+                self._native.trace_made(born[1], born[2], oid)
             for h in self._hooks["made"]:
                 h(born[1], born[2], obj)
         return obj
@@ -751,7 +758,8 @@ class Tiering:
         # planned output (made first when guards bring inputs into fast memory (P), so outputs
         # take fast memory first; else after, so making room for them cannot evict this op's
         # own inputs).
-        tickets, outs, pouts, done = self._open_op(operands, plan, pos, moves)
+        trace = (pos, info.number, soft_now) if self.tracing else None
+        tickets, outs, pouts, done = self._open_op(operands, plan, pos, moves, trace)
         for h in hooks["op_open"]:
             h(pos, done)
         try:
@@ -858,11 +866,17 @@ class Tiering:
         return written
 
     def _open_op(
-        self, operands: dict[int, _Operand], plan: Any, pos: int, moves: Moves | None
+        self,
+        operands: dict[int, _Operand],
+        plan: Any,
+        pos: int,
+        moves: Moves | None,
+        trace: tuple[int, int, bool] | None = None,
     ) -> tuple[list[int], list[TensorObject], list[torch.Tensor], tuple[int, int]]:
         """Make an observer's ``moves``, open every operand's guard and make and open the
-        planned outputs, in one call. Returns the tickets, the outputs' objects, plain
-        tensors over them and how the moves went (``(missed, refused)``)."""
+        planned outputs, in one call (which tells the core's trace follower of the op:
+        ``trace``). Returns the tickets, the outputs' objects, plain tensors over them and
+        how the moves went (``(missed, refused)``)."""
         inputs = [(op.obj.id, op.write) for op in operands.values()]
         sizes = [nb for _, _, _, nb in plan or ()]
         where: int | list[int] = _FAST if self.variant.local else _SLOW
@@ -870,14 +884,14 @@ class Tiering:
         if self._placer is not None and sizes:
             where, offsets = self._placer.place(pos, 0, sizes)
         try:
-            tickets, addrs, ids, done = self._native.op_open(inputs, (sizes, where, offsets), self.variant.prefetch, moves)
+            tickets, addrs, ids, done = self._native.op_open(inputs, (sizes, where, offsets), self.variant.prefetch, moves, trace)
         except DeviceFullError:
             # Without prompt freeing, dead tensors wait for the end of the iteration, like
             # garbage waiting for a collector; when memory runs out, collect now (as the
             # thesis's runtime ran the GC when its heap filled). The moves were made.
             if not self._collect():
                 raise
-            tickets, addrs, ids, _ = self._native.op_open(inputs, (sizes, where, offsets), self.variant.prefetch)
+            tickets, addrs, ids, _ = self._native.op_open(inputs, (sizes, where, offsets), self.variant.prefetch, None, trace)
             done = _NO_MOVES
         for op, addr in zip(operands.values(), addrs):
             op.addr = addr
@@ -896,7 +910,11 @@ class Tiering:
         return tickets, outs, pouts, done
 
     def _check_budget(self, info: OpInfo, plan: Any, operands: dict[int, _Operand]) -> None:
-        need = sum(span_bytes(s, st, itemsize(d)) for s, st, d, _ in plan)
+        need = _NEEDS.get(plan)
+        if need is None:
+            if len(_NEEDS) >= _MAX_VIEWS:
+                _NEEDS.clear()
+            need = _NEEDS[plan] = sum(span_bytes(s, st, itemsize(d)) for s, st, d, _ in plan)
         if need > self.budget:
             raise BudgetError(
                 budget_message(info.name, [op.obj.nbytes for op in operands.values()], [need], self.budget, self._fast)
