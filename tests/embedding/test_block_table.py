@@ -535,8 +535,8 @@ def test_block_geometry_is_the_files_own(disk_dir: Path, width: int, dtype: str)
     data_blocks = -(-rows // geo["rows_per_block"]) * geo["blocks_per_row"]
     assert size >= (data_blocks + 1) * geo["block_bytes"]
     assert (geo["rows_per_block"] == 1) or (geo["blocks_per_row"] == 1)
-    with pytest.raises(InvalidArgumentError, match="int8"):
-        _tiermem.block_geometry(width, "int8")
+    with pytest.raises(InvalidArgumentError, match="int4.*known: .*int8_rowwise"):
+        _tiermem.block_geometry(width, "int4")
 
 
 def test_bench_ssd_plot_draws_the_cases_and_each_models_dlrm_runs(tmp_path: Path) -> None:

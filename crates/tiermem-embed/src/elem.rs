@@ -5,9 +5,10 @@
 use super::DType;
 
 /// Run `$body` with the type `$e` bound to the [`Elem`] of `$dtype` (one arm per
-/// [`DType`]: the one place a new storage type is dispatched).
+/// per-element [`DType`]: the one place a new element type is dispatched), or `$int8` for
+/// 8-bit row-wise rows, which have no per-element type (see [`crate::codec`]).
 macro_rules! with_elem {
-    ($dtype:expr, $e:ident => $body:expr) => {
+    ($dtype:expr, $e:ident => $body:expr; int8 => $int8:expr) => {
         match $dtype {
             $crate::DType::F32 => {
                 type $e = f32;
@@ -21,6 +22,7 @@ macro_rules! with_elem {
                 type $e = $crate::elem::F16;
                 $body
             }
+            $crate::DType::Int8 => $int8,
         }
     };
 }

@@ -14,6 +14,7 @@ pub const MAX_WIDTH: usize = 1 << 24;
 pub mod bags;
 pub mod blockfile;
 pub mod cache;
+pub(crate) mod codec;
 pub mod criteo;
 pub(crate) mod elem;
 pub mod home;
@@ -48,19 +49,24 @@ pub enum DType {
     Bf16,
     /// IEEE half precision (stores round to nearest even).
     F16,
+    /// FBGEMM's 8-bit row-wise rows: a byte per value, then an `f32` scale and an `f32`
+    /// bias per row (stores quantise each row over its range); for inference: tables of
+    /// these rows take no updates.
+    Int8,
 }
 
 impl DType {
     /// Every storage type's name as NumPy and PyTorch spell it ([`DType::parse`] also
     /// takes `f32` and `bf16`).
-    pub const NAMES: &'static [&'static str] = &["float32", "bfloat16", "float16"];
+    pub const NAMES: &'static [&'static str] = &["float32", "bfloat16", "float16", "int8_rowwise"];
 
-    /// Parse a name of [`DType::NAMES`] or `f32`, `bf16`, `f16`.
+    /// Parse a name of [`DType::NAMES`] or `f32`, `bf16`, `f16`, `int8`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" | "float32" => Ok(DType::F32),
             "bf16" | "bfloat16" => Ok(DType::Bf16),
             "f16" | "float16" => Ok(DType::F16),
+            "int8_rowwise" | "int8" => Ok(DType::Int8),
             _ => bail!(
                 "unknown embedding dtype '{s}' (known: {})",
                 Self::NAMES.join(", ")
@@ -68,12 +74,13 @@ impl DType {
         }
     }
 
-    /// Bytes per element.
+    /// Bytes a row of `width` values takes (before any padding to a stride).
     #[must_use]
-    pub fn size(self) -> usize {
+    pub fn row_bytes(self, width: usize) -> usize {
         match self {
-            DType::F32 => 4,
-            DType::Bf16 | DType::F16 => 2,
+            DType::F32 => 4 * width,
+            DType::Bf16 | DType::F16 => 2 * width,
+            DType::Int8 => codec::Int8Rows::row_bytes(width),
         }
     }
 
@@ -84,6 +91,7 @@ impl DType {
             DType::F32 => "float32",
             DType::Bf16 => "bfloat16",
             DType::F16 => "float16",
+            DType::Int8 => "int8_rowwise",
         }
     }
 }
@@ -123,13 +131,14 @@ macro_rules! with_width {
 }
 pub(crate) use with_width;
 
-/// Define `dispatch::<E, R, W>(j: &Job, rows: &R) -> $ret`, which runs the module's
+/// Define `dispatch::<E, R, W>(j: &Job, rows: &R) -> $ret` (`E` bounded by `$bound`:
+/// [`elem::Elem`] or [`codec::RowCodec`]), which runs the module's
 /// `unsafe fn body::<E, R, W>` compiled for the best instruction set this CPU has (AVX-512F,
 /// AVX2 or baseline; `TIERMEM_DISABLE_AVX512=1` skips the first). `body` must be
 /// `#[inline(always)]` so each variant gets its own vectorised copy.
 macro_rules! isa_dispatch {
-    ($ret:ty) => {
-        fn dispatch<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> $ret {
+    ($ret:ty, $bound:ident) => {
+        fn dispatch<E: $bound, R: RowSource, const W: usize>(j: &Job<'_>, rows: &R) -> $ret {
             match ::tiermem_core::arch::isa() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX-512F was detected at run time; `body`'s contract is the caller's.
@@ -144,14 +153,14 @@ macro_rules! isa_dispatch {
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx512f")]
-        unsafe fn body_avx512<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> $ret {
+        unsafe fn body_avx512<E: $bound, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> $ret {
             // SAFETY: forwarded contract.
             unsafe { body::<E, R, W>(j, r) }
         }
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2")]
-        unsafe fn body_avx2<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> $ret {
+        unsafe fn body_avx2<E: $bound, R: RowSource, const W: usize>(j: &Job<'_>, r: &R) -> $ret {
             // SAFETY: forwarded contract.
             unsafe { body::<E, R, W>(j, r) }
         }

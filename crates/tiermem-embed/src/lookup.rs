@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use tiermem_core::process::in_kernel_pool;
 
 use super::bags::Bags;
-use super::elem::{add_row, load_row, sum_row, with_elem, Elem};
+use super::codec::{with_codec, RowCodec};
 use super::rows::RowFn;
 use super::rows::{RowSource, Tally};
 use super::table::Table;
@@ -307,13 +307,13 @@ impl RowFn<Result<Tally>> for Run<'_, '_> {
     fn call<R: RowSource>(self, rows: &R) -> Result<Tally> {
         let j = self.job;
         let t =
-            with_width!(j.width, W => with_elem!(self.dtype, E => dispatch::<E, R, W>(j, rows)))?;
+            with_width!(j.width, W => with_codec!(self.dtype, E => dispatch::<E, R, W>(j, rows)))?;
         rows.charge(&t);
         Ok(t)
     }
 }
 
-super::isa_dispatch!(Result<Tally>);
+super::isa_dispatch!(Result<Tally>, RowCodec);
 
 /// The kernel: bags (or indices) `first..last` of one table.
 ///
@@ -321,7 +321,7 @@ super::isa_dispatch!(Result<Tally>);
 /// `j.out` must be valid for the rows and columns `check_call` accepted, written by no other
 /// job; the table's shared lock must be held.
 #[inline(always)]
-unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> Result<Tally> {
+unsafe fn body<E: RowCodec, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> Result<Tally> {
     let mut t = Tally::default();
     let width = if W > 0 { W } else { j.width };
     let vals = j.bags.values();
@@ -383,9 +383,9 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
                 out_at(p).fill(0.0);
                 continue;
             }
-            let row = src.read(v, &mut t).cast::<E>();
-            // SAFETY: the row source gives `width` valid elements under the shared lock.
-            unsafe { load_row::<E>(out_at(p), row) };
+            let row = src.read(v, &mut t);
+            // SAFETY: the row source gives a stored row of `width` values under the shared lock.
+            unsafe { E::load_row(out_at(p), row) };
         }
         return Ok(t);
     }
@@ -403,12 +403,12 @@ unsafe fn body<E: Elem, R: RowSource, const W: usize>(j: &Job<'_>, src: &R) -> R
                 n -= 1;
                 continue;
             }
-            let row = src.read(v, &mut t).cast::<E>();
+            let row = src.read(v, &mut t);
             // SAFETY: as above.
             unsafe {
                 match weights {
-                    Some(w) => add_row::<E>(acc, row, w[p]),
-                    None => sum_row::<E>(acc, row),
+                    Some(w) => E::add_row(acc, row, w[p]),
+                    None => E::sum_row(acc, row),
                 }
             }
         }

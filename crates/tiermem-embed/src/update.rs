@@ -60,7 +60,7 @@ pub fn update(
         grad.cols,
     )?;
     for t in tables {
-        t.writable()?;
+        trainable(t)?;
     }
     let mut guards = super::table::locks::exclusive_all(tables)?;
     let mut states: Vec<&mut Mutable> = guards.iter_mut().map(|g| &mut **g).collect();
@@ -100,7 +100,7 @@ pub fn sparse_grad(
         w,
         &[0],
     )?;
-    table.writable()?;
+    trainable(table)?;
     let mut guard = table.exclusive()?;
     let mut states = vec![&mut *guard];
     let csrs = prepare(&[table], std::slice::from_ref(bags), &mut states)?;
@@ -110,6 +110,17 @@ pub fn sparse_grad(
     let sink = Sink::Collect(super::lookup::SharedMut(out.as_mut_ptr()));
     run(&[table], &[*bags], mode, g, sink, &mut states, csrs)?;
     Ok((rows, out))
+}
+
+/// Refuse a table that cannot be trained: one opened read-only, or one of 8-bit rows.
+fn trainable(t: &Table) -> Result<()> {
+    t.writable()?;
+    tiermem_core::ensure!(
+        t.dtype() != super::DType::Int8,
+        "this table holds 8-bit row-wise rows, which are for inference and take no updates \
+         (as FBGEMM's); train it in float32 (or float16/bfloat16) and quantise it for serving"
+    );
+    Ok(())
 }
 
 /// Check every index (before anything changes), then reindex each table in parallel.
@@ -281,13 +292,13 @@ struct Upd<'a, 'b> {
 impl RowFn<Tally> for Upd<'_, '_> {
     fn call<R: RowSource>(self, rows: &R) -> Tally {
         let j = self.job;
-        let t = with_width!(j.plan.table.featuresize(), W => with_elem!(j.plan.table.dtype(), E => dispatch::<E, R, W>(j, rows)));
+        let t = with_width!(j.plan.table.featuresize(), W => with_elem!(j.plan.table.dtype(), E => dispatch::<E, R, W>(j, rows); int8 => unreachable!("updates of 8-bit rows are refused before any job runs")));
         rows.charge(&t);
         t
     }
 }
 
-super::isa_dispatch!(Tally);
+super::isa_dispatch!(Tally, Elem);
 
 /// Distinct rows ahead of the one being updated that are prefetched.
 const ROW_PREFETCH: usize = 4;

@@ -37,6 +37,7 @@ fn _tiermem(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m
     )?)?;
     m.add_function(wrap_pyfunction!(embed::table::table_row_metadata_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(embed::table::table_row_stride, m)?)?;
     m.add_function(wrap_pyfunction!(embed::table::table_private_devices, m)?)?;
     m.add_class::<embed::blockfile::PyBlockFile>()?;
     m.add_function(wrap_pyfunction!(embed::blockfile::block_file_bytes, m)?)?;

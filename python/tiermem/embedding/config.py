@@ -44,14 +44,20 @@ ADMISSIONS: tuple[str, ...] = tuple(_tiermem.ADMISSIONS)
 #: Lookup modes.
 MODES: tuple[str, ...] = tuple(_tiermem.MODES)
 #: Storage types, with the short names also accepted.
-DTYPES: dict[str, str] = {**{d: d for d in _tiermem.DTYPES}, "f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+DTYPES: dict[str, str] = {
+    **{d: d for d in _tiermem.DTYPES},
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "int8": "int8_rowwise",
+}
 #: Default software prefetch distance, in indices.
 PREFETCH: int = _tiermem.PREFETCH
 
 
 def row_stride(width: int, dtype: str) -> int:
     """Bytes a row of ``width`` values of storage type ``dtype`` takes (rounded up to 4)."""
-    return -(-width * (4 if dtype == "float32" else 2) // 4) * 4
+    return int(_tiermem.table_row_stride(width, dtype))
 
 
 def access_counts(counts: Any) -> np.ndarray:

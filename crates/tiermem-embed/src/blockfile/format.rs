@@ -62,7 +62,7 @@ impl Header {
     /// The geometry of a table of `rows` rows of `width` elements of `dtype`.
     #[must_use]
     pub fn new(rows: u64, width: u32, dtype: DType) -> Self {
-        let stride = (width as usize * dtype.size()).next_multiple_of(4);
+        let stride = dtype.row_bytes(width as usize).next_multiple_of(4);
         let (rows_per_block, blocks_per_row) = if stride <= PAYLOAD {
             ((PAYLOAD / stride) as u32, 1)
         } else {
@@ -108,6 +108,7 @@ impl Header {
             DType::F32 => 0,
             DType::Bf16 => 1,
             DType::F16 => 2,
+            DType::Int8 => 3,
         };
         b[25] = CRC32C;
         b[28..32].copy_from_slice(&self.stride.to_le_bytes());
@@ -150,6 +151,7 @@ impl Header {
             0 => DType::F32,
             1 => DType::Bf16,
             2 => DType::F16,
+            3 => DType::Int8,
             d => return Err(format!("unknown storage type code {d}")),
         };
         let (rows, width) = (u64_at(12), u32_at(20));

@@ -327,7 +327,7 @@ impl CachedRows {
         width: usize,
         dtype: crate::DType,
     ) -> Result<()> {
-        use crate::elem::{store_row, with_elem};
+        use crate::codec::{with_codec, RowCodec};
         if !self.staged() {
             return Ok(());
         }
@@ -349,7 +349,7 @@ impl CachedRows {
             // SAFETY: `dst` is a cached row's slot (exclusive lock) or a fresh `stride`-byte
             // piece of `bytes`; `vals` holds `width` floats and a row holds `width` elements.
             unsafe {
-                with_elem!(dtype, E => store_row::<E>(dst.cast(), vals, false));
+                with_codec!(dtype, C => C::store_row(dst, vals, false));
             }
         }
         home.write_rows(&rows, &bytes)

@@ -106,8 +106,9 @@ pub struct Cache {
 }
 
 /// Bytes per row; `width` is at most [`MAX_WIDTH`] (checked by `check_shape`), so no overflow.
-fn stride_of(width: usize, dtype: DType) -> usize {
-    (width * dtype.size()).next_multiple_of(4)
+#[must_use]
+pub fn stride_of(width: usize, dtype: DType) -> usize {
+    dtype.row_bytes(width).next_multiple_of(4)
 }
 
 /// DRAM a table of `rows` rows keeps per row outside the manager's devices, whatever its
@@ -685,7 +686,7 @@ impl Table {
     /// A staged table's rows `start..start + n` into `out` without caching them
     /// ([`CachedRows::read_through`]), in pieces of at most 16 MiB of rows.
     fn read_through(&self, c: &CachedRows, start: usize, n: usize, out: &mut [f32]) -> Result<()> {
-        use super::elem::{load_row, with_elem};
+        use super::codec::{with_codec, RowCodec};
         let _x = self.exclusive()?;
         let (w, dtype) = (self.width, self.dtype);
         let piece = ((16usize << 20) / self.stride).max(1);
@@ -708,7 +709,7 @@ impl Table {
                 // SAFETY: `aligned` holds one stored row: at least `width` elements of the
                 // table's type, 4-byte aligned.
                 unsafe {
-                    with_elem!(dtype, E => load_row::<E>(dst, aligned.as_ptr().cast()));
+                    with_codec!(dtype, C => C::load_row(dst, aligned.as_ptr().cast()));
                 }
             })?;
             first += k;
@@ -956,7 +957,7 @@ struct RowCopy<'a> {
 
 impl RowFn<()> for RowCopy<'_> {
     fn call<R: RowSource>(self, rows: &R) {
-        use super::elem::{load_row, store_row, with_elem};
+        use super::codec::{with_codec, RowCodec};
         let mut t = Tally::default();
         let (start, dtype) = (self.start, self.dtype);
         match self.out {
@@ -966,7 +967,7 @@ impl RowFn<()> for RowCopy<'_> {
                     // SAFETY: start + k < rows (checked by `span`); the pointer is valid for
                     // `width` elements while our caller holds the shared lock.
                     unsafe {
-                        with_elem!(dtype, E => load_row::<E>(row, p.cast()));
+                        with_codec!(dtype, C => C::load_row(row, p));
                     }
                 }
             }
@@ -975,7 +976,7 @@ impl RowFn<()> for RowCopy<'_> {
                     let p = rows.write(start + k, &mut t);
                     // SAFETY: as above, under the exclusive lock.
                     unsafe {
-                        with_elem!(dtype, E => store_row::<E>(p.cast(), row, false));
+                        with_codec!(dtype, C => C::store_row(p, row, false));
                     }
                 }
             }

@@ -102,7 +102,7 @@ fn block_tables_match_direct_tables_bit_for_bit() {
     let m = Arc::new(two_tier(64 << 20, 64 << 20, "lru"));
     let dir = scratch("block-table");
     for (width, dtype) in [(16, DType::F32), (7, DType::Bf16), (1100, DType::F32)] {
-        let stride = (width * dtype.size()).next_multiple_of(4);
+        let stride = dtype.row_bytes(width).next_multiple_of(4);
         for prefetch in ["row", "block", "threshold:1", "shadow:1.5"] {
             let what = format!("width {width} {dtype:?} {}", prefetch);
             let path = dir.join(format!("t{width}-{}.tmb", prefetch.replace(':', "_")));

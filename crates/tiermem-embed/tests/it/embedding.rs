@@ -21,7 +21,7 @@ fn manager() -> Arc<tiermem_core::manager::Manager> {
 }
 
 fn tables(m: &Arc<tiermem_core::manager::Manager>, width: usize, dtype: DType) -> Vec<Table> {
-    let bytes = |pct: u64| (ROWS * width * dtype.size()) as u64 * pct / 100;
+    let bytes = |pct: u64| (ROWS * dtype.row_bytes(width)) as u64 * pct / 100;
     let mut v = vec![
         Table::direct(m, 0, ROWS, width, dtype).unwrap(),
         Table::direct(m, 1, ROWS, width, dtype).unwrap(),

@@ -39,7 +39,7 @@ fn file_table(m: &Arc<Manager>, path: &Path, width: usize, dtype: DType, create:
         width,
         dtype,
     };
-    let stride = (width * dtype.size()).next_multiple_of(4);
+    let stride = dtype.row_bytes(width).next_multiple_of(4);
     let home = |s: usize| {
         Ok(if create {
             FileHome::create(path, "t", ROWS as u64, s)?
@@ -119,7 +119,7 @@ fn file_tables_match_direct_tables_bit_for_bit() {
             all_rows(&direct) == all_rows(&t),
             "width {width}: rows differ after reopening"
         );
-        let stride = (width * dtype.size()).next_multiple_of(4);
+        let stride = dtype.row_bytes(width).next_multiple_of(4);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
             (ROWS * stride) as u64

@@ -466,6 +466,14 @@ pub fn table_row_metadata_bytes(rows: usize, cached: bool) -> u64 {
     tiermem_embed::table::row_metadata_bytes(rows, cached)
 }
 
+/// Bytes a row of `width` values of storage type `dtype` (a name of `DTYPES`) takes in a
+/// table (`tiermem_embed::table::stride_of`).
+#[pyfunction]
+pub fn table_row_stride(width: usize, dtype: &str) -> PyResult<usize> {
+    let dt = tiermem_embed::DType::parse(dtype).map_err(to_py)?;
+    Ok(tiermem_embed::table::stride_of(width, dt))
+}
+
 /// The devices `[(spec, bytes)]` of a private manager for a table of `table_bytes` whose
 /// rows live on `spec`, cached (`cache`: its size and slack as fractions of the table) or
 /// not (`tiermem_embed::table::private_devices`).
