@@ -65,14 +65,33 @@ docs: build $(TORCH_STAMP) ## the API reference from the docstrings into docs/ap
 	$(PY) scripts/docs.py
 
 .PHONY: test-rs
-test-rs: ## Rust tests of the core, the embedding and the HPC crates (unit, property, stress, bad input, kernels against references on every ISA, doc)
-	cargo test --profile rtest -p tiermem-core -p tiermem-embed -p tiermem-hpc
+test-rs: ## Rust tests of the core, the embedding, the HPC and the C API crates (unit, property, stress, bad input, kernels against references on every ISA, doc)
+	cargo test --profile rtest -p tiermem-core -p tiermem-embed -p tiermem-hpc -p tiermem-capi
+
+.PHONY: capi
+capi: ## the C library: target/release/libtiermem.so and libtiermem.a (header: crates/tiermem-capi/include/tiermem.h)
+	cargo build --release -p tiermem-capi
+
+.PHONY: capi-header
+capi-header: ## regenerate crates/tiermem-capi/include/tiermem.h from the C API's declarations
+	cargo build --release -p tiermem-capi
+	cp "$$(ls -t target/release/build/tiermem-capi-*/out/tiermem.h | head -1)" crates/tiermem-capi/include/tiermem.h
+
+PREFIX ?= /usr/local
+.PHONY: install
+install: capi ## install the C library, tiermem.h and tiermem.pc under PREFIX (default /usr/local)
+	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/lib/pkgconfig
+	install -m 644 target/release/libtiermem.a $(PREFIX)/lib/
+	install -m 755 target/release/libtiermem.so $(PREFIX)/lib/
+	install -m 644 crates/tiermem-capi/include/tiermem.h $(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|'"$$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)"'|' \
+		crates/tiermem-capi/tiermem.pc.in > $(PREFIX)/lib/pkgconfig/tiermem.pc
 
 .PHONY: test-py
 # Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take
 # queued tests from busy ones), and names the 15 slowest. PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= auto
-test-py: build $(TORCH_STAMP) ## Python tests, in a worker process per core (at most four)
+test-py: build capi $(TORCH_STAMP) ## Python tests (the C API's examples too), in a worker process per core (at most four)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal --durations=15
 
 .PHONY: stress

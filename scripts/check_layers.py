@@ -8,6 +8,8 @@
 * ``tiermem-embed`` and ``tiermem-hpc`` each depend on ``tiermem-core`` alone among the
   workspace's crates, and on no Python crate; their modules form no cycle.
 * ``tiermem-py`` (the binding) is the only crate that depends on ``pyo3``.
+* ``tiermem-capi`` (the C ABI) depends on ``tiermem-core`` alone among the workspace's
+  crates: C sees memory management, not Python.
 
 References (``crate::``, ``super::`` and ``self::`` paths, groups included, resolved from the
 file's module and its inline modules) are read from the source after a lexer removes
@@ -218,7 +220,7 @@ def _deps(crate: str) -> set[str]:
 def check_crates() -> list[str]:
     errors = []
     workspace = {p.name for p in CRATES.iterdir() if (p / "Cargo.toml").exists()}
-    for crate in sorted({"tiermem-embed", "tiermem-hpc"} & workspace):
+    for crate in sorted({"tiermem-embed", "tiermem-hpc", "tiermem-capi"} & workspace):
         deps = _deps(crate)
         if deps & workspace != {"tiermem-core"}:
             errors.append(f"{crate} must depend on tiermem-core alone among the workspace's crates, not {sorted(deps & workspace)}")
@@ -236,7 +238,7 @@ def main() -> int:
     for e in errors:
         print(e)
     if not errors:
-        print(f"crate floors: ok ({len(FLOORS)} floors in tiermem-core; tiermem-embed and tiermem-hpc on tiermem-core alone)")
+        print(f"crate floors: ok ({len(FLOORS)} floors in tiermem-core; tiermem-embed, tiermem-hpc and tiermem-capi on tiermem-core alone)")
     return 1 if errors else 0
 
 
