@@ -77,13 +77,19 @@ capi-header: ## regenerate crates/tiermem-capi/include/tiermem.h from the C API'
 	cargo build --release -p tiermem-capi
 	cp "$$(ls -t target/release/build/tiermem-capi-*/out/tiermem.h | head -1)" crates/tiermem-capi/include/tiermem.h
 
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+.PHONY: sysdeps
+sysdeps: ## system packages the C and Fortran tests need (gfortran, pkg-config), installed with apt when missing
+	@command -v gfortran >/dev/null && command -v pkg-config >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gfortran pkg-config; }
+
 PREFIX ?= /usr/local
 .PHONY: install
 install: capi ## install the C library, tiermem.h and tiermem.pc under PREFIX (default /usr/local)
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/lib/pkgconfig
 	install -m 644 target/release/libtiermem.a $(PREFIX)/lib/
 	install -m 755 target/release/libtiermem.so $(PREFIX)/lib/
-	install -m 644 crates/tiermem-capi/include/tiermem.h $(PREFIX)/include/
+	install -m 644 crates/tiermem-capi/include/tiermem.h crates/tiermem-capi/fortran/tiermem.f90 $(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|'"$$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)"'|' \
 		crates/tiermem-capi/tiermem.pc.in > $(PREFIX)/lib/pkgconfig/tiermem.pc
 
@@ -91,7 +97,7 @@ install: capi ## install the C library, tiermem.h and tiermem.pc under PREFIX (d
 # Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take
 # queued tests from busy ones), and names the 15 slowest. PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= auto
-test-py: build capi $(TORCH_STAMP) ## Python tests (the C API's examples too), in a worker process per core (at most four)
+test-py: build capi sysdeps $(TORCH_STAMP) ## Python tests (the C and Fortran examples too), in a worker process per core (at most four)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --dist worksteal --durations=15
 
 .PHONY: stress

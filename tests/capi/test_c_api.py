@@ -12,19 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "target" / "release"
-INCLUDE = ROOT / "crates" / "tiermem-capi" / "include"
-CC = shutil.which("cc") or shutil.which("gcc")
-pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler on PATH")
+from .conftest import INCLUDE, ROOT
 
-
-@pytest.fixture(scope="module")
-def lib() -> Path:
-    """The built library (built here if `make capi` has not run)."""
-    if not (LIB / "libtiermem.so").exists() or not (LIB / "libtiermem.a").exists():
-        subprocess.run(["cargo", "build", "--release", "-p", "tiermem-capi"], cwd=ROOT, check=True, timeout=1800)
-    return LIB
+CC: str = shutil.which("cc") or shutil.which("gcc") or ""
+pytestmark = pytest.mark.skipif(not CC, reason="no C compiler on PATH")
 
 
 def _cc(src: Path, out: Path, *link: str) -> Path:
