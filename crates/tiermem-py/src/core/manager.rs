@@ -48,11 +48,17 @@ type OpOutputs<'py> = (Vec<u64>, Bound<'py, PyAny>, Vec<Option<u64>>);
 /// What `op_open` returns: tickets, addresses, output ids, `(moves missed, moves refused)`.
 type OpOpened = (Vec<u64>, Vec<usize>, Vec<u64>, (usize, usize));
 
-/// A trace follower's counts: `(queued, behind queued, kept, mismatches, resyncs)`.
-type TraceTuple = (u64, u64, u64, u64, u64);
+/// A trace follower's counts by name (`TraceCounts`' fields).
+type TraceMap = std::collections::HashMap<&'static str, u64>;
 
-fn trace_tuple(c: TraceCounts) -> TraceTuple {
-    (c.queued, c.behind_queued, c.kept, c.mismatches, c.resyncs)
+fn trace_map(c: TraceCounts) -> TraceMap {
+    TraceMap::from([
+        ("queued", c.queued),
+        ("behind_queued", c.behind_queued),
+        ("kept", c.kept),
+        ("mismatches", c.mismatches),
+        ("resyncs", c.resyncs),
+    ])
 }
 
 /// A tiered memory manager (see `tiermem.Manager` for the documented facade).
@@ -234,8 +240,8 @@ impl PyManager {
 
     /// Follow the trace of ops opened with `trace=` (see `tiermem_core::manager::trace`),
     /// queueing prefetches `depth` ops ahead and write-backs `lag` bytes behind to `mover`;
-    /// or stop following (`mover=None`). Returns the replaced follower's `(queued, behind
-    /// queued, kept, mismatches, resyncs)`, if there was one.
+    /// or stop following (`mover=None`). Returns the replaced follower's counts by name, if
+    /// there was one.
     #[pyo3(signature = (mover = None, depth = 0, lag = 0))]
     fn follow_trace(
         &self,
@@ -243,7 +249,7 @@ impl PyManager {
         mover: Option<&PyMover>,
         depth: usize,
         lag: u64,
-    ) -> PyResult<Option<TraceTuple>> {
+    ) -> PyResult<Option<TraceMap>> {
         let follower = match mover {
             Some(mv) => {
                 let tx = mv.sender().ok_or_else(|| {
@@ -256,7 +262,7 @@ impl PyManager {
             None => None,
         };
         let old = run(py, || self.inner.follow_trace(follower))?;
-        Ok(old.map(trace_tuple))
+        Ok(old.map(trace_map))
     }
 
     /// An iteration starts for the trace follower.
@@ -270,9 +276,10 @@ impl PyManager {
         run(py, || self.inner.trace_made(pos, k, id))
     }
 
-    /// The trace follower's `(queued, behind queued, kept, mismatches, resyncs)`, or None.
-    fn trace_counts(&self, py: Python<'_>) -> PyResult<Option<TraceTuple>> {
-        Ok(run(py, || self.inner.trace_counts())?.map(trace_tuple))
+    /// The trace follower's counts by name (queued, behind_queued, kept, mismatches,
+    /// resyncs), or None.
+    fn trace_counts(&self, py: Python<'_>) -> PyResult<Option<TraceMap>> {
+        Ok(run(py, || self.inner.trace_counts())?.map(trace_map))
     }
 
     /// A plan's moves around one kernel in one call: evict `evict`, then prefetch

@@ -37,8 +37,6 @@ __all__ = ["Lookahead", "BEHIND_LAG"]
 #: slow-device bandwidth.
 BEHIND_LAG = 0.5
 
-_COUNTS = ("queued", "behind_queued", "kept", "mismatches", "resyncs")
-
 
 class Lookahead(Observer):
     """The core's trace follower and the mover thread it queues to, attached to a tiering
@@ -49,7 +47,7 @@ class Lookahead(Observer):
     def __init__(self, depth: int) -> None:
         self.depth = depth
         self._mover: Mover | None = None
-        self._final: tuple[tuple[int, ...], tuple[int, int, int]] | None = None
+        self._final: tuple[dict[str, int], tuple[int, int, int]] | None = None
 
     def attach(self, tiering: Tiering) -> None:
         self.tiering = tiering
@@ -64,8 +62,7 @@ class Lookahead(Observer):
     def close(self) -> None:
         if self._mover is not None:
             self.tiering.tracing = False
-            counts = self.tiering._native.follow_trace(None) or (0,) * len(_COUNTS)
-            self._final = (counts, self._mover.stop())
+            self._final = (self.tiering._native.follow_trace(None) or {}, self._mover.stop())
             self._mover = None
 
     def stats(self) -> dict[str, Any]:
@@ -75,9 +72,8 @@ class Lookahead(Observer):
         where it is for the next), ops matched after a skip (resyncs) and ops not found in
         the previous trace (mismatches)."""
         if self._mover is None:
-            counts, done = self._final or ((0,) * len(_COUNTS), (0, 0, 0))
+            counts, done = self._final or ({}, (0, 0, 0))
         else:
-            counts = self.tiering._native.trace_counts() or (0,) * len(_COUNTS)
-            done = self._mover.counts()
+            counts, done = self.tiering._native.trace_counts() or {}, self._mover.counts()
         prefetched, written, skipped = done
-        return dict(zip(_COUNTS, counts)) | {"prefetched": prefetched, "written_behind": written, "skipped": skipped}
+        return counts | {"prefetched": prefetched, "written_behind": written, "skipped": skipped}

@@ -309,8 +309,6 @@ class Tiering:
         #: The module running now ("" outside forward), tracked when an observer names tensors.
         self.scope = ""
         self._naming = False
-        #: Whether the op running now soft-evicts its read operands (:meth:`soft_evicts_now`).
-        self.softening = False
         #: Whether the core's trace follower is told of each op (set by the look-ahead).
         self.tracing = False
         self._plans: dict[Any, Any] = {}
@@ -746,7 +744,7 @@ class Tiering:
             self._check_budget(info, plan, operands)
         hooks = self._hooks
         moves = None
-        self.softening = soft_now = self.soft_evicts_now()
+        soft_now = self.soft_evicts_now()
         if hooks["op_start"]:
             objs = [op.obj for op in operands.values()]
             for h in hooks["op_start"]:
