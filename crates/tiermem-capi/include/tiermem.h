@@ -81,6 +81,76 @@ typedef enum {
 typedef struct tm_manager tm_manager;
 
 /**
+ * Return and `err` codes. `H2M_SUCCESS` is H2M's; the others are nonzero, so a program
+ * that tests against `H2M_SUCCESS` reads them as H2M's failures.
+ */
+typedef int h2m_status_t;
+
+/**
+ * A trait key.
+ */
+typedef int h2m_alloc_trait_key_t;
+
+/**
+ * A trait value.
+ */
+typedef int h2m_alloc_trait_value_t;
+
+/**
+ * A trait's value: which member is read depends on the key (see each `h2m_atk_*`).
+ */
+typedef union {
+  /**
+   * An int.
+   */
+  int i;
+  /**
+   * An unsigned int.
+   */
+  unsigned int ui;
+  /**
+   * A double.
+   */
+  double dbl;
+  /**
+   * A long.
+   */
+  long l;
+  /**
+   * A value constant (OR-ed where the key allows).
+   */
+  h2m_alloc_trait_value_t atv;
+  /**
+   * A pointer.
+   */
+  void *ptr;
+  /**
+   * A size.
+   */
+  size_t sz;
+} h2m_atv_union_t;
+
+/**
+ * One allocation trait: a key and its value.
+ */
+typedef struct {
+  /**
+   * The key (`h2m_atk_*`).
+   */
+  h2m_alloc_trait_key_t key;
+  /**
+   * The value.
+   */
+  h2m_atv_union_t value;
+} h2m_alloc_trait_t;
+
+/**
+ * The order declared allocations claim memory in (`h2m_commit_allocs`), also used by
+ * `h2m_apply_migration`.
+ */
+typedef int h2m_strategy_t;
+
+/**
  * One device of a manager: its spec (`"dram"`, `"numa:1"`, `"emulated:optane-pmem"`,
  * `"block:/path"`, ...; see the README) and its capacity in bytes.
  */
@@ -95,9 +165,348 @@ typedef struct {
   uint64_t bytes;
 } tm_device;
 
+/**
+ * Success.
+ */
+#define H2M_SUCCESS 0
+
+/**
+ * A failure none of the codes below names (the message says what).
+ */
+#define H2M_FAILURE 1
+
+/**
+ * A bad argument: a NULL pointer, a size of zero, an unknown trait key or value, a trait
+ * set no space satisfies with `fallback=error`.
+ */
+#define H2M_INVALID_ARGUMENT 2
+
+/**
+ * No memory space has room.
+ */
+#define H2M_OUT_OF_MEMORY 3
+
+/**
+ * A pointer that is not an allocation of this library (or was freed already).
+ */
+#define H2M_NO_SUCH_ALLOCATION 4
+
+/**
+ * Called before `h2m_init` or after `h2m_finalize`.
+ */
+#define H2M_NOT_INITIALIZED 5
+
+/**
+ * `h2m_init` called again before `h2m_finalize`.
+ */
+#define H2M_ALREADY_INITIALIZED 6
+
+/**
+ * Called in a child forked after `h2m_init` (its allocations belong to the parent).
+ */
+#define H2M_FORKED 7
+
+/**
+ * A panic inside tiermem (a bug), caught at the boundary.
+ */
+#define H2M_PANIC 8
+
+/**
+ * Spaces the allocation must be in (`atv`, OR-ed `h2m_atv_mem_space_*`).
+ */
+#define h2m_atk_req_mem_space 1
+
+/**
+ * Spaces to try first (`atv`, OR-ed `h2m_atv_mem_space_*`).
+ */
+#define h2m_atk_pref_mem_space 2
+
+/**
+ * Alignment in bytes (`sz`), a power of two up to the page size (allocations are
+ * page-aligned).
+ */
+#define h2m_atk_mem_alignment 3
+
+/**
+ * Sensitivity (`atv`, OR-ed `h2m_atv_bw_sensitive`, `h2m_atv_lat_sensitive`).
+ */
+#define h2m_atk_sensitivity 4
+
+/**
+ * Access mode (`atv`, one `h2m_atv_access_mode_*`).
+ */
+#define h2m_atk_access_mode 5
+
+/**
+ * Access frequency (`dbl` or `i`, >= 0).
+ */
+#define h2m_atk_access_freq 6
+
+/**
+ * Priority (`dbl` or `i`; higher first under `H2M_STRATEGY_PRIORITY`).
+ */
+#define h2m_atk_access_prio 7
+
+/**
+ * Access pattern (`atv`, one `h2m_atv_access_pattern_*`).
+ */
+#define h2m_atk_access_pattern 8
+
+/**
+ * Bytes between accesses (`sz`), with `h2m_atv_access_pattern_strided`.
+ */
+#define h2m_atk_access_stride 9
+
+/**
+ * Data structure (`atv`, one `h2m_atv_structure_*`).
+ */
+#define h2m_atk_structure_type 10
+
+/**
+ * tiermem: measured seconds a run saves with the allocation in the fastest space rather
+ * than the slowest (`dbl`, >= 0; `H2M_STRATEGY_GAIN` ranks by it per byte).
+ */
+#define h2m_atk_gain 100
+
+/**
+ * tiermem: what happens when no space the traits allow has room (`atv`, one
+ * `h2m_atv_fallback_*`).
+ */
+#define h2m_atk_fallback 101
+
+/**
+ * Nodes with the highest bandwidth (HBM, MCDRAM, or DRAM beside slower memory).
+ */
+#define h2m_atv_mem_space_hbw 1
+
+/**
+ * Nodes with the lowest latency.
+ */
+#define h2m_atv_mem_space_low_lat 2
+
+/**
+ * Nodes with the largest capacity.
+ */
+#define h2m_atv_mem_space_large_cap 4
+
+/**
+ * Sensitive to bandwidth.
+ */
+#define h2m_atv_bw_sensitive 8
+
+/**
+ * Sensitive to latency.
+ */
+#define h2m_atv_lat_sensitive 16
+
+/**
+ * Read only.
+ */
+#define h2m_atv_access_mode_readonly 32
+
+/**
+ * Written only.
+ */
+#define h2m_atv_access_mode_writeonly 64
+
+/**
+ * Read and written.
+ */
+#define h2m_atv_access_mode_readwrite 128
+
+/**
+ * Element after element.
+ */
+#define h2m_atv_access_pattern_sequential 256
+
+/**
+ * A fixed stride (give `h2m_atk_access_stride`).
+ */
+#define h2m_atv_access_pattern_strided 512
+
+/**
+ * Irregular.
+ */
+#define h2m_atv_access_pattern_random 1024
+
+/**
+ * A dense array.
+ */
+#define h2m_atv_structure_array 2048
+
+/**
+ * A dense matrix.
+ */
+#define h2m_atv_structure_matrix 4096
+
+/**
+ * A sparse matrix.
+ */
+#define h2m_atv_structure_sparse 8192
+
+/**
+ * A tree.
+ */
+#define h2m_atv_structure_tree 16384
+
+/**
+ * A hash table.
+ */
+#define h2m_atv_structure_hash 32768
+
+/**
+ * A graph.
+ */
+#define h2m_atv_structure_graph 65536
+
+/**
+ * tiermem: on no room, the next device, then every other, fastest first (the default).
+ */
+#define h2m_atv_fallback_next_best 131072
+
+/**
+ * tiermem: on no room, fail with `H2M_OUT_OF_MEMORY` or `H2M_INVALID_ARGUMENT`.
+ */
+#define h2m_atv_fallback_error 262144
+
+/**
+ * As declared (H2M's default).
+ */
+#define H2M_STRATEGY_FIFO 0
+
+/**
+ * Largest first.
+ */
+#define H2M_STRATEGY_SIZE 1
+
+/**
+ * Highest priority first, then largest.
+ */
+#define H2M_STRATEGY_PRIORITY 2
+
+/**
+ * tiermem: highest measured gain per byte first.
+ */
+#define H2M_STRATEGY_GAIN 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Map the memory spaces and open a device per NUMA node (logged when `H2M_VERBOSE` or
+ * `TIERMEM_VERBOSE` is set). `H2M_NODES_HBW`, `H2M_NODES_LOW_LAT`, `H2M_NODES_LARGE_CAP`
+ * (or their `TIERMEM_` names) override a space's nodes; `TIERMEM_SYSFS` reads a sysfs tree
+ * instead of `/sys`; `TIERMEM_NODE_DEVICES`, `TIERMEM_NODE_BYTES` and `TIERMEM_NODE_SCALE`
+ * choose each node's device and capacity.
+ */
+h2m_status_t h2m_init(void);
+
+/**
+ * A thread's start (nothing to do: no per-thread state). `H2M_NOT_INITIALIZED` before
+ * `h2m_init`.
+ */
+h2m_status_t h2m_thread_init(void);
+
+/**
+ * After the serial part of initialisation (nothing to do).
+ */
+h2m_status_t h2m_post_init_serial(void);
+
+/**
+ * A thread's end (nothing to do).
+ */
+h2m_status_t h2m_thread_finalize(void);
+
+/**
+ * Free every allocation and the devices; pointers from this library dangle afterwards.
+ */
+h2m_status_t h2m_finalize(void);
+
+/**
+ * Allocate `size` bytes with no traits (the fastest node near the calling thread with
+ * room). NULL on failure, with the code in `*err` (`err` may be NULL).
+ *
+ * # Safety
+ * `err` NULL or valid for a write.
+ */
+void *h2m_alloc(size_t size, int *err);
+
+/**
+ * Allocate `size` bytes placed by `traits` (`n_traits` of them) near the calling thread.
+ * NULL on failure, with the code in `*err` (`err` may be NULL).
+ *
+ * # Safety
+ * `err` NULL or valid for a write; `traits` valid for `n_traits` reads.
+ */
+void *h2m_alloc_w_traits(size_t size, int *err, int n_traits, const h2m_alloc_trait_t *traits);
+
+/**
+ * Free an allocation (NULL is ignored, as `free` does). `H2M_NO_SUCH_ALLOCATION` for a
+ * pointer this library did not return or freed already.
+ */
+h2m_status_t h2m_free(void *ptr);
+
+/**
+ * Record new traits for an allocation (`size`: at most its size): with
+ * `replace_complete`, the new set; otherwise the old set with these keys replaced or
+ * added. Nothing moves until `h2m_apply_migration`.
+ *
+ * # Safety
+ * `traits` valid for `n_traits` reads.
+ */
+h2m_status_t h2m_update_traits(void *ptr,
+                               size_t size,
+                               int n_traits,
+                               const h2m_alloc_trait_t *traits,
+                               int replace_complete);
+
+/**
+ * Place every allocation again by its current traits (the last commit's strategy) and
+ * move those whose node changes; their pointers stay valid. Call it where no thread
+ * reads or writes the allocations.
+ */
+h2m_status_t h2m_apply_migration(void);
+
+/**
+ * As [`h2m_apply_migration`] for `n_allocs` allocations only.
+ *
+ * # Safety
+ * `allocations` valid for `n_allocs` reads.
+ */
+h2m_status_t h2m_apply_migration_for_allocations(void **allocations, int n_allocs);
+
+/**
+ * Declare an allocation; `h2m_commit_allocs` makes every declaration at once and writes
+ * each address through its `ptr` (which must stay valid until then).
+ *
+ * # Safety
+ * `ptr` valid for a write until the commit; `traits` valid for `n_traits` reads.
+ */
+h2m_status_t h2m_declare_alloc_w_traits(void **ptr,
+                                        size_t size,
+                                        int n_traits,
+                                        const h2m_alloc_trait_t *traits);
+
+/**
+ * Allocate every declaration in `strategy`'s order (`H2M_STRATEGY_*`; also the order of
+ * later migrations), all or none.
+ */
+h2m_status_t h2m_commit_allocs(h2m_strategy_t strategy_code);
+
+/**
+ * tiermem: the NUMA node an allocation is on now (`*node`).
+ *
+ * # Safety
+ * `node` valid for a write.
+ */
+h2m_status_t tm_h2m_node_of(const void *ptr, int *node);
+
+/**
+ * tiermem: allocate near `node` from this thread (as if it ran there); `-1` goes back to
+ * the node it runs on.
+ */
+h2m_status_t tm_h2m_set_node(int node);
 
 /**
  * Make a manager over `n` devices (fastest first) with policy `policy` (`"lru"`,

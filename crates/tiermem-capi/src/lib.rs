@@ -5,9 +5,12 @@
 //! [`tm_last_error`]; no lock is held between calls, and a pin (`tm_pin`) holds no lock,
 //! only the object in place.
 
+pub mod h2m;
 pub mod manager;
 pub mod status;
 
+pub use h2m::types::*;
+pub use h2m::*;
 pub use manager::*;
 pub use status::{tm_last_error, tm_status_name, TmStatus};
 

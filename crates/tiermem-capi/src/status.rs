@@ -41,12 +41,12 @@ thread_local! {
     static LAST: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
 
-fn set_last(msg: String) {
+pub(crate) fn set_last(msg: String) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = Some(c));
 }
 
-fn status_of(e: &Error) -> TmStatus {
+pub(crate) fn status_of(e: &Error) -> TmStatus {
     match e {
         Error::InvalidArgument(_) | Error::IndexOutOfRange { .. } | Error::LockOrder(_) => {
             TmStatus::TmInvalidArgument
@@ -74,17 +74,20 @@ pub(crate) fn guard(body: impl FnOnce() -> tiermem_core::Result<()>) -> TmStatus
             s
         }
         Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into());
-            set_last(format!(
-                "tiermem panicked (a bug; please report it): {what}"
-            ));
+            set_last(panic_message(p.as_ref()));
             TmStatus::TmPanic
         }
     }
+}
+
+/// The message left for a panic caught at the boundary.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("tiermem panicked (a bug; please report it): {what}")
 }
 
 /// The message of this thread's last failed call, or NULL if none failed. Valid until this

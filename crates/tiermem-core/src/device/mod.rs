@@ -193,6 +193,19 @@ impl Device {
     /// As [`Device::open`], with memory devices (`dram`, `emulated`, `numa`) faulted in as
     /// `prefault` says. The capacity checks are the same whatever the choice.
     pub fn open_with(spec: &str, capacity: u64, prefault: Prefault) -> Result<Self> {
+        Self::open_backed(spec, capacity, prefault, false)
+    }
+
+    /// As [`Device::open_with`] for a memory device (`dram`, `emulated`, `numa`) whose
+    /// bytes are a memory file mapped shared, allocated in whole pages: each object's pages
+    /// can be mapped a second time at an address of the caller's ([`Device::alias_source`]),
+    /// which follows the object when it moves (the H2M interface's promise that pointers
+    /// stay valid across migration). Other kinds are refused by name.
+    pub fn open_shared(spec: &str, capacity: u64, prefault: Prefault) -> Result<Self> {
+        Self::open_backed(spec, capacity, prefault, true)
+    }
+
+    fn open_backed(spec: &str, capacity: u64, prefault: Prefault, shared: bool) -> Result<Self> {
         let (spec, overwrite) = strip_overwrite(spec);
         let kind = DeviceKind::parse(spec)?;
         if overwrite && !matches!(kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)) {
@@ -201,6 +214,12 @@ impl Device {
             )));
         }
         let mut file = None;
+        if shared && matches!(kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)) {
+            return Err(Error::InvalidArgument(format!(
+                "device '{spec}': only memory devices (dram, numa:N, emulated:PROFILE) can back \
+                 addresses that follow their objects"
+            )));
+        }
         if capacity == 0 {
             return Err(Error::InvalidArgument(format!(
                 "device '{spec}' needs a capacity above zero bytes"
@@ -216,6 +235,13 @@ impl Device {
                 ))
             })?;
         let len = capacity as usize;
+        let anonymous = |node: Option<u32>| {
+            if shared {
+                Mapping::shared_with(len, node, prefault)
+            } else {
+                Mapping::anonymous_with(len, true, node, prefault)
+            }
+        };
         let io = |what: &str, e: std::io::Error| Error::io(spec, spec, what, e);
         let (storage, throttle) = match &kind {
             DeviceKind::Dram | DeviceKind::Emulated(_) => {
@@ -229,8 +255,7 @@ impl Device {
                     }
                     _ => None,
                 };
-                let map = Mapping::anonymous_with(len, true, None, prefault)
-                    .map_err(|e| io("map memory", e))?;
+                let map = anonymous(None).map_err(|e| io("map memory", e))?;
                 (Storage::Memory(map), throttle)
             }
             DeviceKind::Numa(node) => {
@@ -252,7 +277,7 @@ impl Device {
                     n.free_bytes,
                     &format!("free on NUMA node {node}"),
                 )?;
-                let map = Mapping::anonymous_with(len, true, Some(*node), prefault)
+                let map = anonymous(Some(*node))
                     .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
                 (Storage::Memory(map), None)
             }
@@ -302,7 +327,27 @@ impl Device {
     /// Allocation alignment ([`Reach::alignment`]).
     #[must_use]
     pub fn alignment(&self) -> u64 {
-        self.reach().alignment()
+        if self.shared() {
+            crate::sys::page_size() as u64
+        } else {
+            self.reach().alignment()
+        }
+    }
+
+    /// Whether the device was opened with [`Device::open_shared`].
+    #[must_use]
+    pub fn shared(&self) -> bool {
+        matches!(&self.storage, Storage::Memory(m) if m.alias_source(0).is_some())
+    }
+
+    /// The memory file and its offset holding byte `offset` of a device opened with
+    /// [`Device::open_shared`], to map those pages a second time; None otherwise.
+    #[must_use]
+    pub fn alias_source(&self, offset: u64) -> Option<(std::os::fd::RawFd, u64)> {
+        match &self.storage {
+            Storage::Memory(m) => m.alias_source(usize::try_from(offset).ok()?),
+            Storage::Block(_) => None,
+        }
     }
 
     /// Host address of `offset` on a host-reached device; `None` on any other.
@@ -423,6 +468,16 @@ fn check_fits(spec: &str, capacity: u64, available: u64, what: &str) -> Result<(
 /// together against the memory this process can take ([`crate::sys::cgroup::available_memory`]), and `numa:N`
 /// devices together per node: each alone may fit while all of them would not.
 pub fn open_all(specs: &[(String, u64)]) -> Result<Vec<Device>> {
+    open_all_backed(specs, false)
+}
+
+/// As [`open_all`], every device opened with [`Device::open_shared`] and faulted in lazily
+/// (pages become memory as the program first touches them).
+pub fn open_all_shared(specs: &[(String, u64)]) -> Result<Vec<Device>> {
+    open_all_backed(specs, true)
+}
+
+fn open_all_backed(specs: &[(String, u64)], shared: bool) -> Result<Vec<Device>> {
     let mut anon = 0u64;
     let mut per_node: std::collections::BTreeMap<u32, u64> = Default::default();
     for (spec, cap) in specs {
@@ -466,7 +521,11 @@ pub fn open_all(specs: &[(String, u64)]) -> Result<Vec<Device>> {
             (_, Some(p)) => p,
             _ => default_prefault(&kind),
         };
-        devices.push(Device::open_with(s, *c, prefault)?);
+        devices.push(if shared {
+            Device::open_shared(s, *c, Prefault::Lazy)?
+        } else {
+            Device::open_with(s, *c, prefault)?
+        });
     }
     Ok(devices)
 }

@@ -137,6 +137,37 @@ pub fn evict_object(m: &mut DataManager, id: ObjectId) -> Result<()> {
     Ok(())
 }
 
+/// Move the object's bytes to device `target` (faster or slower) and keep no other copy:
+/// copy the primary there, make it primary, free every other region. For objects written
+/// behind the manager's back (through an address mapped a second time, the H2M interface),
+/// whose dirty state the manager cannot know, so no clean sibling may stand in for them.
+/// Skipped (nothing changes) when the object is pinned or `target` has no contiguous room.
+pub fn relocate_object(m: &mut DataManager, id: ObjectId, target: usize) -> Result<Prefetched> {
+    let x = m.primary(id)?;
+    if m.device_of(x)? == target {
+        return Ok(Prefetched::Done);
+    }
+    let o = m.object(id)?;
+    if o.pins > 0 {
+        return Ok(Prefetched::Skipped);
+    }
+    let Some(y) = m.allocate(target, o.len, id)? else {
+        return Ok(Prefetched::Skipped);
+    };
+    if let Err(e) = m.copy(y, x) {
+        m.free(y)?;
+        return Err(e);
+    }
+    let others = m.region(x)?.links.clone();
+    m.set_primary(id, y)?;
+    m.set_dirty(y, false)?;
+    m.free(x)?;
+    for s in others {
+        m.free(s)?;
+    }
+    Ok(Prefetched::Done)
+}
+
 /// A write-back begun by [`writeback_begin`]: copy `len` bytes from the primary `x` to the
 /// slower sibling `y`, then finish with [`writeback_end`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Memory maps backing the byte-addressable devices.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,6 +58,9 @@ pub struct Mapping {
     /// Whether transparent huge pages were requested for this map.
     pub huge_pages: bool,
     background: Option<Background>,
+    /// The memory file behind a shared map ([`Mapping::shared_with`]): other maps of its
+    /// pages ([`Mapping::alias_source`]) see the same bytes.
+    memfd: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; concurrent access to the bytes
@@ -107,6 +110,7 @@ impl Mapping {
             map_len: total,
             huge_pages: false,
             background: None,
+            memfd: None,
         };
         if huge {
             // SAFETY: the range is inside our own map.
@@ -123,6 +127,75 @@ impl Mapping {
             Prefault::Lazy => {}
         }
         Ok(map)
+    }
+
+    /// Map `len` bytes of a new memory file (`memfd_create`) shared, optionally bound to a
+    /// NUMA node, faulting pages in as `prefault` says: anonymous memory whose pages can be
+    /// mapped a second time elsewhere ([`Mapping::alias_source`]), so an address handed out
+    /// can follow its bytes when they move to another map. Page-aligned; no huge pages
+    /// (shared memory's are the kernel's `shmem_enabled` choice).
+    pub fn shared_with(
+        len: usize,
+        numa_node: Option<u32>,
+        prefault: Prefault,
+    ) -> std::io::Result<Self> {
+        if len == 0 || isize::try_from(len).is_err() {
+            return Err(overflow());
+        }
+        // SAFETY: a NUL-terminated name and plain flags.
+        let raw_fd = unsafe { libc::memfd_create(c"tiermem-device".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw_fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just returned to us and owned by no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw_fd) };
+        // SAFETY: a descriptor we own; the length fits an off_t (checked above).
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared map of our own memory file; no existing memory is affected.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut map = Mapping {
+            ptr: NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)?,
+            len,
+            lead: 0,
+            map_len: len,
+            huge_pages: false,
+            background: None,
+            memfd: Some(fd),
+        };
+        if let Some(node) = numa_node {
+            // SAFETY: the range is our own fresh map, not yet faulted in (for shared memory
+            // the policy is the file's, so every map of these pages follows it).
+            unsafe { super::numa::bind(map.ptr.as_ptr(), len, node)? };
+        }
+        match prefault {
+            Prefault::Now => map.prefault()?,
+            Prefault::Background => map.prefault_in_background()?,
+            Prefault::Lazy => {}
+        }
+        Ok(map)
+    }
+
+    /// The memory file and the file offset of byte `offset` of a shared map, for mapping
+    /// those pages a second time (`mmap(addr, len, .., MAP_SHARED | MAP_FIXED, fd, off)`);
+    /// None for any other map. The descriptor lives as long as this map.
+    #[must_use]
+    pub fn alias_source(&self, offset: usize) -> Option<(RawFd, u64)> {
+        let fd = self.memfd.as_ref()?;
+        (offset <= self.len).then(|| (fd.as_raw_fd(), offset as u64))
     }
 
     /// Map `len` bytes of `file` shared (the file must already be that long) and fault it in.
@@ -150,6 +223,7 @@ impl Mapping {
             map_len: len,
             huge_pages: false,
             background: None,
+            memfd: None,
         };
         map.prefault()?;
         Ok(map)

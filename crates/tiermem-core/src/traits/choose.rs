@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::set::{Fallback, Traits};
-use crate::device::spaces::{best, Space};
+use crate::device::spaces::{best, Space, SpaceMap};
 use crate::device::DeviceTraits;
 use crate::{Error, Result};
 
@@ -16,6 +16,9 @@ pub struct DeviceSpaces {
     pub names: Vec<String>,
     /// Per space (in [`Space::ALL`] order), its devices and why.
     pub spaces: Vec<(Space, Vec<usize>, String)>,
+    /// Every device in the order to try them after the spaces' (the manager's, fastest
+    /// first; a source node's view: nearest first).
+    pub order: Vec<usize>,
 }
 
 impl DeviceSpaces {
@@ -59,7 +62,60 @@ impl DeviceSpaces {
             };
             spaces.push((s, ids, why));
         }
-        DeviceSpaces { names, spaces }
+        let order = (0..names.len()).collect();
+        DeviceSpaces {
+            names,
+            spaces,
+            order,
+        }
+    }
+
+    /// The spaces over devices that stand for NUMA nodes (`nodes[i]` is device `i`'s node),
+    /// as the machine's space map `map` gives them: each space's devices in the order of
+    /// `source`'s view (the node a thread runs on: nearest first, as H2M's per-node lists),
+    /// or by device index when `source` is None or has no view; devices outside every
+    /// space keep their index order after the others.
+    #[must_use]
+    pub fn of_nodes(
+        names: Vec<String>,
+        nodes: &[u32],
+        map: &SpaceMap,
+        source: Option<u32>,
+    ) -> DeviceSpaces {
+        let index = |n: u32| nodes.iter().position(|&x| x == n);
+        let view = source.and_then(|s| map.views.iter().find(|v| v.node == s));
+        let mut spaces = Vec::new();
+        for s in Space::ALL {
+            let ns: Vec<u32> = match view.and_then(|_| map.view(source?, s)) {
+                Some(v) => v.to_vec(),
+                None => map.nodes(s).to_vec(),
+            };
+            let ids: Vec<usize> = ns.into_iter().filter_map(index).collect();
+            let why = map
+                .spaces
+                .iter()
+                .find(|x| x.space == s)
+                .map_or_else(String::new, |x| format!("{} ({})", x.source, x.why));
+            spaces.push((s, ids, why));
+        }
+        let mut order: Vec<usize> = match view {
+            Some(v) => v
+                .by_distance
+                .iter()
+                .filter_map(|(n, _)| index(*n))
+                .collect(),
+            None => Vec::new(),
+        };
+        for d in 0..names.len() {
+            if !order.contains(&d) {
+                order.push(d);
+            }
+        }
+        DeviceSpaces {
+            names,
+            spaces,
+            order,
+        }
     }
 
     /// The devices of `space`.
@@ -94,7 +150,10 @@ impl DeviceSpaces {
             }
         };
         if !t.required.is_empty() {
-            let all: Vec<usize> = (0..n)
+            let all: Vec<usize> = self
+                .devices(t.required[0])
+                .iter()
+                .copied()
                 .filter(|d| t.required.iter().all(|&s| self.devices(s).contains(d)))
                 .collect();
             if all.is_empty() && t.fallback == Fallback::Error {
@@ -136,7 +195,7 @@ impl DeviceSpaces {
                 push(d, &mut out);
             }
         }
-        for d in 0..n {
+        for &d in &self.order {
             push(d, &mut out);
         }
         Ok(out)

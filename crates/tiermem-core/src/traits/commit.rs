@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::choose::DeviceSpaces;
 use super::set::{Fallback, Traits};
 use crate::manager::Manager;
-use crate::mechanism::moves::{evict_object, prefetch_object, Prefetched};
+use crate::mechanism::moves::{evict_object, prefetch_object, relocate_object, Prefetched};
 use crate::mechanism::{DataManager, ObjectId, Place};
 use crate::policy::Policy;
 use crate::{Error, Result};
@@ -132,6 +132,8 @@ pub struct Traited {
     manager: Arc<Manager>,
     spaces: DeviceSpaces,
     registry: Mutex<Registry>,
+    /// Moves keep no second copy ([`Traited::relocating`]).
+    relocate: bool,
 }
 
 fn room(m: &DataManager, d: usize, bytes: u64) -> bool {
@@ -152,11 +154,28 @@ impl Traited {
             devs.iter().map(|d| d.name.clone()).collect(),
             &devs.iter().map(|d| d.traits()).collect::<Vec<_>>(),
         );
+        Traited::with_spaces(manager, spaces)
+    }
+
+    /// Allocation by traits on `manager` with the spaces given (a manager whose devices
+    /// stand for NUMA nodes takes them from the machine's space map, [`DeviceSpaces::of_nodes`]).
+    #[must_use]
+    pub fn with_spaces(manager: Arc<Manager>, spaces: DeviceSpaces) -> Traited {
         Traited {
             manager,
             spaces,
             registry: Mutex::new(Registry::default()),
+            relocate: false,
         }
+    }
+
+    /// Migrations move each object whole to its new device and keep no copy behind
+    /// ([`relocate_object`]): for objects written through addresses the manager does not
+    /// guard, where a clean sibling left by a move could later stand in for newer bytes.
+    #[must_use]
+    pub fn relocating(mut self) -> Traited {
+        self.relocate = true;
+        self
     }
 
     /// The spaces over this manager's devices.
@@ -178,13 +197,27 @@ impl Traited {
         decls: &[(u64, Traits)],
         strategy: Strategy,
     ) -> Result<Vec<(ObjectId, usize)>> {
+        self.commit_in(decls, strategy, &self.spaces)
+    }
+
+    /// As [`Traited::commit`], trying devices in the order `spaces` gives (one source
+    /// node's view of the spaces: the calling thread's nearest devices first).
+    ///
+    /// # Errors
+    /// As [`Traited::commit`].
+    pub fn commit_in(
+        &self,
+        decls: &[(u64, Traits)],
+        strategy: Strategy,
+        spaces: &DeviceSpaces,
+    ) -> Result<Vec<(ObjectId, usize)>> {
         let mut cands = Vec::with_capacity(decls.len());
         for (bytes, t) in decls {
             if *bytes == 0 {
                 crate::bail!("cannot allocate an object of zero bytes");
             }
             t.validate()?;
-            cands.push(self.spaces.candidates(t)?);
+            cands.push(spaces.candidates(t)?);
         }
         self.manager.with_data(|m, p| {
             let mut reg = self.registry.lock();
@@ -347,22 +380,49 @@ impl Traited {
                 free[d] = free[d].saturating_sub(m.heap(d).round(bytes).unwrap_or(0));
                 to.insert(id, d);
             }
+            // Slower first: they make the room the faster moves need. A move between
+            // devices of one speed (NUMA nodes) may wait for another to leave: passes repeat
+            // while one makes progress, so a cycle of waits is the only thing left behind.
+            let mut pending: Vec<ObjectId> = chosen
+                .iter()
+                .copied()
+                .filter(|id| to[id] != from[id])
+                .collect();
+            pending.sort_by_key(|id| (to[id] < from[id], *id));
+            let mut notes: BTreeMap<ObjectId, String> = BTreeMap::new();
+            while !pending.is_empty() {
+                let before = pending.len();
+                let mut left = Vec::new();
+                for id in pending {
+                    let t = to[&id];
+                    let moved = if self.relocate {
+                        relocate(m, id, t)
+                    } else {
+                        move_to(m, id, t)
+                    };
+                    if let Err(e) = moved {
+                        notes.insert(id, e.to_string());
+                    }
+                    if device_now(m, id)? == t {
+                        notes.remove(&id);
+                    } else {
+                        left.push(id);
+                    }
+                }
+                pending = left;
+                if pending.len() == before {
+                    break;
+                }
+            }
             let mut out = Vec::new();
-            // Slower first: they make the room the faster moves need.
-            let mut moves: Vec<ObjectId> = chosen.clone();
-            moves.sort_by_key(|id| (to[id] < from[id], *id));
-            for id in moves {
+            for id in chosen {
                 let (f, t) = (from[&id], to[&id]);
-                let mut note = None;
-                if t != f {
-                    note = move_to(m, id, t).err().map(|e| e.to_string());
-                }
                 let now = device_now(m, id)?;
-                if note.is_none() && now != t {
-                    note = Some(format!(
-                        "moved to device {now}, not {t} (no contiguous room)"
-                    ));
-                }
+                let note = (now != t).then(|| {
+                    notes.remove(&id).unwrap_or_else(|| {
+                        format!("moved to device {now}, not {t} (no contiguous room)")
+                    })
+                });
                 out.push(Migration {
                     object: id,
                     from: f,
@@ -374,6 +434,16 @@ impl Traited {
             out.sort_by_key(|x| x.object);
             Ok(out)
         })
+    }
+}
+
+fn relocate(m: &mut DataManager, id: ObjectId, d: usize) -> Result<()> {
+    match relocate_object(m, id, d)? {
+        Prefetched::Done => Ok(()),
+        Prefetched::Skipped => Err(Error::InvalidArgument(format!(
+            "object {id} stays on device {}: it is pinned or device {d} has no contiguous room",
+            device_now(m, id)?
+        ))),
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod choose;
 mod commit;
+pub mod nodes;
 mod set;
 
 pub use choose::DeviceSpaces;

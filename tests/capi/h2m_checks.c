@@ -1,0 +1,188 @@
+/* The H2M interface's behaviour, run by tests/capi/test_h2m.py on the cascadelake-optane
+ * fixture with nodes 0-1 (DRAM: hbw, low_lat) of 1 MiB and 2-3 (Optane: large_cap) of
+ * 64 MiB: every bad input gets its code, placements follow the calling thread's view and
+ * the commit strategies, migration keeps pointers and bytes, a forked child is refused,
+ * and threads allocate, update, migrate and free at once. Prints "ok ..." per check and
+ * "N failed" at the end. Usage: h2m_checks SECONDS_OF_THREADS */
+#define _GNU_SOURCE
+#include <h2m.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failed;
+#define CHECK(cond, what)                                                            \
+    do {                                                                             \
+        if (cond) printf("ok %s\n", what);                                           \
+        else {                                                                       \
+            const char *m = tm_last_error();                                         \
+            printf("FAIL %s (line %d; last error: %s)\n", what, __LINE__, m ? m : "none"); \
+            failed++;                                                                \
+        }                                                                            \
+    } while (0)
+
+static int node_of(void *p) {
+    int n = -1;
+    return tm_h2m_node_of(p, &n) == H2M_SUCCESS ? n : -1;
+}
+
+static h2m_alloc_trait_t pref(h2m_alloc_trait_value_t space, int prio) {
+    h2m_alloc_trait_t t = {h2m_atk_pref_mem_space, {.sz = 0}};
+    t.value.atv = space;
+    (void)prio;
+    return t;
+}
+
+static void *alloc2(size_t bytes, h2m_alloc_trait_value_t space, int prio, int *err) {
+    h2m_alloc_trait_t t[2] = {pref(space, 0), {h2m_atk_access_prio, {.sz = 0}}};
+    t[1].value.i = prio;
+    return h2m_alloc_w_traits(bytes, err, 2, t);
+}
+
+static void fill(void *p, size_t n, unsigned char v) { memset(p, v, n); }
+static int holds(const void *p, size_t n, unsigned char v) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != v) return 0;
+    return 1;
+}
+
+static double seconds;
+static void *worker(void *arg) {
+    unsigned seed = (unsigned)(size_t)arg;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long rounds = 0, bad = 0;
+    do {
+        int err;
+        size_t n = 4096 * (1 + rand_r(&seed) % 8);
+        h2m_alloc_trait_value_t sp[3] = {h2m_atv_mem_space_hbw, h2m_atv_mem_space_low_lat, h2m_atv_mem_space_large_cap};
+        unsigned char v = (unsigned char)rand_r(&seed);
+        void *p = alloc2(n, sp[rand_r(&seed) % 3], rand_r(&seed) % 20, &err);
+        if (!p) { if (err != H2M_OUT_OF_MEMORY) bad++; continue; }
+        fill(p, n, v);
+        h2m_alloc_trait_t u = pref(sp[rand_r(&seed) % 3], 0);
+        if (h2m_update_traits(p, n, 1, &u, rand_r(&seed) % 2) != H2M_SUCCESS) bad++;
+        void *only[1] = {p};
+        if (h2m_apply_migration_for_allocations(only, 1) != H2M_SUCCESS) bad++;
+        if (!holds(p, n, v)) bad++;
+        if (h2m_free(p) != H2M_SUCCESS) bad++;
+        rounds++;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) < seconds);
+    return (void *)(bad ? -1L : rounds);
+}
+
+int main(int argc, char **argv) {
+    seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    int err = 0;
+    const size_t K = 768 << 10;
+
+    /* Before h2m_init. */
+    CHECK(h2m_alloc(64, &err) == NULL && err == H2M_NOT_INITIALIZED, "alloc before init");
+    CHECK(h2m_apply_migration() == H2M_NOT_INITIALIZED, "migration before init");
+    CHECK(h2m_init() == H2M_SUCCESS, "init");
+    CHECK(h2m_init() == H2M_ALREADY_INITIALIZED, "init twice");
+
+    /* Bad input. */
+    CHECK(h2m_alloc(0, &err) == NULL && err == H2M_INVALID_ARGUMENT, "zero bytes");
+    CHECK(h2m_alloc((size_t)1 << 40, &err) == NULL && err == H2M_OUT_OF_MEMORY, "beyond every space");
+    h2m_alloc_trait_t unknown = {77, {.sz = 1}};
+    CHECK(h2m_alloc_w_traits(64, &err, 1, &unknown) == NULL && err == H2M_INVALID_ARGUMENT &&
+              strstr(tm_last_error(), "unknown trait key 77"), "unknown key");
+    h2m_alloc_trait_t badv = {h2m_atk_access_mode, {.sz = 0}};
+    badv.value.atv = h2m_atv_mem_space_hbw;
+    CHECK(h2m_alloc_w_traits(64, &err, 1, &badv) == NULL && err == H2M_INVALID_ARGUMENT, "unknown value");
+    CHECK(h2m_alloc_w_traits(64, &err, 2, NULL) == NULL && err == H2M_INVALID_ARGUMENT, "NULL traits");
+    CHECK(h2m_alloc_w_traits(64, &err, -1, NULL) == NULL && err == H2M_INVALID_ARGUMENT, "negative count");
+    h2m_alloc_trait_t strict[2] = {{h2m_atk_req_mem_space, {.sz = 0}}, {h2m_atk_fallback, {.sz = 0}}};
+    strict[0].value.atv = h2m_atv_mem_space_hbw | h2m_atv_mem_space_large_cap;
+    strict[1].value.atv = h2m_atv_fallback_error;
+    CHECK(h2m_alloc_w_traits(64, &err, 2, strict) == NULL && err == H2M_INVALID_ARGUMENT &&
+              strstr(tm_last_error(), "share no device"), "no space satisfies, fallback error");
+    int local = 0;
+    CHECK(h2m_free(&local) == H2M_NO_SUCH_ALLOCATION, "free of a pointer not from h2m");
+    void *p = h2m_alloc(100, &err);
+    CHECK(p && err == H2M_SUCCESS && ((size_t)p & 4095) == 0, "alloc, page-aligned");
+    CHECK(h2m_free((char *)p + 8) == H2M_NO_SUCH_ALLOCATION, "free inside an allocation");
+    CHECK(h2m_free(p) == H2M_SUCCESS && h2m_free(p) == H2M_NO_SUCH_ALLOCATION, "double free");
+    CHECK(h2m_free(NULL) == H2M_SUCCESS, "free(NULL)");
+    CHECK(h2m_update_traits(&local, 4, 1, &unknown, 1) == H2M_INVALID_ARGUMENT ||
+              h2m_update_traits(&local, 4, 0, NULL, 1) == H2M_NO_SUCH_ALLOCATION, "update of a foreign pointer");
+    CHECK(h2m_commit_allocs(9) == H2M_INVALID_ARGUMENT, "unknown strategy");
+    CHECK(h2m_declare_alloc_w_traits(NULL, 64, 0, NULL) == H2M_INVALID_ARGUMENT, "declare into NULL");
+
+    /* The calling thread's view: nearest node of the space first. */
+    tm_h2m_set_node(1);
+    void *h1 = alloc2(4096, h2m_atv_mem_space_hbw, 0, &err), *c1 = alloc2(4096, h2m_atv_mem_space_large_cap, 0, &err);
+    tm_h2m_set_node(0);
+    void *h0 = alloc2(4096, h2m_atv_mem_space_hbw, 0, &err), *c0 = alloc2(4096, h2m_atv_mem_space_large_cap, 0, &err);
+    tm_h2m_set_node(-1);
+    CHECK(node_of(h1) == 1 && node_of(c1) == 3 && node_of(h0) == 0 && node_of(c0) == 2, "views: near node first");
+    h2m_free(h1); h2m_free(c1); h2m_free(h0); h2m_free(c0);
+
+    /* Commit strategies: the slides' A (hbw, prio 1), B (low_lat, 15), C (hbw, 5); each
+     * DRAM node holds one. */
+    int strategies[2] = {H2M_STRATEGY_FIFO, H2M_STRATEGY_PRIORITY};
+    int want[2][3] = {{0, 1, 2}, {2, 0, 1}};
+    for (int s = 0; s < 2; s++) {
+        void *abc[3];
+        h2m_alloc_trait_t t[3][2];
+        h2m_alloc_trait_value_t sp[3] = {h2m_atv_mem_space_hbw, h2m_atv_mem_space_low_lat, h2m_atv_mem_space_hbw};
+        int prio[3] = {1, 15, 5};
+        for (int i = 0; i < 3; i++) {
+            t[i][0] = pref(sp[i], 0);
+            t[i][1] = (h2m_alloc_trait_t){h2m_atk_access_prio, {.sz = 0}};
+            t[i][1].value.dbl = prio[i];
+            h2m_declare_alloc_w_traits(&abc[i], K, 2, t[i]);
+        }
+        CHECK(h2m_commit_allocs(strategies[s]) == H2M_SUCCESS, "commit");
+        char what[64];
+        snprintf(what, sizeof what, "strategy %d places A, B, C on %d %d %d", strategies[s], want[s][0], want[s][1], want[s][2]);
+        CHECK(node_of(abc[0]) == want[s][0] && node_of(abc[1]) == want[s][1] && node_of(abc[2]) == want[s][2], what);
+        if (strategies[s] == H2M_STRATEGY_PRIORITY) {
+            fill(abc[0], K, 0xA1); fill(abc[1], K, 0xB2); fill(abc[2], K, 0xC3);
+            h2m_alloc_trait_t hot[2] = {pref(h2m_atv_mem_space_hbw, 0), {h2m_atk_access_prio, {.sz = 0}}};
+            hot[1].value.dbl = 20;
+            CHECK(h2m_update_traits(abc[0], K, 2, hot, 1) == H2M_SUCCESS, "update A to prio 20");
+            CHECK(h2m_update_traits(abc[0], K + 1, 2, hot, 1) == H2M_INVALID_ARGUMENT, "update with a size beyond the allocation");
+            CHECK(h2m_apply_migration() == H2M_SUCCESS, "apply migration");
+            CHECK(node_of(abc[0]) == 0 && node_of(abc[1]) == 1 && node_of(abc[2]) == 2, "A moved to node 0, B to 1, C to 2");
+            CHECK(holds(abc[0], K, 0xA1) && holds(abc[1], K, 0xB2) && holds(abc[2], K, 0xC3), "same pointers, same bytes after migration");
+        }
+        for (int i = 0; i < 3; i++) h2m_free(abc[i]);
+    }
+
+    /* A forked child is refused. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *q = h2m_alloc(64, &err);
+        _exit(q == NULL && err == H2M_FORKED ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child gets H2M_FORKED");
+
+    /* Eight threads at once. */
+    pthread_t th[8];
+    for (long i = 0; i < 8; i++) pthread_create(&th[i], NULL, worker, (void *)(i + 1));
+    long total = 0, anybad = 0;
+    for (int i = 0; i < 8; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        if ((long)r < 0) anybad = 1; else total += (long)r;
+    }
+    printf("threads: %ld rounds in %.1f s\n", total, seconds);
+    CHECK(!anybad && total > 0, "8 threads allocate, update, migrate, free");
+
+    CHECK(h2m_finalize() == H2M_SUCCESS, "finalize");
+    CHECK(h2m_finalize() == H2M_NOT_INITIALIZED && h2m_alloc(8, &err) == NULL && err == H2M_NOT_INITIALIZED,
+          "calls after finalize");
+    CHECK(h2m_init() == H2M_SUCCESS && h2m_finalize() == H2M_SUCCESS, "init again after finalize");
+    printf("%d failed\n", failed);
+    return failed != 0;
+}

@@ -1,0 +1,105 @@
+"""The H2M interface as H2M's users meet it: the slides' allocation_traits example
+(`examples/c/allocation_traits.c`, written from the slides' API only) built against an
+installed tree through pkg-config and run on the sysfs fixtures of the slides' machines
+and a CXL machine, placements read from its verbose log; the behaviour checks
+(`h2m_checks.c`: every bad input, views, commit strategies, migration, fork, eight
+threads) plain and under AddressSanitizer; `H2M_NODES_*` honoured beside `TIERMEM_NODES_*`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import INCLUDE, ROOT
+
+CC: str = shutil.which("cc") or shutil.which("gcc") or ""
+pytestmark = pytest.mark.skipif(not CC, reason="no C compiler on PATH")
+FIXTURES = ROOT / "tests" / "fixtures" / "sysfs"
+
+
+def _env(fixture: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("H2M_", "TIERMEM_NODE"))}
+    return dict(env, TIERMEM_SYSFS=str(FIXTURES / fixture), **extra)
+
+
+def _run(exe: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def installed(lib: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Compiler flags for a tree installed with make install, found through pkg-config."""
+    if shutil.which("pkg-config") is None:
+        pytest.skip("no pkg-config on PATH")
+    prefix = tmp_path_factory.mktemp("prefix")
+    r = subprocess.run(["make", "-s", "install", f"PREFIX={prefix}"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (prefix / "include" / "h2m.h").exists()
+    env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib" / "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "tiermem"], capture_output=True, text=True, env=env, check=True)
+    return [*flags.stdout.split(), f"-Wl,-rpath,{prefix}/lib"]
+
+
+@pytest.fixture(scope="module")
+def slides_example(installed: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    exe = tmp_path_factory.mktemp("h2m") / "allocation_traits"
+    src = ROOT / "examples" / "c" / "allocation_traits.c"
+    r = subprocess.run([CC, "-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", str(src), "-o", str(exe), *installed], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return exe
+
+
+def _placements(log: str) -> tuple[list[int], list[tuple[int, int]]]:
+    allocated = [int(n) for n in re.findall(r"allocated \d+ bytes at \S+ on node (\d+)", log)]
+    moved = [(int(a), int(b)) for a, b in re.findall(r"moved \S+ from node (\d+) \S+ to node (\d+)", log)]
+    return allocated, moved
+
+
+# The calling thread runs on this machine's node 0, so it allocates from node 0's view: the
+# nearest node of each space. A's traits change to large_cap, whose first node it moves to.
+@pytest.mark.parametrize(
+    ("fixture", "allocated", "moved"),
+    [
+        ("knl-snc4-flat", [4, 0, 4], [(4, 0)]),  # MCDRAM is hbw, DDR low_lat and large_cap
+        ("cascadelake-optane", [0, 0, 0], [(0, 2)]),  # Optane nodes 2 and 3 are large_cap
+        ("cxl-expander", [0, 0, 0], [(0, 2)]),  # the CXL expander (node 2) is large_cap
+    ],
+)
+def test_slides_example_places_as_the_fixture_says(
+    slides_example: Path, fixture: str, allocated: list[int], moved: list[tuple[int, int]]
+) -> None:
+    r = _run(slides_example, _env(fixture, H2M_VERBOSE="1"), "96")
+    assert "results checked" in r.stdout
+    assert _placements(r.stderr) == (allocated, moved), r.stderr
+    assert "Resulting view from numa node 0 and memspace h2m_atv_mem_space_hbw" in r.stderr
+
+
+def test_h2m_node_variables_are_honoured_beside_tiermems(slides_example: Path) -> None:
+    r = _run(slides_example, _env("cascadelake-optane", H2M_VERBOSE="1", H2M_NODES_HBW="2,3"), "64")
+    assert "Mapping h2m_atv_mem_space_hbw -> 2,3 (environment: TIERMEM_NODES_HBW=2,3)" in r.stderr
+    assert _placements(r.stderr)[0] == [2, 0, 2]
+    both = _env("cascadelake-optane", H2M_VERBOSE="1", H2M_NODES_HBW="2,3", TIERMEM_NODES_HBW="1")
+    assert _placements(_run(slides_example, both, "64").stderr)[0] == [1, 0, 1]
+    bad = subprocess.run([str(slides_example)], capture_output=True, text=True, timeout=300, env=_env("cascadelake-optane", H2M_NODES_HBW="9"))
+    assert bad.returncode != 0 and "h2m_init failed: 2" in bad.stderr
+
+
+@pytest.mark.parametrize("sanitize", [False, True], ids=["plain", "asan"])
+def test_h2m_behaviour(lib: Path, tmp_path: Path, sanitize: bool) -> None:
+    exe = tmp_path / "h2m_checks"
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else []
+    cmd = [CC, "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=c11", *flags, f"-I{INCLUDE}", str(ROOT / "tests" / "capi" / "h2m_checks.c"), "-o", str(exe), f"-L{lib}", "-ltiermem", f"-Wl,-rpath,{lib}", "-lpthread"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if sanitize and r.returncode != 0 and "asan" in r.stderr.lower():
+        pytest.skip("the C compiler has no AddressSanitizer runtime")
+    assert r.returncode == 0, r.stderr
+    out = _run(exe, _env("cascadelake-optane", TIERMEM_NODE_BYTES="0-1=1MiB;2-3=64MiB"), "3")
+    assert "0 failed" in out.stdout and "FAIL" not in out.stdout, out.stdout
+    assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr, out.stderr
