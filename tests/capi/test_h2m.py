@@ -51,7 +51,12 @@ def installed(lib: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def slides_example(installed: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = tmp_path_factory.mktemp("h2m") / "allocation_traits"
     src = ROOT / "examples" / "c" / "allocation_traits.c"
-    r = subprocess.run([CC, "-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", str(src), "-o", str(exe), *installed], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [CC, "-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", str(src), "-o", str(exe), *installed],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     return exe
 
@@ -87,7 +92,9 @@ def test_h2m_node_variables_are_honoured_beside_tiermems(slides_example: Path) -
     assert _placements(r.stderr)[0] == [2, 0, 2]
     both = _env("cascadelake-optane", H2M_VERBOSE="1", H2M_NODES_HBW="2,3", TIERMEM_NODES_HBW="1")
     assert _placements(_run(slides_example, both, "64").stderr)[0] == [1, 0, 1]
-    bad = subprocess.run([str(slides_example)], capture_output=True, text=True, timeout=300, env=_env("cascadelake-optane", H2M_NODES_HBW="9"))
+    bad = subprocess.run(
+        [str(slides_example)], capture_output=True, text=True, timeout=300, env=_env("cascadelake-optane", H2M_NODES_HBW="9")
+    )
     assert bad.returncode != 0 and "h2m_init failed: 2" in bad.stderr
 
 
@@ -95,7 +102,24 @@ def test_h2m_node_variables_are_honoured_beside_tiermems(slides_example: Path) -
 def test_h2m_behaviour(lib: Path, tmp_path: Path, sanitize: bool) -> None:
     exe = tmp_path / "h2m_checks"
     flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else []
-    cmd = [CC, "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=c11", *flags, f"-I{INCLUDE}", str(ROOT / "tests" / "capi" / "h2m_checks.c"), "-o", str(exe), f"-L{lib}", "-ltiermem", f"-Wl,-rpath,{lib}", "-lpthread"]
+    cmd = [
+        CC,
+        "-O1",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-std=c11",
+        *flags,
+        f"-I{INCLUDE}",
+        str(ROOT / "tests" / "capi" / "h2m_checks.c"),
+        "-o",
+        str(exe),
+        f"-L{lib}",
+        "-ltiermem",
+        f"-Wl,-rpath,{lib}",
+        "-lpthread",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if sanitize and r.returncode != 0 and "asan" in r.stderr.lower():
         pytest.skip("the C compiler has no AddressSanitizer runtime")

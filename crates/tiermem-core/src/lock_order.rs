@@ -14,6 +14,8 @@
 //!
 //! 5. The traits registry (`traits::Traited`) is locked only inside the manager lock, and
 //!    never held when a manager call starts.
+//! 6. The C API's H2M state lock (`tiermem-capi`, `h2m::state`) is taken before any manager
+//!    call and never while a manager or table lock is held.
 //!
 //! Leaf locks take nothing else and wait only for the kernel or another process: among them
 //! the DRAM probe's file lock (`calib::shared`), held while a process's DRAM figures are

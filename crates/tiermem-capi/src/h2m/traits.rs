@@ -85,7 +85,7 @@ pub fn pairs(traits: &[h2m_alloc_trait_t]) -> Result<Vec<(String, String)>> {
     let page = tiermem_core::sys::page_size();
     let mut out: Vec<(String, String)> = Vec::with_capacity(traits.len());
     for t in traits {
-        // SAFETY (each read below): every bit pattern is valid for the member read.
+        // SAFETY: every bit pattern is a valid c_int (and so for each member read below).
         let atv = unsafe { t.value.atv };
         let (key, value) = match t.key {
             k if k == h2m_atk_req_mem_space => ("required", bits("req_mem_space", atv, &SPACES, false)?),
