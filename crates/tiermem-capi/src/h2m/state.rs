@@ -14,13 +14,13 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tiermem_core::device::spaces::{map_spaces, SpaceMap};
 use tiermem_core::manager::Manager;
 use tiermem_core::mechanism::ObjectId;
 use tiermem_core::sys::discover::{topology, topology_from};
+use tiermem_core::sys::mmap;
 use tiermem_core::traits::nodes::node_devices;
 use tiermem_core::traits::{DeviceSpaces, Strategy, Traited, Traits};
 use tiermem_core::{device, policy, Error};
@@ -211,7 +211,7 @@ pub(crate) fn finalize() -> Result<()> {
     for (addr, a) in std::mem::take(&mut s.allocs) {
         // SAFETY: `addr` is a map this library made for `a.len` bytes; after finalize the
         // program's pointers are dangling by contract.
-        unsafe { libc::munmap(addr as *mut c_void, a.len) };
+        unsafe { mmap::unmap_pages(addr as *mut u8, a.len) };
     }
     *g = None;
     Ok(())
@@ -222,17 +222,7 @@ fn calling_node() -> Option<u32> {
     if let Some(n) = NODE.with(Cell::get) {
         return Some(n);
     }
-    let (mut cpu, mut node) = (0u32, 0u32);
-    // SAFETY: getcpu writes two u32s through valid pointers; the cache argument may be NULL.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_getcpu,
-            &mut cpu as *mut u32,
-            &mut node as *mut u32,
-            std::ptr::null_mut::<c_void>(),
-        )
-    };
-    (rc == 0).then_some(node)
+    tiermem_core::sys::numa::current_node()
 }
 
 pub(crate) fn set_node(node: i32) {
@@ -268,24 +258,12 @@ impl H2m {
         let (fd, off) = dev.alias_source(at.1).ok_or_else(|| {
             Error::InvalidArgument(format!("device {} cannot map its pages twice", dev.name))
         })?;
-        let flags = libc::MAP_SHARED | fixed.map_or(0, |_| libc::MAP_FIXED);
-        // SAFETY: maps pages of a memory file the device keeps open, at a fresh address or
-        // over a map this library made for this object (`fixed`), replacing it whole.
-        let p = unsafe {
-            libc::mmap(
-                fixed.unwrap_or(0) as *mut c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                off as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::io(&dev.name, &dev.name, "map an allocation's pages", e).into());
-        }
-        Ok(p as usize)
+        let at = fixed.map_or(std::ptr::null_mut(), |a| a as *mut u8);
+        // SAFETY: pages of a memory file the device keeps open, at a fresh address or over
+        // the map this library made for this object (`fixed`), replaced whole.
+        let p = unsafe { mmap::map_pages(at, fd, len, off) }
+            .map_err(|e| Error::io(&dev.name, &dev.name, "map an allocation's pages", e))?;
+        Ok(p.as_ptr() as usize)
     }
 
     /// Allocate `decls` in `strategy`'s order near the calling thread; their addresses.
@@ -374,7 +352,7 @@ impl H2m {
         self.manager.free(id)?;
         let a = self.allocs.remove(&addr).expect("looked up above");
         // SAFETY: the map this library made for this allocation, of `a.len` bytes.
-        unsafe { libc::munmap(addr as *mut c_void, a.len) };
+        unsafe { mmap::unmap_pages(addr as *mut u8, a.len) };
         Ok(())
     }
 

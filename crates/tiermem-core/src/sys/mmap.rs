@@ -121,11 +121,7 @@ impl Mapping {
             // SAFETY: the range is our own fresh map, not yet faulted in.
             unsafe { super::numa::bind(ptr, len, node)? };
         }
-        match prefault {
-            Prefault::Now => map.prefault()?,
-            Prefault::Background => map.prefault_in_background()?,
-            Prefault::Lazy => {}
-        }
+        map.fault_in(prefault)?;
         Ok(map)
     }
 
@@ -153,22 +149,8 @@ impl Mapping {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: a fresh shared map of our own memory file; no existing memory is affected.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_NORESERVE,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
         let mut map = Mapping {
-            ptr: NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)?,
+            ptr: map_shared(fd.as_raw_fd(), len, 0, libc::MAP_NORESERVE)?,
             len,
             lead: 0,
             map_len: len,
@@ -181,11 +163,7 @@ impl Mapping {
             // the policy is the file's, so every map of these pages follows it).
             unsafe { super::numa::bind(map.ptr.as_ptr(), len, node)? };
         }
-        match prefault {
-            Prefault::Now => map.prefault()?,
-            Prefault::Background => map.prefault_in_background()?,
-            Prefault::Lazy => {}
-        }
+        map.fault_in(prefault)?;
         Ok(map)
     }
 
@@ -200,22 +178,7 @@ impl Mapping {
 
     /// Map `len` bytes of `file` shared (the file must already be that long) and fault it in.
     pub fn file(file: &File, len: usize) -> std::io::Result<Self> {
-        // SAFETY: maps a file we hold open; the map outlives no borrow of it (the kernel keeps
-        // its own reference to the file).
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)?;
+        let ptr = map_shared(file.as_raw_fd(), len, 0, libc::MAP_POPULATE)?;
         let map = Mapping {
             ptr,
             len,
@@ -227,6 +190,15 @@ impl Mapping {
         };
         map.prefault()?;
         Ok(map)
+    }
+
+    /// Fault the pages in as `prefault` says.
+    fn fault_in(&mut self, prefault: Prefault) -> std::io::Result<()> {
+        match prefault {
+            Prefault::Now => self.prefault(),
+            Prefault::Background => self.prefault_in_background(),
+            Prefault::Lazy => Ok(()),
+        }
     }
 
     /// Touch every page so later measurements see no first-touch page faults.
@@ -348,6 +320,72 @@ impl Drop for Mapping {
     }
 }
 
+/// Map `len` bytes of the file `fd` from `offset` shared at a fresh address, with `flags` beside
+/// `MAP_SHARED`.
+fn map_shared(
+    fd: RawFd,
+    len: usize,
+    offset: u64,
+    flags: libc::c_int,
+) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh address (no `MAP_FIXED`), so no existing memory is affected.
+    unsafe { map_pages_at(std::ptr::null_mut(), fd, len, offset, flags) }
+}
+
+/// Map `len` bytes of the file `fd` from `offset` shared, at `addr` if it is not NULL
+/// (replacing whatever is mapped there), else at a fresh address; the address. The second
+/// maps of [`Mapping::alias_source`]'s pages; unmap with [`unmap_pages`].
+///
+/// # Safety
+/// With a non-NULL `addr`, `[addr, addr + len)` must be a map the caller owns and no one
+/// else uses meanwhile (it is replaced).
+pub unsafe fn map_pages(
+    addr: *mut u8,
+    fd: RawFd,
+    len: usize,
+    offset: u64,
+) -> std::io::Result<NonNull<u8>> {
+    let fixed = if addr.is_null() { 0 } else { libc::MAP_FIXED };
+    // SAFETY: the caller's contract.
+    unsafe { map_pages_at(addr, fd, len, offset, fixed) }
+}
+
+/// Unmap `[addr, addr + len)`, a map made by [`map_pages`].
+///
+/// # Safety
+/// The range must be such a map, which no one uses afterwards.
+pub unsafe fn unmap_pages(addr: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { libc::munmap(addr.cast(), len) };
+}
+
+/// # Safety
+/// As [`map_pages`] (with `MAP_FIXED` in `flags` only for a non-NULL `addr`).
+unsafe fn map_pages_at(
+    addr: *mut u8,
+    fd: RawFd,
+    len: usize,
+    offset: u64,
+    flags: libc::c_int,
+) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a map of a file the caller holds open (the kernel keeps its own reference to
+    // it), at a fresh address or over the caller's own range.
+    let raw = unsafe {
+        libc::mmap(
+            addr.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | flags,
+            fd,
+            libc::off_t::try_from(offset).map_err(|_| overflow())?,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)
+}
+
 fn overflow() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
@@ -372,6 +410,27 @@ mod tests {
     use super::*;
 
     const LEN: usize = 64 << 20;
+
+    #[test]
+    fn a_shared_map_seen_through_a_second_map() {
+        let page = super::super::page_size();
+        let map = Mapping::shared_with(4 * page, None, Prefault::Lazy).unwrap();
+        assert!(Mapping::anonymous(page, false, None)
+            .unwrap()
+            .alias_source(0)
+            .is_none());
+        let (fd, off) = map.alias_source(2 * page).unwrap();
+        let second = map_shared(fd, page, off, 0).unwrap();
+        // SAFETY: both ranges are mapped, writable and `page` long; the second is ours.
+        unsafe {
+            map.as_ptr().add(2 * page).write(42);
+            assert_eq!(off, 2 * page as u64);
+            assert_eq!(second.as_ptr().read(), 42);
+            second.as_ptr().write(7);
+            assert_eq!(map.as_ptr().add(2 * page).read(), 7);
+            libc::munmap(second.as_ptr().cast(), page);
+        }
+    }
 
     #[test]
     fn prefault_now_background_and_lazy() {

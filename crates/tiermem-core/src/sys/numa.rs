@@ -32,3 +32,20 @@ pub unsafe fn bind(ptr: *mut u8, len: usize, node: u32) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// The NUMA node the calling thread runs on now (`getcpu`), or None where the kernel does
+/// not say.
+#[must_use]
+pub fn current_node() -> Option<u32> {
+    let (mut cpu, mut node) = (0u32, 0u32);
+    // SAFETY: getcpu writes two u32s through valid pointers; its cache argument may be NULL.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_getcpu,
+            &mut cpu as *mut u32,
+            &mut node as *mut u32,
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    (rc == 0).then_some(node)
+}
