@@ -79,19 +79,24 @@ capi-header: ## regenerate crates/tiermem-capi/include/tiermem.h from the C API'
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: sysdeps
-sysdeps: ## system packages the C and Fortran tests need (gfortran, pkg-config), installed with apt when missing
-	@command -v gfortran >/dev/null && command -v pkg-config >/dev/null || \
-		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gfortran pkg-config; }
+sysdeps: ## system packages the C and Fortran tests need (gfortran, pkg-config, cmake, valgrind), installed with apt when missing
+	@command -v gfortran >/dev/null && command -v pkg-config >/dev/null && command -v cmake >/dev/null \
+		&& command -v valgrind >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q gfortran pkg-config cmake valgrind; }
 
 PREFIX ?= /usr/local
 .PHONY: install
-install: capi ## install the C library, tiermem.h and tiermem.pc under PREFIX (default /usr/local)
+install: capi ## install the C library, tiermem.h, h2m.h, tiermem.f90, tiermem.pc and the CMake package under PREFIX (default /usr/local)
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/lib/pkgconfig
 	install -m 644 target/release/libtiermem.a $(PREFIX)/lib/
 	install -m 755 target/release/libtiermem.so $(PREFIX)/lib/
 	install -m 644 crates/tiermem-capi/include/tiermem.h crates/tiermem-capi/include/h2m.h crates/tiermem-capi/fortran/tiermem.f90 $(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|'"$$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)"'|' \
 		crates/tiermem-capi/tiermem.pc.in > $(PREFIX)/lib/pkgconfig/tiermem.pc
+	install -d $(PREFIX)/lib/cmake/tiermem
+	install -m 644 crates/tiermem-capi/cmake/tiermemConfig.cmake $(PREFIX)/lib/cmake/tiermem/
+	sed -e 's|@VERSION@|'"$$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)"'|' \
+		crates/tiermem-capi/cmake/tiermemConfigVersion.cmake.in > $(PREFIX)/lib/cmake/tiermem/tiermemConfigVersion.cmake
 
 .PHONY: test-py
 # Python tests in worker processes, one per core up to four (pytest-xdist; idle workers take

@@ -127,3 +127,51 @@ def test_h2m_behaviour(lib: Path, tmp_path: Path, sanitize: bool) -> None:
     out = _run(exe, _env("cascadelake-optane", TIERMEM_NODE_BYTES="0-1=1MiB;2-3=64MiB"), "3")
     assert "0 failed" in out.stdout and "FAIL" not in out.stdout, out.stdout
     assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr, out.stderr
+
+
+def test_cmake_package_builds_the_examples(installed: list[str], tmp_path: Path) -> None:
+    """find_package(tiermem) from an installed tree: the shared and the static target."""
+    if shutil.which("cmake") is None:
+        pytest.skip("no cmake on PATH (make sysdeps installs it)")
+    prefix = next(f[2:] for f in installed if f.startswith("-L"))[: -len("/lib")]
+    build = tmp_path / "build"
+    for cmd in (
+        [
+            "cmake",
+            "-S",
+            str(ROOT / "examples" / "c"),
+            "-B",
+            str(build),
+            f"-DCMAKE_PREFIX_PATH={prefix}",
+            f"-DCMAKE_C_COMPILER={CC}",
+        ],
+        ["cmake", "--build", str(build)],
+    ):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert "results checked" in _run(build / "stream", dict(os.environ), "100000").stdout
+    assert "results checked" in _run(build / "allocation_traits", _env("knl-snc4-flat"), "64").stdout
+
+
+def test_examples_are_valgrind_clean(slides_example: Path, lib: Path, tmp_path: Path) -> None:
+    """Memcheck finds no error and no definite leak in the slides' example, the STREAM triad
+    and the behaviour checks (a second of threads)."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("no valgrind on PATH (make sysdeps installs it)")
+    stream = tmp_path / "stream"
+    checks = tmp_path / "h2m_checks"
+    link = [f"-I{INCLUDE}", f"-L{lib}", "-ltiermem", f"-Wl,-rpath,{lib}", "-lpthread"]
+    for src, exe in ((ROOT / "examples" / "c" / "stream.c", stream), (ROOT / "tests" / "capi" / "h2m_checks.c", checks)):
+        r = subprocess.run(
+            [CC, "-O1", "-g", "-std=c11", str(src), "-o", str(exe), *link], capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, r.stderr
+    vg = ["valgrind", "-q", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite"]
+    runs = [
+        ([str(slides_example), "32"], _env("cxl-expander")),
+        ([str(stream), "20000"], dict(os.environ)),
+        ([str(checks), "1"], _env("cascadelake-optane", TIERMEM_NODE_BYTES="0-1=1MiB;2-3=64MiB")),
+    ]
+    for args, env in runs:
+        r = subprocess.run([*vg, *args], capture_output=True, text=True, timeout=900, env=env)
+        assert r.returncode == 0, f"{args[0]}: {r.stdout[-2000:]}{r.stderr[-4000:]}"
