@@ -3,7 +3,9 @@
  * moved), run once with every array in fast memory and once after `tm_move` sent them to
  * the slow device (an emulated one is charged what the loop moved: `tm_charge`).
  * Build: cc stream.c $(pkg-config --cflags --libs tiermem)
- * Usage: stream [elements] [slow device spec] */
+ * Usage: stream [elements] [slow device spec] [fast device spec]
+ * Specs may name memory spaces: `stream 1000000 large_cap hbw` places the arrays on the
+ * nodes of those spaces nearest this thread (TIERMEM_SYSFS: a fixture machine's). */
 #define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,8 +53,9 @@ static double triad(const tm_manager *m, const uint64_t ids[3], size_t n, double
 int main(int argc, char **argv) {
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : (size_t)1 << 22;
     const char *slow = argc > 2 ? argv[2] : "emulated:optane-pmem";
+    const char *fast = argc > 3 ? argv[3] : "dram";
     size_t bytes = n * sizeof(double);
-    tm_device devices[2] = {{"dram", 3 * bytes + (1 << 20)}, {slow, 3 * bytes + (1 << 20)}};
+    tm_device devices[2] = {{fast, 3 * bytes + (1 << 20)}, {slow, 3 * bytes + (1 << 20)}};
     tm_manager *m;
     CHECK(tm_manager_new(devices, 2, "lru_in_place", &m));
     uint64_t ids[3];
@@ -66,12 +69,12 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) x[i] = k == 1 ? (double)i : 2.0;
         CHECK(tm_unpin(m, t));
     }
-    double fast = triad(m, ids, n, 3.0);
+    double fast_gbs = triad(m, ids, n, 3.0);
     for (int k = 0; k < 3; k++) CHECK(tm_move(m, ids[k], TM_PLACE_SLOW));
     size_t dev;
     CHECK(tm_device_of(m, ids[0], &dev));
     double slow_gbs = triad(m, ids, n, 3.0);
-    if (fast < 0 || slow_gbs < 0) {
+    if (fast_gbs < 0 || slow_gbs < 0) {
         fprintf(stderr, "triad failed: %s\n", tm_last_error());
         return 1;
     }
@@ -87,8 +90,8 @@ int main(int argc, char **argv) {
             return 1;
         }
     CHECK(tm_unpin(m, t));
-    printf("triad of %zu doubles: dram %.2f GB/s, %s %.2f GB/s (device %zu); results checked\n",
-           n, fast, slow, slow_gbs, dev);
+    printf("triad of %zu doubles: %s %.2f GB/s, %s %.2f GB/s (device %zu); results checked\n",
+           n, fast, fast_gbs, slow, slow_gbs, dev);
     for (int k = 0; k < 3; k++) CHECK(tm_free(m, ids[k]));
     tm_manager_free(m);
     return 0;

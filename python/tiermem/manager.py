@@ -68,7 +68,9 @@ class Manager:
     Args:
         devices: devices and their capacities, fastest first, e.g.
             ``{"dram": "256 MiB", "emulated:optane-pmem": "2 GiB"}``. Kinds: ``dram``,
-            ``numa:N``, ``mapped:PATH``, ``block:PATH``, ``emulated:PROFILE``.
+            ``numa:N``, ``interleave:NODES``, ``mapped:PATH``, ``block:PATH``,
+            ``emulated:PROFILE``, or a memory space (``hbw``, ``low_lat``, ``large_cap``,
+            ``interleave:SPACE``).
         policy: ``"lru"`` (default), ``"lru_in_place"`` (as lru, but guards use data where it is), ``"all_fast"``, ``"all_slow"``, ``"first_touch"``,
             ``"2lm_model"`` (every object on the slowest device, the fastest device as the 2LM
             model's cache; ``"2lm_model:LINE"`` for coarser lines, see :mod:`tiermem.twolm`),

@@ -175,3 +175,20 @@ def test_examples_are_valgrind_clean(slides_example: Path, lib: Path, tmp_path: 
     for args, env in runs:
         r = subprocess.run([*vg, *args], capture_output=True, text=True, timeout=900, env=env)
         assert r.returncode == 0, f"{args[0]}: {r.stdout[-2000:]}{r.stderr[-4000:]}"
+
+
+def test_stream_through_space_names_on_a_fixture(lib: Path, tmp_path: Path) -> None:
+    """The native API's devices named by space: STREAM's arrays on the fixture's hbw node
+    (DRAM) and on its large_cap node, an emulated Optane there."""
+    exe = tmp_path / "stream"
+    link = [f"-I{INCLUDE}", f"-L{lib}", "-ltiermem", f"-Wl,-rpath,{lib}"]
+    r = subprocess.run(
+        [CC, "-O2", "-std=c11", str(ROOT / "examples" / "c" / "stream.c"), "-o", str(exe), *link],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    env = _env("cascadelake-optane", TIERMEM_NODE_DEVICES="2,3=emulated:optane-pmem")
+    out = _run(exe, env, "200000", "large_cap", "hbw").stdout
+    assert re.search(r"hbw [\d.]+ GB/s, large_cap [\d.]+ GB/s \(device 1\); results checked", out), out

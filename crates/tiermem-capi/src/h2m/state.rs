@@ -16,10 +16,10 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tiermem_core::device::spaces::{map_spaces, SpaceMap};
+use tiermem_core::device::spaces::{map_spaces, read_env, SpaceMap};
 use tiermem_core::manager::Manager;
 use tiermem_core::mechanism::ObjectId;
-use tiermem_core::sys::discover::{topology, topology_from};
+use tiermem_core::sys::discover::configured_topology;
 use tiermem_core::sys::mmap;
 use tiermem_core::traits::nodes::node_devices;
 use tiermem_core::traits::{DeviceSpaces, Strategy, Traited, Traits};
@@ -140,18 +140,6 @@ pub(crate) fn with<T>(f: impl FnOnce(&mut H2m) -> Result<T>) -> Result<T> {
     f(s)
 }
 
-/// An environment variable, or H2M's name for it (`H2M_NODES_HBW` beside
-/// `TIERMEM_NODES_HBW`; tiermem's wins when both are set).
-fn env(k: &str) -> Option<String> {
-    std::env::var(k).ok().or_else(|| {
-        k.strip_prefix("TIERMEM_")
-            .and_then(|r| std::env::var(format!("H2M_{r}")).ok())
-    })
-}
-
-/// The variable naming a sysfs tree to read instead of `/sys` (a fixture's).
-pub const SYSFS_VAR: &str = "TIERMEM_SYSFS";
-
 pub(crate) fn init() -> Result<()> {
     let mut g = lock();
     if let Some(s) = g.as_ref() {
@@ -161,14 +149,10 @@ pub(crate) fn init() -> Result<()> {
         // A forked child's copy of its parent's state: forgotten (the parent owns the maps).
         std::mem::forget(g.take());
     }
-    let sysfs = std::env::var_os(SYSFS_VAR).map(std::path::PathBuf::from);
-    let topo = match &sysfs {
-        Some(root) => topology_from(root, &root.join("meminfo")),
-        None => topology(),
-    };
-    let map = map_spaces(&topo, &env, &BTreeMap::new())?;
+    let (topo, own) = configured_topology();
+    let map = map_spaces(&topo, &read_env, &BTreeMap::new())?;
     let available = tiermem_core::sys::cgroup::available_memory().0;
-    let nd = node_devices(&topo, &map, &env, sysfs.is_none(), available)?;
+    let nd = node_devices(&topo, &map, &read_env, own, available)?;
     let names: Vec<String> = nd
         .nodes
         .iter()

@@ -5,6 +5,8 @@
 //! | --- | --- |
 //! | `dram` | anonymous memory, transparent huge pages where allowed |
 //! | `numa:N` | anonymous memory bound to NUMA node N (`mbind`) |
+//! | `interleave:NODES` | anonymous memory spread page by page over NUMA nodes (`0,2`, `0-3`; weighted interleave where the kernel offers it) |
+//! | `hbw`, `low_lat`, `large_cap` | the space's node nearest the calling thread (`interleave:hbw`: all of its nodes), as [`spaces::resolve_spec`] maps it |
 //! | `mapped:PATH` | a file mapped shared (App Direct persistent memory is a file on DAX) |
 //! | `block:PATH` | a file on an SSD, read and written with direct I/O in aligned blocks |
 //! | `emulated:PROFILE` | DRAM whose tiermem traffic is throttled to a published device |
@@ -28,6 +30,7 @@ use crate::counters::DeviceCounters;
 use crate::sys::devfile::{self, DevFile, DevFileError};
 use crate::sys::direct_io::{self, DirectFile};
 use crate::sys::mmap::{Mapping, Prefault};
+use crate::sys::numa::NodePolicy;
 use crate::{Error, Result};
 pub use emulated::{Profile, Throttle, PROFILES};
 
@@ -38,6 +41,8 @@ pub enum DeviceKind {
     Dram,
     /// Memory of one NUMA node.
     Numa(u32),
+    /// Memory spread over NUMA nodes, page by page.
+    Interleave(Vec<u32>),
     /// A memory-mapped file.
     Mapped(PathBuf),
     /// A direct-I/O file on a block device.
@@ -47,7 +52,8 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    /// Parse `dram`, `numa:N`, `mapped:PATH`, `block:PATH` or `emulated:PROFILE`.
+    /// Parse `dram`, `numa:N`, `interleave:NODES`, `mapped:PATH`, `block:PATH` or
+    /// `emulated:PROFILE` (a memory space's name is resolved first: [`spaces::resolve_spec`]).
     pub fn parse(spec: &str) -> Result<Self> {
         let (kind, arg) = match spec.split_once(':') {
             Some((k, a)) => (k, Some(a)),
@@ -69,12 +75,25 @@ impl DeviceKind {
                     Error::InvalidArgument(format!("'{a}' in '{spec}' is not a NUMA node number"))
                 })?)
             }
+            "interleave" => {
+                let a = need("a node list")?;
+                let nodes = crate::sys::discover::parse_list(a);
+                let ok = !nodes.is_empty()
+                    && a.split([',', '-']).all(|p| p.trim().parse::<u32>().is_ok());
+                if !ok {
+                    return Err(Error::InvalidArgument(format!(
+                        "'{a}' in '{spec}' is not a NUMA node list (e.g. 0,2 or 0-3)"
+                    )));
+                }
+                DeviceKind::Interleave(nodes)
+            }
             "mapped" => DeviceKind::Mapped(PathBuf::from(need("a file path")?)),
             "block" => DeviceKind::Block(PathBuf::from(need("a file path")?)),
             "emulated" => DeviceKind::Emulated(emulated::profile(need("a profile name")?)?),
             _ => {
                 return Err(Error::UnknownDevice(format!(
-                    "'{spec}': kinds are dram, numa:N, mapped:PATH, block:PATH, emulated:PROFILE"
+                    "'{spec}': kinds are dram, numa:N, interleave:NODES, mapped:PATH, block:PATH, \
+                     emulated:PROFILE, or a memory space (hbw, low_lat, large_cap)"
                 )))
             }
         })
@@ -86,6 +105,7 @@ impl DeviceKind {
         match self {
             DeviceKind::Dram => "dram",
             DeviceKind::Numa(_) => "numa",
+            DeviceKind::Interleave(_) => "interleave",
             DeviceKind::Mapped(_) => "mapped",
             DeviceKind::Block(_) => "block",
             DeviceKind::Emulated(_) => "emulated",
@@ -207,7 +227,8 @@ impl Device {
 
     fn open_backed(spec: &str, capacity: u64, prefault: Prefault, shared: bool) -> Result<Self> {
         let (spec, overwrite) = strip_overwrite(spec);
-        let kind = DeviceKind::parse(spec)?;
+        let resolved = spaces::resolve_spec(spec)?;
+        let kind = DeviceKind::parse(resolved.as_deref().unwrap_or(spec))?;
         if overwrite && !matches!(kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)) {
             return Err(Error::InvalidArgument(format!(
                 "'{spec}?overwrite': only block: and mapped: devices have files to overwrite"
@@ -235,11 +256,11 @@ impl Device {
                 ))
             })?;
         let len = capacity as usize;
-        let anonymous = |node: Option<u32>| {
+        let anonymous = |policy: Option<NodePolicy>| {
             if shared {
-                Mapping::shared_with(len, node, prefault)
+                Mapping::shared_with(len, policy.as_ref(), prefault)
             } else {
-                Mapping::anonymous_with(len, true, node, prefault)
+                Mapping::anonymous_with(len, true, policy.as_ref(), prefault)
             }
         };
         let io = |what: &str, e: std::io::Error| Error::io(spec, spec, what, e);
@@ -259,26 +280,22 @@ impl Device {
                 (Storage::Memory(map), throttle)
             }
             DeviceKind::Numa(node) => {
-                let topo = crate::sys::discover::topology();
-                let Some(n) = topo.nodes.iter().find(|n| n.id == *node) else {
-                    let have: Vec<String> = topo.nodes.iter().map(|n| n.id.to_string()).collect();
-                    return Err(Error::UnknownDevice(format!(
-                        "NUMA node {node} does not exist (nodes with memory: {})",
-                        if have.is_empty() {
-                            "none found".into()
-                        } else {
-                            have.join(", ")
-                        }
-                    )));
-                };
+                let free = free_on_nodes(&[*node])?;
+                check_fits(spec, capacity, free, &format!("free on NUMA node {node}"))?;
+                let map = anonymous(Some(NodePolicy::Bind(*node)))
+                    .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
+                (Storage::Memory(map), None)
+            }
+            DeviceKind::Interleave(nodes) => {
+                let free = free_on_nodes(nodes)?;
                 check_fits(
                     spec,
                     capacity,
-                    n.free_bytes,
-                    &format!("free on NUMA node {node}"),
+                    free,
+                    &format!("free on NUMA nodes {nodes:?}"),
                 )?;
-                let map = anonymous(Some(*node))
-                    .map_err(|e| io(&format!("bind to NUMA node {node} and fault in"), e))?;
+                let map = anonymous(Some(NodePolicy::Interleave(nodes.clone())))
+                    .map_err(|e| io(&format!("interleave over NUMA nodes {nodes:?}"), e))?;
                 (Storage::Memory(map), None)
             }
             DeviceKind::Mapped(path) => {
@@ -299,7 +316,10 @@ impl Device {
             }
         };
         Ok(Device {
-            name: spec.to_owned(),
+            name: match &resolved {
+                Some(r) => format!("{spec} ({r})"),
+                None => spec.to_owned(),
+            },
             kind,
             capacity,
             storage,
@@ -424,8 +444,8 @@ impl Device {
             persistent: matches!(self.kind, DeviceKind::Mapped(_) | DeviceKind::Block(_)),
             emulated: self.throttle.is_some(),
             duplex: self.throttle.is_some(),
-            numa_node: match self.kind {
-                DeviceKind::Numa(n) => Some(n),
+            numa_node: match &self.kind {
+                DeviceKind::Numa(n) => Some(*n),
                 _ => None,
             },
             read_gbps: figures.map(|f| f.0),
@@ -452,6 +472,32 @@ impl Device {
             traits: self.traits(),
         }
     }
+}
+
+/// The kind of `spec`, a memory space's name resolved first.
+fn parse_resolved(spec: &str) -> Result<DeviceKind> {
+    DeviceKind::parse(spaces::resolve_spec(spec)?.as_deref().unwrap_or(spec))
+}
+
+/// Free bytes on `nodes` together, or [`Error::UnknownDevice`] naming one the machine lacks.
+fn free_on_nodes(nodes: &[u32]) -> Result<u64> {
+    let topo = crate::sys::discover::topology();
+    let mut free = 0u64;
+    for node in nodes {
+        let Some(n) = topo.nodes.iter().find(|n| n.id == *node) else {
+            let have: Vec<String> = topo.nodes.iter().map(|n| n.id.to_string()).collect();
+            return Err(Error::UnknownDevice(format!(
+                "NUMA node {node} does not exist (nodes with memory: {})",
+                if have.is_empty() {
+                    "none found".into()
+                } else {
+                    have.join(", ")
+                }
+            )));
+        };
+        free = free.saturating_add(n.free_bytes);
+    }
+    Ok(free)
 }
 
 fn check_fits(spec: &str, capacity: u64, available: u64, what: &str) -> Result<()> {
@@ -481,7 +527,7 @@ fn open_all_backed(specs: &[(String, u64)], shared: bool) -> Result<Vec<Device>>
     let mut anon = 0u64;
     let mut per_node: std::collections::BTreeMap<u32, u64> = Default::default();
     for (spec, cap) in specs {
-        match DeviceKind::parse(strip_overwrite(spec).0)? {
+        match parse_resolved(strip_overwrite(spec).0)? {
             DeviceKind::Dram | DeviceKind::Emulated(_) => anon = anon.saturating_add(*cap),
             DeviceKind::Numa(n) => *per_node.entry(n).or_default() += *cap,
             _ => {}
@@ -510,7 +556,7 @@ fn open_all_backed(specs: &[(String, u64)], shared: bool) -> Result<Vec<Device>>
     let forced = forced_prefault()?;
     let mut devices = Vec::with_capacity(specs.len());
     for (i, (s, c)) in specs.iter().enumerate() {
-        let kind = DeviceKind::parse(strip_overwrite(s).0)?;
+        let kind = parse_resolved(strip_overwrite(s).0)?;
         if matches!(kind, DeviceKind::Emulated(_)) {
             // Measured (if it must be) before any map is faulted in, here or in the
             // background: a probe beside a populating thread would read low figures.

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::sys::discover::{parse_list, NumaNode, Topology};
+use crate::sys::discover::{configured_topology, parse_list, NumaNode, Topology};
 use crate::{Error, Result};
 
 /// Nodes within this fraction of the best figure count as equally good (two sockets' DRAM
@@ -76,6 +76,91 @@ impl Space {
                 ))
             })
     }
+}
+
+/// The variable naming each node's device spec (`1,3=emulated:optane-pmem;4-7=dram`).
+pub const NODE_DEVICES_VAR: &str = "TIERMEM_NODE_DEVICES";
+
+/// An environment variable, or H2M's name for it (`H2M_NODES_HBW` beside
+/// `TIERMEM_NODES_HBW`; tiermem's wins when both are set).
+#[must_use]
+pub fn read_env(k: &str) -> Option<String> {
+    std::env::var(k).ok().or_else(|| {
+        k.strip_prefix("TIERMEM_")
+            .and_then(|r| std::env::var(format!("H2M_{r}")).ok())
+    })
+}
+
+/// `nodes=value;nodes=value` (nodes a kernel list) as a map from node to value.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `var` and the part that is malformed.
+pub fn per_node(var: &str, text: &str) -> Result<BTreeMap<u32, String>> {
+    let mut out = BTreeMap::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((ids, value)) = part.split_once('=') else {
+            crate::bail!("{var}: {part:?} is not NODES=VALUE (e.g. \"1,3=emulated:optane-pmem\")");
+        };
+        let nodes = parse_list(ids);
+        if nodes.is_empty() || value.trim().is_empty() {
+            crate::bail!("{var}: {part:?} names no node or no value");
+        }
+        for n in nodes {
+            out.insert(n, value.trim().to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// The device spec standing for node `id`: `TIERMEM_NODE_DEVICES`'s (read by `env`), else
+/// `numa:N` on this machine (`own`) and `dram` on a sysfs fixture's.
+///
+/// # Errors
+/// A malformed `TIERMEM_NODE_DEVICES`.
+pub fn node_spec(id: u32, own: bool, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    let given = match env(NODE_DEVICES_VAR) {
+        Some(t) => per_node(NODE_DEVICES_VAR, &t)?.remove(&id),
+        None => None,
+    };
+    Ok(given.unwrap_or_else(|| {
+        if own {
+            format!("numa:{id}")
+        } else {
+            "dram".to_owned()
+        }
+    }))
+}
+
+/// A device spec that names a memory space, as the spec of its nodes: `hbw`, `low_lat` or
+/// `large_cap` is the space's node nearest the calling thread (the first of its node's
+/// view); `interleave:SPACE` spreads over all of the space's nodes. The topology is
+/// [`configured_topology`]'s, overrides as [`map_spaces`] reads them ([`read_env`]); on a
+/// sysfs fixture a node is [`node_spec`]'s device. None for any other spec.
+///
+/// # Errors
+/// As [`map_spaces`] and [`node_spec`].
+pub fn resolve_spec(spec: &str) -> Result<Option<String>> {
+    let (spread, name) = match spec.strip_prefix("interleave:") {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let Ok(space) = Space::parse(name) else {
+        return Ok(None);
+    };
+    let (topo, own) = configured_topology();
+    let map = map_spaces(&topo, &read_env, &BTreeMap::new())?;
+    let nodes = match crate::sys::numa::current_node().and_then(|n| map.view(n, space)) {
+        Some(v) if !v.is_empty() => v.to_vec(),
+        _ => map.nodes(space).to_vec(),
+    };
+    let Some(&first) = nodes.first() else {
+        crate::bail!("memory space {name} has no node here");
+    };
+    if spread && own {
+        let list: Vec<String> = nodes.iter().map(u32::to_string).collect();
+        return Ok(Some(format!("interleave:{}", list.join(","))));
+    }
+    node_spec(first, own, &read_env).map(Some)
 }
 
 /// Figures tiermem measured for a node (`tiermem calibrate`'s `numa:N`).

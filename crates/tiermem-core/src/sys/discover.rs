@@ -79,6 +79,23 @@ pub fn topology() -> Topology {
     topology_from(Path::new("/sys"), Path::new("/proc/meminfo"))
 }
 
+/// The variable naming a sysfs tree to place by instead of `/sys` (a fixture's, e.g.
+/// `tests/fixtures/sysfs/knl-snc4-flat`, its `meminfo` beside it).
+pub const SYSFS_VAR: &str = "TIERMEM_SYSFS";
+
+/// The topology placement follows: `TIERMEM_SYSFS`'s tree when set, else this machine's;
+/// and whether it is this machine's (its nodes can be bound).
+#[must_use]
+pub fn configured_topology() -> (Topology, bool) {
+    match std::env::var_os(SYSFS_VAR) {
+        Some(root) => {
+            let root = Path::new(&root);
+            (topology_from(root, &root.join("meminfo")), false)
+        }
+        None => (topology(), true),
+    }
+}
+
 /// Read the topology from a sysfs root (tests point this at a fake tree).
 #[must_use]
 pub fn topology_from(sys: &Path, meminfo: &Path) -> Topology {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use super::numa::NodePolicy;
 use super::HUGE_PAGE;
 
 /// When an anonymous map's pages are faulted in.
@@ -71,17 +72,22 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Map `len` bytes of anonymous memory, aligned to 2 MiB, ask for transparent huge
-    /// pages when `huge` is set, and optionally bind it to a NUMA node before faulting it in
+    /// pages when `huge` is set, and optionally set a node policy (bind, interleave) before faulting it in
     /// (now).
     pub fn anonymous(len: usize, huge: bool, numa_node: Option<u32>) -> std::io::Result<Self> {
-        Self::anonymous_with(len, huge, numa_node, Prefault::Now)
+        Self::anonymous_with(
+            len,
+            huge,
+            numa_node.map(NodePolicy::Bind).as_ref(),
+            Prefault::Now,
+        )
     }
 
     /// As [`Mapping::anonymous`], faulting pages in as `prefault` says.
     pub fn anonymous_with(
         len: usize,
         huge: bool,
-        numa_node: Option<u32>,
+        policy: Option<&NodePolicy>,
         prefault: Prefault,
     ) -> std::io::Result<Self> {
         let total = len.checked_add(HUGE_PAGE).ok_or_else(overflow)?;
@@ -117,22 +123,22 @@ impl Mapping {
             let rc = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
             map.huge_pages = rc == 0;
         }
-        if let Some(node) = numa_node {
+        if let Some(policy) = policy {
             // SAFETY: the range is our own fresh map, not yet faulted in.
-            unsafe { super::numa::bind(ptr, len, node)? };
+            unsafe { super::numa::apply(ptr, len, policy)? };
         }
         map.fault_in(prefault)?;
         Ok(map)
     }
 
-    /// Map `len` bytes of a new memory file (`memfd_create`) shared, optionally bound to a
-    /// NUMA node, faulting pages in as `prefault` says: anonymous memory whose pages can be
+    /// Map `len` bytes of a new memory file (`memfd_create`) shared, optionally under a node
+    /// policy, faulting pages in as `prefault` says: anonymous memory whose pages can be
     /// mapped a second time elsewhere ([`Mapping::alias_source`]), so an address handed out
     /// can follow its bytes when they move to another map. Page-aligned; no huge pages
     /// (shared memory's are the kernel's `shmem_enabled` choice).
     pub fn shared_with(
         len: usize,
-        numa_node: Option<u32>,
+        policy: Option<&NodePolicy>,
         prefault: Prefault,
     ) -> std::io::Result<Self> {
         if len == 0 || isize::try_from(len).is_err() {
@@ -158,10 +164,10 @@ impl Mapping {
             background: None,
             memfd: Some(fd),
         };
-        if let Some(node) = numa_node {
+        if let Some(policy) = policy {
             // SAFETY: the range is our own fresh map, not yet faulted in (for shared memory
             // the policy is the file's, so every map of these pages follows it).
-            unsafe { super::numa::bind(map.ptr.as_ptr(), len, node)? };
+            unsafe { super::numa::apply(map.ptr.as_ptr(), len, policy)? };
         }
         map.fault_in(prefault)?;
         Ok(map)

@@ -13,12 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::device::spaces::{Space, SpaceMap};
-use crate::sys::discover::{parse_list, Topology};
+pub use crate::device::spaces::NODE_DEVICES_VAR;
+use crate::device::spaces::{node_spec, per_node, Space, SpaceMap};
+use crate::sys::discover::Topology;
 use crate::Result;
 
-/// The variable naming each node's device spec.
-pub const NODE_DEVICES_VAR: &str = "TIERMEM_NODE_DEVICES";
 /// The variable naming each node's capacity.
 pub const NODE_BYTES_VAR: &str = "TIERMEM_NODE_BYTES";
 /// The variable naming the divisor of node sizes.
@@ -33,24 +32,6 @@ pub struct NodeDevices {
     pub nodes: Vec<u32>,
     /// What was chosen and why, one line each (for a verbose log).
     pub notes: Vec<String>,
-}
-
-/// `nodes=value;nodes=value` (nodes a kernel list) as a map from node to value.
-fn per_node(var: &str, text: &str) -> Result<BTreeMap<u32, String>> {
-    let mut out = BTreeMap::new();
-    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((ids, value)) = part.split_once('=') else {
-            crate::bail!("{var}: {part:?} is not NODES=VALUE (e.g. \"1,3=emulated:optane-pmem\")");
-        };
-        let nodes = parse_list(ids);
-        if nodes.is_empty() || value.trim().is_empty() {
-            crate::bail!("{var}: {part:?} names no node or no value");
-        }
-        for n in nodes {
-            out.insert(n, value.trim().to_owned());
-        }
-    }
-    Ok(out)
 }
 
 /// Bytes in `s`: a whole number with an optional `K`, `M`, `G` or `T` (`KiB`, ... alike:
@@ -113,6 +94,8 @@ pub fn node_devices(
         Some(t) => per_node(NODE_DEVICES_VAR, &t)?,
         None => BTreeMap::new(),
     };
+    // Every node's spec the one way (the given ones checked against the nodes below).
+    let spec_of = |id: u32| node_spec(id, own, env);
     let bytes_env = match env(NODE_BYTES_VAR) {
         Some(t) => per_node(NODE_BYTES_VAR, &t)?,
         None => BTreeMap::new(),
@@ -147,13 +130,7 @@ pub fn node_devices(
             .iter()
             .find(|n| n.id == id)
             .expect("a node with memory");
-        let spec = specs_env.get(&id).cloned().unwrap_or_else(|| {
-            if own {
-                format!("numa:{id}")
-            } else {
-                "dram".to_owned()
-            }
-        });
+        let spec = spec_of(id)?;
         crate::device::DeviceKind::parse(&spec)?;
         let bytes = match bytes_env.get(&id) {
             Some(b) => parse_bytes(NODE_BYTES_VAR, b)?,
