@@ -90,7 +90,7 @@ install: capi ## install the C library, tiermem.h, h2m.h, tiermem.f90, tiermem.p
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/lib/pkgconfig
 	install -m 644 target/release/libtiermem.a $(PREFIX)/lib/
 	install -m 755 target/release/libtiermem.so $(PREFIX)/lib/
-	install -m 644 crates/tiermem-capi/include/tiermem.h crates/tiermem-capi/include/h2m.h crates/tiermem-capi/fortran/tiermem.f90 $(PREFIX)/include/
+	install -m 644 crates/tiermem-capi/include/tiermem.h crates/tiermem-capi/include/h2m.h crates/tiermem-capi/fortran/tiermem.f90 crates/tiermem-capi/fortran/h2m.f90 $(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|'"$$(grep -m1 '^version' Cargo.toml | cut -d'"' -f2)"'|' \
 		crates/tiermem-capi/tiermem.pc.in > $(PREFIX)/lib/pkgconfig/tiermem.pc
 	install -d $(PREFIX)/lib/cmake/tiermem
