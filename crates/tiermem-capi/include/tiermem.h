@@ -76,6 +76,11 @@ typedef enum {
 } tm_status;
 
 /**
+ * A device pair's calibrated break-even line (opaque).
+ */
+typedef struct tm_break_even tm_break_even;
+
+/**
  * A manager (opaque): devices, fastest first, and a placement policy.
  */
 typedef struct tm_manager tm_manager;
@@ -164,6 +169,88 @@ typedef struct {
    */
   uint64_t bytes;
 } tm_device;
+
+/**
+ * A loop's sampled access pattern (the core's `Rates`, field for field).
+ */
+typedef struct {
+  /**
+   * Page-address filter hit rate: near 1 dense, near 0 sparse.
+   */
+  double r_paf;
+  /**
+   * Stride filter hit rate: near 1 regular, near 0 irregular.
+   */
+  double r_sf;
+  /**
+   * Line filter hit rate: the share of accesses to a line used shortly before.
+   */
+  double r_lf;
+  /**
+   * Page-address hit rate over the fetched lines.
+   */
+  double r_paf_fetched;
+  /**
+   * Stride hit rate over the fetched lines.
+   */
+  double r_sf_fetched;
+  /**
+   * Lines a sweep's front advanced per access.
+   */
+  double r_front;
+  /**
+   * The widest band of lines one thread's sample spans.
+   */
+  uint64_t band_lines;
+  /**
+   * The working set's growth exponent.
+   */
+  double ws_exponent;
+  /**
+   * Accesses per thread sampled.
+   */
+  double sampled_per_thread;
+  /**
+   * Accesses per thread in the whole loop.
+   */
+  double accesses_per_thread;
+  /**
+   * Addresses sampled in all.
+   */
+  uint64_t samples;
+} tm_rates;
+
+/**
+ * A staging decision (eq. 9) and the figures behind it, s/GB of chunk.
+ */
+typedef struct {
+  /**
+   * 1: stage (`t_boost - t_copy > t_th`).
+   */
+  int stage;
+  /**
+   * Predicted gain on the fast device, per the lines the loop fetches.
+   */
+  double t_boost;
+  /**
+   * Copy time, in if read, back if written.
+   */
+  double t_copy;
+  /**
+   * The paper's predicted gain (per reference).
+   */
+  double t_boost_paper;
+  /**
+   * 1: the paper's rule would stage.
+   */
+  int stage_paper;
+} tm_decision;
+
+/**
+ * A loop body over one chunk: its fast copy, its byte offset in the array and length, and
+ * the caller's context. Nonzero stops the run (its value is named in the message).
+ */
+typedef int (*tm_chunk_fn)(void*, size_t, size_t, void*);
 
 /**
  * Success.
@@ -604,6 +691,82 @@ tm_status tm_charge(const tm_manager *m, const uint64_t *charges, size_t n, size
  * `m` a live handle; `device` valid for a write.
  */
 tm_status tm_device_of(const tm_manager *m, uint64_t id, size_t *device);
+
+/**
+ * Sample `n` indices (element `i` at byte `i * elem_bytes`) as `threads` threads would under
+ * a static schedule; the rates in `*out`.
+ *
+ * # Safety
+ * `indices` valid for `n` reads; `out` valid for a write.
+ */
+tm_status tm_analyse(const int64_t *indices,
+                     size_t n,
+                     uint64_t elem_bytes,
+                     size_t threads,
+                     tm_rates *out);
+
+/**
+ * A break-even line from its JSON (what `tiermem calibrate` keeps under `"staging"`, or
+ * Python's `BreakEven.as_dict()`); free it with [`tm_break_even_free`].
+ *
+ * # Safety
+ * `json` a NUL-terminated string; `out` valid for a write.
+ */
+tm_status tm_break_even_from_json(const char *json, tm_break_even **out);
+
+/**
+ * Calibrate the break-even line between `m`'s slowest and fastest devices over arrays of
+ * `len` `uint64`s (a power of two that fits fast memory), each figure the median of
+ * `reps` runs; `m`'s policy must move only when told (`lru_in_place`).
+ *
+ * # Safety
+ * `m` a live handle; `out` valid for a write.
+ */
+tm_status tm_break_even_calibrate(const tm_manager *m,
+                                  uint64_t len,
+                                  size_t reps,
+                                  tm_break_even **out);
+
+/**
+ * Free a break-even line (NULL is ignored).
+ *
+ * # Safety
+ * `line` NULL or a handle from this library not yet freed.
+ */
+void tm_break_even_free(tm_break_even *line);
+
+/**
+ * Decide whether to stage a chunk a loop uses `u` times per element (reads it if `read`,
+ * writes it if `write`) with sampled `rates`, on `line`, with threshold `t_th` s/GB.
+ *
+ * # Safety
+ * `line` a live handle; `rates` valid for a read; `out` valid for a write.
+ */
+tm_status tm_stage_decide(const tm_break_even *line,
+                          const tm_rates *rates,
+                          double u,
+                          int read,
+                          int write,
+                          double t_th,
+                          tm_decision *out);
+
+/**
+ * Run `body` over `data` (`bytes` long) `chunk` bytes at a time, each chunk copied into a
+ * buffer on `m`'s fastest device first (if `read`) and back after (if `write`): the
+ * staging executor. The buffer is pinned for the run, so nothing moves it meanwhile.
+ *
+ * # Safety
+ * `m` a live handle; `data` valid for `bytes` reads and writes; `body` safe to call with
+ * the buffer, its offsets and `ctx`.
+ */
+tm_status tm_stage_run(const tm_manager *m,
+                       void *data,
+                       size_t bytes,
+                       size_t chunk,
+                       int read,
+                       int write,
+                       tm_chunk_fn body,
+                       void *ctx);
 
 /**
  * The message of this thread's last failed call, or NULL if none failed. Valid until this

@@ -7,11 +7,13 @@
 
 pub mod h2m;
 pub mod manager;
+pub mod staging;
 pub mod status;
 
 pub use h2m::types::*;
 pub use h2m::*;
 pub use manager::*;
+pub use staging::*;
 pub use status::{tm_last_error, tm_status_name, TmStatus};
 
 #[cfg(test)]

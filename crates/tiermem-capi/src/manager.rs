@@ -38,7 +38,7 @@ pub struct TmManager {
 ///
 /// # Safety
 /// `p` must be NULL or a valid NUL-terminated string.
-unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
     if p.is_null() {
         bail!("{what} is NULL");
     }
@@ -52,7 +52,7 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
 ///
 /// # Safety
 /// `m` must be NULL or a handle from [`tm_manager_new`] not yet freed.
-unsafe fn manager<'a>(m: *const TmManager) -> Result<&'a Manager> {
+pub(crate) unsafe fn manager<'a>(m: *const TmManager) -> Result<&'a Manager> {
     if m.is_null() {
         bail!("the manager handle is NULL");
     }
@@ -64,7 +64,7 @@ unsafe fn manager<'a>(m: *const TmManager) -> Result<&'a Manager> {
 ///
 /// # Safety
 /// `out` must be NULL or valid for a write of `T`.
-unsafe fn put<T>(out: *mut T, v: T, what: &str) -> Result<()> {
+pub(crate) unsafe fn put<T>(out: *mut T, v: T, what: &str) -> Result<()> {
     if out.is_null() {
         bail!("{what} is NULL");
     }
