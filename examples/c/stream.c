@@ -92,6 +92,15 @@ int main(int argc, char **argv) {
     CHECK(tm_unpin(m, t));
     printf("triad of %zu doubles: %s %.2f GB/s, %s %.2f GB/s (device %zu); results checked\n",
            n, fast, fast_gbs, slow, slow_gbs, dev);
+    for (size_t d = 0; d < 2; d++) { /* what each device was charged */
+        tm_counters c;
+        const char *name;
+        CHECK(tm_device_counters(m, d, &c, &name));
+        printf("device %zu %s: read %llu written %llu stall_ns %llu moves_in %llu moves_out %llu\n", d, name,
+               (unsigned long long)c.bytes_read, (unsigned long long)c.bytes_written,
+               (unsigned long long)c.kernel_stall_ns, (unsigned long long)c.moves_in,
+               (unsigned long long)c.moves_out);
+    }
     for (int k = 0; k < 3; k++) CHECK(tm_free(m, ids[k]));
     tm_manager_free(m);
     return 0;

@@ -7,10 +7,12 @@ threads) plain and under AddressSanitizer; `H2M_NODES_*` honoured beside `TIERME
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,9 +179,35 @@ def test_examples_are_valgrind_clean(slides_example: Path, lib: Path, tmp_path: 
         assert r.returncode == 0, f"{args[0]}: {r.stdout[-2000:]}{r.stderr[-4000:]}"
 
 
-def test_stream_through_space_names_on_a_fixture(lib: Path, tmp_path: Path) -> None:
-    """The native API's devices named by space: STREAM's arrays on the fixture's hbw node
-    (DRAM) and on its large_cap node, an emulated Optane there."""
+PY_TRIAD = """
+import json, sys
+import numpy as np
+import tiermem
+n = int(sys.argv[1]); nb = n * 8; cap = 3 * nb + (1 << 20)
+m = tiermem.Manager({"hbw": cap, "large_cap": cap}, policy="lru_in_place")
+a, b, c = (m.array(n, "float64", where="fast") for _ in range(3))
+with b.write() as x:
+    x[:] = np.arange(n)
+with c.write() as x:
+    x[:] = 2.0
+def triad():
+    with a.write() as out, b.read() as bb, c.read() as cc:
+        np.add(bb, 3.0 * cc, out=out)
+        m._native.charge([(a.id, 0, nb), (b.id, nb, 0), (c.id, nb, 0)], 1)
+triad()
+for x in (a, b, c):
+    x.evict()
+triad()
+assert (a.to_numpy() == np.arange(n) + 6.0).all()
+print(json.dumps(m.stats()))
+"""
+
+
+def test_stream_through_space_names_is_charged_as_python_is(lib: Path, tmp_path: Path) -> None:
+    """The native API's devices named by space on a fixture (hbw: DRAM; large_cap: an
+    emulated Optane): STREAM in C (examples/c/stream.c) is charged what the same steps
+    through the Python API are charged (PY_TRIAD), byte for byte and stall nanosecond for
+    nanosecond, both reading one calibration's DRAM figures."""
     exe = tmp_path / "stream"
     link = [f"-I{INCLUDE}", f"-L{lib}", "-ltiermem", f"-Wl,-rpath,{lib}"]
     r = subprocess.run(
@@ -189,6 +217,44 @@ def test_stream_through_space_names_on_a_fixture(lib: Path, tmp_path: Path) -> N
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    env = _env("cascadelake-optane", TIERMEM_NODE_DEVICES="2,3=emulated:optane-pmem")
+    calibration = tmp_path / "calibration.json"
+    dram = {"read_gbps": 12.0, "write_gbps": 9.0, "copy_gbps": 7.0, "latency_ns": 90.0, "source": "calibrated"}
+    calibration.write_text(json.dumps({"dram": dram}))
+    env = _env("cascadelake-optane", TIERMEM_NODE_DEVICES="2,3=emulated:optane-pmem", TIERMEM_CALIBRATION=str(calibration))
     out = _run(exe, env, "200000", "large_cap", "hbw").stdout
     assert re.search(r"hbw [\d.]+ GB/s, large_cap [\d.]+ GB/s \(device 1\); results checked", out), out
+    keys = ("bytes_read", "bytes_written", "kernel_stall_ns", "moves_in", "moves_out")
+    c_side = {
+        name: dict(zip(keys, map(int, figures)))
+        for name, *figures in re.findall(
+            r"^device \d+ (.+?): read (\d+) written (\d+) stall_ns (\d+) moves_in (\d+) moves_out (\d+)$", out, re.M
+        )
+    }
+    py = _run(Path(sys.executable), env, "-c", PY_TRIAD, "200000").stdout
+    py_side = {name: {k: s[k] for k in keys} for name, s in json.loads(py).items()}
+    assert list(c_side) == ["hbw (dram)", "large_cap (emulated:optane-pmem)"]
+    assert c_side == py_side
+    assert c_side["large_cap (emulated:optane-pmem)"]["kernel_stall_ns"] > 0
+
+
+@pytest.mark.parametrize(
+    ("example", "args", "fixture"),
+    [
+        ("stream.c", ["100000"], None),
+        ("allocation_traits.c", ["64"], "knl-snc4-flat"),
+        ("staging_kernels.c", [str(ROOT / "tests" / "capi" / "staging_line.json")], None),
+    ],
+)
+def test_examples_under_address_sanitizer(lib: Path, tmp_path: Path, example: str, args: list[str], fixture: str | None) -> None:
+    """Each C example built with AddressSanitizer and UndefinedBehaviorSanitizer runs clean."""
+    exe = tmp_path / example.removesuffix(".c")
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fopenmp", "-g", "-O1", "-std=c11"]
+    cmd = [CC, *flags, f"-I{INCLUDE}", str(ROOT / "examples" / "c" / example), "-o", str(exe)]
+    r = subprocess.run([*cmd, f"-L{lib}", "-ltiermem", f"-Wl,-rpath,{lib}", "-lm"], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 and ("asan" in r.stderr.lower() or "omp.h" in r.stderr):
+        pytest.skip("the C compiler lacks AddressSanitizer or OpenMP")
+    assert r.returncode == 0, r.stderr
+    env = _env(fixture) if fixture else dict(os.environ)
+    out = _run(exe, env, *args)
+    assert "results checked" in out.stdout or "0 wrong" in out.stdout, out.stdout
+    assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr, out.stderr

@@ -171,6 +171,49 @@ typedef struct {
 } tm_device;
 
 /**
+ * One device's traffic and event counters since the manager was made (the core's
+ * `CounterSnapshot`, field for field).
+ */
+typedef struct {
+  /**
+   * Bytes read from the device by copies and by charged loops.
+   */
+  uint64_t bytes_read;
+  /**
+   * Bytes written to the device by copies and by charged loops.
+   */
+  uint64_t bytes_written;
+  /**
+   * Copies that brought an object into the device.
+   */
+  uint64_t moves_in;
+  /**
+   * Copies that took an object out of the device.
+   */
+  uint64_t moves_out;
+  /**
+   * Objects evicted from the device.
+   */
+  uint64_t evictions;
+  /**
+   * Evictions that wrote dirty data back.
+   */
+  uint64_t dirty_writebacks;
+  /**
+   * Evictions that copied nothing (a current slower copy existed).
+   */
+  uint64_t writebacks_elided;
+  /**
+   * Allocations the device could not satisfy.
+   */
+  uint64_t alloc_failures;
+  /**
+   * Nanoseconds an emulated device charged loops past their run at DRAM speed.
+   */
+  uint64_t kernel_stall_ns;
+} tm_counters;
+
+/**
  * A loop's sampled access pattern (the core's `Rates`, field for field).
  */
 typedef struct {
@@ -691,6 +734,18 @@ tm_status tm_charge(const tm_manager *m, const uint64_t *charges, size_t n, size
  * `m` a live handle; `device` valid for a write.
  */
 tm_status tm_device_of(const tm_manager *m, uint64_t id, size_t *device);
+
+/**
+ * Device `device`'s counters (`*out`) and its name (`*name`, owned by the manager, valid
+ * while it lives; `name` may be NULL).
+ *
+ * # Safety
+ * `m` a live handle; `out` valid for a write; `name` NULL or valid for a write.
+ */
+tm_status tm_device_counters(const tm_manager *m,
+                             size_t device,
+                             tm_counters *out,
+                             const char **name);
 
 /**
  * Sample `n` indices (element `i` at byte `i * elem_bytes`) as `threads` threads would under

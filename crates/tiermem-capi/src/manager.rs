@@ -32,6 +32,8 @@ pub struct TmDevice {
 /// A manager (opaque): devices, fastest first, and a placement policy.
 pub struct TmManager {
     inner: Arc<Manager>,
+    /// Device names as C strings, for [`tm_device_counters`].
+    names: Vec<std::ffi::CString>,
 }
 
 /// A NUL-terminated C string as UTF-8, or an error naming `what`.
@@ -53,11 +55,20 @@ pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
 /// # Safety
 /// `m` must be NULL or a handle from [`tm_manager_new`] not yet freed.
 pub(crate) unsafe fn manager<'a>(m: *const TmManager) -> Result<&'a Manager> {
+    // SAFETY: forwarded contract.
+    Ok(&unsafe { handle(m) }?.inner)
+}
+
+/// The handle behind a pointer, or an error.
+///
+/// # Safety
+/// As [`manager`].
+unsafe fn handle<'a>(m: *const TmManager) -> Result<&'a TmManager> {
     if m.is_null() {
         bail!("the manager handle is NULL");
     }
     // SAFETY: a live handle by the caller's contract.
-    Ok(unsafe { &(*m).inner })
+    Ok(unsafe { &*m })
 }
 
 /// Write `v` through `out`, or fail if it is NULL.
@@ -110,7 +121,15 @@ pub unsafe extern "C" fn tm_manager_new(
             unsafe { text(policy, "policy") }?
         };
         let m = Manager::new(device::open_all(&specs)?, policy::builtin(name)?)?;
-        let h = Box::into_raw(Box::new(TmManager { inner: Arc::new(m) }));
+        let names = m
+            .devices()
+            .iter()
+            .map(|d| std::ffi::CString::new(d.name.replace('\0', " ")).unwrap_or_default())
+            .collect();
+        let h = Box::into_raw(Box::new(TmManager {
+            inner: Arc::new(m),
+            names,
+        }));
         // SAFETY: writable by the caller's contract.
         unsafe { put(out, h, "out") }.inspect_err(|_| {
             // SAFETY: `h` was made just above and given to no one.
@@ -281,6 +300,88 @@ pub unsafe extern "C" fn tm_device_of(
         let d = unsafe { manager(m) }?.placement(id)?.device;
         // SAFETY: forwarded contract.
         unsafe { put(device, d, "device") }
+    })
+}
+
+/// One device's traffic and event counters since the manager was made (the core's
+/// `CounterSnapshot`, field for field).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TmCounters {
+    /// Bytes read from the device by copies and by charged loops.
+    pub bytes_read: u64,
+    /// Bytes written to the device by copies and by charged loops.
+    pub bytes_written: u64,
+    /// Copies that brought an object into the device.
+    pub moves_in: u64,
+    /// Copies that took an object out of the device.
+    pub moves_out: u64,
+    /// Objects evicted from the device.
+    pub evictions: u64,
+    /// Evictions that wrote dirty data back.
+    pub dirty_writebacks: u64,
+    /// Evictions that copied nothing (a current slower copy existed).
+    pub writebacks_elided: u64,
+    /// Allocations the device could not satisfy.
+    pub alloc_failures: u64,
+    /// Nanoseconds an emulated device charged loops past their run at DRAM speed.
+    pub kernel_stall_ns: u64,
+}
+
+impl From<tiermem_core::counters::CounterSnapshot> for TmCounters {
+    fn from(c: tiermem_core::counters::CounterSnapshot) -> Self {
+        let tiermem_core::counters::CounterSnapshot {
+            bytes_read,
+            bytes_written,
+            moves_in,
+            moves_out,
+            evictions,
+            dirty_writebacks,
+            writebacks_elided,
+            alloc_failures,
+            kernel_stall_ns,
+        } = c;
+        TmCounters {
+            bytes_read,
+            bytes_written,
+            moves_in,
+            moves_out,
+            evictions,
+            dirty_writebacks,
+            writebacks_elided,
+            alloc_failures,
+            kernel_stall_ns,
+        }
+    }
+}
+
+/// Device `device`'s counters (`*out`) and its name (`*name`, owned by the manager, valid
+/// while it lives; `name` may be NULL).
+///
+/// # Safety
+/// `m` a live handle; `out` valid for a write; `name` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn tm_device_counters(
+    m: *const TmManager,
+    device: usize,
+    out: *mut TmCounters,
+    name: *mut *const c_char,
+) -> TmStatus {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let h = unsafe { handle(m) }?;
+        let Some(d) = h.inner.devices().get(device) else {
+            bail!(
+                "no device {device} (the manager has {})",
+                h.inner.devices().len()
+            );
+        };
+        if !name.is_null() {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { name.write(h.names[device].as_ptr()) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { put(out, d.counters.snapshot().into(), "out") }
     })
 }
 
