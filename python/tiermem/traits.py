@@ -4,7 +4,9 @@ A trait set names the memory space an allocation requires or prefers (``hbw``, `
 ``large_cap``: the manager's devices with the highest read bandwidth, the lowest latency,
 the largest capacity), its sensitivity (``bandwidth``, ``latency``), access mode, frequency,
 priority, pattern and stride, structure, a measured ``gain`` (seconds a run saves with it
-in the fastest device) and a ``fallback`` (``next_best`` or ``error``). Keys and values are
+in the fastest device), a ``fallback`` (``next_best`` or ``error``) and a ``partition``
+(``nearest`` here; ``blocked`` and ``interleaved`` spread an allocation over a space's
+nodes in the C H2M interface, whose allocations may be made of parts). Keys and values are
 defined and checked in the core (:data:`TRAIT_KEYS`); spaces and sensitivities are OR-ed
 with ``|`` or given as a list::
 

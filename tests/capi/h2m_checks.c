@@ -157,6 +157,41 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) h2m_free(abc[i]);
     }
 
+    /* Partitions: interleaved over large_cap's nodes, blocked over hbw's; data through one
+     * pointer; migration moves every part; the partition is fixed. */
+    {
+        int nodes[8];
+        size_t nn = 0;
+        h2m_alloc_trait_t it[2] = {pref(h2m_atv_mem_space_large_cap, 0), {h2m_atk_mem_partition, {.sz = 0}}};
+        it[1].value.atv = h2m_atv_partition_interleaved;
+        size_t bytes = 40 * 4096 + 100;
+        unsigned char *x = h2m_alloc_w_traits(bytes, &err, 2, it);
+        CHECK(x && tm_h2m_nodes_of(x, nodes, 8, &nn) == H2M_SUCCESS && nn == 2 && nodes[0] == 2 && nodes[1] == 3,
+              "interleaved over large_cap: parts on nodes 2 and 3");
+        for (size_t i = 0; i < bytes; i++) x[i] = (unsigned char)(i * 7);
+        h2m_alloc_trait_t bl[2] = {pref(h2m_atv_mem_space_hbw, 0), {h2m_atk_mem_partition, {.sz = 0}}};
+        bl[1].value.atv = h2m_atv_partition_blocked;
+        void *y = h2m_alloc_w_traits(512 << 10, &err, 2, bl);
+        CHECK(y && tm_h2m_nodes_of(y, nodes, 8, &nn) == H2M_SUCCESS && nn == 2 && nodes[0] == 0 && nodes[1] == 1,
+              "blocked over hbw: parts on nodes 0 and 1");
+        h2m_free(y);
+        h2m_alloc_trait_t hot[2] = {pref(h2m_atv_mem_space_hbw, 0), it[1]};
+        CHECK(h2m_update_traits(x, bytes, 2, hot, 1) == H2M_SUCCESS && h2m_apply_migration() == H2M_SUCCESS &&
+                  tm_h2m_nodes_of(x, nodes, 8, &nn) == H2M_SUCCESS && nn == 2 && nodes[0] == 0 && nodes[1] == 1,
+              "migration moves every part (to nodes 0 and 1)");
+        int same = 1;
+        for (size_t i = 0; i < bytes; i++) same &= x[i] == (unsigned char)(i * 7);
+        CHECK(same, "an interleaved allocation's bytes through one pointer, before and after migration");
+        CHECK(h2m_update_traits(x, bytes, 1, bl + 1, 0) == H2M_INVALID_ARGUMENT &&
+                  strstr(tm_last_error(), "partition is fixed"), "the partition cannot change");
+        CHECK(h2m_free(x) == H2M_SUCCESS, "free an interleaved allocation");
+        h2m_alloc_trait_t full[3] = {pref(h2m_atv_mem_space_hbw, 0), bl[1], {h2m_atk_fallback, {.sz = 0}}};
+        full[2].value.atv = h2m_atv_fallback_error;
+        CHECK(h2m_alloc_w_traits(8 << 20, &err, 3, full) == NULL && err == H2M_INVALID_ARGUMENT &&
+                  strstr(tm_last_error(), "no node of the allocation's space has room"),
+              "a partition that does not fit, fallback error");
+    }
+
     /* A forked child is refused. */
     pid_t pid = fork();
     if (pid == 0) {

@@ -29,6 +29,7 @@ module h2m
   integer(c_int), parameter, public :: h2m_atk_structure_type = 10
   integer(c_int), parameter, public :: h2m_atk_gain = 100
   integer(c_int), parameter, public :: h2m_atk_fallback = 101
+  integer(c_int), parameter, public :: h2m_atk_mem_partition = 102
   integer(c_int), parameter, public :: h2m_atv_mem_space_hbw = 1
   integer(c_int), parameter, public :: h2m_atv_mem_space_low_lat = 2
   integer(c_int), parameter, public :: h2m_atv_mem_space_large_cap = 4
@@ -48,6 +49,9 @@ module h2m
   integer(c_int), parameter, public :: h2m_atv_structure_graph = 65536
   integer(c_int), parameter, public :: h2m_atv_fallback_next_best = 131072
   integer(c_int), parameter, public :: h2m_atv_fallback_error = 262144
+  integer(c_int), parameter, public :: h2m_atv_partition_nearest = 524288
+  integer(c_int), parameter, public :: h2m_atv_partition_blocked = 1048576
+  integer(c_int), parameter, public :: h2m_atv_partition_interleaved = 2097152
   integer(c_int), parameter, public :: H2M_STRATEGY_FIFO = 0
   integer(c_int), parameter, public :: H2M_STRATEGY_SIZE = 1
   integer(c_int), parameter, public :: H2M_STRATEGY_PRIORITY = 2

@@ -7,6 +7,12 @@
 #include <stdint.h>
 
 /**
+ * Most pieces an interleaved range is cut into (each is a map: the kernel bounds a
+ * process's maps, `vm.max_map_count`, 65530 by default).
+ */
+#define MAX_PIECES 4096
+
+/**
  * Place code: the manager's fastest device with room (the policy may make room).
  */
 #define TM_PLACE_FAST -1
@@ -405,6 +411,12 @@ typedef int (*tm_chunk_fn)(void*, size_t, size_t, void*);
 #define h2m_atk_fallback 101
 
 /**
+ * tiermem (OpenMP's `partition`): how the allocation spreads over its space's nodes
+ * (`atv`, one `h2m_atv_partition_*`); fixed at allocation.
+ */
+#define h2m_atk_mem_partition 102
+
+/**
  * Nodes with the highest bandwidth (HBM, MCDRAM, or DRAM beside slower memory).
  */
 #define h2m_atv_mem_space_hbw 1
@@ -498,6 +510,22 @@ typedef int (*tm_chunk_fn)(void*, size_t, size_t, void*);
  * tiermem: on no room, fail with `H2M_OUT_OF_MEMORY` or `H2M_INVALID_ARGUMENT`.
  */
 #define h2m_atv_fallback_error 262144
+
+/**
+ * tiermem: whole, on the nearest node with room (the default).
+ */
+#define h2m_atv_partition_nearest 524288
+
+/**
+ * tiermem: one contiguous block per node of the space, in the calling thread's order.
+ */
+#define h2m_atv_partition_blocked 1048576
+
+/**
+ * tiermem: round-robin over the space's nodes in chunks of whole pages (at most 4096
+ * chunks).
+ */
+#define h2m_atv_partition_interleaved 2097152
 
 /**
  * As declared (H2M's default).
@@ -631,6 +659,16 @@ h2m_status_t h2m_commit_allocs(h2m_strategy_t strategy_code);
  * `node` valid for a write.
  */
 h2m_status_t tm_h2m_node_of(const void *ptr, int *node);
+
+/**
+ * tiermem: the NUMA node of each part of an allocation (one for a whole allocation; one
+ * per node of its space for a blocked or interleaved one): up to `cap` in `nodes`, their
+ * number in `*n`.
+ *
+ * # Safety
+ * `nodes` valid for `cap` writes (NULL with `cap == 0`); `n` valid for a write.
+ */
+h2m_status_t tm_h2m_nodes_of(const void *ptr, int *nodes, size_t cap, size_t *n);
 
 /**
  * tiermem: allocate near `node` from this thread (as if it ran there); `-1` goes back to

@@ -7,6 +7,7 @@
 //! panic never crosses the boundary.
 
 mod log;
+mod parts;
 mod state;
 pub mod traits;
 pub mod types;
@@ -273,6 +274,36 @@ pub unsafe extern "C" fn tm_h2m_node_of(ptr: *const c_void, node: *mut c_int) ->
         let n = state::with(|s| s.node_of(ptr as usize))?;
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { node.write(n as c_int) };
+        Ok(())
+    }))
+}
+
+/// tiermem: the NUMA node of each part of an allocation (one for a whole allocation; one
+/// per node of its space for a blocked or interleaved one): up to `cap` in `nodes`, their
+/// number in `*n`.
+///
+/// # Safety
+/// `nodes` valid for `cap` writes (NULL with `cap == 0`); `n` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn tm_h2m_nodes_of(
+    ptr: *const c_void,
+    nodes: *mut c_int,
+    cap: usize,
+    n: *mut usize,
+) -> h2m_status_t {
+    code(run(|| {
+        if n.is_null() || (nodes.is_null() && cap > 0) {
+            return Err(bad(
+                "tm_h2m_nodes_of: n is NULL, or nodes is NULL with cap > 0".into(),
+            ));
+        }
+        let got = state::with(|s| s.nodes_of(ptr as usize))?;
+        for (i, v) in got.iter().take(cap).enumerate() {
+            // SAFETY: i < cap, writable by the caller's contract.
+            unsafe { nodes.add(i).write(*v as c_int) };
+        }
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { n.write(got.len()) };
         Ok(())
     }))
 }

@@ -18,14 +18,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tiermem_core::device::spaces::{map_spaces, read_env, SpaceMap};
 use tiermem_core::manager::Manager;
+use tiermem_core::mechanism::moves::relocate_object;
 use tiermem_core::mechanism::ObjectId;
+use tiermem_core::mechanism::Place;
 use tiermem_core::sys::discover::configured_topology;
 use tiermem_core::sys::mmap;
 use tiermem_core::traits::nodes::node_devices;
-use tiermem_core::traits::{DeviceSpaces, Strategy, Traited, Traits};
+use tiermem_core::traits::{DeviceSpaces, Partition, Strategy, Traited, Traits};
 use tiermem_core::{device, policy, Error};
 
 use super::log;
+use super::parts::{layout, Piece};
 use super::types::*;
 
 type Pairs = Vec<(String, String)>;
@@ -86,13 +89,20 @@ impl H2mError {
 
 pub(crate) type Result<T> = std::result::Result<T, H2mError>;
 
-struct Alloc {
+/// One object of an allocation and the pieces of the allocation's range it backs.
+struct Part {
     id: ObjectId,
+    /// Device and offset of the object now (what its pieces map).
+    at: (usize, u64),
+    pieces: Vec<Piece>,
+}
+
+struct Alloc {
+    parts: Vec<Part>,
     size: usize,
     len: usize,
     pairs: Pairs,
-    /// Device and offset the address maps now.
-    at: (usize, u64),
+    partition: Partition,
 }
 
 struct Pending {
@@ -235,66 +245,183 @@ impl H2m {
         })?)
     }
 
-    /// Map `len` bytes of the object's pages at `fixed` (replacing what is there) or
-    /// anywhere.
-    fn map_at(&self, at: (usize, u64), len: usize, fixed: Option<usize>) -> Result<usize> {
-        let dev = &self.manager.devices()[at.0];
-        let (fd, off) = dev.alias_source(at.1).ok_or_else(|| {
-            Error::InvalidArgument(format!("device {} cannot map its pages twice", dev.name))
-        })?;
-        let at = fixed.map_or(std::ptr::null_mut(), |a| a as *mut u8);
-        // SAFETY: pages of a memory file the device keeps open, at a fresh address or over
-        // the map this library made for this object (`fixed`), replaced whole.
-        let p = unsafe { mmap::map_pages(at, fd, len, off) }
-            .map_err(|e| Error::io(&dev.name, &dev.name, "map an allocation's pages", e))?;
-        Ok(p.as_ptr() as usize)
+    /// Map each piece of `part` into the range at `base` (replacing what is there).
+    fn map_part(&self, part: &Part, base: usize) -> Result<()> {
+        let dev = &self.manager.devices()[part.at.0];
+        for p in &part.pieces {
+            let (fd, off) = dev
+                .alias_source(part.at.1 + p.part_off as u64)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "device {} cannot map its pages twice",
+                        dev.name
+                    ))
+                })?;
+            // SAFETY: pages of a memory file the device keeps open, over a span of the range
+            // this library reserved for this allocation, replaced whole.
+            unsafe { mmap::map_pages((base + p.range_off) as *mut u8, fd, p.len, off) }
+                .map_err(|e| Error::io(&dev.name, &dev.name, "map an allocation's pages", e))?;
+        }
+        Ok(())
     }
 
-    /// Allocate `decls` in `strategy`'s order near the calling thread; their addresses.
+    fn has_room(&self, d: usize, bytes: u64) -> Result<bool> {
+        Ok(self.manager.with_data(|m, _| {
+            let h = m.heap(d);
+            Ok(h.round(bytes).is_some_and(|b| h.largest_free() >= b))
+        })?)
+    }
+
+    /// The objects of a partitioned allocation: one per part, each on the part's node of
+    /// the space if it has room, else (fallback `next_best`) the next candidate with room.
+    fn make_parts(&self, len: usize, t: &Traits, spaces: &DeviceSpaces) -> Result<Vec<Part>> {
+        let devs = spaces.space_devices(t);
+        let cands = spaces.candidates(t)?;
+        let page = tiermem_core::sys::page_size();
+        let mut made: Vec<Part> = Vec::new();
+        for (p, (bytes, pieces)) in layout(t.partition, len, devs.len(), page)
+            .into_iter()
+            .enumerate()
+        {
+            let mut order = vec![devs[p % devs.len()]];
+            if t.fallback == tiermem_core::traits::Fallback::NextBest {
+                order.extend(cands.iter().copied());
+            }
+            let mut placed = None;
+            for d in order {
+                if self.has_room(d, bytes as u64)? {
+                    placed = Some(self.manager.alloc(bytes as u64, Place::Device(d))?);
+                    break;
+                }
+            }
+            let Some(id) = placed else {
+                for part in made {
+                    let _ = self.manager.free(part.id);
+                }
+                return Err(Error::InvalidArgument(format!(
+                    "h2m: no node of the allocation's space has room for a {bytes}-byte part ({:?} partition)",
+                    t.partition
+                ))
+                .into());
+            };
+            made.push(Part {
+                id,
+                at: self.where_now(id)?,
+                pieces,
+            });
+        }
+        Ok(made)
+    }
+
+    /// Allocate `decls` near the calling thread; their addresses. Whole ones claim memory in
+    /// `strategy`'s order, partitioned ones after them, as declared.
     fn place(&mut self, decls: Vec<(usize, Pairs)>, strategy: Strategy) -> Result<Vec<usize>> {
         let mut typed = Vec::with_capacity(decls.len());
         for (size, pairs) in &decls {
             typed.push((*size as u64, Traits::from_pairs(pairs)?));
         }
         let spaces = self.view().clone();
-        let made = self.traited.commit_in(&typed, strategy, &spaces)?;
-        let mut out = Vec::with_capacity(made.len());
-        for (i, ((id, _), (size, pairs))) in made.iter().zip(decls).enumerate() {
-            let mapped = self
-                .where_now(*id)
-                .and_then(|at| Ok((at, self.map_at(at, page_round(size as u64), None)?)));
-            let (at, addr) = match mapped {
-                Ok(x) => x,
-                Err(e) => {
-                    for (later, _) in &made[i..] {
-                        let _ = self.manager.free(*later);
-                    }
-                    for a in out.drain(..) {
-                        let _ = self.free(a);
-                    }
-                    return Err(e);
+        let whole: Vec<usize> = (0..decls.len())
+            .filter(|&i| typed[i].1.partition == Partition::Nearest)
+            .collect();
+        let wanted: Vec<(u64, Traits)> = whole.iter().map(|&i| typed[i].clone()).collect();
+        let committed = self.traited.commit_in(&wanted, strategy, &spaces)?;
+        let mut parts: Vec<Option<Vec<Part>>> = (0..decls.len()).map(|_| None).collect();
+        let mut fail = None;
+        for (&i, (id, _)) in whole.iter().zip(&committed) {
+            match self.where_now(*id) {
+                Ok(at) => {
+                    let len = page_round(decls[i].0 as u64);
+                    let pieces = vec![Piece {
+                        range_off: 0,
+                        part_off: 0,
+                        len,
+                    }];
+                    parts[i] = Some(vec![Part {
+                        id: *id,
+                        at,
+                        pieces,
+                    }]);
                 }
+                Err(e) => fail = fail.or(Some(e)),
+            }
+        }
+        for i in 0..decls.len() {
+            if fail.is_none() && parts[i].is_none() {
+                match self.make_parts(page_round(decls[i].0 as u64), &typed[i].1, &spaces) {
+                    Ok(p) => parts[i] = Some(p),
+                    Err(e) => fail = Some(e),
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(decls.len());
+        for (i, (size, pairs)) in decls.into_iter().enumerate() {
+            let len = page_round(size as u64);
+            let ps = parts[i].take();
+            let mapped = match (&fail, &ps) {
+                (None, Some(ps)) => mmap::reserve_pages(len)
+                    .map_err(|e| {
+                        Error::io("h2m", "address space", "reserve an allocation's range", e).into()
+                    })
+                    .and_then(|base| {
+                        let base = base.as_ptr() as usize;
+                        match ps.iter().try_for_each(|p| self.map_part(p, base)) {
+                            Ok(()) => Ok(base),
+                            Err(e) => {
+                                // SAFETY: the range reserved just above, used by no one.
+                                unsafe { mmap::unmap_pages(base as *mut u8, len) };
+                                Err(e)
+                            }
+                        }
+                    }),
+                _ => Err(H2mError::NotInitialized),
             };
-            log::say(&format!(
-                "allocated {size} bytes at {addr:#x} on {} ({})",
-                self.names[at.0],
-                pairs
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            self.allocs.insert(
-                addr,
-                Alloc {
-                    id: *id,
-                    size,
-                    len: page_round(size as u64),
-                    pairs,
-                    at,
-                },
-            );
-            out.push(addr);
+            match mapped {
+                Ok(addr) => {
+                    let ps = ps.expect("mapped above");
+                    log::say(&format!(
+                        "allocated {size} bytes at {addr:#x} on {} ({})",
+                        ps.iter()
+                            .map(|p| self.names[p.at.0].as_str())
+                            .collect::<Vec<_>>()
+                            .join(" + "),
+                        pairs
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    let partition = typed[i].1.partition;
+                    self.allocs.insert(
+                        addr,
+                        Alloc {
+                            parts: ps,
+                            size,
+                            len,
+                            pairs,
+                            partition,
+                        },
+                    );
+                    out.push(addr);
+                }
+                Err(e) => {
+                    if !matches!(e, H2mError::NotInitialized) {
+                        fail = Some(e);
+                    }
+                    for p in ps.into_iter().flatten() {
+                        let _ = self.manager.free(p.id);
+                    }
+                }
+            }
+        }
+        if let Some(e) = fail {
+            for a in out {
+                let _ = self.free(a);
+            }
+            for p in parts.into_iter().flatten().flatten() {
+                let _ = self.manager.free(p.id);
+            }
+            return Err(e);
         }
         Ok(out)
     }
@@ -332,10 +459,12 @@ impl H2m {
     }
 
     pub(crate) fn free(&mut self, addr: usize) -> Result<()> {
-        let id = self.get(addr)?.id;
-        self.manager.free(id)?;
+        let ids: Vec<ObjectId> = self.get(addr)?.parts.iter().map(|p| p.id).collect();
+        for id in ids {
+            self.manager.free(id)?;
+        }
         let a = self.allocs.remove(&addr).expect("looked up above");
-        // SAFETY: the map this library made for this allocation, of `a.len` bytes.
+        // SAFETY: the range this library reserved for this allocation, of `a.len` bytes.
         unsafe { mmap::unmap_pages(addr as *mut u8, a.len) };
         Ok(())
     }
@@ -360,26 +489,41 @@ impl H2m {
         } else {
             super::traits::merged(&a.pairs, pairs)
         };
-        self.traited
-            .update_traits(a.id, Traits::from_pairs(&new)?)?;
+        let t = Traits::from_pairs(&new)?;
+        if t.partition != a.partition {
+            return Err(Error::InvalidArgument(format!(
+                "h2m_update_traits: the partition is fixed at allocation ({:?}, asked {:?})",
+                a.partition, t.partition
+            ))
+            .into());
+        }
+        if a.partition == Partition::Nearest {
+            self.traited.update_traits(a.parts[0].id, t)?;
+        } else {
+            self.traited.spaces().candidates(&t)?;
+        }
         self.allocs.get_mut(&addr).expect("looked up above").pairs = new;
         Ok(())
     }
 
     /// Place again (`only`: these addresses; None: all) and map moved allocations again.
     pub(crate) fn migrate(&mut self, only: Option<Vec<usize>>) -> Result<()> {
-        let ids = match &only {
-            Some(addrs) => Some(
-                addrs
-                    .iter()
-                    .map(|a| Ok(self.get(*a)?.id))
-                    .collect::<Result<Vec<_>>>()?,
-            ),
-            None => None,
+        let chosen: Vec<usize> = match &only {
+            Some(addrs) => {
+                for a in addrs {
+                    self.get(*a)?;
+                }
+                addrs.clone()
+            }
+            None => self.allocs.keys().copied().collect(),
         };
-        let moved = self
-            .traited
-            .apply_migration(ids.as_deref(), self.strategy)?;
+        let whole: Vec<ObjectId> = chosen
+            .iter()
+            .filter(|a| self.allocs[a].partition == Partition::Nearest)
+            .map(|a| self.allocs[a].parts[0].id)
+            .collect();
+        let ids = only.as_ref().map(|_| whole.as_slice());
+        let moved = self.traited.apply_migration(ids, self.strategy)?;
         for m in &moved {
             if let Some(n) = &m.note {
                 log::say(&format!(
@@ -388,27 +532,63 @@ impl H2m {
                 ));
             }
         }
+        // Partitioned allocations: part p to the p-th node of the space their traits name now.
+        for addr in &chosen {
+            let a = &self.allocs[addr];
+            if a.partition == Partition::Nearest {
+                continue;
+            }
+            let devs = self
+                .traited
+                .spaces()
+                .space_devices(&Traits::from_pairs(&a.pairs)?);
+            for (p, part) in a.parts.iter().enumerate() {
+                let target = devs[p % devs.len()];
+                let id = part.id;
+                let done = self
+                    .manager
+                    .with_data(|m, _| relocate_object(m, id, target))?;
+                if done == tiermem_core::mechanism::moves::Prefetched::Skipped {
+                    log::say(&format!(
+                        "part {p} of {addr:#x} stays: {} has no room",
+                        self.names[target]
+                    ));
+                }
+            }
+        }
         let addrs: Vec<usize> = self.allocs.keys().copied().collect();
         for addr in addrs {
-            let (id, at, len) = {
-                let a = &self.allocs[&addr];
-                (a.id, a.at, a.len)
-            };
-            let now = self.where_now(id)?;
-            if now != at {
-                self.map_at(now, len, Some(addr))?;
-                self.allocs.get_mut(&addr).expect("listed above").at = now;
-                log::say(&format!(
-                    "moved {addr:#x} from {} to {}",
-                    self.names[at.0], self.names[now.0]
-                ));
+            for p in 0..self.allocs[&addr].parts.len() {
+                let (id, at) = {
+                    let part = &self.allocs[&addr].parts[p];
+                    (part.id, part.at)
+                };
+                let now = self.where_now(id)?;
+                if now != at {
+                    self.allocs.get_mut(&addr).expect("listed above").parts[p].at = now;
+                    self.map_part(&self.allocs[&addr].parts[p], addr)?;
+                    log::say(&format!(
+                        "moved {addr:#x} from {} to {}",
+                        self.names[at.0], self.names[now.0]
+                    ));
+                }
             }
         }
         Ok(())
     }
 
-    /// The NUMA node an allocation is on now.
+    /// The NUMA node of each part of an allocation now (one for a whole allocation).
+    pub(crate) fn nodes_of(&self, addr: usize) -> Result<Vec<u32>> {
+        Ok(self
+            .get(addr)?
+            .parts
+            .iter()
+            .map(|p| self.nodes[p.at.0])
+            .collect())
+    }
+
+    /// The NUMA node an allocation (its first part) is on now.
     pub(crate) fn node_of(&self, addr: usize) -> Result<u32> {
-        Ok(self.nodes[self.get(addr)?.at.0])
+        Ok(self.nodes_of(addr)?[0])
     }
 }

@@ -38,6 +38,12 @@ const FALLBACKS: [(h2m_alloc_trait_value_t, &str); 2] = [
     (h2m_atv_fallback_error, "error"),
 ];
 
+const PARTITIONS: [(h2m_alloc_trait_value_t, &str); 3] = [
+    (h2m_atv_partition_nearest, "nearest"),
+    (h2m_atv_partition_blocked, "blocked"),
+    (h2m_atv_partition_interleaved, "interleaved"),
+];
+
 /// The names of the bits set in `v`, every bit known (`one`: exactly one bit).
 fn bits(
     key: &str,
@@ -111,9 +117,10 @@ pub fn pairs(traits: &[h2m_alloc_trait_t]) -> Result<Vec<(String, String)>> {
             k if k == h2m_atk_structure_type => ("structure", bits("structure_type", atv, &STRUCTURES, true)?),
             k if k == h2m_atk_gain => ("gain", number(&t.value).to_string()),
             k if k == h2m_atk_fallback => ("fallback", bits("fallback", atv, &FALLBACKS, true)?),
+            k if k == h2m_atk_mem_partition => ("partition", bits("mem_partition", atv, &PARTITIONS, true)?),
             k => bail!(
                 "unknown trait key {k} (keys: h2m_atk_req_mem_space .. h2m_atk_structure_type are 1-10, \
-                 h2m_atk_gain 100, h2m_atk_fallback 101)"
+                 h2m_atk_gain 100, h2m_atk_fallback 101, h2m_atk_mem_partition 102)"
             ),
         };
         out.push((key.to_owned(), value));

@@ -60,6 +60,10 @@ pub const h2m_atk_gain: h2m_alloc_trait_key_t = 100;
 /// `h2m_atv_fallback_*`).
 pub const h2m_atk_fallback: h2m_alloc_trait_key_t = 101;
 
+/// tiermem (OpenMP's `partition`): how the allocation spreads over its space's nodes
+/// (`atv`, one `h2m_atv_partition_*`); fixed at allocation.
+pub const h2m_atk_mem_partition: h2m_alloc_trait_key_t = 102;
+
 /// A trait value.
 pub type h2m_alloc_trait_value_t = c_int;
 /// Nodes with the highest bandwidth (HBM, MCDRAM, or DRAM beside slower memory).
@@ -100,6 +104,14 @@ pub const h2m_atv_structure_graph: h2m_alloc_trait_value_t = 0x10000;
 pub const h2m_atv_fallback_next_best: h2m_alloc_trait_value_t = 0x20000;
 /// tiermem: on no room, fail with `H2M_OUT_OF_MEMORY` or `H2M_INVALID_ARGUMENT`.
 pub const h2m_atv_fallback_error: h2m_alloc_trait_value_t = 0x40000;
+
+/// tiermem: whole, on the nearest node with room (the default).
+pub const h2m_atv_partition_nearest: h2m_alloc_trait_value_t = 0x80000;
+/// tiermem: one contiguous block per node of the space, in the calling thread's order.
+pub const h2m_atv_partition_blocked: h2m_alloc_trait_value_t = 0x100000;
+/// tiermem: round-robin over the space's nodes in chunks of whole pages (at most 4096
+/// chunks).
+pub const h2m_atv_partition_interleaved: h2m_alloc_trait_value_t = 0x200000;
 
 /// The order declared allocations claim memory in (`h2m_commit_allocs`), also used by
 /// `h2m_apply_migration`.

@@ -356,7 +356,28 @@ pub unsafe fn map_pages(
     unsafe { map_pages_at(addr, fd, len, offset, fixed) }
 }
 
-/// Unmap `[addr, addr + len)`, a map made by [`map_pages`].
+/// Reserve `len` bytes of address space (no memory, no access), for [`map_pages`] to fill
+/// piece by piece; unmap with [`unmap_pages`].
+pub fn reserve_pages(len: usize) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh private map at an address of the kernel's choosing; nothing existing
+    // is affected.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)
+}
+
+/// Unmap `[addr, addr + len)`, a map made by [`map_pages`] or [`reserve_pages`].
 ///
 /// # Safety
 /// The range must be such a map, which no one uses afterwards.

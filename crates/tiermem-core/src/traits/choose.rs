@@ -132,6 +132,30 @@ impl DeviceSpaces {
         format!("[{}]", n.join(", "))
     }
 
+    /// The devices of the space `t` names (every required space's, else the first
+    /// preferred space's, else the sensitivities': `hbw`, then `low_lat`), in this map's
+    /// order; every device (in [`DeviceSpaces::order`]) when it names none. What a
+    /// partitioned allocation spreads over.
+    #[must_use]
+    pub fn space_devices(&self, t: &Traits) -> Vec<usize> {
+        let space = t.required.first().or(t.preferred.first()).copied().or(
+            match (t.bandwidth_sensitive, t.latency_sensitive) {
+                (true, _) => Some(Space::Hbw),
+                (false, true) => Some(Space::LowLat),
+                _ => None,
+            },
+        );
+        match space {
+            Some(s) => self
+                .devices(s)
+                .iter()
+                .copied()
+                .filter(|d| t.required.iter().all(|&r| self.devices(r).contains(d)))
+                .collect(),
+            None => self.order.clone(),
+        }
+    }
+
     /// The devices `t` allows, in the order to try them: with `required`, the devices in
     /// every required space, then (fallback `next_best`) the rest of the preferred and
     /// required spaces' devices and every other device, fastest first; without, the

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::choose::DeviceSpaces;
-use super::set::{Fallback, Traits};
+use super::set::{Fallback, Partition, Traits};
 use crate::manager::Manager;
 use crate::mechanism::moves::{evict_object, prefetch_object, relocate_object, Prefetched};
 use crate::mechanism::{DataManager, ObjectId, Place};
@@ -136,6 +136,19 @@ pub struct Traited {
     relocate: bool,
 }
 
+/// An allocation by traits here is one object: a partition over nodes is refused by name
+/// (the C H2M interface makes a partitioned allocation of several).
+fn whole(t: &Traits) -> Result<()> {
+    if t.partition != Partition::Nearest {
+        crate::bail!(
+            "trait partition={:?} needs an allocation made of parts, which only the C H2M \
+             interface makes (h2m_atk_mem_partition); here an allocation is one object",
+            t.partition
+        );
+    }
+    Ok(())
+}
+
 fn room(m: &DataManager, d: usize, bytes: u64) -> bool {
     let h = m.heap(d);
     h.round(bytes).is_some_and(|b| h.largest_free() >= b)
@@ -217,6 +230,7 @@ impl Traited {
                 crate::bail!("cannot allocate an object of zero bytes");
             }
             t.validate()?;
+            whole(t)?;
             cands.push(spaces.candidates(t)?);
         }
         self.manager.with_data(|m, p| {
@@ -294,6 +308,7 @@ impl Traited {
     /// [`Error::InvalidArgument`] for invalid traits, or an object not allocated by traits.
     pub fn update_traits(&self, id: ObjectId, traits: Traits) -> Result<()> {
         traits.validate()?;
+        whole(&traits)?;
         self.spaces.candidates(&traits)?;
         self.manager.with_data(|m, _| {
             let mut reg = self.registry.lock();

@@ -12,4 +12,4 @@ mod set;
 
 pub use choose::DeviceSpaces;
 pub use commit::{Migration, Strategy, Traited};
-pub use set::{Access, Fallback, Pattern, Structure, Traits, KEYS};
+pub use set::{Access, Fallback, Partition, Pattern, Structure, Traits, KEYS};

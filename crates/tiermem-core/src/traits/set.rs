@@ -61,6 +61,19 @@ pub enum Fallback {
     Error,
 }
 
+/// How an allocation spreads over its space's nodes (OpenMP's `partition` trait).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Partition {
+    /// Whole, on one node (the nearest with room).
+    #[default]
+    Nearest,
+    /// In as many contiguous blocks as the space has nodes, one per node.
+    Blocked,
+    /// Round-robin in chunks over the space's nodes.
+    Interleaved,
+}
+
 /// One allocation's traits. Every field is optional: an empty set places as the manager's
 /// fastest device with room would.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
@@ -90,10 +103,13 @@ pub struct Traits {
     pub gain: Option<f64>,
     /// When no allowed device has room.
     pub fallback: Fallback,
+    /// How it spreads over its space's nodes (where the layer placing it supports parts:
+    /// the C H2M interface).
+    pub partition: Partition,
 }
 
 /// The keys [`Traits::from_pairs`] accepts, in documentation order.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 13] = [
     "required",
     "preferred",
     "sensitivity",
@@ -106,6 +122,7 @@ pub const KEYS: [&str; 12] = [
     "gain",
     "fallback",
     "space",
+    "partition",
 ];
 
 fn pick<T: Copy>(key: &str, v: &str, table: &[(&str, T)]) -> Result<T> {
@@ -222,6 +239,17 @@ impl Traits {
                     )?);
                 }
                 "gain" => t.gain = Some(number(key, v)?),
+                "partition" => {
+                    t.partition = pick(
+                        key,
+                        v,
+                        &[
+                            ("nearest", Partition::Nearest),
+                            ("blocked", Partition::Blocked),
+                            ("interleaved", Partition::Interleaved),
+                        ],
+                    )?;
+                }
                 _ => {
                     t.fallback = pick(
                         key,
