@@ -6,7 +6,8 @@ the largest capacity), its sensitivity (``bandwidth``, ``latency``), access mode
 priority, pattern and stride, structure, a measured ``gain`` (seconds a run saves with it
 in the fastest device), a ``fallback`` (``next_best`` or ``error``) and a ``partition``
 (``nearest`` here; ``blocked`` and ``interleaved`` spread an allocation over a space's
-nodes in the C H2M interface, whose allocations may be made of parts). Keys and values are
+nodes in the C H2M interface, whose allocations may be made of parts) and ``pinned``
+(``false`` here; the C H2M interface locks an allocation's own range). Keys and values are
 defined and checked in the core (:data:`TRAIT_KEYS`); spaces and sensitivities are OR-ed
 with ``|`` or given as a list::
 

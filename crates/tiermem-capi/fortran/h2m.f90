@@ -30,6 +30,7 @@ module h2m
   integer(c_int), parameter, public :: h2m_atk_gain = 100
   integer(c_int), parameter, public :: h2m_atk_fallback = 101
   integer(c_int), parameter, public :: h2m_atk_mem_partition = 102
+  integer(c_int), parameter, public :: h2m_atk_mem_pinned = 103
   integer(c_int), parameter, public :: h2m_atv_mem_space_hbw = 1
   integer(c_int), parameter, public :: h2m_atv_mem_space_low_lat = 2
   integer(c_int), parameter, public :: h2m_atv_mem_space_large_cap = 4

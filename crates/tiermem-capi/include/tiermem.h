@@ -417,6 +417,12 @@ typedef int (*tm_chunk_fn)(void*, size_t, size_t, void*);
 #define h2m_atk_mem_partition 102
 
 /**
+ * tiermem (OpenMP's `pinned`): the allocation's pages locked in memory (`mlock`), also
+ * after a migration maps them anew (`i` or `sz`: 1 locks, 0 does not).
+ */
+#define h2m_atk_mem_pinned 103
+
+/**
  * Nodes with the highest bandwidth (HBM, MCDRAM, or DRAM beside slower memory).
  */
 #define h2m_atv_mem_space_hbw 1

@@ -223,6 +223,24 @@ pub(crate) fn set_node(node: i32) {
     NODE.with(|c| c.set(u32::try_from(node).ok()));
 }
 
+/// A whole allocation's declaration as the traits registry keeps it: the range this layer
+/// locks for `pinned` is its own business (the registry's objects share device pages).
+fn registered((bytes, t): &(u64, Traits)) -> (u64, Traits) {
+    let mut t = t.clone();
+    t.pinned = false;
+    (*bytes, t)
+}
+
+/// Lock an allocation's range in memory (the `pinned` trait).
+fn lock_range(base: usize, len: usize) -> Result<()> {
+    // SAFETY: the range this library reserved and mapped for the allocation.
+    unsafe { mmap::lock_pages(base as *mut u8, len) }.map_err(|e| {
+        H2mError::Core(Error::InvalidArgument(format!(
+            "h2m: cannot lock {len} bytes in memory for the pinned trait ({e}; see ulimit -l)"
+        )))
+    })
+}
+
 fn page_round(bytes: u64) -> usize {
     let page = tiermem_core::sys::page_size() as u64;
     bytes.next_multiple_of(page) as usize
@@ -324,7 +342,7 @@ impl H2m {
         let whole: Vec<usize> = (0..decls.len())
             .filter(|&i| typed[i].1.partition == Partition::Nearest)
             .collect();
-        let wanted: Vec<(u64, Traits)> = whole.iter().map(|&i| typed[i].clone()).collect();
+        let wanted: Vec<(u64, Traits)> = whole.iter().map(|&i| registered(&typed[i])).collect();
         let committed = self.traited.commit_in(&wanted, strategy, &spaces)?;
         let mut parts: Vec<Option<Vec<Part>>> = (0..decls.len()).map(|_| None).collect();
         let mut fail = None;
@@ -365,7 +383,18 @@ impl H2m {
                     })
                     .and_then(|base| {
                         let base = base.as_ptr() as usize;
-                        match ps.iter().try_for_each(|p| self.map_part(p, base)) {
+                        let locked = |()| {
+                            if typed[i].1.pinned {
+                                lock_range(base, len)
+                            } else {
+                                Ok(())
+                            }
+                        };
+                        match ps
+                            .iter()
+                            .try_for_each(|p| self.map_part(p, base))
+                            .and_then(locked)
+                        {
                             Ok(()) => Ok(base),
                             Err(e) => {
                                 // SAFETY: the range reserved just above, used by no one.
@@ -498,7 +527,8 @@ impl H2m {
             .into());
         }
         if a.partition == Partition::Nearest {
-            self.traited.update_traits(a.parts[0].id, t)?;
+            self.traited
+                .update_traits(a.parts[0].id, registered(&(0, t)).1)?;
         } else {
             self.traited.spaces().candidates(&t)?;
         }
@@ -567,6 +597,10 @@ impl H2m {
                 if now != at {
                     self.allocs.get_mut(&addr).expect("listed above").parts[p].at = now;
                     self.map_part(&self.allocs[&addr].parts[p], addr)?;
+                    let a = &self.allocs[&addr];
+                    if Traits::from_pairs(&a.pairs)?.pinned {
+                        lock_range(addr, a.len)?;
+                    }
                     log::say(&format!(
                         "moved {addr:#x} from {} to {}",
                         self.names[at.0], self.names[now.0]

@@ -118,9 +118,14 @@ pub fn pairs(traits: &[h2m_alloc_trait_t]) -> Result<Vec<(String, String)>> {
             k if k == h2m_atk_gain => ("gain", number(&t.value).to_string()),
             k if k == h2m_atk_fallback => ("fallback", bits("fallback", atv, &FALLBACKS, true)?),
             k if k == h2m_atk_mem_partition => ("partition", bits("mem_partition", atv, &PARTITIONS, true)?),
+            k if k == h2m_atk_mem_pinned => ("pinned", match atv {
+                0 => "false".to_owned(),
+                1 => "true".to_owned(),
+                v => bail!("trait mem_pinned: value {v} is not 0 or 1"),
+            }),
             k => bail!(
                 "unknown trait key {k} (keys: h2m_atk_req_mem_space .. h2m_atk_structure_type are 1-10, \
-                 h2m_atk_gain 100, h2m_atk_fallback 101, h2m_atk_mem_partition 102)"
+                 h2m_atk_gain 100, h2m_atk_fallback 101, h2m_atk_mem_partition 102, h2m_atk_mem_pinned 103)"
             ),
         };
         out.push((key.to_owned(), value));

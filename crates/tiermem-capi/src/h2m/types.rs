@@ -64,6 +64,10 @@ pub const h2m_atk_fallback: h2m_alloc_trait_key_t = 101;
 /// (`atv`, one `h2m_atv_partition_*`); fixed at allocation.
 pub const h2m_atk_mem_partition: h2m_alloc_trait_key_t = 102;
 
+/// tiermem (OpenMP's `pinned`): the allocation's pages locked in memory (`mlock`), also
+/// after a migration maps them anew (`i` or `sz`: 1 locks, 0 does not).
+pub const h2m_atk_mem_pinned: h2m_alloc_trait_key_t = 103;
+
 /// A trait value.
 pub type h2m_alloc_trait_value_t = c_int;
 /// Nodes with the highest bandwidth (HBM, MCDRAM, or DRAM beside slower memory).

@@ -377,6 +377,20 @@ pub fn reserve_pages(len: usize) -> std::io::Result<NonNull<u8>> {
     NonNull::new(raw.cast::<u8>()).ok_or_else(overflow)
 }
 
+/// Lock `[addr, addr + len)` in memory (`mlock`: faulted in now, never swapped out);
+/// unmapping unlocks.
+///
+/// # Safety
+/// The range must be a map the caller owns.
+pub unsafe fn lock_pages(addr: *mut u8, len: usize) -> std::io::Result<()> {
+    // SAFETY: the caller's range.
+    if unsafe { libc::mlock(addr.cast(), len) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Unmap `[addr, addr + len)`, a map made by [`map_pages`] or [`reserve_pages`].
 ///
 /// # Safety

@@ -136,9 +136,15 @@ pub struct Traited {
     relocate: bool,
 }
 
-/// An allocation by traits here is one object: a partition over nodes is refused by name
-/// (the C H2M interface makes a partitioned allocation of several).
+/// An allocation by traits here is one object in a device's pages: a partition over nodes
+/// and pinned pages are refused by name (the C H2M interface has both).
 fn whole(t: &Traits) -> Result<()> {
+    if t.pinned {
+        crate::bail!(
+            "trait pinned=true locks an allocation's own pages, which only the C H2M interface \
+             has (h2m_atk_mem_pinned); here objects share their device's pages"
+        );
+    }
     if t.partition != Partition::Nearest {
         crate::bail!(
             "trait partition={:?} needs an allocation made of parts, which only the C H2M \

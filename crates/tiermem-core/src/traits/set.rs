@@ -106,10 +106,13 @@ pub struct Traits {
     /// How it spreads over its space's nodes (where the layer placing it supports parts:
     /// the C H2M interface).
     pub partition: Partition,
+    /// Its pages locked in memory (OpenMP's `pinned`: never swapped out; the C H2M
+    /// interface locks an allocation's range).
+    pub pinned: bool,
 }
 
 /// The keys [`Traits::from_pairs`] accepts, in documentation order.
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 14] = [
     "required",
     "preferred",
     "sensitivity",
@@ -123,6 +126,7 @@ pub const KEYS: [&str; 13] = [
     "fallback",
     "space",
     "partition",
+    "pinned",
 ];
 
 fn pick<T: Copy>(key: &str, v: &str, table: &[(&str, T)]) -> Result<T> {
@@ -239,6 +243,9 @@ impl Traits {
                     )?);
                 }
                 "gain" => t.gain = Some(number(key, v)?),
+                "pinned" => {
+                    t.pinned = pick(key, v, &[("true", true), ("false", false)])?;
+                }
                 "partition" => {
                     t.partition = pick(
                         key,
