@@ -196,6 +196,12 @@ int main(int argc, char **argv) {
         CHECK(h2m_update_traits(x, bytes, 1, bl + 1, 0) == H2M_INVALID_ARGUMENT &&
                   strstr(tm_last_error(), "partition is fixed"), "the partition cannot change");
         CHECK(h2m_free(x) == H2M_SUCCESS, "free an interleaved allocation");
+        h2m_alloc_trait_t apart[2] = {{h2m_atk_req_mem_space, {.sz = 0}}, it[1]};
+        apart[0].value.atv = h2m_atv_mem_space_hbw | h2m_atv_mem_space_large_cap;
+        void *w = h2m_alloc_w_traits(8 * 4096, &err, 2, apart);
+        CHECK(w && tm_h2m_nodes_of(w, nodes, 8, &nn) == H2M_SUCCESS && nn >= 1,
+              "interleaved over required spaces that share no node: over every candidate");
+        h2m_free(w);
         h2m_alloc_trait_t full[3] = {pref(h2m_atv_mem_space_hbw, 0), bl[1], {h2m_atk_fallback, {.sz = 0}}};
         full[2].value.atv = h2m_atv_fallback_error;
         CHECK(h2m_alloc_w_traits(8 << 20, &err, 3, full) == NULL && err == H2M_INVALID_ARGUMENT &&

@@ -231,6 +231,17 @@ fn registered((bytes, t): &(u64, Traits)) -> (u64, Traits) {
     (*bytes, t)
 }
 
+/// The devices a partitioned allocation spreads over: its space's, or (when its required
+/// spaces share none and the fallback allows) every candidate.
+fn spread_over(spaces: &DeviceSpaces, t: &Traits) -> Result<Vec<usize>> {
+    let devs = spaces.space_devices(t);
+    Ok(if devs.is_empty() {
+        spaces.candidates(t)?
+    } else {
+        devs
+    })
+}
+
 /// Lock an allocation's range in memory (the `pinned` trait).
 fn lock_range(base: usize, len: usize) -> Result<()> {
     // SAFETY: the range this library reserved and mapped for the allocation.
@@ -293,7 +304,7 @@ impl H2m {
     /// The objects of a partitioned allocation: one per part, each on the part's node of
     /// the space if it has room, else (fallback `next_best`) the next candidate with room.
     fn make_parts(&self, len: usize, t: &Traits, spaces: &DeviceSpaces) -> Result<Vec<Part>> {
-        let devs = spaces.space_devices(t);
+        let devs = spread_over(spaces, t)?;
         let cands = spaces.candidates(t)?;
         let page = tiermem_core::sys::page_size();
         let mut made: Vec<Part> = Vec::new();
@@ -305,30 +316,39 @@ impl H2m {
             if t.fallback == tiermem_core::traits::Fallback::NextBest {
                 order.extend(cands.iter().copied());
             }
-            let mut placed = None;
-            for d in order {
-                if self.has_room(d, bytes as u64)? {
-                    placed = Some(self.manager.alloc(bytes as u64, Place::Device(d))?);
-                    break;
+            match self.part_on(&order, bytes as u64) {
+                Ok(Some((id, at))) => made.push(Part { id, at, pieces }),
+                outcome => {
+                    for part in made {
+                        let _ = self.manager.free(part.id);
+                    }
+                    outcome?;
+                    return Err(Error::InvalidArgument(format!(
+                        "h2m: no node of the allocation's space has room for a {bytes}-byte part ({:?} partition)",
+                        t.partition
+                    ))
+                    .into());
                 }
             }
-            let Some(id) = placed else {
-                for part in made {
-                    let _ = self.manager.free(part.id);
-                }
-                return Err(Error::InvalidArgument(format!(
-                    "h2m: no node of the allocation's space has room for a {bytes}-byte part ({:?} partition)",
-                    t.partition
-                ))
-                .into());
-            };
-            made.push(Part {
-                id,
-                at: self.where_now(id)?,
-                pieces,
-            });
         }
         Ok(made)
+    }
+
+    /// An object of `bytes` on the first device of `order` with room, and where it is.
+    fn part_on(&self, order: &[usize], bytes: u64) -> Result<Option<(ObjectId, (usize, u64))>> {
+        for &d in order {
+            if self.has_room(d, bytes)? {
+                let id = self.manager.alloc(bytes, Place::Device(d))?;
+                return match self.where_now(id) {
+                    Ok(at) => Ok(Some((id, at))),
+                    Err(e) => {
+                        let _ = self.manager.free(id);
+                        Err(e)
+                    }
+                };
+            }
+        }
+        Ok(None)
     }
 
     /// Allocate `decls` near the calling thread; their addresses. Whole ones claim memory in
@@ -568,10 +588,7 @@ impl H2m {
             if a.partition == Partition::Nearest {
                 continue;
             }
-            let devs = self
-                .traited
-                .spaces()
-                .space_devices(&Traits::from_pairs(&a.pairs)?);
+            let devs = spread_over(self.traited.spaces(), &Traits::from_pairs(&a.pairs)?)?;
             for (p, part) in a.parts.iter().enumerate() {
                 let target = devs[p % devs.len()];
                 let id = part.id;
@@ -595,8 +612,17 @@ impl H2m {
                 };
                 let now = self.where_now(id)?;
                 if now != at {
+                    // Mapped first, recorded after: a failed map leaves the record true.
+                    let pieces = self.allocs[&addr].parts[p].pieces.clone();
+                    self.map_part(
+                        &Part {
+                            id,
+                            at: now,
+                            pieces,
+                        },
+                        addr,
+                    )?;
                     self.allocs.get_mut(&addr).expect("listed above").parts[p].at = now;
-                    self.map_part(&self.allocs[&addr].parts[p], addr)?;
                     let a = &self.allocs[&addr];
                     if Traits::from_pairs(&a.pairs)?.pinned {
                         lock_range(addr, a.len)?;
