@@ -177,24 +177,24 @@ typedef struct {
 } tm_device;
 
 /**
- * One device's traffic and event counters since the manager was made (the core's
- * `CounterSnapshot`, field for field).
+ * A point-in-time copy of one device's counters (laid out as C lays it out: the C API
+ * hands it over as `tm_counters`).
  */
 typedef struct {
   /**
-   * Bytes read from the device by copies and by charged loops.
+   * Bytes read from the device by copies and by tiermem kernels and charged loops.
    */
   uint64_t bytes_read;
   /**
-   * Bytes written to the device by copies and by charged loops.
+   * Bytes written to the device by copies and by tiermem kernels and charged loops.
    */
   uint64_t bytes_written;
   /**
-   * Copies that brought an object into the device.
+   * Copies that brought an object's data into the device.
    */
   uint64_t moves_in;
   /**
-   * Copies that took an object out of the device.
+   * Copies that took an object's data out of the device.
    */
   uint64_t moves_out;
   /**
@@ -202,11 +202,11 @@ typedef struct {
    */
   uint64_t evictions;
   /**
-   * Evictions that wrote dirty data back.
+   * Evictions that wrote dirty data back to a slower device.
    */
   uint64_t dirty_writebacks;
   /**
-   * Evictions that copied nothing (a current slower copy existed).
+   * Evictions that copied nothing because a current slower copy existed.
    */
   uint64_t writebacks_elided;
   /**
@@ -214,53 +214,61 @@ typedef struct {
    */
   uint64_t alloc_failures;
   /**
-   * Nanoseconds an emulated device charged loops past their run at DRAM speed.
+   * Nanoseconds an emulated device charged kernels and loops past their run at DRAM speed.
    */
   uint64_t kernel_stall_ns;
 } tm_counters;
 
 /**
- * A loop's sampled access pattern (the core's `Rates`, field for field).
+ * Hit rates of a set of samplers (laid out as C lays it out: the C API hands it over as
+ * `tm_rates`).
  */
 typedef struct {
   /**
-   * Page-address filter hit rate: near 1 dense, near 0 sparse.
+   * PAF hit rate: near 1 dense (pages reused), near 0 sparse.
    */
   double r_paf;
   /**
-   * Stride filter hit rate: near 1 regular, near 0 irregular.
+   * SF hit rate: near 1 regular (few strides), near 0 irregular.
    */
   double r_sf;
   /**
-   * Line filter hit rate: the share of accesses to a line used shortly before.
+   * LF hit rate: the share of accesses to a line used shortly before.
    */
   double r_lf;
   /**
-   * Page-address hit rate over the fetched lines.
+   * PAF hit rate over the lines the LF missed (the fetched lines' sparseness), of a warm
+   * filter (observations of an empty one left out; 1 with none left).
    */
   double r_paf_fetched;
   /**
-   * Stride hit rate over the fetched lines.
+   * SF hit rate over the lines the LF missed (the fetched lines' regularity), warm as
+   * `r_paf_fetched` is.
    */
   double r_sf_fetched;
   /**
-   * Lines a sweep's front advanced per access.
+   * Lines the top of a thread's sampled band of lines advanced per access, pooled: the
+   * rate a sweep fetches new lines once the lines behind its front are cached.
    */
   double r_front;
   /**
-   * The widest band of lines one thread's sample spans.
+   * The widest band of lines one thread's sample spans (highest less lowest, plus one).
    */
   uint64_t band_lines;
   /**
-   * The working set's growth exponent.
+   * How the distinct lines a thread's sample touches grow with its length `n`, as
+   * `n^ws_exponent` between a quarter of the sample and all of it: 1 when every access
+   * is as likely to fetch late as early (a stream, a uniform gather), below 1 when a
+   * few hot lines take ever more of the accesses (a power-law gather).
    */
   double ws_exponent;
   /**
-   * Accesses per thread sampled.
+   * Accesses per thread a sample was taken from (mean).
    */
   double sampled_per_thread;
   /**
-   * Accesses per thread in the whole loop.
+   * Accesses per thread in the whole loop, when known (0: not known): the working set
+   * is extrapolated to it ([`BreakEven::fetches`]).
    */
   double accesses_per_thread;
   /**
@@ -552,6 +560,8 @@ typedef int (*tm_chunk_fn)(void*, size_t, size_t, void*);
  * tiermem: highest measured gain per byte first.
  */
 #define H2M_STRATEGY_GAIN 3
+
+
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,6 +5,7 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
+use tiermem_core::counters::CounterSnapshot;
 use tiermem_core::manager::Manager;
 use tiermem_core::mechanism::Place;
 use tiermem_core::{bail, device, policy, Result};
@@ -303,58 +304,6 @@ pub unsafe extern "C" fn tm_device_of(
     })
 }
 
-/// One device's traffic and event counters since the manager was made (the core's
-/// `CounterSnapshot`, field for field).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TmCounters {
-    /// Bytes read from the device by copies and by charged loops.
-    pub bytes_read: u64,
-    /// Bytes written to the device by copies and by charged loops.
-    pub bytes_written: u64,
-    /// Copies that brought an object into the device.
-    pub moves_in: u64,
-    /// Copies that took an object out of the device.
-    pub moves_out: u64,
-    /// Objects evicted from the device.
-    pub evictions: u64,
-    /// Evictions that wrote dirty data back.
-    pub dirty_writebacks: u64,
-    /// Evictions that copied nothing (a current slower copy existed).
-    pub writebacks_elided: u64,
-    /// Allocations the device could not satisfy.
-    pub alloc_failures: u64,
-    /// Nanoseconds an emulated device charged loops past their run at DRAM speed.
-    pub kernel_stall_ns: u64,
-}
-
-impl From<tiermem_core::counters::CounterSnapshot> for TmCounters {
-    fn from(c: tiermem_core::counters::CounterSnapshot) -> Self {
-        let tiermem_core::counters::CounterSnapshot {
-            bytes_read,
-            bytes_written,
-            moves_in,
-            moves_out,
-            evictions,
-            dirty_writebacks,
-            writebacks_elided,
-            alloc_failures,
-            kernel_stall_ns,
-        } = c;
-        TmCounters {
-            bytes_read,
-            bytes_written,
-            moves_in,
-            moves_out,
-            evictions,
-            dirty_writebacks,
-            writebacks_elided,
-            alloc_failures,
-            kernel_stall_ns,
-        }
-    }
-}
-
 /// Device `device`'s counters (`*out`) and its name (`*name`, owned by the manager, valid
 /// while it lives; `name` may be NULL).
 ///
@@ -364,7 +313,7 @@ impl From<tiermem_core::counters::CounterSnapshot> for TmCounters {
 pub unsafe extern "C" fn tm_device_counters(
     m: *const TmManager,
     device: usize,
-    out: *mut TmCounters,
+    out: *mut CounterSnapshot,
     name: *mut *const c_char,
 ) -> TmStatus {
     guard(|| {
@@ -381,7 +330,7 @@ pub unsafe extern "C" fn tm_device_counters(
             unsafe { name.write(h.names[device].as_ptr()) };
         }
         // SAFETY: forwarded contract.
-        unsafe { put(out, d.counters.snapshot().into(), "out") }
+        unsafe { put(out, d.counters.snapshot(), "out") }
     })
 }
 

@@ -12,96 +12,6 @@ use tiermem_hpc::pattern::{self, BreakEven, Rates, Use};
 use crate::manager::{manager, put, text, TmManager};
 use crate::status::{guard, TmStatus};
 
-/// A loop's sampled access pattern (the core's `Rates`, field for field).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TmRates {
-    /// Page-address filter hit rate: near 1 dense, near 0 sparse.
-    pub r_paf: f64,
-    /// Stride filter hit rate: near 1 regular, near 0 irregular.
-    pub r_sf: f64,
-    /// Line filter hit rate: the share of accesses to a line used shortly before.
-    pub r_lf: f64,
-    /// Page-address hit rate over the fetched lines.
-    pub r_paf_fetched: f64,
-    /// Stride hit rate over the fetched lines.
-    pub r_sf_fetched: f64,
-    /// Lines a sweep's front advanced per access.
-    pub r_front: f64,
-    /// The widest band of lines one thread's sample spans.
-    pub band_lines: u64,
-    /// The working set's growth exponent.
-    pub ws_exponent: f64,
-    /// Accesses per thread sampled.
-    pub sampled_per_thread: f64,
-    /// Accesses per thread in the whole loop.
-    pub accesses_per_thread: f64,
-    /// Addresses sampled in all.
-    pub samples: u64,
-}
-
-impl From<Rates> for TmRates {
-    fn from(r: Rates) -> Self {
-        let Rates {
-            r_paf,
-            r_sf,
-            r_lf,
-            r_paf_fetched,
-            r_sf_fetched,
-            r_front,
-            band_lines,
-            ws_exponent,
-            sampled_per_thread,
-            accesses_per_thread,
-            samples,
-        } = r;
-        TmRates {
-            r_paf,
-            r_sf,
-            r_lf,
-            r_paf_fetched,
-            r_sf_fetched,
-            r_front,
-            band_lines,
-            ws_exponent,
-            sampled_per_thread,
-            accesses_per_thread,
-            samples,
-        }
-    }
-}
-
-impl From<TmRates> for Rates {
-    fn from(r: TmRates) -> Self {
-        let TmRates {
-            r_paf,
-            r_sf,
-            r_lf,
-            r_paf_fetched,
-            r_sf_fetched,
-            r_front,
-            band_lines,
-            ws_exponent,
-            sampled_per_thread,
-            accesses_per_thread,
-            samples,
-        } = r;
-        Rates {
-            r_paf,
-            r_sf,
-            r_lf,
-            r_paf_fetched,
-            r_sf_fetched,
-            r_front,
-            band_lines,
-            ws_exponent,
-            sampled_per_thread,
-            accesses_per_thread,
-            samples,
-        }
-    }
-}
-
 /// A staging decision (eq. 9) and the figures behind it, s/GB of chunk.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -134,7 +44,7 @@ pub unsafe extern "C" fn tm_analyse(
     n: usize,
     elem_bytes: u64,
     threads: usize,
-    out: *mut TmRates,
+    out: *mut Rates,
 ) -> TmStatus {
     guard(|| {
         if indices.is_null() && n > 0 {
@@ -148,7 +58,7 @@ pub unsafe extern "C" fn tm_analyse(
         };
         let r = pattern::analyse_indices(s, elem_bytes, threads)?;
         // SAFETY: forwarded contract.
-        unsafe { put(out, r.into(), "out") }
+        unsafe { put(out, r, "out") }
     })
 }
 
@@ -225,7 +135,7 @@ pub unsafe extern "C" fn tm_break_even_free(line: *mut TmBreakEven) {
 #[no_mangle]
 pub unsafe extern "C" fn tm_stage_decide(
     line: *const TmBreakEven,
-    rates: *const TmRates,
+    rates: *const Rates,
     u: f64,
     read: c_int,
     write: c_int,
@@ -237,7 +147,7 @@ pub unsafe extern "C" fn tm_stage_decide(
             bail!("tm_stage_decide: line and rates must not be NULL");
         }
         // SAFETY: live and readable by the caller's contract.
-        let (line, r) = unsafe { (&(*line).line, Rates::from(*rates)) };
+        let (line, r) = unsafe { (&(*line).line, *rates) };
         let d = line.decide(
             &r,
             &Use {

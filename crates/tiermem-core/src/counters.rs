@@ -34,26 +34,28 @@ pub struct DeviceCounters {
     pub kernel_stall_ns: AtomicU64,
 }
 
-/// A point-in-time copy of one device's counters.
+/// A point-in-time copy of one device's counters (laid out as C lays it out: the C API
+/// hands it over as `tm_counters`).
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct CounterSnapshot {
-    /// See [`DeviceCounters::bytes_read`].
+    /// Bytes read from the device by copies and by tiermem kernels and charged loops.
     pub bytes_read: u64,
-    /// See [`DeviceCounters::bytes_written`].
+    /// Bytes written to the device by copies and by tiermem kernels and charged loops.
     pub bytes_written: u64,
-    /// See [`DeviceCounters::moves_in`].
+    /// Copies that brought an object's data into the device.
     pub moves_in: u64,
-    /// See [`DeviceCounters::moves_out`].
+    /// Copies that took an object's data out of the device.
     pub moves_out: u64,
-    /// See [`DeviceCounters::evictions`].
+    /// Objects evicted from the device.
     pub evictions: u64,
-    /// See [`DeviceCounters::dirty_writebacks`].
+    /// Evictions that wrote dirty data back to a slower device.
     pub dirty_writebacks: u64,
-    /// See [`DeviceCounters::writebacks_elided`].
+    /// Evictions that copied nothing because a current slower copy existed.
     pub writebacks_elided: u64,
-    /// See [`DeviceCounters::alloc_failures`].
+    /// Allocations the device could not satisfy.
     pub alloc_failures: u64,
-    /// See [`DeviceCounters::kernel_stall_ns`].
+    /// Nanoseconds an emulated device charged kernels and loops past their run at DRAM speed.
     pub kernel_stall_ns: u64,
 }
 

@@ -426,7 +426,9 @@ pub fn with_samplers<R>(n: usize, f: impl FnOnce(&mut [Sampler]) -> R) -> R {
     })
 }
 
-/// Hit rates of a set of samplers.
+/// Hit rates of a set of samplers (laid out as C lays it out: the C API hands it over as
+/// `tm_rates`).
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Rates {
     /// PAF hit rate: near 1 dense (pages reused), near 0 sparse.
