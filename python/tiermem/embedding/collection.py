@@ -55,7 +55,9 @@ class EmbeddingCollection:
         prefetch: int = PREFETCH,
     ) -> np.ndarray:
         """``bags[t] = (values, offsets)`` with ``len(offsets) == bags + 1`` (see
-        :func:`as_bags`). Returns (or fills ``out``) a float32 ``(bags, width)`` matrix."""
+        :func:`as_bags`). Returns (or fills ``out``) a float32 ``(bags, width)`` matrix.
+        ``prefetch``: rows read ahead by software prefetch (0: none), capped so that at
+        most 128 cache lines are in flight (8 rows of width 256)."""
         self._check(bags, mode)
         bs = [(_i64(v, "values"), _i64(o, "offsets")) for v, o in bags]
         n = self._rows(bs, mode)
