@@ -357,10 +357,39 @@ def test_demo_writes_the_issue_schema_results_and_plots(tmp_path, monkeypatch, c
             # Each table's way with misses, chosen from the profile; a bypassed table reads through.
             assert len(r["lookup_policies"]) == 3 and set(r["lookup_policies"]) <= {"dynamic", "admit", None}
             assert r["bypass"] == [p is None for p in r["lookup_policies"]]
+        if r["mode"] == "tinylfu":
+            assert set(r["lookup_policies"]) <= {"tinylfu", None}
+            assert r["bypass"] == [p is None for p in r["lookup_policies"]]
+        # The clairvoyant bound lies between all-fast and all-slow, on every run of its input.
+        same = {x["mode"]: x for x in res["runs"] if x["dist"] == r["dist"]}
+        assert 0.0 <= r["bound_hit_rate"] <= 1.0
+        b = r["bound_seconds_per_iter"]
+        lo, hi = sorted((same["all-fast"]["seconds_per_iter"], same["all-slow"]["seconds_per_iter"]))
+        assert same["all-fast"]["seconds_per_iter"] <= b <= max(hi, lo), (b, lo, hi)
+        assert r["ratio_to_bound"] == pytest.approx(r["seconds_per_iter"] / b)
     assert (out / "dlrm-breakdown.png").stat().st_size > 0 and (out / "dlrm-loss.png").stat().st_size > 0
     text = capsys.readouterr().out
     assert "vs 2lm-model" in text and "emulated" in text
     assert text.count("tables' caches as planned from the first batches: dynamic: ") == 2
+    assert text.count("clairvoyant bound: ") == 2 and "x the bound" in text
+
+
+def test_the_clairvoyant_hit_rate_counts_the_timed_accesses_of_the_optimal_shared_cache() -> None:
+    from tiermem.dlrm.report import _keys, bound_seconds, clairvoyant_hit_rate
+
+    # Two tables' rows 0 and 1 are different keys. A cache of two rows keeps table 0's pair
+    # through the warm-up (table 1's row 0, never used again, stays out), hits both, then
+    # misses table 1's row 1 once and hits it once; one row used thrice hits twice.
+    warm = [_keys(0, [0, 1]), _keys(1, [0])]
+    timed = [_keys(0, [0, 1]), _keys(1, [1, 1])]
+    assert clairvoyant_hit_rate(warm + timed[:1], 3, 2) == 1.0
+    assert clairvoyant_hit_rate(warm + timed, 3, 2) == pytest.approx(3 / 4)
+    assert clairvoyant_hit_rate([np.array([5, 5, 5, 6])], 0, 1) == pytest.approx(2 / 4)
+    assert clairvoyant_hit_rate(warm + timed, 3, 0) == 0.0
+    assert clairvoyant_hit_rate(warm, 3, 5) is None
+    runs = {"all-fast": {"seconds_per_iter": 1.0}, "all-slow": {"seconds_per_iter": 3.0}}
+    assert bound_seconds(runs, 0.75) == pytest.approx(1.5)
+    assert bound_seconds(runs, None) is None and bound_seconds({"all-fast": runs["all-fast"]}, 0.5) is None
 
 
 def test_2lm_model_policy_for_arrays_counts_traffic_on_both_devices() -> None:

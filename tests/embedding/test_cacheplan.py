@@ -280,6 +280,12 @@ def test_lookup_policy_caches_skewed_inputs_on_their_second_miss_and_reads_unifo
         lookup_policy([np.array([n])], n, 10, 1, 128, costs)
     with pytest.raises(tiermem.InvalidArgumentError, match="slack_rows"):
         lookup_policy(skewed, n, 10, 11, 128, costs)
+    # One policy simulated (the DLRM's tinylfu mode): it, or reading through where it loses.
+    only = lookup_policy(skewed, n, n // 4, n // 40, 128, costs, policies=("tinylfu",))
+    assert only.policy == "tinylfu" and set(only.results) == {"tinylfu"}
+    assert lookup_policy(uniform, n, n // 4, n // 40, 128, costs, policies=("tinylfu",)).policy is None
+    with pytest.raises(tiermem.InvalidArgumentError, match="policies"):
+        lookup_policy(skewed, n, n // 4, n // 40, 128, costs, policies=())
 
 
 def test_costs_of_a_device_without_figures_are_measured_or_refused_by_name(monkeypatch) -> None:

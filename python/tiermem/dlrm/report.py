@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import _tiermem
 from .._files import write_json_atomic
 from .._sizes import format_bytes
@@ -85,12 +87,17 @@ def run_modes(
             take = functools.partial(next, stream, None)
             t0 = time.perf_counter()
             b = take()
+            accesses: list[np.ndarray] = []  # every row looked up, in order (the bound's trace)
+            timed_from = 0
             for k in range(warmup + iters):
                 if k == warmup:
                     for t in trainers.values():
                         t.begin_timing()
                 if b is None:
                     break
+                if k == warmup:
+                    timed_from = sum(a.size for a in accesses)
+                accesses += [_keys(t, ix) for t, ix in enumerate(b.indices)]
                 # The next batch is made now: the prefetch pipeline reads its rows during this step.
                 nxt = take() if k + 1 < warmup + iters else None
                 data_s = time.perf_counter() - t0
@@ -100,15 +107,19 @@ def run_modes(
                 p.step(f"{dist} iteration {k + 1}")
                 t0 = time.perf_counter()
                 b = nxt
+            p.note(f"{dist}: the clairvoyant cache's hit rate")
+            bound_hits = clairvoyant_hit_rate(accesses, timed_from, fast_budget // config.row_bytes)
+            del accesses
             for label in labels:
                 t = trainers[label]
                 r = t.result()
                 run_json = r.to_json()
+                run_json["bound_hit_rate"] = bound_hits
                 run_json["label"] = label
                 run_json["static_fill"] = t.static_fill
                 if t.mode == "auto":
                     run_json["cache_plan"] = [p.to_dict() for p in t.cache_plan]
-                if t.mode == "dynamic":
+                if t.mode in ("dynamic", "tinylfu"):
                     run_json["bypass"] = t.bypass
                     run_json["lookup_policies"] = [ch.policy for ch in t.lookup_choices]
                 if t.mode == "block":
@@ -136,6 +147,23 @@ def run_modes(
     }
 
 
+def _keys(table: int, indices: Any) -> np.ndarray:
+    """Table ``table``'s row ids as keys distinct across tables (the table in the high bits)."""
+    return np.asarray(indices, dtype=np.int64).reshape(-1) + (table << 40)
+
+
+def clairvoyant_hit_rate(accesses: Sequence[np.ndarray], timed_from: int, capacity_rows: int) -> float | None:
+    """The hit rate, over the accesses from ``timed_from`` on, of the optimal cache of
+    ``capacity_rows`` rows shared by every table (Belady's MIN, which knows every future
+    access, reads through where caching would lose and is warmed by the accesses before
+    ``timed_from``); ``None`` without timed accesses."""
+    trace = np.concatenate(accesses) if accesses else np.zeros(0, np.int64)
+    timed = trace.size - timed_from
+    if timed <= 0:
+        return None
+    return _tiermem.belady_hits(trace, max(0, capacity_rows), timed_from) / timed
+
+
 def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
     for _, b in zip(range(n), it):
         yield b
@@ -143,15 +171,30 @@ def _take(it: Iterator[Any], n: int) -> Iterator[Any]:
 
 def _compare(runs: list[dict[str, Any]]) -> None:
     """Speedups over all-slow and the 2LM model, speed relative to all-fast (the upper
-    bound); loss difference from reference."""
+    bound); loss difference from reference; the clairvoyant bound (:func:`bound_seconds`)
+    and each run's time over it."""
     for r in runs:
         same = {x["mode"]: x for x in runs if x["dist"] == r["dist"]}
+        if (b := bound_seconds(same, r.get("bound_hit_rate"))) is not None:
+            r["bound_seconds_per_iter"] = b
+            r["ratio_to_bound"] = r["seconds_per_iter"] / b
         for base in ("all-slow", "2lm-model", "all-fast"):
             if base in same:
                 r[f"speedup_vs_{base}"] = same[base]["seconds_per_iter"] / r["seconds_per_iter"]
         ref = same.get("reference")
         if ref and ref["losses"] and r["losses"] and len(ref["losses"]) == len(r["losses"]):
             r["max_loss_diff_vs_reference"] = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
+
+
+def bound_seconds(runs: dict[str, dict[str, Any]], hit_rate: float | None) -> float | None:
+    """The step time of a clairvoyant cache that inserts for free: ``all-fast``'s step plus
+    the share of accesses it misses (``1 - hit_rate``) of what reading every row from the
+    slow tier adds (``all-slow`` less ``all-fast``); ``None`` without both runs."""
+    fast, slow = runs.get("all-fast"), runs.get("all-slow")
+    if hit_rate is None or fast is None or slow is None:
+        return None
+    f, s = fast["seconds_per_iter"], slow["seconds_per_iter"]
+    return f + (1.0 - hit_rate) * max(0.0, s - f)
 
 
 def report(res: dict[str, Any]) -> str:
@@ -209,6 +252,8 @@ def report(res: dict[str, Any]) -> str:
                 rows,
             )
         )
+        if line := _bound_line([r for r in res["runs"] if r["dist"] == dist]):
+            out.append(line)
         chosen = [f"{r.get('label', r['mode'])}: {w}" for r in res["runs"] if r["dist"] == dist and (w := _choices(r))]
         if chosen:
             out.append("tables' caches as planned from the first batches: " + "; ".join(chosen))
@@ -231,6 +276,25 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _bound_line(runs: list[dict[str, Any]]) -> str:
+    """The clairvoyant bound and the best tiered mode beside it."""
+    with_bound = [r for r in runs if r.get("bound_seconds_per_iter") is not None]
+    if not with_bound:
+        return ""
+    b, h = with_bound[0]["bound_seconds_per_iter"], with_bound[0]["bound_hit_rate"]
+    line = (
+        f"clairvoyant bound: {1e3 * b:.1f} ms/iter (a cache of the whole budget that knows every future access, "
+        f"hit rate {h:.2f}, inserting for free)"
+    )
+    from .model import CACHED_MODES
+
+    tiered = [r for r in with_bound if r["mode"] in CACHED_MODES]
+    if tiered:
+        best = min(tiered, key=lambda r: r["seconds_per_iter"])
+        line += f"; best tiered mode {best.get('label', best['mode'])}: {best['ratio_to_bound']:.2f}x the bound"
+    return line
+
+
 def _choices(run: dict[str, Any]) -> str:
     """What a profiled mode chose for its tables, counted: ``dynamic``'s way with misses
     (``admit``, ``dynamic`` or ``read through``), ``auto``'s policies, and ``block``'s
@@ -242,7 +306,7 @@ def _choices(run: dict[str, Any]) -> str:
             f"caches of {min(rows):,}-{max(rows):,} rows by the miniature caches' curves, "
             f"{sum(sp['blocks_read']) / max(1.0, sum(sp['even_blocks_read'])):.2f}x the blocks an even split's read"
         )
-    if run["mode"] == "dynamic" and run.get("lookup_policies"):
+    if run["mode"] in ("dynamic", "tinylfu") and run.get("lookup_policies"):
         picks = [p or "read through" for p in run["lookup_policies"]]
     elif run["mode"] == "auto" and run.get("cache_plan"):
         picks = [p["policy"] or "no cache" for p in run["cache_plan"]]

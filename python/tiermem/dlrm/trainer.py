@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,7 +245,7 @@ class Trainer:
             emb = TieredEmbeddings(self.tables, lr)
         else:
             self.manager = self._manager(slow, slow_cap)
-            self._profile = list(profile) if mode in ("auto", "dynamic") and profile is not None else None
+            self._profile = list(profile) if mode in ("auto", "dynamic", "tinylfu") and profile is not None else None
             self.tables = self._tables()
             emb = TieredEmbeddings(self.tables, lr)
         self.model = DLRM(config, emb, seed=seed)
@@ -431,9 +431,9 @@ class Trainer:
             return self._auto_tables()
         frac, slack = _tier_caches(c, self.fast_budget)
         policies = [self.mode] * len(rows)
-        if self.mode == "dynamic" and self._profile:
-            self._choose_lookup_policies(frac, slack)
-            policies = [ch.policy or "dynamic" for ch in self.lookup_choices]
+        if self.mode in ("dynamic", "tinylfu") and self._profile:
+            self._choose_lookup_policies(frac, slack, LOOKUP_POLICIES if self.mode == "dynamic" else ("tinylfu",))
+            policies = [ch.policy or self.mode for ch in self.lookup_choices]
         tables = [
             EmbeddingTable(
                 r, c.dim, manager=m, placement=Placement(device=1, cache=frac, cacheslack=slack, policy=p, dtype=c.dtype)
@@ -458,17 +458,21 @@ class Trainer:
             EmbeddingTable(r, c.dim, manager=m, placement=p.placement(1, c.dtype, SLACK_SHARE)) for r, p in zip(c.rows, plans)
         ]
 
-    def _choose_lookup_policies(self, frac: float, slack: float) -> None:
-        """Mode ``dynamic``: each table's way with misses (cache every one, cache a row on
-        its second miss, or read through the cache) from its own cache simulated over the
-        profile (:func:`tiermem.embedding.cacheplan.lookup_policy`)."""
+    def _choose_lookup_policies(self, frac: float, slack: float, policies: Sequence[str]) -> None:
+        """Modes ``dynamic`` and ``tinylfu``: each table's way with misses (one of
+        ``policies``: for ``dynamic`` cache every one or cache a row on its second miss, for
+        ``tinylfu`` its sketch's admission; or read through the cache where caching loses)
+        from its own cache simulated over the profile
+        (:func:`tiermem.embedding.cacheplan.lookup_policy`)."""
         assert self.manager is not None and self._profile
         c = self.config
         costs = Costs.of(self.manager, 0, 1)
         for t, r in enumerate(c.rows):
             calls = [b.indices[t].numpy() for b in self._profile]
             lower, room = int(r * frac), int(r * slack)
-            self.lookup_choices.append(lookup_policy(calls, r, max(1, lower + room), min(room, lower + room), c.row_bytes, costs))
+            self.lookup_choices.append(
+                lookup_policy(calls, r, max(1, lower + room), min(room, lower + room), c.row_bytes, costs, policies=policies)
+            )
         self.bypass = [ch.policy is None for ch in self.lookup_choices]
 
     def _fill_static(self, profile: Iterable[Batch] | None, only: list[bool] | None = None) -> None:

@@ -202,8 +202,10 @@ def lookup_policy(
     costs: Costs,
     *,
     dirty: bool = True,
+    policies: Sequence[str] = LOOKUP_POLICIES,
 ) -> LookupChoice:
-    """Which of :data:`LOOKUP_POLICIES` a cache of ``cache_rows`` rows (reclaiming at least
+    """Which of ``policies`` (by default :data:`LOOKUP_POLICIES`; any policy that caches in
+    its lookups, such as ``tinylfu``) a cache of ``cache_rows`` rows (reclaiming at least
     ``slack_rows``) should run on a profile of ``calls`` (one array of row ids per lookup
     call, e.g. per training batch), or none: each policy's own cache is simulated over the
     profile (:func:`tiermem._tiermem.minicache_lookups`: the table's second chance, its
@@ -227,8 +229,10 @@ def lookup_policy(
     offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
     rate = 1.0 if trace.size <= EXACT_LIMIT else RATE
     insert = costs.insert_ns + (costs.write_back_ns if dirty else 0.0)
+    if not policies:
+        raise InvalidArgumentError("policies: name at least one policy to simulate")
     results: dict[str, dict[str, float]] = {}
-    for policy in LOOKUP_POLICIES:
+    for policy in policies:
         table = {
             "rows": rows,
             "capacity": cache_rows,
@@ -240,7 +244,7 @@ def lookup_policy(
         r = dict(_tiermem.minicache_lookups((offsets, trace), table, rate, 1))
         r["value_ns"] = row_bytes * (r["hits"] * costs.delta_ns - r["inserts"] * insert)
         results[policy] = r
-    best = max(LOOKUP_POLICIES, key=lambda p: results[p]["value_ns"])
+    best = max(policies, key=lambda p: results[p]["value_ns"])
     return LookupChoice(best if results[best]["value_ns"] > 0 else None, results)
 
 

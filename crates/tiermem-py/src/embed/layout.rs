@@ -291,10 +291,17 @@ pub fn shards_curve(
         .map_err(to_py)
 }
 
-/// Hits of the optimal (Belady) cache of `capacity` rows on a row trace.
+/// Hits of the optimal (Belady) cache of `capacity` rows on a row trace, counted from
+/// access `start` on (the ones before warm the cache).
 #[pyfunction]
-pub fn belady_hits(py: Python<'_>, rows: &Bound<'_, PyAny>, capacity: usize) -> PyResult<u64> {
+#[pyo3(signature = (rows, capacity, start=0))]
+pub fn belady_hits(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+    capacity: usize,
+    start: usize,
+) -> PyResult<u64> {
     let v = row_trace(rows)?;
     let t = as_u64(&v);
-    Ok(py.detach(|| mrc::belady_hits(&t, capacity)))
+    Ok(py.detach(|| mrc::belady_hits_from(&t, capacity, start)))
 }
