@@ -1,6 +1,7 @@
 """A kill at any moment of a table file's write-back, relayout or snapshot leaves every row
 wholly old or wholly new, for rows from 4 bytes to 64 KiB (rows wider than a block were torn:
-requests of 16 blocks cut a 3-block row in two)."""
+requests of 16 blocks cut a 3-block row in two); a kill during the row log's compaction
+reopens to the last values written."""
 
 from __future__ import annotations
 
@@ -27,20 +28,24 @@ import sys, numpy as np
 from tiermem import _tiermem
 from tiermem.embedding import EmbeddingTable
 path, width, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+start = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 rows = np.arange({ROWS}, dtype=np.uint64)
 def values(g):
     v = np.empty(({ROWS}, width), np.float32)
     v[:] = (g * 1000 + np.arange({ROWS}))[:, None]
     return v.view(np.uint8).reshape(-1)
-if what == "write":
+if what in ("write", "compact"):
     f = _tiermem.BlockFile.open(path, "t", 4)
+    if what == "compact":
+        f.set_log_limit(0)  # every write appends, then compacts the log home
     print("ready", flush=True)
-    g = 1
+    g = start
     while True:
         # Rows in a shuffled batch order, as a cache's write-back hands them over.
         order = np.random.default_rng(g).permutation({ROWS}).astype(np.uint64)
         v = values(g).reshape({ROWS}, -1)[order]
         f.write_rows(order, np.ascontiguousarray(v).reshape(-1))
+        print(g, flush=True)  # this generation is written
         g += 1
 t = EmbeddingTable({ROWS}, width, device=f"block:{{path}}", cache=1.0)
 print("ready", flush=True)
@@ -102,3 +107,36 @@ def test_a_kill_leaves_every_row_wholly_old_or_new(disk_dir: Path, width: int, w
             assert seen == {0}  # a relayout moves rows, never changes them
     # The next open removed what a killed relayout or snapshot left beside the table.
     assert not (disk_dir / "t.tbl.relayout").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_kill_during_log_compaction_reopens_to_the_last_values(disk_dir: Path, width: int) -> None:
+    # Each write appends every row to the log and compacts it home; the child says which
+    # generation it finished. A kill anywhere (appending, writing homes, syncing, cutting
+    # the log off) reopens to that generation or the one in flight, every row whole.
+    path = disk_dir / "t.tbl"
+    _make(path, width)
+    rng = random.Random(width)
+    start, compactions_seen = 1, 0
+    for _ in range(4):
+        p = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(CHILD), str(path), str(width), "compact", str(start)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert p.stdout is not None and "ready" in p.stdout.readline()
+        time.sleep(rng.uniform(0.05, 0.3))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        done = [int(line) for line in p.stdout.read().split()]
+        p.stdout.close()
+        last = done[-1] if done else start - 1
+        gens = _check(path, width)
+        if done:
+            assert gens <= {last, last + 1}, f"generation {last} was written last, the rows hold {sorted(gens)}"
+            compactions_seen += len(done)
+        else:
+            assert max(gens) <= start, (gens, start)
+        start = max(gens | {last}) + 1
+    assert compactions_seen > 0, "no write (and compaction) finished before a kill"

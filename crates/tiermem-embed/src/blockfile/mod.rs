@@ -13,22 +13,32 @@
 //! whole blocks streamed through the same ring, each block once per batch; the pool reads a
 //! batch's blocks into one buffer and writes them from its threads.
 //!
+//! Rows written go to a log after the data blocks ([`log`]): one sequential request per
+//! chunk of rows instead of a read-modify-write per block; a row's newest value is read from
+//! the log while it is there; [`BlockFile::compact`] writes the logged rows home once the
+//! log outgrows its limit ([`BlockFile::set_log_limit`]).
+//!
 //! This is the store: the row home over it (`crate::home::BlockHome`, behind a staged cache),
 //! relayout ([`BlockFile::relayout`]) and layouts (`crate::layout`) build on it.
 
 mod faults;
 pub mod format;
+pub mod log;
 pub mod optstate;
 mod relayout;
 mod snapshot;
 
 pub use relayout::aside;
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, RwLock};
 
 use format::{Header, BLOCK, HEADER_BYTES, PAYLOAD};
+use log::{Log, LogCounters, LogFigures, Manifest};
 use tiermem_core::process::Born;
 use tiermem_core::sys::devfile::{DevFile, DevFileError, Options};
 use tiermem_core::sys::direct_io::{AlignedBuf, DirectFile};
@@ -44,6 +54,28 @@ pub const DEFAULT_DEPTH: usize = 16;
 /// longer (a row is always one request, [`runs`]): long enough for the disk's sequential
 /// rate, short enough that the ring's buffers (two per request in flight) stay small.
 const RUN_BLOCKS: usize = 16;
+
+/// Bytes of logged rows compaction reads and writes home at a time.
+const COMPACT_BYTES: usize = 256 << 20;
+/// The smallest default log limit: a small table's log is compacted no more often.
+const MIN_LOG_LIMIT: u64 = 16 << 20;
+
+/// What a write of rows cost: write requests and blocks written (the appended chunks and
+/// any compaction it started).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Write requests issued.
+    pub requests: u64,
+    /// Blocks written.
+    pub blocks: u64,
+}
+
+impl std::ops::AddAssign for Written {
+    fn add_assign(&mut self, o: Self) {
+        self.requests += o.requests;
+        self.blocks += o.blocks;
+    }
+}
 
 /// An open, locked table file.
 pub struct BlockFile {
@@ -68,6 +100,15 @@ pub struct BlockFile {
     uring: Option<Uring>,
     /// Injected I/O errors (tests).
     faults: faults::Faults,
+    /// Where logged rows' newest values are. Lock order: `appending`, then `log`; reads
+    /// hold `log` shared while their blocks are read (a compaction, which rewrites homes
+    /// and cuts the log off, waits for them).
+    log: RwLock<Log>,
+    /// Held by whoever appends to, compacts or copies the log (one at a time).
+    appending: Mutex<()>,
+    /// Log blocks beyond which a write compacts.
+    log_limit: AtomicU64,
+    log_counters: LogCounters,
 }
 
 impl std::fmt::Debug for BlockFile {
@@ -80,7 +121,7 @@ impl std::fmt::Debug for BlockFile {
     }
 }
 
-/// Where a row's bytes are: the first data block and the offset in it.
+/// Where a row's bytes are: the first data block (or log block) and the offset in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Place {
     block: u64,
@@ -209,6 +250,7 @@ impl BlockFile {
         }
         let mut me = Self::assemble(name, path, file, header, layout, depth)?;
         me.read_only = read_only;
+        me.replay(len)?;
         Ok(me)
     }
 
@@ -236,11 +278,16 @@ impl BlockFile {
         for (row, &p) in layout.iter().enumerate() {
             rows_at[p as usize] = row as u32;
         }
+        let limit = (header.data_blocks * BLOCK as u64 / 2).max(MIN_LOG_LIMIT) / BLOCK as u64;
         Ok(BlockFile {
             name: name.to_owned(),
             path: path.to_owned(),
             io,
             file,
+            log: RwLock::new(Log::empty(header.data_blocks)),
+            appending: Mutex::new(()),
+            log_limit: AtomicU64::new(limit),
+            log_counters: LogCounters::default(),
             header,
             layout,
             rows_at,
@@ -264,9 +311,14 @@ impl BlockFile {
         self.write_raw(lay.as_mut_slice(), BLOCK as u64, "write the layout")
     }
 
-    /// Write the header, the layout and every data block (zero rows, sealed), then sync.
+    /// Write the header, the layout and every data block (zero rows, sealed), then sync. A
+    /// file overwritten keeps no log of the table it held.
     fn initialise(&self) -> Result<()> {
         let h = &self.header;
+        self.file
+            .file
+            .set_len(h.file_bytes())
+            .map_err(|e| self.io_error("size the file", e))?;
         self.write_meta()?;
         // Data blocks in 1 MiB runs: zero payloads, each sealed with its own index.
         const RUN: u64 = 256;
@@ -385,8 +437,13 @@ impl BlockFile {
         }
     }
 
-    fn place(&self, row: u64) -> Place {
+    /// Where row `row`'s newest value is: in `log` if given and the row is there, else at
+    /// home.
+    fn place(&self, log: Option<&Log>, row: u64) -> Place {
         let h = &self.header;
+        if let Some((block, offset)) = log.and_then(|l| l.place(h, row)) {
+            return Place { block, offset };
+        }
         let p = u64::from(self.layout[row as usize]);
         let rpb = u64::from(h.rows_per_block);
         Place {
@@ -395,9 +452,9 @@ impl BlockFile {
         }
     }
 
-    /// The data blocks row `row` occupies.
-    fn blocks_of(&self, row: u64) -> std::ops::Range<u64> {
-        let b = self.place(row).block;
+    /// The blocks row `row` occupies (see [`BlockFile::place`]).
+    fn blocks_of(&self, log: Option<&Log>, row: u64) -> std::ops::Range<u64> {
+        let b = self.place(log, row).block;
         b..b + u64::from(self.header.blocks_per_row)
     }
 
@@ -512,11 +569,16 @@ impl BlockFile {
     /// Copy rows `rows` (any order, repeats allowed) into `out` (`rows.len() * stride`
     /// bytes, row k at `k * stride`). Each block is read once.
     pub fn read_rows(&self, rows: &[u64], out: &mut [u8]) -> Result<()> {
+        self.read_rows_in(&self.log.read(), rows, out)
+    }
+
+    /// [`BlockFile::read_rows`] with the log's index held.
+    fn read_rows_in(&self, log: &Log, rows: &[u64], out: &mut [u8]) -> Result<()> {
         let stride = self.stride();
-        let (blocks, mut buf) = self.fetch(rows, out.len(), "output")?;
+        let (blocks, mut buf) = self.fetch(Some(log), rows, out.len(), "output")?;
         let data = buf.as_mut_slice();
         for (k, &r) in rows.iter().enumerate() {
-            self.copy_out(r, &blocks, data, &mut out[k * stride..(k + 1) * stride]);
+            self.copy_out(Some(log), r, &blocks, data, &mut out[k * stride..(k + 1) * stride]);
         }
         Ok(())
     }
@@ -529,7 +591,9 @@ impl BlockFile {
     /// some rows already. Returns the blocks read.
     pub fn read_blocks_of(&self, rows: &[u64], mut f: impl FnMut(u64, &[u8])) -> Result<u64> {
         self.check_rows(rows)?;
-        let blocks = self.distinct_blocks(rows);
+        let log = self.log.read();
+        let log = Some(&*log);
+        let blocks = self.distinct_blocks(log, rows);
         let h = &self.header;
         let stride = self.stride();
         if h.blocks_per_row > 1 {
@@ -540,21 +604,35 @@ impl BlockFile {
             distinct.dedup();
             let mut row = vec![0u8; stride];
             for r in distinct {
-                self.copy_out(r, &blocks, data, &mut row);
+                self.copy_out(log, r, &blocks, data, &mut row);
                 f(r, &row);
             }
         } else {
-            // Each run's rows are handed over as it arrives, while later blocks are read.
+            // Each run's rows are handed over as it arrives, while later blocks are read. A
+            // block hands over the rows whose newest value it holds: a home block not its
+            // rows in the log, a log block not its rows logged again since.
             let rpb = u64::from(h.rows_per_block);
+            let log = log.expect("held above");
             self.read_runs(&blocks, |first_idx, data| {
                 for (j, blk) in data.chunks_exact(BLOCK).enumerate() {
                     let b = blocks[first_idx + j];
+                    let mut hand = |k: usize, r: u32| {
+                        let at = k * stride;
+                        f(u64::from(r), &blk[at..at + stride]);
+                    };
+                    if b >= h.data_blocks {
+                        for (k, r) in log.rows_in_block(h, b).enumerate() {
+                            r.map(|r| hand(k, r));
+                        }
+                        continue;
+                    }
                     for k in 0..rpb {
                         let Some(&r) = self.rows_at.get((b * rpb + k) as usize) else {
                             break;
                         };
-                        let at = k as usize * stride;
-                        f(u64::from(r), &blk[at..at + stride]);
+                        if !log.at.contains_key(&r) {
+                            hand(k as usize, r);
+                        }
                     }
                 }
             })?;
@@ -562,31 +640,235 @@ impl BlockFile {
         Ok(blocks.len() as u64)
     }
 
-    /// The data block holding row `row` (its first, for a row spanning blocks).
+    /// The data block holding row `row` at home (its first, for a row spanning blocks).
     #[must_use]
     pub fn block_of(&self, row: u64) -> u64 {
-        self.place(row).block
+        self.place(None, row).block
     }
 
     /// Overwrite rows `rows` from `src` (`rows.len() * stride` bytes); a row given twice
-    /// takes its last value. Each touched block is read, changed and written once
-    /// (read-modify-write), at the queue depth: through io_uring each run of blocks is
-    /// changed and written back as soon as it is read, in the ring's own buffers, so a batch
-    /// of any size holds no more than them; a block that fails to read or verify stops the
-    /// batch there (the blocks before it are written).
-    pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+    /// takes its last value. The rows are appended to the log, each once, in chunks of one
+    /// write request ([`log`]); once the log outgrows its limit they are compacted home
+    /// ([`BlockFile::compact`]). A chunk that fails to write leaves its rows at their
+    /// older values (the chunks before it are written).
+    pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<Written> {
+        self.writable("be written")?;
+        self.check_batch(rows, src.len(), "input")?;
+        if rows.is_empty() {
+            return Ok(Written::default());
+        }
+        // Each row once, with its last value in the batch, in row order.
+        let mut last: HashMap<u64, usize> = HashMap::with_capacity(rows.len());
+        for (k, &r) in rows.iter().enumerate() {
+            last.insert(r, k);
+        }
+        let mut order: Vec<(u64, usize)> = last.into_iter().collect();
+        order.sort_unstable();
+        let mut done = Written::default();
+        let guard = self.appending.lock();
+        for chunk in order.chunks(log::chunk_rows(&self.header)) {
+            done += self.append_chunk(chunk, src)?;
+        }
+        if self.log.read().end - self.header.data_blocks > self.log_limit.load(Ordering::Relaxed) {
+            done += self.compact_locked()?;
+        }
+        drop(guard);
+        Ok(done)
+    }
+
+    /// Append one chunk: `(row, index of its value in src)` per row, distinct rows. Call
+    /// with `appending` held.
+    fn append_chunk(&self, chunk: &[(u64, usize)], src: &[u8]) -> Result<Written> {
+        let h = &self.header;
+        let (rpb, bpr, stride) = (
+            h.rows_per_block as usize,
+            h.blocks_per_row as usize,
+            self.stride(),
+        );
+        let groups = chunk.len().div_ceil(rpb);
+        let mblocks = log::manifest_blocks(chunk.len());
+        let total = mblocks + groups * bpr;
+        let (start, seq) = {
+            let l = self.log.read();
+            (l.end, l.seq + 1)
+        };
+        let ids: Vec<u32> = chunk.iter().map(|&(r, _)| r as u32).collect();
+        let mut buf = AlignedBuf::new(total * BLOCK);
+        let data = buf.as_mut_slice();
+        data.fill(0);
+        Manifest {
+            seq,
+            blocks: mblocks as u32,
+            groups: groups as u32,
+            rows: ids.clone(),
+        }
+        .encode(data);
+        for (i, &(_, k)) in chunk.iter().enumerate() {
+            let first = (mblocks + i / rpb * bpr) * BLOCK;
+            let row = &src[k * stride..(k + 1) * stride];
+            if bpr == 1 {
+                let at = first + i % rpb * stride;
+                data[at..at + stride].copy_from_slice(row);
+            } else {
+                for (j, piece) in row.chunks(PAYLOAD).enumerate() {
+                    let at = first + j * BLOCK;
+                    data[at..at + piece.len()].copy_from_slice(piece);
+                }
+            }
+        }
+        for (j, blk) in data.chunks_exact_mut(BLOCK).enumerate() {
+            format::seal(blk, start + j as u64);
+        }
+        let what = format!("append rows to the log at block {start}");
+        self.write_raw(data, h.data_offset(start), &what)?;
+        let firsts = (0..groups).map(|g| start + (mblocks + g * bpr) as u64);
+        self.log
+            .write()
+            .push_chunk(rpb, firsts, &ids, start + total as u64);
+        let c = &self.log_counters;
+        c.chunks.fetch_add(1, Ordering::Relaxed);
+        c.rows.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        Ok(Written {
+            requests: 1,
+            blocks: total as u64,
+        })
+    }
+
+    /// Write every row whose newest value is in the log to its home (each touched home
+    /// block read, changed and written once per part of [`COMPACT_BYTES`] of rows), make
+    /// that durable, and cut the log off. A kill before the cut leaves the log to be
+    /// replayed over homes that already hold (some of) its values: every row reopens to
+    /// its newest value. Returns what was written.
+    pub fn compact(&self) -> Result<Written> {
+        self.writable("be compacted")?;
+        let _guard = self.appending.lock();
+        self.compact_locked()
+    }
+
+    /// [`BlockFile::compact`] with `appending` held.
+    fn compact_locked(&self) -> Result<Written> {
+        let mut log = self.log.write();
+        if log.is_empty() {
+            return Ok(Written::default());
+        }
+        let stride = self.stride();
+        let live = log.live();
+        let mut done = Written::default();
+        for part in live.chunks((COMPACT_BYTES / stride).max(1)) {
+            let rows: Vec<u64> = part.iter().map(|&(_, r)| u64::from(r)).collect();
+            let mut values = vec![0u8; rows.len() * stride];
+            self.read_rows_in(&log, &rows, &mut values)?;
+            done += self.write_home(&rows, &values)?;
+            self.log_counters
+                .compacted_rows
+                .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        }
+        self.sync()?;
+        let h = &self.header;
+        self.file
+            .file
+            .set_len(h.file_bytes())
+            .map_err(|e| self.io_error("cut off the compacted log", e))?;
+        let seq = log.seq;
+        *log = Log::empty(h.data_blocks);
+        log.seq = seq;
+        let c = &self.log_counters;
+        c.compactions.fetch_add(1, Ordering::Relaxed);
+        c.compaction_writes.fetch_add(done.requests, Ordering::Relaxed);
+        Ok(done)
+    }
+
+    /// Compact once the log holds more than `bytes` (rounded down to whole blocks; 0:
+    /// after every write). The default is half the table's data, at least 16 MiB.
+    pub fn set_log_limit(&self, bytes: u64) {
+        self.log_limit
+            .store(bytes / BLOCK as u64, Ordering::Relaxed);
+    }
+
+    /// The log's counters and its size now.
+    #[must_use]
+    pub fn log_figures(&self) -> LogFigures {
+        let blocks = self.log.read().end - self.header.data_blocks;
+        self.log_counters.figures(blocks)
+    }
+
+    /// Replay the log of a file `len` bytes long: each chunk after the data blocks, in
+    /// order, while it verifies whole; a torn tail is cut off (when writable).
+    fn replay(&mut self, len: u64) -> Result<()> {
+        let h = self.header;
+        let file_blocks = len / BLOCK as u64 - (1 + h.layout_blocks);
+        let (rpb, bpr) = (h.rows_per_block as u64, u64::from(h.blocks_per_row));
+        let log = self.log.get_mut();
+        let mut at = h.data_blocks;
+        let mut first = AlignedBuf::new(BLOCK);
+        while at < file_blocks {
+            let b = first.as_mut_slice();
+            if self.io.read_at(b, h.data_offset(at)).is_err() || format::verify(b, at).is_err() {
+                break;
+            }
+            let Some(head @ (seq, rows, mblocks, groups)) = Manifest::head(&b[..PAYLOAD]) else {
+                break;
+            };
+            let total = u64::from(mblocks) + u64::from(groups) * bpr;
+            let fits = seq > log.seq
+                && rows > 0
+                && u64::from(groups) == u64::from(rows).div_ceil(rpb)
+                && mblocks as usize == log::manifest_blocks(rows as usize)
+                && at + total <= file_blocks;
+            if !fits {
+                break;
+            }
+            let mut chunk = AlignedBuf::new(total as usize * BLOCK);
+            let c = chunk.as_mut_slice();
+            if self.io.read_at(c, h.data_offset(at)).is_err()
+                || c.chunks_exact(BLOCK)
+                    .enumerate()
+                    .any(|(j, blk)| format::verify(blk, at + j as u64).is_err())
+            {
+                break;
+            }
+            let m = Manifest::decode(c, head);
+            if let Some(&bad) = m.rows.iter().find(|&&r| u64::from(r) >= h.rows) {
+                return Err(Error::Corrupt {
+                    path: self.path.display().to_string(),
+                    what: format!(
+                        "table '{}': the row log's chunk at block {at} names row {bad} of {}",
+                        self.name, h.rows
+                    ),
+                });
+            }
+            let firsts = (0..u64::from(groups)).map(|g| at + u64::from(mblocks) + g * bpr);
+            log.push_chunk(rpb as usize, firsts, &m.rows, at + total);
+            log.seq = seq;
+            at += total;
+        }
+        if at < file_blocks && !self.read_only {
+            self.file
+                .file
+                .set_len(h.data_offset(at))
+                .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), "cut off a torn log", e))?;
+        }
+        Ok(())
+    }
+
+    /// Overwrite rows at their homes (the log's compaction): each touched block is read,
+    /// changed and written once (read-modify-write), at the queue depth: through io_uring
+    /// each run of blocks is changed and written back as soon as it is read, in the ring's
+    /// own buffers, so a batch of any size holds no more than them; a block that fails to
+    /// read or verify stops the batch there (the blocks before it are written).
+    fn write_home(&self, rows: &[u64], src: &[u8]) -> Result<Written> {
         self.writable("be written")?;
         let Some(u) = &self.uring else {
             return self.write_rows_from_pool(rows, src);
         };
         let stride = self.stride();
         self.check_batch(rows, src.len(), "input")?;
-        let blocks = self.distinct_blocks(rows);
+        let blocks = self.distinct_blocks(None, rows);
         // Each piece of each row: (offset among the blocks, row k, offset in the row,
         // bytes), in block order and, within a place, in batch order (the last value wins).
         let mut pieces: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(rows.len());
         for (k, &r) in rows.iter().enumerate() {
-            self.walk(r, &blocks, |at, row_off, n| {
+            self.walk(None, r, &blocks, |at, row_off, n| {
                 pieces.push((at, k, row_off, n))
             });
         }
@@ -634,14 +916,20 @@ impl BlockFile {
         if let Err((k, e)) = written {
             first_error.get_or_insert(self.io_error(format!("write block {}", runs[k].1), e));
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(
+            Ok(Written {
+                requests: runs.len() as u64,
+                blocks: blocks.len() as u64,
+            }),
+            Err,
+        )
     }
 
-    /// [`BlockFile::write_rows`] without io_uring: every touched block read (and verified)
+    /// [`BlockFile::write_home`] without io_uring: every touched block read (and verified)
     /// into one buffer, changed, and written from the thread pool.
-    fn write_rows_from_pool(&self, rows: &[u64], src: &[u8]) -> Result<()> {
+    fn write_rows_from_pool(&self, rows: &[u64], src: &[u8]) -> Result<Written> {
         let stride = self.stride();
-        let (blocks, mut buf) = self.fetch(rows, src.len(), "input")?;
+        let (blocks, mut buf) = self.fetch(None, rows, src.len(), "input")?;
         let data = buf.as_mut_slice();
         for (k, &r) in rows.iter().enumerate() {
             self.copy_in(r, &blocks, data, &src[k * stride..(k + 1) * stride]);
@@ -661,6 +949,10 @@ impl BlockFile {
                 None => self.io.write_at(s, self.header.data_offset(first)),
             }
             .map_err(|e| self.io_error(format!("write block {first}"), e))
+        })?;
+        Ok(Written {
+            requests: runs.len() as u64,
+            blocks: blocks.len() as u64,
         })
     }
 
@@ -703,9 +995,15 @@ impl BlockFile {
 
     /// Check a batch ([`BlockFile::check_batch`]) and read, once each, the blocks its rows
     /// occupy: the blocks (sorted) and a buffer holding them in order.
-    fn fetch(&self, rows: &[u64], bytes: usize, what: &str) -> Result<(Vec<u64>, AlignedBuf)> {
+    fn fetch(
+        &self,
+        log: Option<&Log>,
+        rows: &[u64],
+        bytes: usize,
+        what: &str,
+    ) -> Result<(Vec<u64>, AlignedBuf)> {
         self.check_batch(rows, bytes, what)?;
-        let blocks = self.distinct_blocks(rows);
+        let blocks = self.distinct_blocks(log, rows);
         let buf = self.read_blocks(&blocks)?;
         Ok((blocks, buf))
     }
@@ -722,33 +1020,40 @@ impl BlockFile {
             .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), "sync", e))
     }
 
-    fn distinct_blocks(&self, rows: &[u64]) -> Vec<u64> {
-        let mut blocks: Vec<u64> = rows.iter().flat_map(|&r| self.blocks_of(r)).collect();
+    fn distinct_blocks(&self, log: Option<&Log>, rows: &[u64]) -> Vec<u64> {
+        let mut blocks: Vec<u64> = rows.iter().flat_map(|&r| self.blocks_of(log, r)).collect();
         blocks.sort_unstable();
         blocks.dedup();
         blocks
     }
 
     /// Row `r`'s bytes, gathered from the blocks read (`blocks` sorted, `data` in that order).
-    fn copy_out(&self, r: u64, blocks: &[u64], data: &[u8], out: &mut [u8]) {
-        self.walk(r, blocks, |buf_off, row_off, n| {
+    fn copy_out(&self, log: Option<&Log>, r: u64, blocks: &[u64], data: &[u8], out: &mut [u8]) {
+        self.walk(log, r, blocks, |buf_off, row_off, n| {
             out[row_off..row_off + n].copy_from_slice(&data[buf_off..buf_off + n]);
         });
     }
 
+    /// Row `r`'s bytes put into its home blocks read (`blocks` sorted, `data` in that order).
     fn copy_in(&self, r: u64, blocks: &[u64], data: &mut [u8], src: &[u8]) {
-        self.walk(r, blocks, |buf_off, row_off, n| {
+        self.walk(None, r, blocks, |buf_off, row_off, n| {
             data[buf_off..buf_off + n].copy_from_slice(&src[row_off..row_off + n]);
         });
     }
 
     /// Call `f(offset in the read buffer, offset in the row, bytes)` for each piece of row
     /// `r` (one piece for a row in one block; one per block for a wide row).
-    fn walk(&self, r: u64, blocks: &[u64], mut f: impl FnMut(usize, usize, usize)) {
+    fn walk(
+        &self,
+        log: Option<&Log>,
+        r: u64,
+        blocks: &[u64],
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
         let stride = self.stride();
-        let place = self.place(r);
+        let place = self.place(log, r);
         let mut done = 0;
-        for b in self.blocks_of(r) {
+        for b in self.blocks_of(log, r) {
             let j = blocks
                 .binary_search(&b)
                 .expect("the row's blocks were read");

@@ -40,9 +40,9 @@ pub(super) fn remove_stale_aside(path: &Path) -> bool {
 impl BlockFile {
     /// Write the rows in `layout`'s order (row → position, a permutation) to a new file and
     /// switch it in for this one; returns the new file, its generation one higher. Rows
-    /// must already hold their newest values (a cache writes its dirty rows back first).
-    /// `progress(done, total)` is called after each chunk. On error the old file is
-    /// untouched and still this table's.
+    /// must already hold their newest values (a cache writes its dirty rows back first);
+    /// the row log is compacted first, so the homes hold them. `progress(done, total)` is
+    /// called after each chunk. On error the old file is untouched and still this table's.
     pub fn relayout(
         &self,
         layout: Vec<u32>,
@@ -50,6 +50,9 @@ impl BlockFile {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<BlockFile> {
         self.writable("be relaid out")?;
+        // No row is logged while the homes are copied.
+        let _guard = self.appending.lock();
+        self.compact_locked()?;
         let n = self.header.rows as usize;
         if let Some(p) = crate::layout::permutation_problem(&layout, n) {
             tiermem_core::bail!("table '{}': {p}", self.name);
@@ -120,9 +123,9 @@ impl BlockFile {
                 let mut buf = self.read_blocks(&run)?;
                 let old = buf.as_mut_slice();
                 for r in self.rows_in(&run) {
-                    let first = new.place(r).block;
+                    let first = new.place(None, r).block;
                     if (out_start..out_end).contains(&first) {
-                        self.copy_out(r, &run, old, &mut row);
+                        self.copy_out(None, r, &run, old, &mut row);
                         new.copy_in(r, &out_blocks, data, &row);
                     }
                 }

@@ -19,8 +19,9 @@ fn partial(dst: &Path) -> PathBuf {
 }
 
 impl BlockFile {
-    /// Copy this file, as it is on the disk now, to `dst`. Rows must already hold their
-    /// newest values (a cache writes its dirty rows back and syncs first). `dst` may be
+    /// Copy this file, as it is on the disk now, to `dst`, its row log included (the copy
+    /// replays it when opened). Rows must already hold their newest values (a cache writes
+    /// its dirty rows back and syncs first). `dst` may be
     /// absent or an earlier snapshot (a file tiermem made that no table holds open); a
     /// user's file, a live table's, a symbolic or hard link there is refused. On error
     /// nothing is left at `DST.partial` and `dst` is untouched.
@@ -47,10 +48,13 @@ impl BlockFile {
             MARK_TABLE,
         )
         .map_err(|e| err("create the snapshot", e))?;
+        // No row is logged while the file is copied.
+        let _guard = self.appending.lock();
+        let len = self.header.data_offset(self.log.read().end);
         let done = files::open_existing(&self.path, false, 0)
             .map_err(|e| err("open the table file to copy it", e))
             .and_then(|src| {
-                clone_file(&src, &out, self.header.file_bytes())
+                clone_file(&src, &out, len)
                     .map_err(|e| err("copy the table file", e))
             })
             .and_then(|how| {

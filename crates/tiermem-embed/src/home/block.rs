@@ -3,7 +3,8 @@
 //! call's rows into its slots first ([`crate::cache::CachedRows::stage`]).
 //!
 //! Rows written back (a cache's dirty rows leaving it) are buffered ([`super::pending`]) and
-//! written to the file together, each touched block read, changed and written once
+//! written to the file together, appended to its row log ([`crate::blockfile::log`]) in
+//! chunks of one sequential request, compacted home once the log outgrows its limit
 //! ([`BlockHome::write_back`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +14,7 @@ use parking_lot::{RwLock, RwLockReadGuard};
 
 use super::pending::Pending;
 use super::RowHome;
-use crate::blockfile::BlockFile;
+use crate::blockfile::{BlockFile, Written};
 use tiermem_core::device::Device;
 use tiermem_core::Result;
 
@@ -24,8 +25,10 @@ pub struct BlockCounters {
     pub blocks_read: u64,
     /// Rows written back to the file.
     pub rows_written: u64,
-    /// Blocks rewritten (read-modify-write) by write-backs.
+    /// Blocks written: log chunks appended and home blocks their compactions rewrote.
     pub blocks_written: u64,
+    /// Write requests those took (a chunk is one; a compaction one per run of blocks).
+    pub write_requests: u64,
 }
 
 /// Rows in a table file.
@@ -38,6 +41,7 @@ pub struct BlockHome {
     blocks_read: AtomicU64,
     rows_written: AtomicU64,
     blocks_written: AtomicU64,
+    write_requests: AtomicU64,
 }
 
 impl BlockHome {
@@ -50,6 +54,7 @@ impl BlockHome {
             blocks_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
+            write_requests: AtomicU64::new(0),
         }
     }
 
@@ -86,6 +91,7 @@ impl BlockHome {
             blocks_read: self.blocks_read.load(Ordering::Relaxed),
             rows_written: self.rows_written.load(Ordering::Relaxed),
             blocks_written: self.blocks_written.load(Ordering::Relaxed),
+            write_requests: self.write_requests.load(Ordering::Relaxed),
         }
     }
 
@@ -107,36 +113,38 @@ impl BlockHome {
         Ok(n)
     }
 
-    /// Write rows straight to the file (`src`: `rows.len()` rows of bytes), each touched
-    /// block once; buffered write-backs of these rows are dropped first (these values are
-    /// newer).
+    /// Write rows straight to the file (`src`: `rows.len()` rows of bytes); buffered
+    /// write-backs of these rows are dropped first (these values are newer).
     pub fn write_rows(&self, rows: &[u64], src: &[u8]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        self.pending
-            .superseded_by(rows, || self.file().write_rows(rows, src))?;
-        self.rows_written
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let mut w = Written::default();
+        self.pending.superseded_by(rows, || {
+            w = self.file().write_rows(rows, src)?;
+            Ok(())
+        })?;
+        self.count(rows.len() as u64, w);
         Ok(())
     }
 
-    /// Write every buffered row to the file, each touched block once; on error the rows
-    /// stay buffered. Returns the rows written.
+    /// Write every buffered row to the file; on error the rows stay buffered. Returns the
+    /// rows written.
     pub fn write_back(&self) -> Result<u64> {
         let file = self.file();
-        let mut blocks = 0;
+        let mut w = Written::default();
         let n = self.pending.flush(|rows, src| {
-            file.write_rows(rows, src)?;
-            let mut b: Vec<u64> = rows.iter().map(|&r| file.block_of(r)).collect();
-            b.sort_unstable();
-            b.dedup();
-            blocks = b.len() as u64;
+            w = file.write_rows(rows, src)?;
             Ok(())
         })?;
-        self.rows_written.fetch_add(n, Ordering::Relaxed);
-        self.blocks_written.fetch_add(blocks, Ordering::Relaxed);
+        self.count(n, w);
         Ok(n)
+    }
+
+    fn count(&self, rows: u64, w: Written) {
+        self.rows_written.fetch_add(rows, Ordering::Relaxed);
+        self.blocks_written.fetch_add(w.blocks, Ordering::Relaxed);
+        self.write_requests.fetch_add(w.requests, Ordering::Relaxed);
     }
 
     /// Write back, then make the file durable (`fdatasync`).

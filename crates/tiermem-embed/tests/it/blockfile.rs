@@ -164,6 +164,7 @@ fn damage_is_named_and_never_read_as_rows() {
         let all: Vec<u64> = (0..rows).collect();
         let src: Vec<u8> = (0..rows as usize * f.stride()).map(|i| i as u8).collect();
         f.write_rows(&all, &src).unwrap();
+        f.compact().unwrap(); // the rows at home, where the damage below is
         f.stride()
     };
     let h = *BlockFile::open(&path, "emb3", 4, None, false)
@@ -185,10 +186,13 @@ fn damage_is_named_and_never_read_as_rows() {
             "{msg}"
         );
         f.read_rows(&[0], &mut out).unwrap();
-        assert!(
-            f.write_rows(&[5 * rpb], &vec![0u8; stride]).is_err(),
-            "read-modify-write of a damaged block"
-        );
+        // A write appends to the log; its compaction's read-modify-write of the damaged
+        // block is refused, the row's newest value still in the log.
+        f.write_rows(&[5 * rpb], &vec![3u8; stride]).unwrap();
+        let msg = corrupt(f.compact().unwrap_err());
+        assert!(msg.contains("block 5"), "{msg}");
+        f.read_rows(&[5 * rpb], &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 3));
     }
     // Block 3's bytes written where block 7 belongs: a misplaced write.
     let mut b3 = vec![0u8; BLOCK];
@@ -216,12 +220,11 @@ fn damage_is_named_and_never_read_as_rows() {
     let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("header checksum"), "{msg}");
     patch(&path, 0, |b| b[12] ^= 1);
-    let len = std::fs::metadata(&path).unwrap().len();
     OpenOptions::new()
         .write(true)
         .open(&path)
         .unwrap()
-        .set_len(len - BLOCK as u64)
+        .set_len(h.file_bytes() - BLOCK as u64)
         .unwrap();
     let msg = corrupt(BlockFile::open(&path, "emb3", 4, None, false).unwrap_err());
     assert!(msg.contains("truncated"), "{msg}");
@@ -258,6 +261,7 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
             .map(|i| (i * 7) as u8)
             .collect();
         f.write_rows(&all, &src).unwrap();
+        f.compact().unwrap(); // the rows at home, whose blocks are read below
     }
     let h = *BlockFile::open(&path, "emb4", 4, None, false)
         .unwrap()
@@ -291,9 +295,11 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
         every_row_of(0..3)
     );
     f.inject_faults(None, None);
-    // Writes through either engine: a row given twice takes its last value. Through io_uring
-    // a write fault after 2 requests leaves the rows of the first 2 blocks written and names
-    // the third (the pool's threads take requests in no fixed order).
+    // Writes through either engine (appended to the log, compacted home by read-modify-write
+    // through the engine): a row given twice takes its last value. Through io_uring a write
+    // fault after 2 requests stops the compaction at the third block and names it (the
+    // pool's threads take requests in no fixed order); the log still holds every row's
+    // newest value, and the next compaction writes them home.
     let stride = f.stride();
     let first: Vec<u8> = (0..rows as usize * stride).map(|i| (i * 7) as u8).collect();
     let mut shadow = first.clone();
@@ -307,30 +313,34 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
         let mut src = vec![fill; batch.len() * stride];
         src[60 * stride..].fill(fill + 1);
         f.write_rows(&batch, &src).unwrap();
+        f.compact().unwrap();
         for (k, &r) in batch.iter().enumerate() {
             shadow[r as usize * stride..][..stride].copy_from_slice(&src[k * stride..][..stride]);
         }
         if engine == "io_uring" {
+            f.write_rows(&asked[..10], &vec![fill + 2; 10 * stride])
+                .unwrap();
             f.inject_faults(None, Some(2));
-            let msg = f
-                .write_rows(&asked[..10], &vec![fill + 2; 10 * stride])
-                .unwrap_err()
-                .to_string();
+            let msg = f.compact().unwrap_err().to_string();
             f.inject_faults(None, None);
             assert!(
                 msg.contains("write block 4") && msg.contains("emb4"),
                 "{engine}: {msg}"
             );
-            for &r in &asked[..2] {
+            for &r in &asked[..10] {
                 shadow[r as usize * stride..][..stride].fill(fill + 2);
             }
         }
         let mut out = vec![0u8; rows as usize * stride];
         f.read_rows(&all, &mut out).unwrap();
         assert!(out == shadow, "{engine}: rows differ from what was written");
+        f.compact().unwrap();
+        f.read_rows(&all, &mut out).unwrap();
+        assert!(out == shadow, "{engine}: rows differ after compaction");
     }
     // The thread pool hands over what io_uring did, the rows written back as they were.
     f.write_rows(&all, &first).unwrap();
+    f.compact().unwrap();
     let (threads, res) = handed(&f, &asked);
     assert_eq!(res.unwrap(), 60);
     assert!(
@@ -353,5 +363,122 @@ fn both_engines_read_and_write_alike_and_stop_at_the_first_bad_run() {
         );
         assert!(part[..] == uring[..10 * rpb as usize], "threads {threads}");
     }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A model of a table file's rows: random batches (repeats within a batch, the last value
+/// wins) written to the log, compacted now and then, the file reopened now and then; every
+/// read, and every row `read_blocks_of` hands over, is the row's newest value, for rows
+/// narrower than a block, a block's payload wide and wider.
+#[test]
+fn the_log_holds_the_newest_values_across_compaction_and_reopening() {
+    let dir = scratch("blockfile-log");
+    for (width, seed) in [(16u32, 1u64), (1022, 2), (3000, 3)] {
+        let path = dir.join(format!("t{width}.tbl"));
+        let rows = 700u64;
+        let f = BlockFile::create(&path, "emb5", rows, width, DType::F32, false, 4).unwrap();
+        let stride = f.stride();
+        let mut shadow = vec![0u8; rows as usize * stride];
+        let mut f = Some(f);
+        let mut rng = Rng::new(seed);
+        for round in 0..40u32 {
+            let file = f.as_ref().unwrap();
+            let n = 1 + rng.below(300) as usize;
+            let batch: Vec<u64> = (0..n).map(|_| rng.below(rows)).collect();
+            let src: Vec<u8> = (0..n * stride)
+                .map(|i| (i as u32 ^ round.wrapping_mul(2_654_435_761)) as u8)
+                .collect();
+            file.write_rows(&batch, &src).unwrap();
+            for (k, &r) in batch.iter().enumerate() {
+                shadow[r as usize * stride..][..stride].copy_from_slice(&src[k * stride..][..stride]);
+            }
+            match rng.below(6) {
+                0 => {
+                    file.compact().unwrap();
+                    assert_eq!(file.log_figures().blocks, 0);
+                }
+                1 => {
+                    drop(f.take());
+                    f = Some(BlockFile::open(&path, "emb5", 4, None, false).unwrap());
+                }
+                _ => {}
+            }
+            let file = f.as_ref().unwrap();
+            let all: Vec<u64> = (0..rows).collect();
+            let mut out = vec![0u8; rows as usize * stride];
+            file.read_rows(&all, &mut out).unwrap();
+            assert!(out == shadow, "width {width}, round {round}: rows differ");
+            let asked: Vec<u64> = (0..20).map(|_| rng.below(rows)).collect();
+            let (got, res) = handed(file, &asked);
+            res.unwrap();
+            let mut once: Vec<u64> = got.iter().map(|(r, _)| *r).collect();
+            once.sort_unstable();
+            let n_got = once.len();
+            once.dedup();
+            assert_eq!(once.len(), n_got, "width {width}: a row handed over twice");
+            for r in &asked {
+                assert!(once.binary_search(r).is_ok(), "row {r} asked for, not handed over");
+            }
+            for (r, b) in &got {
+                assert!(
+                    b[..] == shadow[*r as usize * stride..][..stride],
+                    "width {width}, round {round}: row {r} handed over with older bytes"
+                );
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A kill tears the log's last chunk: reopening drops it whole (its rows keep their older
+/// values), cuts the file there and appends after it; a log whose verified chunk names a
+/// row the table does not have is refused as damaged.
+#[test]
+fn a_torn_log_chunk_is_dropped_whole_and_cut_off() {
+    let dir = scratch("blockfile-torn-log");
+    let path = dir.join("t.tbl");
+    // Rows of a block's payload: a chunk is 256 of them, one request.
+    let (rows, width) = (5000u64, 1022u32);
+    let f = BlockFile::create(&path, "emb6", rows, width, DType::F32, false, 4).unwrap();
+    let stride = f.stride();
+    let h = *f.header();
+    let first: Vec<u64> = (0..100).collect();
+    f.write_rows(&first, &vec![1u8; 100 * stride]).unwrap();
+    let end_first = std::fs::metadata(&path).unwrap().len();
+    let second: Vec<u64> = (50..3000).collect();
+    let w = f.write_rows(&second, &vec![2u8; 2950 * stride]).unwrap();
+    assert_eq!(w.requests, 12, "{w:?}");
+    let figs = f.log_figures();
+    assert_eq!((figs.chunks, figs.rows), (13, 3050));
+    drop(f);
+    // The last chunk (rows 2866-2999) torn: a block in its middle never written.
+    let len = std::fs::metadata(&path).unwrap().len();
+    patch(&path, len - 10 * BLOCK as u64, |b| b.fill(0));
+    let f = BlockFile::open(&path, "emb6", 4, None, false).unwrap();
+    let mut out = vec![0u8; stride];
+    let value = |f: &BlockFile, r: u64, out: &mut Vec<u8>| {
+        f.read_rows(&[r], out).unwrap();
+        out[0]
+    };
+    assert_eq!(value(&f, 10, &mut out), 1);
+    assert_eq!(value(&f, 60, &mut out), 2, "a row of a whole chunk");
+    assert_eq!(value(&f, 2865, &mut out), 2, "a row of the chunk before the torn one");
+    assert_eq!(value(&f, 2999, &mut out), 0, "a row of the torn chunk keeps its older value");
+    assert_eq!(f.log_figures().rows, 0, "replayed chunks are not counted as appended");
+    let cut = std::fs::metadata(&path).unwrap().len();
+    assert!(cut < len && cut > end_first, "{cut} of {len}");
+    f.write_rows(&[2999], &vec![9u8; stride]).unwrap();
+    drop(f);
+    let f = BlockFile::open(&path, "emb6", 4, None, false).unwrap();
+    assert_eq!(value(&f, 2999, &mut out), 9);
+    drop(f);
+    // A chunk that verifies but names row 5000 of 5000: damage, named.
+    let at = h.data_blocks; // the first chunk's manifest, sealed again after the change
+    patch(&path, h.data_offset(at), |b| {
+        b[32..36].copy_from_slice(&5000u32.to_le_bytes());
+        tiermem_embed::blockfile::format::seal(b, at);
+    });
+    let msg = corrupt(BlockFile::open(&path, "emb6", 4, None, false).unwrap_err());
+    assert!(msg.contains("row log") && msg.contains("row 5000"), "{msg}");
     std::fs::remove_dir_all(dir).ok();
 }

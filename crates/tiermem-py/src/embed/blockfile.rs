@@ -115,20 +115,47 @@ impl PyBlockFile {
         })
     }
 
-    /// Overwrite rows `rows` (uint64) from `src` (uint8, `len(rows) * stride` bytes).
+    /// Overwrite rows `rows` (uint64) from `src` (uint8, `len(rows) * stride` bytes): they
+    /// are appended to the row log, compacted home once it outgrows its limit. Returns
+    /// `(write requests, blocks written)`.
     fn write_rows(
         &self,
         py: Python<'_>,
         rows: &Bound<'_, PyAny>,
         src: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    ) -> PyResult<(u64, u64)> {
         let r = view::<u64>(rows, "rows (uint64)", false)?;
         let s = view::<u8>(src, "src (uint8)", false)?;
         run(py, || {
             // SAFETY: both views keep their buffers exported for the call; only read.
             let (r, s) = unsafe { (r.slice(), s.slice()) };
-            self.inner.write_rows(r, s)
+            self.inner.write_rows(r, s).map(|w| (w.requests, w.blocks))
         })
+    }
+
+    /// Write every logged row home and cut the log off; returns `(write requests, blocks
+    /// written)`.
+    fn compact(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        run(py, || self.inner.compact().map(|w| (w.requests, w.blocks)))
+    }
+
+    /// Compact once the row log holds more than `bytes` (0: after every write).
+    fn set_log_limit(&self, bytes: u64) {
+        self.inner.set_log_limit(bytes);
+    }
+
+    /// The row log's counters: chunks and rows appended, compactions, rows and write
+    /// requests they took, and the blocks it holds now.
+    fn log_counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let f = self.inner.log_figures();
+        let d = PyDict::new(py);
+        d.set_item("chunks", f.chunks)?;
+        d.set_item("rows", f.rows)?;
+        d.set_item("compactions", f.compactions)?;
+        d.set_item("compacted_rows", f.compacted_rows)?;
+        d.set_item("compaction_writes", f.compaction_writes)?;
+        d.set_item("blocks", f.blocks)?;
+        Ok(d)
     }
 
     /// Make every write durable.

@@ -194,6 +194,9 @@ impl PyTable {
             ("prefetched", st.prefetched),
             ("rows_written", io.rows_written),
             ("blocks_written", io.blocks_written),
+            ("write_requests", io.write_requests),
+            ("log_blocks", f.log_figures().blocks),
+            ("compactions", f.log_figures().compactions),
             ("pending_rows", b.pending_rows() as u64),
         ] {
             d.set_item(k, v)?;
