@@ -21,6 +21,9 @@ pub struct Tally {
     pub home_read: u64,
     /// Bytes written to the base (home) device.
     pub home_written: u64,
+    /// Rows written to the base device (separate accesses, each at least the device's
+    /// access granularity).
+    pub home_written_rows: u64,
     /// Rows read from the base device (dependent steps for the latency term).
     pub home_rows: u64,
     /// Bytes read from the cache device.
@@ -39,6 +42,7 @@ impl Tally {
         self.cached += o.cached;
         self.home_read += o.home_read;
         self.home_written += o.home_written;
+        self.home_written_rows += o.home_written_rows;
         self.home_rows += o.home_rows;
         self.cache_read += o.cache_read;
         self.cache_written += o.cache_written;
@@ -59,13 +63,17 @@ pub fn charge(home: Option<&Device>, cache: Option<&Device>, t: &Tally) {
     let threads = tiermem_core::process::kernel_threads();
     if let Some(home) = home.filter(|_| t.home_read > 0 || t.home_written > 0) {
         home.charge_kernel(
-            (t.home_read, t.home_rows.div_ceil(MEMORY_PARALLELISM)),
-            (t.home_written, threads),
+            (
+                t.home_read,
+                t.home_rows,
+                t.home_rows.div_ceil(MEMORY_PARALLELISM),
+            ),
+            (t.home_written, t.home_written_rows, threads),
         );
     }
     if let Some(c) = cache {
         if t.cache_read > 0 || t.cache_written > 0 {
-            c.charge_kernel((t.cache_read, 0), (t.cache_written, threads));
+            c.charge_kernel((t.cache_read, 1, 0), (t.cache_written, 1, threads));
         }
     }
 }

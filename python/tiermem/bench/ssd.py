@@ -276,9 +276,56 @@ def _dlrm(d: Path, quick: bool, config: Any) -> list[dict[str, Any]]:
                 "bytes": r["bytes"],
                 "hit_rate": r["hit_rate"],
                 "vs_all_fast": r.get("speedup_vs_all-fast"),
+                "disk_io": r.get("disk_io"),
+                # Write requests (log chunks, compaction runs) per row written back.
+                "write_ios_per_dirty_row": _per_row(r.get("disk_io")),
             }  # fmt: skip
         )
     return out
+
+
+def _per_row(io: dict[str, int] | None) -> float | None:
+    """Write requests per row written back, or None without rows written."""
+    if not io or not io["rows_written"]:
+        return None
+    return io["write_requests"] / io["rows_written"]
+
+
+def _admission_kind(adm: str) -> str:
+    """An admission with its tuned threshold left out (``row:16`` and ``row:4`` are the same
+    kind, tuned per layout), so cases of two layouts compare kind to kind."""
+    kind, sep, _ = adm.partition(":")
+    return f"{kind}:T" if sep and kind in ("row", "threshold") else adm
+
+
+def _compare_cases(cases: list[dict[str, Any]], miss: dict[str, Any]) -> None:
+    """Each case's effective bandwidth over the original layout's with row admission, and
+    over the groups layout's with the same kind of admission (``ratio_to_groups``: how much
+    of the possible gain a trained layout reaches)."""
+    base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
+    for c in cases:
+        b = base[(c["trace"], c["cache_fraction"])]
+        c["effective_bandwidth_increase"] = b["blocks_read"] / max(1.0, c["blocks_read"])
+        c["device_max_reads_per_s"] = miss["device_reads_per_s"]
+    groups = {(c["trace"], c["cache_fraction"], _admission_kind(c["admission"])): c for c in cases if c["layout"] == GROUPS}
+    for c in cases:
+        g = groups.get((c["trace"], c["cache_fraction"], _admission_kind(c["admission"])))
+        c["ratio_to_groups"] = None if g is None else c["effective_bandwidth_increase"] / g["effective_bandwidth_increase"]
+
+
+def _device_limits(runs: list[dict[str, Any]], miss: dict[str, Any]) -> None:
+    """Each disk placement's device limit: its model's ``all-fast`` step plus its blocks
+    read at ``fio``'s random-read rate (the disk's own, without fio), the time the step
+    would take if every miss cost only the device's read; and its step over that."""
+    rate = miss.get("fio_reads_per_s") or miss["device_reads_per_s"]
+    for r in runs:
+        fast = next(
+            (x for x in runs if x["placement"] == "all-fast" and (x["model"], x["rows"]) == (r["model"], r["rows"])), None
+        )
+        if r["blocks_read_per_iter"] is None or fast is None:
+            continue
+        r["device_limit_seconds_per_iter"] = fast["seconds_per_iter"] + r["blocks_read_per_iter"] / rate
+        r["ratio_to_device_limit"] = r["seconds_per_iter"] / r["device_limit_seconds_per_iter"]
 
 
 def run(
@@ -407,11 +454,8 @@ def run(
             for m in models:
                 dlrm_runs += _dlrm(d, quick, m)
                 bar.step(f"dlrm {m.name}")
-        base = {(c["trace"], c["cache_fraction"]): c for c in cases if c["layout"] == "original" and c["admission"] == "row"}
-        for c in cases:
-            b = base[(c["trace"], c["cache_fraction"])]
-            c["effective_bandwidth_increase"] = b["blocks_read"] / max(1.0, c["blocks_read"])
-            c["device_max_reads_per_s"] = miss["device_reads_per_s"]
+        _compare_cases(cases, miss)
+        _device_limits(dlrm_runs, miss)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return {
@@ -429,9 +473,17 @@ def run(
         "reference_layouts": ref,
         "miniature_caches": minis,
         "miss_path": miss,
+        "miss_path_ratio_to_fio": miss["ratio_to_fio"],
+        "write_ios_per_dirty_row": _per_row(_summed_io([r for r in dlrm_runs if r["placement"] == "block"])),
         "cases": cases,
         "dlrm": dlrm_runs,
     }
+
+
+def _summed_io(runs: list[dict[str, Any]]) -> dict[str, int] | None:
+    """The disk I/O counters of ``runs``, summed (None without any)."""
+    ios = [r["disk_io"] for r in runs if r.get("disk_io")]
+    return {k: sum(io[k] for io in ios) for k in ios[0]} if ios else None
 
 
 def _relayout(path: Path, n: int, lay: np.ndarray) -> None:
@@ -556,7 +608,18 @@ def run_cli(args: Any) -> int:
         f"K-means {ref['kmeans']:.2f}, SHP+K-means {ref['shp+kmeans']:.2f}, KaHyPar {kh}"
     )
     print_table(
-        ["trace", "layout", "admission", "cache", "eff. bandwidth", "hit rate", "Belady", "dev reads/s", "lookups/s"],
+        [
+            "trace",
+            "layout",
+            "admission",
+            "cache",
+            "eff. bandwidth",
+            "vs groups",
+            "hit rate",
+            "Belady",
+            "dev reads/s",
+            "lookups/s",
+        ],
         [
             [
                 c["trace"],
@@ -564,6 +627,7 @@ def run_cli(args: Any) -> int:
                 c["admission"],
                 f"{c['cache_fraction']:.0%}",
                 f"{c['effective_bandwidth_increase']:.2f}x",
+                "-" if c.get("ratio_to_groups") is None else f"{c['ratio_to_groups']:.2f}",
                 f"{c['hit_rate']:.3f}",
                 f"{c['belady_hit_rate']:.3f}",
                 f"{c['device_reads_per_s']:,.0f}",
@@ -621,23 +685,38 @@ def run_cli(args: Any) -> int:
 def _print_dlrm(runs: list[dict[str, Any]]) -> None:
     """One DLRM model's placements side by side, and the block splits against each other."""
     print_table(
-        ["placement", "ms/iter", "lookup/update/dense ms", "vs all-fast", "table", "DRAM for it", "disk GB r/w"],
+        [
+            "placement",
+            "ms/iter",
+            "lookup/update/dense ms",
+            "vs all-fast",
+            "device limit ms",
+            "vs limit",
+            "table",
+            "DRAM for it",
+            "disk GB r/w",
+            "write I/Os per row",
+        ],
         [
             [
                 r["placement"],
                 f"{1e3 * r['seconds_per_iter']:.1f}",
                 "/".join(f"{1e3 * r['breakdown'][k]:.1f}" for k in ("lookup", "update", "dense")),
                 "-" if r["vs_all_fast"] is None else f"{r['vs_all_fast']:.2f}x",
+                "-" if r.get("device_limit_seconds_per_iter") is None else f"{1e3 * r['device_limit_seconds_per_iter']:.1f}",
+                "-" if r.get("ratio_to_device_limit") is None else f"{r['ratio_to_device_limit']:.2f}x",
                 format_bytes(r["table_bytes"]),
                 format_bytes(r["dram_cache_bytes"]),
                 "-"
                 if "disk" not in r["bytes"]
                 else f"{r['bytes']['disk']['read'] / 1e9:.2f}/{r['bytes']['disk']['written'] / 1e9:.2f}",
+                "-" if r.get("write_ios_per_dirty_row") is None else f"{r['write_ios_per_dirty_row']:.4f}",
             ]  # fmt: skip
             for r in runs
         ],
         title=f"DLRM ({runs[0]['model']} preset, {runs[0]['rows']:,} rows) on Zipf inputs: tables on the "
-        "disk (budget split by the caches' curves; block-even: evenly) against all-fast and FBGEMM in DRAM",
+        "disk (budget split by the caches' curves; block-even: evenly) against all-fast and FBGEMM in DRAM; "
+        "device limit: all-fast's step plus the blocks read at fio's random-read rate",
     )
     split = {r["placement"]: r for r in runs}
     if "block" in split and "block-even" in split:

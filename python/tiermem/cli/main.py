@@ -1,6 +1,6 @@
 """``tiermem`` command: ``info``, ``calibrate``, ``bench copy``, ``bench embedding``, ``bench dispatch``,
 ``bench blockio``, ``bench ssd``, ``bench tensors`` (alias ``bench train``), ``bench plan``, ``bench staging``,
-``bench traits``, ``bench criteo``, ``plan``, ``train dlrm``,
+``bench traits``, ``bench emulation``, ``bench criteo``, ``plan``, ``train dlrm``,
 ``stress``, ``demo``."""
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(trt)
     trt.add_argument("--plot", metavar="PNG", help="write seconds against the fast limit per strategy (needs matplotlib)")
     trt.add_argument("--reps", type=integer(1, 100), help="runs per figure (default 5, 3 with --quick)")
+    emu = bsub.add_parser(
+        "emulation", help="each emulated profile by access pattern and size against the figures it cites, beside DRAM"
+    )
+    _add_output(emu)
+    emu.add_argument("--plot", metavar="PNG", help="write measured over cited per case (needs matplotlib)")
     cri = bsub.add_parser("criteo", help="the core Criteo reader vs the Python reference on one file: lines/s, identical batches")
     _add_output(cri)
     cri.add_argument("--lines", type=integer(1000, 1 << 32), help="synthetic lines (default 1,000,000; 100,000 with --quick)")
@@ -345,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             from ..bench.traits import run_cli as run_traits
 
             return run_traits(args)
+        if args.command == "bench" and args.bench == "emulation":
+            from ..bench.emulation import run_cli as run_emulation
+
+            return run_emulation(args)
         if args.command == "bench" and args.bench == "criteo":
             from ..bench.criteo import run_cli as run_criteo
 

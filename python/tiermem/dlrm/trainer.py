@@ -86,6 +86,10 @@ def _check_counts(iters: Any, warmup: Any, every: Any) -> None:
             raise InvalidArgumentError(f"{name} must be an integer from {low} to 10**9, got {v!r}")
 
 
+#: The block tables' I/O counters a run reports (:attr:`RunResult.disk_io`).
+DISK_IO = ("blocks_read", "blocks_written", "write_requests", "rows_written")
+
+
 @dataclass
 class RunResult:
     """One mode's run: timings, losses, memory and traffic."""
@@ -110,6 +114,9 @@ class RunResult:
     devices: dict[str, str]
     twolm: dict[str, Any] | None = None
     queries_per_second: float | None = None
+    #: Tables on the disk: over the timed iterations, the blocks read and written, the
+    #: write requests (log chunks, compaction runs) and the rows written back.
+    disk_io: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -530,13 +537,13 @@ class Trainer:
             t.reset_stats()
         if self.twolm is not None:
             self.twolm.reset_stats()
-        self._disk0 = self._disk_blocks()
+        self._disk0 = self._disk_io()
         self._timed: list[tuple[float, float, float, float]] = []
 
-    def _disk_blocks(self) -> tuple[int, int]:
-        """Blocks read and written by the block tables so far."""
+    def _disk_io(self) -> dict[str, int]:
+        """The block tables' I/O so far: :data:`DISK_IO` counters, summed."""
         infos = [i for t in self.tables if (i := t.block_info) is not None]
-        return sum(i["blocks_read"] for i in infos), sum(i["blocks_written"] for i in infos)
+        return {k: sum(int(i[k]) for i in infos) for k in DISK_IO}
 
     def run_iteration(self, b: Batch, *, timed: bool, data_seconds: float = 0.0, nxt: Batch | None = None) -> float:
         """One training step on ``b`` (``nxt``: the next batch, for the prefetch pipeline);
@@ -659,6 +666,7 @@ class Trainer:
         c = self.config
         devices: dict[str, str] = {}
         bytes_: dict[str, dict[str, int]] = {}
+        disk_io: dict[str, int] | None = None
         hit = None
         if self.manager is None:
             devices["dram"] = "real"
@@ -672,10 +680,11 @@ class Trainer:
             counted = True
             self._join_prefetch()
             if self.files:
-                (r0, w0), (r1, w1) = getattr(self, "_disk0", (0, 0)), self._disk_blocks()
+                now, then = self._disk_io(), getattr(self, "_disk0", dict.fromkeys(DISK_IO, 0))
+                disk_io = {k: now[k] - then[k] for k in DISK_IO}
                 devices["disk"] = "real"
                 blk = _tiermem.block_geometry(self.config.dim, self.config.dtype)["block_bytes"]
-                bytes_["disk"] = {"read": blk * (r1 - r0), "written": blk * (w1 - w0)}
+                bytes_["disk"] = {"read": blk * disk_io["blocks_read"], "written": blk * disk_io["blocks_written"]}
             st = [t.stats() for t in self.tables]
             h, m = sum(s["hits"] for s in st), sum(s["misses"] for s in st)
             hit = h / (h + m) if h + m else None
@@ -695,6 +704,7 @@ class Trainer:
             hit_rate=hit,
             devices=devices,
             twolm=self.twolm.stats() if self.twolm is not None else None,
+            disk_io=disk_io,
         )
 
     def _reference_bytes(self, iters: int) -> dict[str, int]:

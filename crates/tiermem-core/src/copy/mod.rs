@@ -180,8 +180,11 @@ impl CopyEngine {
         let plan = Self::plan(&self.cfg(), src, dst);
         let writers = plan.writers;
         // Reserve the emulated devices' time before the transfer, wait after it.
-        let read_deadline = src.throttle.as_ref().map(|t| t.reserve_read(len, 1));
-        let write_deadline = dst.throttle.as_ref().map(|t| t.reserve_write(len, writers));
+        let read_deadline = src.throttle.as_ref().map(|t| t.reserve_read((len, 1, 1)));
+        let write_deadline = dst
+            .throttle
+            .as_ref()
+            .map(|t| t.reserve_write((len, 1, writers)));
         let n =
             usize::try_from(len).map_err(|_| Error::InvalidArgument("copy too large".into()))?;
         let route = routes::find(src.reach(), dst.reach())?;

@@ -19,6 +19,7 @@ pub mod emulated;
 pub mod spaces;
 mod traits;
 
+pub use emulated::{Reads, Writes};
 pub use traits::DeviceTraits;
 
 use std::path::{Path, PathBuf};
@@ -391,28 +392,28 @@ impl Device {
         }
     }
 
-    /// Account for `bytes` that a tiermem kernel read from the device in `accesses`
-    /// dependent steps: count them and, on an emulated device, wait out their cost.
-    pub fn charge_read(&self, bytes: u64, accesses: u64) {
-        self.counters.read(bytes);
+    /// Account for reads a tiermem kernel made from the device: count the bytes and, on an
+    /// emulated device, wait out their cost (see [`Reads`]).
+    pub fn charge_read(&self, read: Reads) {
+        self.counters.read(read.0);
         if let Some(t) = &self.throttle {
-            t.charge_read(bytes, accesses);
+            t.charge_read(read);
         }
     }
 
-    /// Account for `bytes` that `threads` kernel threads wrote to the device.
-    pub fn charge_write(&self, bytes: u64, threads: usize) {
-        self.counters.wrote(bytes);
+    /// Account for writes to the device (see [`Writes`]).
+    pub fn charge_write(&self, write: Writes) {
+        self.counters.wrote(write.0);
         if let Some(t) = &self.throttle {
-            t.charge_write(bytes, threads);
+            t.charge_write(write);
         }
     }
 
-    /// Account for a kernel that read `read.0` bytes in `read.1` dependent steps from the
-    /// device and wrote `write.0` bytes with `write.1` threads, at DRAM speed: count the bytes
-    /// and, on an emulated device, wait out the extra time the device would have taken
-    /// ([`Throttle::read_extra`]). Embedding kernels call this once per chunk of work.
-    pub fn charge_kernel(&self, read: (u64, u64), write: (u64, usize)) {
+    /// Account for a kernel that read and wrote the device at DRAM speed ([`Reads`],
+    /// [`Writes`]): count the bytes and, on an emulated device, wait out the extra time the
+    /// device would have taken ([`Throttle::read_extra`]). Embedding kernels call this once
+    /// per chunk of work.
+    pub fn charge_kernel(&self, read: Reads, write: Writes) {
         if read.0 > 0 {
             self.counters.read(read.0);
         }

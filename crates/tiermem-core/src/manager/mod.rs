@@ -460,7 +460,8 @@ impl Manager {
     fn charge_devices(&self, per_device: &[(u64, u64, u64)], threads: usize) {
         for (d, &(read, steps, written)) in self.devices.iter().zip(per_device) {
             if read > 0 || steps > 0 || written > 0 {
-                d.charge_kernel((read, steps), (written, threads.max(1)));
+                // Whole objects: one stream each way.
+                d.charge_kernel((read, 1, steps), (written, 1, threads.max(1)));
             }
         }
     }

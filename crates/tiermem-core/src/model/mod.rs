@@ -318,9 +318,12 @@ impl TwoLm {
         let demand = demand_lines(ev) << self.line_shift;
         let extra_fast = (t.fast_read + t.fast_written).saturating_sub(demand);
         if let Some(th) = &self.slow.throttle {
+            // Lines of a row are filled one after another and merge in the device's
+            // buffer: charged as streams, not at the device's granularity per line (the
+            // model does not know which lines a row spans).
             th.charge_full(
-                (t.slow_read, miss_steps),
-                (t.slow_written, threads),
+                (t.slow_read, 1, miss_steps),
+                (t.slow_written, 1, threads),
                 extra_fast,
             );
         }

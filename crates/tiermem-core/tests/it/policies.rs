@@ -144,22 +144,22 @@ fn kernel_traffic_is_counted_and_throttled_on_emulated_devices() {
     let slow = &m.devices()[1];
     let t = slow.throttle.as_ref().unwrap();
     let bytes = 32u64 << 20;
-    let expect = t.read_cost(bytes, 0);
+    let expect = t.read_cost((bytes, 1, 0));
     let start = std::time::Instant::now();
-    slow.charge_read(bytes, 0);
+    slow.charge_read((bytes, 1, 0));
     let took = start.elapsed();
     assert!(took >= expect, "{took:?} < {expect:?}");
     assert!(
         took < expect * 2 + std::time::Duration::from_millis(20),
         "{took:?}"
     );
-    slow.charge_write(1000, 1);
+    slow.charge_write((1000, 1, 1));
     let s = m.stats()["emulated:cxl"];
     assert_eq!((s.bytes_read, s.bytes_written), (bytes, 1000));
     // Real devices count but never wait.
     let fast = &m.devices()[0];
     let start = std::time::Instant::now();
-    fast.charge_read(1 << 30, 0);
+    fast.charge_read((1 << 30, 1, 0));
     assert!(start.elapsed() < std::time::Duration::from_millis(5));
     assert_eq!(m.stats()["dram"].bytes_read, 1 << 30);
 }

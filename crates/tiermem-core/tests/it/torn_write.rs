@@ -85,7 +85,7 @@ fn emulated_delay_is_served_outside_the_manager_lock() {
         .throttle
         .as_ref()
         .unwrap()
-        .write_cost(128 << 20, 2);
+        .write_cost((128 << 20, 1, 2));
     let evictor = {
         let m = m.clone();
         std::thread::spawn(move || {

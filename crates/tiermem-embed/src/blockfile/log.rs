@@ -21,7 +21,6 @@
 //! the rows whose newest value is in the log to their homes, syncs, and cuts the log off; a
 //! kill before the cut replays the same values again.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{Header, PAYLOAD};
@@ -30,7 +29,8 @@ use super::format::{Header, PAYLOAD};
 pub const MAGIC: [u8; 8] = *b"TMROWLG1";
 /// Bytes of a manifest before its row ids.
 const HEAD: usize = 32;
-/// A log position no row has (a chunk's last group's unused slots).
+/// A log position no row has (a chunk's last group's unused slots), and a row's entry
+/// while it is at home.
 const UNUSED: u32 = u32::MAX;
 /// Groups of data blocks per chunk (about 1 MiB of rows per write request).
 pub const CHUNK_GROUPS: usize = 256;
@@ -38,8 +38,10 @@ pub const CHUNK_GROUPS: usize = 256;
 /// The log's index: where each logged row's newest value is.
 #[derive(Debug, Default)]
 pub struct Log {
-    /// Row → its newest position in the log (absent: the row is at home).
-    pub at: HashMap<u32, u32>,
+    /// Row → its newest position in the log ([`UNUSED`]: the row is at home); empty while
+    /// the log is (4 bytes a row of the table once a row is logged, as a cache's pointer
+    /// table: a lookup is an index, not a hash).
+    at: Vec<u32>,
     /// Log position → row (a position whose row was logged again since is stale).
     pub rows: Vec<u32>,
     /// First block (file block index, past the data blocks) of each group of the log.
@@ -60,6 +62,20 @@ impl Log {
         }
     }
 
+    /// Row `row`'s newest position in the log, if it is there.
+    #[inline]
+    #[must_use]
+    pub fn position(&self, row: u32) -> Option<u32> {
+        self.at.get(row as usize).copied().filter(|&p| p != UNUSED)
+    }
+
+    /// Whether row `row`'s newest value is in the log.
+    #[inline]
+    #[must_use]
+    pub fn holds(&self, row: u32) -> bool {
+        self.position(row).is_some()
+    }
+
     /// Whether the log holds no chunk.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -70,7 +86,7 @@ impl Log {
     #[inline]
     #[must_use]
     pub fn place(&self, h: &Header, row: u64) -> Option<(u64, usize)> {
-        let p = *self.at.get(&(row as u32))? as usize;
+        let p = self.position(row as u32)? as usize;
         let rpb = h.rows_per_block as usize;
         Some((self.groups[p / rpb], (p % rpb) * h.stride as usize))
     }
@@ -83,7 +99,7 @@ impl Log {
         (0..rpb).map(move |k| {
             let p = g? * rpb + k;
             let r = *self.rows.get(p)?;
-            (self.at.get(&r) == Some(&(p as u32))).then_some(r)
+            (self.position(r) == Some(p as u32)).then_some(r)
         })
     }
 
@@ -91,17 +107,21 @@ impl Log {
     /// chunk order, `rpb` to a group), which now have their newest values there.
     pub fn push_chunk(
         &mut self,
+        table_rows: u64,
         rpb: usize,
         groups: impl IntoIterator<Item = u64>,
         rows: &[u32],
         end: u64,
     ) {
+        if self.at.is_empty() {
+            self.at = vec![UNUSED; table_rows as usize];
+        }
         // A chunk starts a group: the last group's unused slots are left stale.
         let first = self.groups.len() * rpb;
         self.rows.resize(first, UNUSED);
         self.groups.extend(groups);
         for (k, &r) in rows.iter().enumerate() {
-            self.at.insert(r, (first + k) as u32);
+            self.at[r as usize] = (first + k) as u32;
         }
         self.rows.extend_from_slice(rows);
         self.end = end;
@@ -114,7 +134,7 @@ impl Log {
         self.rows
             .iter()
             .enumerate()
-            .filter(|&(p, r)| self.at.get(r) == Some(&(p as u32)))
+            .filter(|&(p, &r)| self.position(r) == Some(p as u32))
             .map(|(p, &r)| (p as u32, r))
             .collect()
     }
@@ -184,10 +204,7 @@ impl Manifest {
     #[must_use]
     pub fn decode(chunk: &[u8], (seq, rows, blocks, groups): (u64, u32, u32, u32)) -> Self {
         let mut bytes = Vec::with_capacity(blocks as usize * PAYLOAD);
-        for blk in chunk
-            .chunks(super::format::BLOCK)
-            .take(blocks as usize)
-        {
+        for blk in chunk.chunks(super::format::BLOCK).take(blocks as usize) {
             bytes.extend_from_slice(&blk[..PAYLOAD]);
         }
         let ids = bytes[HEAD..HEAD + 4 * rows as usize]
@@ -280,19 +297,28 @@ mod tests {
     fn the_index_finds_the_newest_place_and_skips_stale_slots() {
         let h = Header::new(100, 256, DType::F32); // 3 rows per block
         let mut log = Log::empty(h.data_blocks);
-        log.push_chunk(3, [40, 41], &[5, 6, 7, 8], 42);
-        log.push_chunk(3, [43], &[6], 44);
+        log.push_chunk(100, 3, [40, 41], &[5, 6, 7, 8], 42);
+        log.push_chunk(100, 3, [43], &[6], 44);
         assert_eq!(log.place(&h, 5), Some((40, 0)));
         assert_eq!(log.place(&h, 8), Some((41, 0)));
         assert_eq!(log.place(&h, 6), Some((43, 0)));
         assert_eq!(log.place(&h, 9), None);
         let in40: Vec<_> = log.rows_in_block(&h, 40).collect();
         assert_eq!(in40, [Some(5), None, Some(7)]);
-        assert_eq!(log.rows_in_block(&h, 41).collect::<Vec<_>>(), [Some(8), None, None]);
+        assert_eq!(
+            log.rows_in_block(&h, 41).collect::<Vec<_>>(),
+            [Some(8), None, None]
+        );
         assert_eq!(log.live(), [(0, 5), (2, 7), (3, 8), (6, 6)]);
-        assert_eq!(log.rows_in_block(&h, 43).collect::<Vec<_>>(), [Some(6), None, None]);
+        assert_eq!(
+            log.rows_in_block(&h, 43).collect::<Vec<_>>(),
+            [Some(6), None, None]
+        );
         assert_eq!((log.end, log.seq), (44, 2));
         assert_eq!(chunk_rows(&h), CHUNK_GROUPS * 3);
-        assert_eq!(chunk_rows(&Header::new(10, 3000, DType::F32)), CHUNK_GROUPS / 3);
+        assert_eq!(
+            chunk_rows(&Header::new(10, 3000, DType::F32)),
+            CHUNK_GROUPS / 3
+        );
     }
 }

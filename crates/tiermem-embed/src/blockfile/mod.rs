@@ -16,7 +16,8 @@
 //! Rows written go to a log after the data blocks ([`log`]): one sequential request per
 //! chunk of rows instead of a read-modify-write per block; a row's newest value is read from
 //! the log while it is there; [`BlockFile::compact`] writes the logged rows home once the
-//! log outgrows its limit ([`BlockFile::set_log_limit`]).
+//! log outgrows its limit ([`BlockFile::set_log_limit`], by default the table's size: the
+//! file may grow to twice the table's).
 //!
 //! This is the store: the row home over it (`crate::home::BlockHome`, behind a staged cache),
 //! relayout ([`BlockFile::relayout`]) and layouts (`crate::layout`) build on it.
@@ -30,7 +31,6 @@ mod snapshot;
 
 pub use relayout::aside;
 
-use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,8 +55,9 @@ pub const DEFAULT_DEPTH: usize = 16;
 /// rate, short enough that the ring's buffers (two per request in flight) stay small.
 const RUN_BLOCKS: usize = 16;
 
-/// Bytes of logged rows compaction reads and writes home at a time.
-const COMPACT_BYTES: usize = 256 << 20;
+/// Bytes of logged rows compaction reads and writes home at a time (what it holds in
+/// memory, twice: the rows and the blocks they come from).
+const COMPACT_BYTES: usize = 16 << 20;
 /// The smallest default log limit: a small table's log is compacted no more often.
 const MIN_LOG_LIMIT: u64 = 16 << 20;
 
@@ -278,7 +279,9 @@ impl BlockFile {
         for (row, &p) in layout.iter().enumerate() {
             rows_at[p as usize] = row as u32;
         }
-        let limit = (header.data_blocks * BLOCK as u64 / 2).max(MIN_LOG_LIMIT) / BLOCK as u64;
+        // A compaction rewrites about every home block once the log holds a share of the
+        // table: its cost hardly grows with the log, so a long log spreads it thinnest.
+        let limit = (header.data_blocks * BLOCK as u64).max(MIN_LOG_LIMIT) / BLOCK as u64;
         Ok(BlockFile {
             name: name.to_owned(),
             path: path.to_owned(),
@@ -578,7 +581,13 @@ impl BlockFile {
         let (blocks, mut buf) = self.fetch(Some(log), rows, out.len(), "output")?;
         let data = buf.as_mut_slice();
         for (k, &r) in rows.iter().enumerate() {
-            self.copy_out(Some(log), r, &blocks, data, &mut out[k * stride..(k + 1) * stride]);
+            self.copy_out(
+                Some(log),
+                r,
+                &blocks,
+                data,
+                &mut out[k * stride..(k + 1) * stride],
+            );
         }
         Ok(())
     }
@@ -591,9 +600,9 @@ impl BlockFile {
     /// some rows already. Returns the blocks read.
     pub fn read_blocks_of(&self, rows: &[u64], mut f: impl FnMut(u64, &[u8])) -> Result<u64> {
         self.check_rows(rows)?;
-        let log = self.log.read();
-        let log = Some(&*log);
-        let blocks = self.distinct_blocks(log, rows);
+        let guard = self.log.read();
+        let log: &Log = &guard;
+        let blocks = self.distinct_blocks(Some(log), rows);
         let h = &self.header;
         let stride = self.stride();
         if h.blocks_per_row > 1 {
@@ -604,7 +613,7 @@ impl BlockFile {
             distinct.dedup();
             let mut row = vec![0u8; stride];
             for r in distinct {
-                self.copy_out(log, r, &blocks, data, &mut row);
+                self.copy_out(Some(log), r, &blocks, data, &mut row);
                 f(r, &row);
             }
         } else {
@@ -612,7 +621,6 @@ impl BlockFile {
             // block hands over the rows whose newest value it holds: a home block not its
             // rows in the log, a log block not its rows logged again since.
             let rpb = u64::from(h.rows_per_block);
-            let log = log.expect("held above");
             self.read_runs(&blocks, |first_idx, data| {
                 for (j, blk) in data.chunks_exact(BLOCK).enumerate() {
                     let b = blocks[first_idx + j];
@@ -622,7 +630,9 @@ impl BlockFile {
                     };
                     if b >= h.data_blocks {
                         for (k, r) in log.rows_in_block(h, b).enumerate() {
-                            r.map(|r| hand(k, r));
+                            if let Some(r) = r {
+                                hand(k, r);
+                            }
                         }
                         continue;
                     }
@@ -630,7 +640,7 @@ impl BlockFile {
                         let Some(&r) = self.rows_at.get((b * rpb + k) as usize) else {
                             break;
                         };
-                        if !log.at.contains_key(&r) {
+                        if !log.holds(r) {
                             hand(k as usize, r);
                         }
                     }
@@ -658,12 +668,15 @@ impl BlockFile {
             return Ok(Written::default());
         }
         // Each row once, with its last value in the batch, in row order.
-        let mut last: HashMap<u64, usize> = HashMap::with_capacity(rows.len());
-        for (k, &r) in rows.iter().enumerate() {
-            last.insert(r, k);
-        }
-        let mut order: Vec<(u64, usize)> = last.into_iter().collect();
+        let mut order: Vec<(u64, usize)> = rows.iter().copied().zip(0..).collect();
         order.sort_unstable();
+        order.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1 = later.1;
+            }
+            same
+        });
         let mut done = Written::default();
         let guard = self.appending.lock();
         for chunk in order.chunks(log::chunk_rows(&self.header)) {
@@ -724,7 +737,7 @@ impl BlockFile {
         let firsts = (0..groups).map(|g| start + (mblocks + g * bpr) as u64);
         self.log
             .write()
-            .push_chunk(rpb, firsts, &ids, start + total as u64);
+            .push_chunk(h.rows, rpb, firsts, &ids, start + total as u64);
         let c = &self.log_counters;
         c.chunks.fetch_add(1, Ordering::Relaxed);
         c.rows.fetch_add(chunk.len() as u64, Ordering::Relaxed);
@@ -774,12 +787,13 @@ impl BlockFile {
         log.seq = seq;
         let c = &self.log_counters;
         c.compactions.fetch_add(1, Ordering::Relaxed);
-        c.compaction_writes.fetch_add(done.requests, Ordering::Relaxed);
+        c.compaction_writes
+            .fetch_add(done.requests, Ordering::Relaxed);
         Ok(done)
     }
 
     /// Compact once the log holds more than `bytes` (rounded down to whole blocks; 0:
-    /// after every write). The default is half the table's data, at least 16 MiB.
+    /// after every write). The default is the table's data bytes, at least 16 MiB.
     pub fn set_log_limit(&self, bytes: u64) {
         self.log_limit
             .store(bytes / BLOCK as u64, Ordering::Relaxed);
@@ -838,17 +852,49 @@ impl BlockFile {
                 });
             }
             let firsts = (0..u64::from(groups)).map(|g| at + u64::from(mblocks) + g * bpr);
-            log.push_chunk(rpb as usize, firsts, &m.rows, at + total);
+            log.push_chunk(h.rows, rpb as usize, firsts, &m.rows, at + total);
             log.seq = seq;
             at += total;
         }
+        let seq = log.seq;
+        if at < file_blocks {
+            // A kill tears only the last chunk: a whole chunk after the one that failed
+            // means the log was damaged, and cutting it off would lose rows silently.
+            if let Some(later) = self.later_chunk(at, file_blocks, seq) {
+                return Err(Error::Corrupt {
+                    path: self.path.display().to_string(),
+                    what: format!(
+                        "table '{}': the row log's chunk at block {at} does not verify, and a \
+                         later chunk (block {later}) does: the log is damaged, not torn",
+                        self.name
+                    ),
+                });
+            }
+        }
         if at < file_blocks && !self.read_only {
-            self.file
-                .file
-                .set_len(h.data_offset(at))
-                .map_err(|e| Error::io(&self.name, &self.path.display().to_string(), "cut off a torn log", e))?;
+            self.file.file.set_len(h.data_offset(at)).map_err(|e| {
+                Error::io(
+                    &self.name,
+                    &self.path.display().to_string(),
+                    "cut off a torn log",
+                    e,
+                )
+            })?;
         }
         Ok(())
+    }
+
+    /// The first block after `from` (up to `end`) that is a verified manifest of a chunk
+    /// later than `seq`, if any.
+    fn later_chunk(&self, from: u64, end: u64, seq: u64) -> Option<u64> {
+        let h = &self.header;
+        let mut b = AlignedBuf::new(BLOCK);
+        (from + 1..end).find(|&at| {
+            let blk = b.as_mut_slice();
+            self.io.read_at(blk, h.data_offset(at)).is_ok()
+                && format::verify(blk, at).is_ok()
+                && Manifest::head(&blk[..PAYLOAD]).is_some_and(|(s, ..)| s > seq)
+        })
     }
 
     /// Overwrite rows at their homes (the log's compaction): each touched block is read,

@@ -19,9 +19,10 @@ fn partial(dst: &Path) -> PathBuf {
 }
 
 impl BlockFile {
-    /// Copy this file, as it is on the disk now, to `dst`, its row log included (the copy
-    /// replays it when opened). Rows must already hold their newest values (a cache writes
-    /// its dirty rows back and syncs first). `dst` may be
+    /// Copy this file to `dst`, its row log compacted first, so the copy holds every row
+    /// at home, each block checksummed (a file open read-only, which cannot compact, is
+    /// copied with its log, which the copy replays). Rows must already hold their newest
+    /// values (a cache writes its dirty rows back and syncs first). `dst` may be
     /// absent or an earlier snapshot (a file tiermem made that no table holds open); a
     /// user's file, a live table's, a symbolic or hard link there is refused. On error
     /// nothing is left at `DST.partial` and `dst` is untouched.
@@ -38,6 +39,11 @@ impl BlockFile {
                 dst.display()
             )));
         }
+        // No row is logged while the file is compacted and copied.
+        let _guard = self.appending.lock();
+        if !self.read_only {
+            self.compact_locked()?;
+        }
         let out = files::create_aside_marked(
             &tmp,
             Create {
@@ -48,15 +54,10 @@ impl BlockFile {
             MARK_TABLE,
         )
         .map_err(|e| err("create the snapshot", e))?;
-        // No row is logged while the file is copied.
-        let _guard = self.appending.lock();
         let len = self.header.data_offset(self.log.read().end);
         let done = files::open_existing(&self.path, false, 0)
             .map_err(|e| err("open the table file to copy it", e))
-            .and_then(|src| {
-                clone_file(&src, &out, len)
-                    .map_err(|e| err("copy the table file", e))
-            })
+            .and_then(|src| clone_file(&src, &out, len).map_err(|e| err("copy the table file", e)))
             .and_then(|how| {
                 out.sync_all().map_err(|e| err("sync the snapshot", e))?;
                 files::rename_over(&tmp, dst, Replace::Marked)

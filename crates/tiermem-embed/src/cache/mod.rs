@@ -685,6 +685,7 @@ impl CachedRows {
             unsafe { self.home_rows.store_row(row, self.slot_ptr(slot)) };
             t.cache_read += self.stride as u64;
             t.home_written += self.stride as u64;
+            t.home_written_rows += 1;
         }
         self.entry(row).store(0, Ordering::Release);
         self.present.clear(row);
@@ -928,6 +929,7 @@ impl CachedRows {
             t.home_read += self.stride as u64;
             t.home_rows += 1;
             t.home_written += self.stride as u64;
+            t.home_written_rows += 1;
             self.home_ptr(i)
         }
     }

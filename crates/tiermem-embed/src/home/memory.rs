@@ -97,6 +97,7 @@ unsafe impl RowSource for MemoryHome {
         t.home_read += self.stride as u64;
         t.home_rows += 1;
         t.home_written += self.stride as u64;
+        t.home_written_rows += 1;
         self.base.wrapping_add(i * self.stride)
     }
 

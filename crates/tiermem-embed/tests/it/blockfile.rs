@@ -390,7 +390,8 @@ fn the_log_holds_the_newest_values_across_compaction_and_reopening() {
                 .collect();
             file.write_rows(&batch, &src).unwrap();
             for (k, &r) in batch.iter().enumerate() {
-                shadow[r as usize * stride..][..stride].copy_from_slice(&src[k * stride..][..stride]);
+                shadow[r as usize * stride..][..stride]
+                    .copy_from_slice(&src[k * stride..][..stride]);
             }
             match rng.below(6) {
                 0 => {
@@ -417,7 +418,10 @@ fn the_log_holds_the_newest_values_across_compaction_and_reopening() {
             once.dedup();
             assert_eq!(once.len(), n_got, "width {width}: a row handed over twice");
             for r in &asked {
-                assert!(once.binary_search(r).is_ok(), "row {r} asked for, not handed over");
+                assert!(
+                    once.binary_search(r).is_ok(),
+                    "row {r} asked for, not handed over"
+                );
             }
             for (r, b) in &got {
                 assert!(
@@ -462,9 +466,21 @@ fn a_torn_log_chunk_is_dropped_whole_and_cut_off() {
     };
     assert_eq!(value(&f, 10, &mut out), 1);
     assert_eq!(value(&f, 60, &mut out), 2, "a row of a whole chunk");
-    assert_eq!(value(&f, 2865, &mut out), 2, "a row of the chunk before the torn one");
-    assert_eq!(value(&f, 2999, &mut out), 0, "a row of the torn chunk keeps its older value");
-    assert_eq!(f.log_figures().rows, 0, "replayed chunks are not counted as appended");
+    assert_eq!(
+        value(&f, 2865, &mut out),
+        2,
+        "a row of the chunk before the torn one"
+    );
+    assert_eq!(
+        value(&f, 2999, &mut out),
+        0,
+        "a row of the torn chunk keeps its older value"
+    );
+    assert_eq!(
+        f.log_figures().rows,
+        0,
+        "replayed chunks are not counted as appended"
+    );
     let cut = std::fs::metadata(&path).unwrap().len();
     assert!(cut < len && cut > end_first, "{cut} of {len}");
     f.write_rows(&[2999], &vec![9u8; stride]).unwrap();
@@ -472,6 +488,18 @@ fn a_torn_log_chunk_is_dropped_whole_and_cut_off() {
     let f = BlockFile::open(&path, "emb6", 4, None, false).unwrap();
     assert_eq!(value(&f, 2999, &mut out), 9);
     drop(f);
+    // A flipped bit in a chunk that later chunks follow is damage, not a tear: refused by
+    // name, nothing cut off.
+    let mid = h.data_offset(h.data_blocks + 101 + 5) + 40;
+    patch(&path, mid, |b| b[0] ^= 0x20);
+    let len = std::fs::metadata(&path).unwrap().len();
+    let msg = corrupt(BlockFile::open(&path, "emb6", 4, None, false).unwrap_err());
+    assert!(
+        msg.contains("damaged, not torn") && msg.contains("emb6"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    patch(&path, mid, |b| b[0] ^= 0x20);
     // A chunk that verifies but names row 5000 of 5000: damage, named.
     let at = h.data_blocks; // the first chunk's manifest, sealed again after the change
     patch(&path, h.data_offset(at), |b| {

@@ -385,6 +385,48 @@ impl PyManager {
         .and_then(|f| to_object(py, &f))
     }
 
+    /// Measure device `index` (byte-addressable) by access pattern on a scratch object of
+    /// `nbytes`: sequential and random reads and writes of each size in `sizes`, each with
+    /// the figure its emulated profile cites (JSON list).
+    fn measure_accesses(
+        &self,
+        py: Python<'_>,
+        index: usize,
+        nbytes: u64,
+        sizes: Vec<u64>,
+        reps: usize,
+    ) -> PyResult<Py<PyAny>> {
+        run(py, || {
+            self.inner.with_data(|m, _| {
+                tiermem_core::ensure!(
+                    index < m.devices().len(),
+                    "device index {index} out of range"
+                );
+                let id = m
+                    .create_object(index, nbytes)?
+                    .ok_or_else(|| mechanism::full(m, index, nbytes))?;
+                let r = m.region(m.primary(id)?)?.clone();
+                let dev = &m.devices()[index];
+                let out = match dev.addr(r.offset) {
+                    Some(p) => tiermem_core::measure::access_figures(
+                        dev,
+                        p,
+                        usize::try_from(nbytes).unwrap_or(usize::MAX),
+                        &sizes,
+                        reps,
+                    ),
+                    None => Err(tiermem_core::Error::InvalidArgument(format!(
+                        "device '{}' is not byte-addressable: its accesses are blocks (bench blockio)",
+                        dev.name
+                    ))),
+                };
+                m.destroy_object(id)?;
+                out
+            })
+        })
+        .and_then(|f| to_object(py, &f))
+    }
+
     /// Counters of every device, by device name.
     fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         to_object(py, &self.inner.stats())

@@ -3,6 +3,10 @@
 //! like every other tiermem access (so `emulated` devices report their throttled figures),
 //! and plain `memcpy` baselines for the copy benchmark.
 
+mod access;
+
+pub use access::{access_figures, AccessFigure};
+
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -69,7 +73,7 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
     let gb = len as f64 / 1e9;
     let t = dev.throttle.as_ref();
     let read = best(reps, || {
-        let deadline = t.map(|t| t.reserve_read(len as u64, 1));
+        let deadline = t.map(|t| t.reserve_read((len as u64, 1, 1)));
         let s: u64 = (0..threads)
             .into_par_iter()
             // SAFETY: each chunk lies inside the caller's region.
@@ -83,7 +87,7 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
     })?;
     let zeros = vec![0u8; chunk.min(1 << 20)];
     let write = best(reps, || {
-        let deadline = t.map(|t| t.reserve_write(len as u64, threads));
+        let deadline = t.map(|t| t.reserve_write((len as u64, 1, threads)));
         (0..threads).into_par_iter().for_each(|i| {
             let mut off = 0;
             while off < chunk {
@@ -116,7 +120,8 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
             .sum()
     };
     let rand_read = best(reps, || {
-        let deadline = t.map(|t| t.reserve_read((count * row) as u64, (count / 16) as u64));
+        let deadline =
+            t.map(|t| t.reserve_read(((count * row) as u64, count as u64, (count / 16) as u64)));
         // SAFETY: every row lies inside the caller's region and is 8-byte aligned.
         let s = random_rows(7, &|at| unsafe { kernels::read_sum(at as *const u8, row) });
         std::hint::black_box(s);
@@ -126,7 +131,7 @@ fn memory_figures(dev: &Device, base: *mut u8, len: usize, reps: usize) -> Resul
         Ok(())
     })?;
     let rand_write = best(reps, || {
-        let deadline = t.map(|t| t.reserve_write((count * row) as u64, threads));
+        let deadline = t.map(|t| t.reserve_write(((count * row) as u64, count as u64, threads)));
         random_rows(11, &|at| {
             // SAFETY: the row lies inside the caller's region; `zeros` holds at least `row` bytes.
             unsafe { std::ptr::copy_nonoverlapping(zeros.as_ptr(), at as *mut u8, row) };
