@@ -68,8 +68,9 @@ CACHED_MODES = ("static", "dynamic", "tinylfu", "auto")
 #: Modes that plan from a profile of the input (its first batches): ``static`` fills its
 #: cache with the rows used most, ``dynamic`` and ``tinylfu`` give each table the way with
 #: misses its simulated cache says pays (``dynamic``: cache every miss or cache on a second
-#: miss; ``tinylfu``: its sketch's admission; either may read through where caching loses:
-#: :func:`tiermem.embedding.cacheplan.lookup_policy`), ``auto`` plans every table's cache
+#: miss; ``tinylfu``: its sketch's admission; a table whose cache would lose gets none and
+#: reads its rows where they live: :func:`tiermem.embedding.cacheplan.lookup_policy`),
+#: ``auto`` plans every table's cache
 #: from hit-rate curves, ``block`` sizes its caches to hold a batch's rows.
 PROFILED_MODES = ("static", "dynamic", "tinylfu", "auto", "block")
 #: Modes that keep every row in DRAM.

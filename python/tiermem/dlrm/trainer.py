@@ -441,15 +441,17 @@ class Trainer:
         if self.mode in ("dynamic", "tinylfu") and self._profile:
             self._choose_lookup_policies(frac, slack, LOOKUP_POLICIES if self.mode == "dynamic" else ("tinylfu",))
             policies = [ch.policy or self.mode for ch in self.lookup_choices]
-        tables = [
-            EmbeddingTable(
+        # A table its simulated cache says to read through gets no cache at all: it reads
+        # its rows where they live, as all-slow's do, with no pointer table in the way.
+        through = [ch.policy is None for ch in self.lookup_choices] or [False] * len(rows)
+        return [
+            EmbeddingTable(r, c.dim, dtype=c.dtype, manager=m, device=1)
+            if bypass
+            else EmbeddingTable(
                 r, c.dim, manager=m, placement=Placement(device=1, cache=frac, cacheslack=slack, policy=p, dtype=c.dtype)
             )
-            for r, p in zip(rows, policies)
+            for r, p, bypass in zip(rows, policies, through)
         ]
-        for t, ch in zip(tables, self.lookup_choices):
-            t.set_bypass(ch.policy is None)
-        return tables
 
     def _auto_tables(self) -> list[EmbeddingTable]:
         """Mode ``auto``: the fast budget (less every table's pointer table and reindex
