@@ -67,6 +67,31 @@ pub struct PyManager {
     pub(crate) inner: Shared<Manager>,
 }
 
+impl PyManager {
+    /// Run `f(device, offset)` on a scratch object of `nbytes` on device `index`, under the
+    /// manager lock (a measurement holds it on purpose), and free the object after.
+    fn on_scratch<T>(
+        &self,
+        index: usize,
+        nbytes: u64,
+        f: impl FnOnce(&device::Device, u64) -> tiermem_core::Result<T>,
+    ) -> tiermem_core::Result<T> {
+        self.inner.with_data(|m, _| {
+            tiermem_core::ensure!(
+                index < m.devices().len(),
+                "device index {index} out of range"
+            );
+            let id = m
+                .create_object(index, nbytes)?
+                .ok_or_else(|| mechanism::full(m, index, nbytes))?;
+            let r = m.region(m.primary(id)?)?.clone();
+            let out = f(&m.devices()[index], r.offset);
+            m.destroy_object(id)?;
+            out
+        })
+    }
+}
+
 #[pymethods]
 impl PyManager {
     /// `devices`: (spec, capacity bytes) pairs, fastest first; `policy`: a built-in name or
@@ -363,23 +388,8 @@ impl PyManager {
         reps: usize,
     ) -> PyResult<Py<PyAny>> {
         run(py, || {
-            self.inner.with_data(|m, _| {
-                tiermem_core::ensure!(
-                    index < m.devices().len(),
-                    "device index {index} out of range"
-                );
-                let id = m
-                    .create_object(index, nbytes)?
-                    .ok_or_else(|| mechanism::full(m, index, nbytes))?;
-                let r = m.region(m.primary(id)?)?.clone();
-                let out = tiermem_core::measure::device_figures(
-                    &m.devices()[index],
-                    r.offset,
-                    nbytes,
-                    reps,
-                );
-                m.destroy_object(id)?;
-                out
+            self.on_scratch(index, nbytes, |dev, offset| {
+                tiermem_core::measure::device_figures(dev, offset, nbytes, reps)
             })
         })
         .and_then(|f| to_object(py, &f))
@@ -397,31 +407,18 @@ impl PyManager {
         reps: usize,
     ) -> PyResult<Py<PyAny>> {
         run(py, || {
-            self.inner.with_data(|m, _| {
-                tiermem_core::ensure!(
-                    index < m.devices().len(),
-                    "device index {index} out of range"
-                );
-                let id = m
-                    .create_object(index, nbytes)?
-                    .ok_or_else(|| mechanism::full(m, index, nbytes))?;
-                let r = m.region(m.primary(id)?)?.clone();
-                let dev = &m.devices()[index];
-                let out = match dev.addr(r.offset) {
-                    Some(p) => tiermem_core::measure::access_figures(
-                        dev,
-                        p,
-                        usize::try_from(nbytes).unwrap_or(usize::MAX),
-                        &sizes,
-                        reps,
-                    ),
-                    None => Err(tiermem_core::Error::InvalidArgument(format!(
-                        "device '{}' is not byte-addressable: its accesses are blocks (bench blockio)",
-                        dev.name
-                    ))),
-                };
-                m.destroy_object(id)?;
-                out
+            self.on_scratch(index, nbytes, |dev, offset| match dev.addr(offset) {
+                Some(p) => tiermem_core::measure::access_figures(
+                    dev,
+                    p,
+                    usize::try_from(nbytes).unwrap_or(usize::MAX),
+                    &sizes,
+                    reps,
+                ),
+                None => Err(tiermem_core::Error::InvalidArgument(format!(
+                    "device '{}' is not byte-addressable: its accesses are blocks (bench blockio)",
+                    dev.name
+                ))),
             })
         })
         .and_then(|f| to_object(py, &f))
