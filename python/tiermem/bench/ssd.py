@@ -356,7 +356,8 @@ def run(
     biggest = max(t.rows_total for _, t, _, _ in all_traces)
     need = 3 * _tiermem.block_file_bytes(biggest, DIM) + (320 << 20)  # table, relayout copy, miss-path file
     # The DLRMs run one after another, each model's files removed before the next.
-    need += max((sum(_tiermem.block_file_bytes(r, m.dim, m.dtype) for r in m.rows) for m in models), default=0)
+    # Training tables log their written rows after their data until compacted: up to twice the file.
+    need += max((2 * sum(_tiermem.block_file_bytes(r, m.dim, m.dtype) for r in m.rows) for m in models), default=0)
     d.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(d).free
     if free < need:

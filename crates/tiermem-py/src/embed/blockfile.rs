@@ -165,7 +165,8 @@ impl PyBlockFile {
 }
 
 /// Bytes a block table file of `rows` rows of `width` elements of `dtype` takes on disk
-/// (header, layout and data blocks: the format's own count).
+/// (header, layout and data blocks: the format's own count); rows written to it are logged
+/// after these until compacted, up to as many bytes again by default.
 #[pyfunction]
 #[pyo3(signature = (rows, width, dtype="float32"))]
 pub fn block_file_bytes(rows: u64, width: u32, dtype: &str) -> PyResult<u64> {
