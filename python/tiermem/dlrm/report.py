@@ -87,9 +87,11 @@ def run_modes(
             take = functools.partial(next, stream, None)
             t0 = time.perf_counter()
             b = take()
-            # Every row looked up, in order, up to BOUND_ACCESSES (the bound's trace).
+            # Every row looked up, in order, up to BOUND_ACCESSES (the bound's trace), when
+            # the runs it lies between are there.
             accesses: list[np.ndarray] = []
             kept, timed_from = 0, 0
+            limit = BOUND_ACCESSES if {"all-fast", "all-slow"} <= set(modes) else 0
             for k in range(warmup + iters):
                 if k == warmup:
                     for t in trainers.values():
@@ -98,7 +100,7 @@ def run_modes(
                     break
                 if k == warmup:
                     timed_from = kept
-                if kept < BOUND_ACCESSES:
+                if kept < limit:
                     accesses += [_keys(t, ix) for t, ix in enumerate(b.indices)]
                     kept += sum(a.size for a in accesses[-len(b.indices) :])
                 # The next batch is made now: the prefetch pipeline reads its rows during this step.
@@ -110,7 +112,8 @@ def run_modes(
                 p.step(f"{dist} iteration {k + 1}")
                 t0 = time.perf_counter()
                 b = nxt
-            p.note(f"{dist}: the clairvoyant cache's hit rate")
+            if limit:
+                p.note(f"{dist}: the clairvoyant cache's hit rate")
             bound_hits = clairvoyant_hit_rate(accesses, timed_from, fast_budget // config.row_bytes)
             del accesses
             for label in labels:
