@@ -1,7 +1,7 @@
 //! The row log: rows written to a table file are appended after its data blocks instead of
 //! read, changed and written in place, so a dirty row costs a share of one sequential
 //! write, not a random read and a random write of its block. A row's newest value is at
-//! its place in the log while it is there ([`Log::at`]), at home otherwise; a read of it is
+//! its place in the log while it is there ([`Log::place`]), at home otherwise; a read of it is
 //! still one random read of one block.
 //!
 //! ```text
@@ -30,7 +30,8 @@ pub const MAGIC: [u8; 8] = *b"TMROWLG1";
 /// Bytes of a manifest before its row ids.
 const HEAD: usize = 32;
 /// A log position no row has (a chunk's last group's unused slots), and a row's entry
-/// while it is at home.
+/// while it is at home. Positions stay below it: a log about to reach it is compacted
+/// first ([`Log::room_for`]).
 const UNUSED: u32 = u32::MAX;
 /// Groups of data blocks per chunk (about 1 MiB of rows per write request).
 pub const CHUNK_GROUPS: usize = 256;
@@ -74,6 +75,13 @@ impl Log {
     #[must_use]
     pub fn holds(&self, row: u32) -> bool {
         self.position(row).is_some()
+    }
+
+    /// Whether a chunk of `rows` rows (`rpb` to a group) still has positions below
+    /// [`UNUSED`].
+    #[must_use]
+    pub fn room_for(&self, rpb: usize, rows: usize) -> bool {
+        (self.groups.len() * rpb).saturating_add(rows) < UNUSED as usize
     }
 
     /// Whether the log holds no chunk.
@@ -320,5 +328,7 @@ mod tests {
             chunk_rows(&Header::new(10, 3000, DType::F32)),
             CHUNK_GROUPS / 3
         );
+        assert!(log.room_for(3, 1000));
+        assert!(!log.room_for(3, UNUSED as usize - 8));
     }
 }

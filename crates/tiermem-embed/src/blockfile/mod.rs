@@ -679,7 +679,11 @@ impl BlockFile {
         });
         let mut done = Written::default();
         let guard = self.appending.lock();
+        let rpb = self.header.rows_per_block as usize;
         for chunk in order.chunks(log::chunk_rows(&self.header)) {
+            if !self.log.read().room_for(rpb, chunk.len()) {
+                done += self.compact_locked()?; // positions are u32s
+            }
             done += self.append_chunk(chunk, src)?;
         }
         if self.log.read().end - self.header.data_blocks > self.log_limit.load(Ordering::Relaxed) {
