@@ -324,7 +324,37 @@ def test_bench_ssd_json_holds_every_figure(tmp_path: Path, disk_dir: Path) -> No
     miss = res["miss_path"]
     assert miss["ratio"] > 0 and res["miniature_caches"]
     assert (miss["fio_reads_per_s"] is None) == (miss["ratio_to_fio"] is None), miss
+    assert res["miss_path_ratio_to_fio"] == miss["ratio_to_fio"] and res["write_ios_per_dirty_row"] is None
+    # Each case of the query trace against the groups layout with the same kind of admission.
+    for c in res["cases"]:
+        if c["layout"] == "groups":
+            assert c["ratio_to_groups"] == pytest.approx(1.0)
+        elif c["trace"] == "query" and not c["admission"].startswith("shadow"):
+            assert c["ratio_to_groups"] > 0, c
+        else:
+            assert c["ratio_to_groups"] is None, c
     assert not list(disk_dir.glob("tiermem-bench-ssd-*")), "scratch files left behind"
+
+
+def test_bench_ssd_holds_each_disk_run_to_its_device_limit_and_counts_write_requests() -> None:
+    from tiermem.bench.ssd import _device_limits, _per_row, _summed_io
+
+    io = {"blocks_read": 100, "blocks_written": 30, "write_requests": 4, "rows_written": 64}
+    runs = [
+        {"placement": "all-fast", "model": "demo", "rows": 10, "seconds_per_iter": 0.05, "blocks_read_per_iter": None},
+        {"placement": "block", "model": "demo", "rows": 10, "seconds_per_iter": 0.3, "blocks_read_per_iter": 10_000.0},
+        {"placement": "block", "model": "other", "rows": 10, "seconds_per_iter": 0.3, "blocks_read_per_iter": 10.0},
+    ]
+    # fio's rate when it ran, the disk's own reads otherwise.
+    _device_limits(runs, {"fio_reads_per_s": 50_000.0, "device_reads_per_s": 1.0})
+    assert runs[1]["device_limit_seconds_per_iter"] == pytest.approx(0.05 + 0.2)
+    assert runs[1]["ratio_to_device_limit"] == pytest.approx(0.3 / 0.25)
+    assert "device_limit_seconds_per_iter" not in runs[0] and "device_limit_seconds_per_iter" not in runs[2]
+    _device_limits(runs, {"fio_reads_per_s": None, "device_reads_per_s": 100_000.0})
+    assert runs[1]["device_limit_seconds_per_iter"] == pytest.approx(0.15)
+    assert _per_row(io) == pytest.approx(4 / 64) and _per_row(None) is None and _per_row(io | {"rows_written": 0}) is None
+    assert _summed_io([{"disk_io": io}, {"disk_io": io}, {}]) == {k: 2 * v for k, v in io.items()}
+    assert _summed_io([{}]) is None
 
 
 def test_bench_ssd_refuses_an_unknown_dlrm_model_before_any_work(disk_dir: Path) -> None:
