@@ -470,8 +470,8 @@ class Trainer:
     def _choose_lookup_policies(self, frac: float, slack: float, policies: Sequence[str]) -> None:
         """Modes ``dynamic`` and ``tinylfu``: each table's way with misses (one of
         ``policies``: for ``dynamic`` cache every one or cache a row on its second miss, for
-        ``tinylfu`` its sketch's admission; or read through the cache where caching loses)
-        from its own cache simulated over the profile
+        ``tinylfu`` its sketch's admission; or no cache where caching loses: the table then
+        reads its rows where they live) from its own cache simulated over the profile
         (:func:`tiermem.embedding.cacheplan.lookup_policy`)."""
         assert self.manager is not None and self._profile
         c = self.config
